@@ -1,0 +1,42 @@
+// fabric/auth.h — shared-secret challenge-response between peers (before any region is served).
+//
+// Exchange (frames in wire.h): the server sends HELLO with nonce sn; the client answers AUTH with
+// its nonce cn and mac_c = HMAC-SHA256(secret, "tierce-c" || sn || cn); the server checks mac_c in
+// constant time and answers AUTH_OK with mac_s = HMAC-SHA256(secret, "tierce-s" || cn || sn), which
+// the client checks. Either side closes on a mismatch. Fresh nonces on both sides keep a recorded
+// exchange from being replayed; the secret itself never crosses the wire.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tierce::fabric {
+
+inline constexpr size_t kMinSecretBytes = 16;
+
+using Nonce = std::array<uint8_t, 32>;
+using Mac = std::array<uint8_t, 32>;
+
+class Secret {
+ public:
+  Secret() = default;
+  // Throws FabricError{Config} when shorter than kMinSecretBytes.
+  explicit Secret(std::string bytes);
+  // Reads a secret file (surrounding whitespace stripped). Refuses a file readable by others.
+  static Secret from_file(const std::string& path);
+  bool empty() const { return bytes_.empty(); }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+Nonce make_nonce();
+Mac client_proof(const Secret& s, const Nonce& server_nonce, const Nonce& client_nonce);
+Mac server_proof(const Secret& s, const Nonce& server_nonce, const Nonce& client_nonce);
+// Constant-time comparison.
+bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b);
+
+}  // namespace tierce::fabric

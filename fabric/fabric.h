@@ -1,0 +1,218 @@
+// fabric/fabric.h — the one interface Tierce's services use to reach other nodes' memory and
+// endpoints (seed 000 ch.3, "Interconnect Capability Mapping Interface").
+//
+//   Server      a node's exporter: serves named regions (SharedSegment) and message/stream
+//               services on one or more listen addresses (memd embeds one; so do tests).
+//   Connection  a client's link to one Server: directory lookup, one-sided read/write/cas64/faa64
+//               (sync and batched), request/response and one-way messages, bulk streams.
+//   Backends    tcp   — a responder thread in the server performs one-sided ops (target CPU busy);
+//               shm   — same host: the peer maps the segment and touches it directly (truly one-sided);
+//               verbs — rdma-core RC queue pairs: the NIC performs them (truly one-sided, zero-copy).
+//
+// Addresses are URIs: tcp://HOST:PORT, shm:///abs/path/to/socket, verbs://HOST:PORT.
+// Port 0 asks for an ephemeral port; Server::bound_uris() tells which one was taken.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fabric/auth.h"
+#include "fabric/errors.h"
+#include "fabric/log.h"
+#include "fabric/segment.h"
+
+namespace tierce::fabric {
+
+using Millis = std::chrono::milliseconds;
+
+enum class Transport : uint8_t { Auto, Verbs, Tcp, Shm };
+std::string_view to_string(Transport t);
+Transport parse_transport(std::string_view s);  // "auto|verbs|tcp|shm", throws Errc::Config
+
+// What a backend really provides, so callers need not guess from its name.
+struct Capabilities {
+  bool truly_one_sided = false;  // one-sided ops complete without the target's CPU
+  bool zero_copy = false;        // bytes move without an intermediate CPU copy
+  bool native_atomics = false;   // cas64/faa64 are hardware atomics, not a software responder's
+  bool cross_host = false;       // can reach another machine
+  size_t max_transfer = 0;       // largest single read/write
+  size_t max_message = 0;        // largest message body
+};
+Capabilities capabilities_of(Transport t);
+
+struct Address {
+  Transport transport = Transport::Tcp;
+  std::string host;  // tcp, verbs
+  uint16_t port = 0;
+  std::string path;  // shm: the server's control socket
+  std::string uri() const;
+};
+Address parse_address(std::string_view uri);  // throws Errc::Config with a hint
+
+// Whether this host has an active RDMA device; `why` says what was found (for logs and skips).
+bool verbs_device_available(std::string* why = nullptr);
+// `auto` resolved: shm when the peer is on this host, verbs when a device is active, else tcp.
+Transport resolve_auto(Transport preferred, bool peer_on_same_host);
+
+// The descriptor a peer uses to address exported memory.
+// tcp/shm: addr = region id << 40 | offset, key = random 64-bit; verbs: addr = virtual address,
+// key = the memory region's rkey (assigned by the HCA).
+struct RemoteRegion {
+  std::string node;  // the server's URI
+  uint64_t addr = 0;
+  uint64_t len = 0;
+  uint64_t key = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// One-sided operations, batched form. Invariant for atomics: offset % 8 == 0.
+enum class OpKind : uint8_t { Read, Write, Cas, Faa };
+
+struct OneSidedOp {
+  OpKind kind = OpKind::Read;
+  const RemoteRegion* region = nullptr;
+  uint64_t offset = 0;
+  void* dst = nullptr;        // Read: where the bytes land
+  const void* src = nullptr;  // Write: the bytes to put
+  size_t len = 0;             // Read/Write
+  uint64_t arg0 = 0;          // Cas: expected; Faa: addend
+  uint64_t arg1 = 0;          // Cas: desired
+  uint64_t result = 0;        // Cas/Faa: the old value, valid after wait()
+  Errc status = Errc::Ok;     // per-op outcome, valid after wait()
+};
+
+// A bulk byte stream (ADTS builds on it). Not thread-safe.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual void write_all(std::span<const uint8_t> bytes) = 0;
+  // Returns 0 at end of stream; throws FabricError{Timeout} past the deadline.
+  virtual size_t read_some(std::span<uint8_t> buf) = 0;
+  void read_exact(std::span<uint8_t> buf);
+  virtual void shutdown_write() = 0;
+  virtual void set_timeout(Millis t) = 0;
+  // The socket underneath, for sendfile/splice; -1 when the stream has none (verbs).
+  virtual int native_fd() const { return -1; }
+};
+
+struct ClientOptions {
+  Secret secret;
+  Millis connect_timeout{2000};
+  Millis op_timeout{1000};  // deadline of every operation: a dead or silent peer is an error by then
+};
+
+// A client's link to one Server. Not thread-safe: one per thread, or guard it.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual Transport transport() const = 0;
+  virtual Capabilities capabilities() const = 0;
+  virtual const std::string& peer_uri() const = 0;
+  virtual const std::string& peer_name() const = 0;  // the server's name, from its HELLO
+
+  // Directory: "region name → descriptor". Throws FabricError{NoSuchRegion}.
+  virtual RemoteRegion lookup(std::string_view region_name) = 0;
+
+  // Synchronous one-sided operations; throw FabricError on any failure.
+  virtual void read(const RemoteRegion& r, uint64_t off, void* dst, size_t len);
+  virtual void write(const RemoteRegion& r, uint64_t off, const void* src, size_t len);
+  virtual uint64_t cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired);
+  virtual uint64_t faa64(const RemoteRegion& r, uint64_t off, uint64_t add);
+
+  // Asynchronous form: post() starts every op (one network round trip for the lot on tcp), the
+  // caller may do other work, wait() completes them and fills result/status.
+  // Prereq: no other operation on this connection between post() and wait(); the ops outlive both.
+  virtual void post(std::span<OneSidedOp> ops) = 0;
+  virtual void wait(std::span<OneSidedOp> ops) = 0;
+  // post + wait; throws the first failed op's error.
+  void execute(std::span<OneSidedOp> ops);
+
+  // Messages to a named service on the server (bounded by capabilities().max_message).
+  virtual std::vector<uint8_t> call(std::string_view service, std::span<const uint8_t> body) = 0;
+  virtual void send(std::string_view service, std::span<const uint8_t> body) = 0;
+  virtual std::unique_ptr<Stream> open_stream(std::string_view service) = 0;
+  virtual void ping() = 0;
+
+  virtual void set_op_timeout(Millis t) = 0;
+};
+
+// Connects and authenticates. Throws FabricError{Timeout, AuthFailed, PeerClosed, NoDevice, ...}.
+std::unique_ptr<Connection> connect(std::string_view uri, const ClientOptions& opts);
+
+// ---------------------------------------------------------------------------------------------
+struct PeerInfo {
+  std::string remote;  // the peer's address as the transport sees it
+  Transport transport = Transport::Tcp;
+};
+
+// Message handlers run on the serving connection's thread; a thrown exception becomes a
+// HandlerFailed reply with its message. The returned body is the reply (ignored for one-way).
+using CallHandler = std::function<std::vector<uint8_t>(const PeerInfo&, std::span<const uint8_t>)>;
+// Takes ownership of an accepted stream; runs on its own thread.
+using StreamHandler = std::function<void(const PeerInfo&, std::unique_ptr<Stream>)>;
+
+struct ServerOptions {
+  std::string name = "tierce";
+  Secret secret;
+  std::vector<std::string> listen;  // URIs
+  Millis heartbeat{50};             // shm lease renewal period
+  Millis lease{500};                // shm peers fail an op once the lease is this old
+  Millis auth_timeout{5000};        // a peer must authenticate within this
+  Millis idle_timeout{0};           // 0 = connections may idle forever
+  size_t max_connections = 4096;
+  LogSink log;                      // defaults to stderr
+};
+
+struct ExportInfo {
+  std::string name;
+  std::string segment;  // the segment's own name
+  uint32_t id = 0;
+  uint64_t len = 0;
+  uint64_t incarnation = 0;
+};
+
+struct ServerStats {
+  uint64_t connections_accepted = 0;
+  uint64_t auth_failures = 0;
+  uint64_t malformed_frames = 0;
+  uint64_t one_sided_ops = 0;
+  uint64_t rejected_ops = 0;  // bad key, bounds, alignment, revoked
+  uint64_t messages = 0;
+  uint64_t streams = 0;
+};
+
+class Server {
+ public:
+  // Binds every listen address (throws FabricError with the address on failure) and starts
+  // serving. Prereq: handlers and exports may be added before or after; both are thread-safe.
+  explicit Server(ServerOptions opts);
+  ~Server();  // stops: closes listeners and connections, joins threads
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Exports `seg` under `name`; re-exporting a name gives it a new id and key, so descriptors of
+  // the old export fail with BadKey/NoSuchRegion and their holders look the name up again.
+  ExportInfo export_region(const std::string& name, std::shared_ptr<SharedSegment> seg);
+  void unexport_region(const std::string& name);
+  std::vector<ExportInfo> exports() const;
+
+  void on_call(const std::string& service, CallHandler h);
+  void on_stream(const std::string& service, StreamHandler h);
+
+  std::vector<std::string> bound_uris() const;
+  ServerStats stats() const;
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tierce::fabric

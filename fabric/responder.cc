@@ -1,0 +1,250 @@
+// fabric/responder.cc — one request in, one reply out. This is the code a hostile peer reaches,
+// so every field is checked before it is used.
+#include "fabric/responder.h"
+
+#include <cstring>
+#include <mutex>
+
+#include "fabric/random.h"
+
+namespace tierce::fabric {
+
+ExportInfo RegionTable::add(const std::string& name, std::shared_ptr<SharedSegment> seg) {
+  if (name.empty() || name.size() > wire::kMaxRegionName)
+    throw FabricError(Errc::Config, "region name must be 1.." + std::to_string(wire::kMaxRegionName) + " bytes");
+  if (!seg || !*seg) throw FabricError(Errc::Config, "region " + name + ": no segment");
+  auto r = std::make_shared<ExportedRegion>();
+  r->name = name;
+  r->key = random_u64();
+  r->seg = std::move(seg);
+  std::unique_lock g(mu_);
+  if (next_id_ >= (1u << (64 - wire::kRegionShift)))
+    throw FabricError(Errc::Config, "region ids exhausted; restart the server");
+  r->id = next_id_++;
+  if (auto it = by_name_.find(name); it != by_name_.end()) by_id_.erase(it->second);
+  by_name_[name] = r->id;
+  by_id_[r->id] = r;
+  return ExportInfo{r->name, r->seg->name(), r->id, r->seg->size(), r->seg->incarnation()};
+}
+
+bool RegionTable::remove(const std::string& name) {
+  std::unique_lock g(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return false;
+  by_id_.erase(it->second);
+  by_name_.erase(it);
+  return true;
+}
+
+std::shared_ptr<const ExportedRegion> RegionTable::by_id(uint32_t id) const {
+  std::shared_lock g(mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const ExportedRegion> RegionTable::by_name(std::string_view name) const {
+  std::shared_lock g(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return nullptr;
+  return by_id_.at(it->second);
+}
+
+std::vector<std::shared_ptr<const ExportedRegion>> RegionTable::all() const {
+  std::shared_lock g(mu_);
+  std::vector<std::shared_ptr<const ExportedRegion>> v;
+  for (auto& [id, r] : by_id_) v.push_back(r);
+  return v;
+}
+
+void ServiceTable::add_call(const std::string& name, CallHandler h) {
+  if (name.empty() || name.size() > wire::kMaxServiceName)
+    throw FabricError(Errc::Config, "service name must be 1.." + std::to_string(wire::kMaxServiceName) + " bytes");
+  std::unique_lock g(mu_);
+  calls_[name] = std::move(h);
+}
+
+void ServiceTable::add_stream(const std::string& name, StreamHandler h) {
+  if (name.empty() || name.size() > wire::kMaxServiceName)
+    throw FabricError(Errc::Config, "service name must be 1.." + std::to_string(wire::kMaxServiceName) + " bytes");
+  std::unique_lock g(mu_);
+  streams_[name] = std::move(h);
+}
+
+CallHandler ServiceTable::call(std::string_view name) const {
+  std::shared_lock g(mu_);
+  auto it = calls_.find(name);
+  return it == calls_.end() ? CallHandler() : it->second;
+}
+
+StreamHandler ServiceTable::stream(std::string_view name) const {
+  std::shared_lock g(mu_);
+  auto it = streams_.find(name);
+  return it == streams_.end() ? StreamHandler() : it->second;
+}
+
+ServerStats Counters::snapshot() const {
+  ServerStats s;
+  s.connections_accepted = connections_accepted.load(std::memory_order_relaxed);
+  s.auth_failures = auth_failures.load(std::memory_order_relaxed);
+  s.malformed_frames = malformed_frames.load(std::memory_order_relaxed);
+  s.one_sided_ops = one_sided_ops.load(std::memory_order_relaxed);
+  s.rejected_ops = rejected_ops.load(std::memory_order_relaxed);
+  s.messages = messages.load(std::memory_order_relaxed);
+  s.streams = streams.load(std::memory_order_relaxed);
+  return s;
+}
+
+Errc Responder::resolve(uint64_t addr, uint64_t key, uint64_t len, bool atomic,
+                        std::shared_ptr<const ExportedRegion>* region, uint8_t** ptr) const {
+  uint64_t id = addr >> wire::kRegionShift;
+  uint64_t off = addr & wire::kOffsetMask;
+  auto r = regions_.by_id(uint32_t(id));
+  if (!r || id > UINT32_MAX) return Errc::NoSuchRegion;
+  // Not constant-time: a 64-bit random key cannot be found by timing 2^64 guesses one by one.
+  if (r->key != key) return Errc::BadKey;
+  if (!r->seg->live()) return Errc::Revoked;
+  uint64_t size = r->seg->size();
+  if (off > size || len > size - off) return Errc::OutOfBounds;
+  if (atomic && (off % 8) != 0) return Errc::Misaligned;
+  *region = std::move(r);
+  *ptr = (*region)->seg->data() + off;
+  return Errc::Ok;
+}
+
+bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload, const PeerInfo& peer,
+                       const TransportView& view, Reply* out) const {
+  using wire::Op;
+  out->header = wire::Header{};
+  out->header.op = req.op;
+  out->header.reply = true;
+  out->header.id = req.id;
+  out->payload.clear();
+  out->direct = {};
+  out->pinned.reset();
+  out->fd_to_pass = -1;
+  auto& h = out->header;
+  auto reject = [&](Errc e) {
+    h.status = e;
+    counters_.rejected_ops.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  };
+
+  switch (req.op) {
+    case Op::Read: {
+      counters_.one_sided_ops.fetch_add(1, std::memory_order_relaxed);
+      if (req.a2 > wire::kMaxTransfer) return reject(Errc::TooLarge);
+      std::shared_ptr<const ExportedRegion> r;
+      uint8_t* p = nullptr;
+      if (Errc e = resolve(req.a0, req.a1, req.a2, false, &r, &p); e != Errc::Ok) return reject(e);
+      if (req.a2 == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
+        // An aligned word is read atomically, like the owner's CPU atomics that update it.
+        uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).load(std::memory_order_acquire);
+        out->payload.resize(8);
+        std::memcpy(out->payload.data(), &v, 8);
+      } else {
+        out->direct = std::span<const uint8_t>(p, size_t(req.a2));
+        out->pinned = std::move(r);
+      }
+      return true;
+    }
+    case Op::Write: {
+      counters_.one_sided_ops.fetch_add(1, std::memory_order_relaxed);
+      std::shared_ptr<const ExportedRegion> r;
+      uint8_t* p = nullptr;
+      if (Errc e = resolve(req.a0, req.a1, payload.size(), false, &r, &p); e != Errc::Ok) return reject(e);
+      if (payload.size() == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
+        uint64_t v;
+        std::memcpy(&v, payload.data(), 8);
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(v, std::memory_order_release);
+      } else if (!payload.empty()) {
+        std::memcpy(p, payload.data(), payload.size());
+      }
+      return true;
+    }
+    case Op::Cas:
+    case Op::Faa: {
+      counters_.one_sided_ops.fetch_add(1, std::memory_order_relaxed);
+      if (!payload.empty()) return reject(Errc::BadRequest);
+      std::shared_ptr<const ExportedRegion> r;
+      uint8_t* p = nullptr;
+      if (Errc e = resolve(req.a0, req.a1, 8, true, &r, &p); e != Errc::Ok) return reject(e);
+      std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
+      if (req.op == Op::Cas) {
+        uint64_t expected = req.a2;
+        word.compare_exchange_strong(expected, req.a3, std::memory_order_acq_rel);
+        h.a0 = expected;  // the old value, whether or not the swap happened
+      } else {
+        h.a0 = word.fetch_add(req.a2, std::memory_order_acq_rel);
+      }
+      return true;
+    }
+    case Op::Lookup: {
+      if (payload.empty() || payload.size() > wire::kMaxRegionName) return reject(Errc::BadRequest);
+      auto r = regions_.by_name(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+      if (!r) return reject(Errc::NoSuchRegion);
+      if (!r->seg->live()) return reject(Errc::Revoked);
+      h.a0 = address_of(r->id, 0);
+      h.a1 = r->key;
+      h.a2 = r->seg->size();
+      return true;
+    }
+    case Op::Map: {
+      if (!view.can_pass_fd) return reject(Errc::NotPermitted);
+      std::shared_ptr<const ExportedRegion> r;
+      uint8_t* p = nullptr;
+      if (Errc e = resolve(req.a0 & ~wire::kOffsetMask, req.a1, 0, false, &r, &p); e != Errc::Ok) return reject(e);
+      h.a0 = address_of(r->id, 0);
+      h.a2 = r->seg->size();
+      out->fd_to_pass = r->seg->fd();
+      out->pinned = std::move(r);
+      return true;
+    }
+    case Op::Call:
+    case Op::Send: {
+      counters_.messages.fetch_add(1, std::memory_order_relaxed);
+      bool reply = req.op == Op::Call;
+      std::string_view service;
+      std::span<const uint8_t> body;
+      std::string why;
+      if (!wire::decode_service_payload(payload, &service, &body, &why)) {
+        if (!reply) return false;
+        return reject(Errc::BadRequest);
+      }
+      auto handler = services_.call(service);
+      if (!handler) {
+        if (!reply) return false;
+        h.status = Errc::NoSuchService;
+        std::string msg = "no service '" + std::string(service) + "' on this server";
+        out->payload.assign(msg.begin(), msg.end());
+        return true;
+      }
+      try {
+        auto resp = handler(peer, body);
+        if (!reply) return false;
+        if (resp.size() > wire::kMaxMessage) {
+          h.status = Errc::TooLarge;
+          return true;
+        }
+        out->payload = std::move(resp);
+      } catch (const std::exception& e) {
+        if (!reply) return false;
+        h.status = Errc::HandlerFailed;
+        std::string msg = e.what();
+        out->payload.assign(msg.begin(), msg.end());
+      }
+      return true;
+    }
+    case Op::Ping:
+      return true;
+    case Op::Hello:
+    case Op::Auth:
+    case Op::AuthOk:
+    case Op::StreamOpen:
+      h.status = Errc::BadRequest;  // connection-level frames out of place
+      return true;
+  }
+  h.status = Errc::BadRequest;
+  return true;
+}
+
+}  // namespace tierce::fabric

@@ -1,0 +1,138 @@
+// fabric/segment.cc — creating, opening and validating shared segments.
+#include "fabric/segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "fabric/errors.h"
+#include "fabric/random.h"
+
+namespace tierce::fabric {
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+namespace {
+void check_name(const std::string& name) {
+  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos || name.size() > 200)
+    throw FabricError(Errc::Config, "segment name '" + name +
+                                        "' must start with '/' and contain no other '/' (e.g. /tierce.app1.versions)");
+}
+constexpr size_t kMaxSegment = size_t(1) << 40;  // matches the 40-bit offset field of tcp/shm addresses
+}  // namespace
+
+SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, size_t data_len) {
+  if (init) {
+    if (data_len == 0 || data_len > kMaxSegment) {
+      ::close(fd);
+      throw FabricError(Errc::Config, "segment " + name + ": data length must be in 1 B .. 1 TiB");
+    }
+    if (ftruncate(fd, off_t(kHeaderSize + data_len)) != 0) {
+      int e = errno;
+      ::close(fd);
+      errno = e;
+      throw_errno("ftruncate segment " + name);
+    }
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw_errno("fstat segment " + name);
+  }
+  if (size_t(st.st_size) < kHeaderSize) {
+    ::close(fd);
+    throw FabricError(Errc::BadRequest, "segment " + name + " is smaller than its header: not a Tierce segment");
+  }
+  void* p = mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    throw_errno("mmap segment " + name);
+  }
+  SharedSegment s;
+  s.base_ = p;
+  s.map_len_ = size_t(st.st_size);
+  s.fd_ = fd;
+  s.name_ = name;
+  auto* h = s.header();
+  if (init) {
+    std::memset(p, 0, kHeaderSize);
+    h->magic = kSegmentMagic;
+    h->layout = kSegmentLayout;
+    h->data_offset = kHeaderSize;
+    h->data_len = data_len;
+    h->incarnation = random_u64();
+    h->creator_pid = uint64_t(getpid());
+    h->lease_deadline_ns.store(0, std::memory_order_relaxed);
+    // Publish: everything above is visible to any mapper that sees Live.
+    h->state.store(uint64_t(SegmentState::Live), std::memory_order_release);
+  } else if (h->magic != kSegmentMagic || h->layout != kSegmentLayout || h->data_offset != kHeaderSize ||
+             h->data_len > s.map_len_ - kHeaderSize) {
+    throw FabricError(Errc::BadRequest, "segment " + name + " has a bad header (not created by Tierce, or another layout version)");
+  }
+  return s;
+}
+
+SharedSegment SharedSegment::create(const std::string& name, size_t data_len, unsigned mode) {
+  check_name(name);
+  shm_unlink(name.c_str());
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) throw_errno("shm_open(" + name + ")");
+  return map_fd(fd, name, true, data_len);
+}
+
+SharedSegment SharedSegment::create_anonymous(const std::string& debug_name, size_t data_len) {
+  int fd = memfd_create(debug_name.c_str(), MFD_CLOEXEC);
+  if (fd < 0) throw_errno("memfd_create(" + debug_name + ")");
+  return map_fd(fd, debug_name, true, data_len);
+}
+
+SharedSegment SharedSegment::open(const std::string& name) {
+  check_name(name);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) throw_errno("shm_open(" + name + ")");
+  return map_fd(fd, name, false, 0);
+}
+
+SharedSegment SharedSegment::from_fd(int fd, const std::string& debug_name) {
+  return map_fd(fd, debug_name, false, 0);
+}
+
+void SharedSegment::unlink(const std::string& name) { shm_unlink(name.c_str()); }
+
+SharedSegment::SharedSegment(SharedSegment&& o) noexcept
+    : base_(std::exchange(o.base_, nullptr)),
+      map_len_(std::exchange(o.map_len_, 0)),
+      fd_(std::exchange(o.fd_, -1)),
+      name_(std::move(o.name_)) {}
+
+SharedSegment& SharedSegment::operator=(SharedSegment&& o) noexcept {
+  if (this != &o) {
+    reset();
+    base_ = std::exchange(o.base_, nullptr);
+    map_len_ = std::exchange(o.map_len_, 0);
+    fd_ = std::exchange(o.fd_, -1);
+    name_ = std::move(o.name_);
+  }
+  return *this;
+}
+
+SharedSegment::~SharedSegment() { reset(); }
+
+void SharedSegment::reset() {
+  if (base_) munmap(base_, map_len_);
+  if (fd_ >= 0) ::close(fd_);
+  base_ = nullptr;
+  fd_ = -1;
+}
+
+}  // namespace tierce::fabric

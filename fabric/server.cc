@@ -1,0 +1,211 @@
+// fabric/server.cc — Server: listeners per address, connection threads, shm lease heartbeats.
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "fabric/fabric.h"
+#include "fabric/listener.h"
+#include "fabric/responder.h"
+#include "fabric/socket.h"
+#include "fabric/stream_transport.h"
+#include "fabric/verbs_transport.h"
+
+namespace tierce::fabric {
+
+namespace {
+
+// Accepts on a tcp or unix socket; one thread per connection (lowest latency on few cores; the
+// count is capped by max_connections).
+class SocketListener final : public Listener {
+ public:
+  SocketListener(const Address& a, ServeContext ctx) : ctx_(ctx) {
+    addr_ = a;
+    if (a.transport == Transport::Shm) {
+      fd_ = unix_listen(a.path);
+    } else {
+      uint16_t port = 0;
+      fd_ = tcp_listen(a.host, a.port, &port);
+      addr_.port = port;
+    }
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~SocketListener() override { stop(); }
+
+  std::string uri() const override { return addr_.uri(); }
+
+  void stop() override {
+    {
+      std::lock_guard g(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    if (acceptor_.joinable()) acceptor_.join();
+    std::unique_lock g(mu_);
+    for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);
+    while (active_ > 0) {
+      if (!cv_.wait_for(g, std::chrono::seconds(5), [&] { return active_ == 0; }) && ctx_.opts->log)
+        ctx_.opts->log(LogLevel::Warn, "FAB0101 still waiting for " + std::to_string(active_) +
+                                           " connection handler(s) to finish");
+    }
+    if (addr_.transport == Transport::Shm) ::unlink(addr_.path.c_str());
+  }
+
+ private:
+  void accept_loop() {
+    for (;;) {
+      std::string peer;
+      Fd c = accept_conn(fd_.get(), &peer);
+      if (!c) return;
+      std::unique_lock g(mu_);
+      if (stopped_) return;
+      if (active_ >= ctx_.opts->max_connections) {
+        if (ctx_.opts->log)
+          ctx_.opts->log(LogLevel::Warn, "FAB0102 refusing connection from " + peer + ": max_connections (" +
+                                             std::to_string(ctx_.opts->max_connections) + ") reached");
+        continue;
+      }
+      Fd mine(::dup(c.get()));  // lets stop() shut the socket down whatever its owner does with c
+      if (!mine) continue;
+      int raw = mine.get();
+      conns_.insert(raw);
+      ++active_;
+      ctx_.counters->connections_accepted.fetch_add(1, std::memory_order_relaxed);
+      std::thread([this, c = std::move(c), mine = std::move(mine), raw, peer]() mutable {
+        PeerInfo info{addr_.transport == Transport::Shm ? "local" : peer, addr_.transport};
+        serve_stream_connection(std::move(c), info, ctx_);
+        std::lock_guard g2(mu_);
+        conns_.erase(raw);
+        mine.reset();
+        --active_;
+        cv_.notify_all();  // under the lock: stop() cannot return (and free us) before this ends
+      }).detach();
+    }
+  }
+
+  Address addr_;
+  ServeContext ctx_;
+  Fd fd_;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<int> conns_;
+  size_t active_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions opts;
+  RegionTable regions;
+  ServiceTable services;
+  Counters counters;
+  std::vector<std::unique_ptr<Listener>> listeners;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread heartbeat;
+
+  void renew_leases(uint64_t deadline) {
+    for (auto& r : regions.all()) r->seg->header()->lease_deadline_ns.store(deadline, std::memory_order_release);
+  }
+
+  // Publication: the lease is stored with release; shm peers load it with acquire after their
+  // data access, so an access that saw a fresh lease happened while this server vouched for it.
+  void heartbeat_loop() {
+    std::unique_lock g(mu);
+    while (!stopping) {
+      uint64_t lease_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(opts.lease).count());
+      renew_leases(monotonic_ns() + lease_ns);
+      cv.wait_for(g, opts.heartbeat, [&] { return stopping; });
+    }
+  }
+};
+
+Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
+  auto& I = *impl_;
+  I.opts = std::move(opts);
+  if (!I.opts.log) I.opts.log = stderr_sink(I.opts.name);
+  if (I.opts.secret.empty())
+    throw FabricError(Errc::Config, "server " + I.opts.name + ": no shared secret configured (secret_file)");
+  if (I.opts.listen.empty()) throw FabricError(Errc::Config, "server " + I.opts.name + ": no listen address");
+  if (I.opts.lease <= I.opts.heartbeat)
+    throw FabricError(Errc::Config, "lease must be longer than the heartbeat period");
+  try {
+    for (auto& uri : I.opts.listen) {
+      Address a = parse_address(uri);
+      ServeContext ctx{&I.opts, &I.regions, &I.services, &I.counters,
+                       TransportView{a.transport, a.transport == Transport::Shm}};
+      if (a.transport == Transport::Verbs)
+        I.listeners.push_back(make_verbs_listener(a, ctx));
+      else
+        I.listeners.push_back(std::make_unique<SocketListener>(a, ctx));
+      I.opts.log(LogLevel::Info, "FAB0103 " + I.opts.name + " serving on " + I.listeners.back()->uri());
+    }
+  } catch (...) {
+    for (auto& l : I.listeners) l->stop();
+    throw;
+  }
+  I.heartbeat = std::thread([&I] { I.heartbeat_loop(); });
+}
+
+Server::~Server() { stop(); }
+
+void Server::stop() {
+  auto& I = *impl_;
+  {
+    std::lock_guard g(I.mu);
+    if (I.stopping) return;
+    I.stopping = true;
+    I.cv.notify_all();
+  }
+  if (I.heartbeat.joinable()) I.heartbeat.join();
+  for (auto& l : I.listeners) l->stop();
+  // A clean stop withdraws our word at once: shm peers fail their next op instead of waiting for
+  // the lease to run out.
+  I.renew_leases(0);
+}
+
+ExportInfo Server::export_region(const std::string& name, std::shared_ptr<SharedSegment> seg) {
+  auto& I = *impl_;
+  uint64_t lease_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(I.opts.lease).count());
+  seg->header()->lease_deadline_ns.store(monotonic_ns() + lease_ns, std::memory_order_release);
+  ExportInfo info = I.regions.add(name, std::move(seg));
+  I.opts.log(LogLevel::Info, "FAB0104 exporting region '" + name + "' (" + std::to_string(info.len) +
+                                 " bytes, segment " + info.segment + ", id " + std::to_string(info.id) + ")");
+  return info;
+}
+
+void Server::unexport_region(const std::string& name) {
+  if (impl_->regions.remove(name)) impl_->opts.log(LogLevel::Info, "FAB0105 region '" + name + "' no longer exported");
+}
+
+std::vector<ExportInfo> Server::exports() const {
+  std::vector<ExportInfo> v;
+  for (auto& r : impl_->regions.all())
+    v.push_back(ExportInfo{r->name, r->seg->name(), r->id, r->seg->size(), r->seg->incarnation()});
+  return v;
+}
+
+void Server::on_call(const std::string& service, CallHandler h) { impl_->services.add_call(service, std::move(h)); }
+void Server::on_stream(const std::string& service, StreamHandler h) {
+  impl_->services.add_stream(service, std::move(h));
+}
+
+std::vector<std::string> Server::bound_uris() const {
+  std::vector<std::string> v;
+  for (auto& l : impl_->listeners) v.push_back(l->uri());
+  return v;
+}
+
+ServerStats Server::stats() const { return impl_->counters.snapshot(); }
+
+}  // namespace tierce::fabric

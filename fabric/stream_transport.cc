@@ -1,0 +1,556 @@
+// fabric/stream_transport.cc — tcp backend, shm control channel, and the shm datapath.
+#include "fabric/stream_transport.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstring>
+
+namespace tierce::fabric {
+
+using wire::Header;
+using wire::Op;
+
+// ---------------------------------------------------------------------------------------------
+// SocketStream
+
+void SocketStream::write_all(std::span<const uint8_t> b) {
+  send_all(fd_.get(), b.data(), b.size(), deadline_in(timeout_));
+}
+
+size_t SocketStream::read_some(std::span<uint8_t> b) {
+  return recv_some(fd_.get(), b.data(), b.size(), deadline_in(timeout_));
+}
+
+void SocketStream::shutdown_write() { ::shutdown(fd_.get(), SHUT_WR); }
+
+void Stream::read_exact(std::span<uint8_t> buf) {
+  size_t got = 0;
+  while (got < buf.size()) {
+    size_t n = read_some(buf.subspan(got));
+    if (n == 0) throw FabricError(Errc::PeerClosed, "stream ended early");
+    got += n;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Frames on sockets
+
+void send_frame(int fd, const Header& h, std::span<const uint8_t> payload, Deadline d) {
+  uint8_t hb[wire::kHeaderSize];
+  Header c = h;
+  c.length = uint32_t(payload.size());
+  wire::encode_header(c, hb);
+  if (payload.size() <= 4096) {
+    uint8_t buf[wire::kHeaderSize + 4096];
+    std::memcpy(buf, hb, sizeof hb);
+    if (!payload.empty()) std::memcpy(buf + sizeof hb, payload.data(), payload.size());
+    send_all(fd, buf, sizeof hb + payload.size(), d);
+  } else {
+    send_all(fd, hb, sizeof hb, d);
+    send_all(fd, payload.data(), payload.size(), d);
+  }
+}
+
+namespace {
+
+// Reads one frame; false on clean EOF between frames. Throws Protocol on a malformed header.
+bool recv_frame(int fd, Header* h, std::vector<uint8_t>* payload, Deadline header_deadline,
+                Deadline body_deadline) {
+  uint8_t hb[wire::kHeaderSize];
+  if (!recv_exact(fd, hb, sizeof hb, header_deadline, true)) return false;
+  std::string why;
+  auto dh = wire::decode_header(hb, &why);
+  if (!dh) throw FabricError(Errc::Protocol, "malformed frame: " + why);
+  *h = *dh;
+  payload->resize(h->length);
+  if (h->length) recv_exact(fd, payload->data(), h->length, body_deadline);
+  return true;
+}
+
+constexpr Millis kFrameBodyTimeout{5000};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Server side
+
+void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ctx) {
+  const ServerOptions& o = *ctx.opts;
+  auto log = [&](LogLevel l, const std::string& s) {
+    if (o.log) o.log(l, s);
+  };
+  try {
+    // 1. HELLO with our nonce.
+    Nonce sn = make_nonce();
+    std::vector<uint8_t> hello(sn.begin(), sn.end());
+    hello.insert(hello.end(), o.name.begin(), o.name.end());
+    Header hh;
+    hh.op = Op::Hello;
+    Deadline auth_d = deadline_in(o.auth_timeout);
+    send_frame(fd.get(), hh, hello, auth_d);
+
+    // 2. AUTH must come first and prove the secret.
+    Header h;
+    std::vector<uint8_t> payload;
+    if (!recv_frame(fd.get(), &h, &payload, auth_d, auth_d)) return;
+    if (h.op != Op::Auth || h.reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
+      ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
+      log(LogLevel::Warn, "FAB0201 peer " + peer.remote + " sent " + std::string(wire::op_name(h.op)) +
+                              " before authenticating; closing");
+      Header r;
+      r.op = h.op;
+      r.reply = true;
+      r.id = h.id;
+      r.status = Errc::AuthFailed;
+      send_frame(fd.get(), r, {}, auth_d);
+      return;
+    }
+    Nonce cn;
+    std::memcpy(cn.data(), payload.data(), cn.size());
+    Mac expect = client_proof(o.secret, sn, cn);
+    if (!mac_equal(expect, std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
+      ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
+      log(LogLevel::Warn, "FAB0202 peer " + peer.remote +
+                              " failed authentication (wrong shared secret?); closing");
+      Header r;
+      r.op = Op::Auth;
+      r.reply = true;
+      r.id = h.id;
+      r.status = Errc::AuthFailed;
+      send_frame(fd.get(), r, {}, auth_d);
+      return;
+    }
+    Mac sp = server_proof(o.secret, sn, cn);
+    Header ok;
+    ok.op = Op::AuthOk;
+    ok.reply = true;
+    ok.id = h.id;
+    send_frame(fd.get(), ok, sp, auth_d);
+
+    // 3. Requests.
+    Responder responder(*ctx.regions, *ctx.services, *ctx.counters);
+    Reply reply;
+    for (;;) {
+      Deadline idle = o.idle_timeout.count() > 0 ? deadline_in(o.idle_timeout) : kNoDeadline;
+      try {
+        if (!recv_frame(fd.get(), &h, &payload, idle, deadline_in(kFrameBodyTimeout))) return;
+      } catch (const FabricError& e) {
+        if (e.code() == Errc::Protocol) {
+          ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
+          log(LogLevel::Warn, "FAB0203 peer " + peer.remote + ": " + e.what() + "; closing the connection");
+        } else if (e.code() == Errc::Timeout) {
+          log(LogLevel::Info, "FAB0204 peer " + peer.remote + " idle or stalled mid-frame; closing");
+        }
+        return;
+      }
+      if (h.reply) {
+        ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
+        log(LogLevel::Warn, "FAB0205 peer " + peer.remote + " sent a reply frame as a request; closing");
+        return;
+      }
+      Deadline d = deadline_in(kFrameBodyTimeout);
+      if (h.op == Op::StreamOpen) {
+        std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
+        auto handler = name.empty() || name.size() > wire::kMaxServiceName ? StreamHandler() : ctx.services->stream(name);
+        Header r;
+        r.op = Op::StreamOpen;
+        r.reply = true;
+        r.id = h.id;
+        if (!handler) {
+          r.status = Errc::NoSuchService;
+          send_frame(fd.get(), r, {}, d);
+          continue;
+        }
+        send_frame(fd.get(), r, {}, d);
+        ctx.counters->streams.fetch_add(1, std::memory_order_relaxed);
+        handler(peer, std::make_unique<SocketStream>(std::move(fd), Millis(30000)));
+        return;
+      }
+      if (!responder.handle(h, payload, peer, ctx.view, &reply)) continue;
+      if (reply.fd_to_pass >= 0) {
+        uint8_t hb[wire::kHeaderSize];
+        reply.header.length = 0;
+        wire::encode_header(reply.header, hb);
+        send_with_fd(fd.get(), hb, sizeof hb, reply.fd_to_pass, d);
+      } else if (!reply.direct.empty()) {
+        send_frame(fd.get(), reply.header, reply.direct, d);
+      } else {
+        send_frame(fd.get(), reply.header, reply.payload, d);
+      }
+      reply.pinned.reset();
+    }
+  } catch (const FabricError& e) {
+    if (e.code() != Errc::PeerClosed)
+      log(LogLevel::Info, "FAB0206 connection from " + peer.remote + " ended: " + e.what());
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, "FAB0207 connection from " + peer.remote + " failed: " + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client side
+
+std::string client_handshake(int fd, const Secret& secret, Deadline d) {
+  Header h;
+  std::vector<uint8_t> p;
+  if (!recv_frame(fd, &h, &p, d, d)) throw FabricError(Errc::PeerClosed, "server closed before HELLO");
+  if (h.op != Op::Hello || p.size() < wire::kNonceSize)
+    throw FabricError(Errc::Protocol, "server did not start with HELLO: not a Tierce fabric server?");
+  Nonce sn, cn = make_nonce();
+  std::memcpy(sn.data(), p.data(), sn.size());
+  std::string name(p.begin() + wire::kNonceSize, p.end());
+  Mac mac = client_proof(secret, sn, cn);
+  std::vector<uint8_t> auth(cn.begin(), cn.end());
+  auth.insert(auth.end(), mac.begin(), mac.end());
+  Header a;
+  a.op = Op::Auth;
+  a.id = 1;
+  send_frame(fd, a, auth, d);
+  if (!recv_frame(fd, &h, &p, d, d))
+    throw FabricError(Errc::AuthFailed, "server " + name + " closed the connection during authentication");
+  if (h.status == Errc::AuthFailed)
+    throw FabricError(Errc::AuthFailed, "server " + name + " refused our credentials (shared secret differs?)");
+  if (h.op != Op::AuthOk || !h.reply || h.status != Errc::Ok || p.size() != wire::kMacSize)
+    throw FabricError(Errc::Protocol, "unexpected answer to AUTH from " + name);
+  Mac expect = server_proof(secret, sn, cn);
+  if (!mac_equal(expect, p))
+    throw FabricError(Errc::AuthFailed, "server " + name + " could not prove the shared secret: refusing it");
+  return name;
+}
+
+StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
+    : addr_(std::move(addr)), uri_(addr_.uri()), opts_(opts) {
+  if (opts_.secret.empty()) throw FabricError(Errc::Config, "no shared secret configured for " + uri_);
+  Deadline d = deadline_in(opts_.connect_timeout);
+  fd_ = open_socket(d);
+  peer_name_ = client_handshake(fd_.get(), opts_.secret, d);
+}
+
+Fd StreamConnection::open_socket(Deadline d) const {
+  if (addr_.transport == Transport::Shm) return unix_connect(addr_.path, d);
+  return tcp_connect(addr_.host, addr_.port, d);
+}
+
+void StreamConnection::check_usable() const {
+  if (broken_) throw FabricError(Errc::PeerClosed, "connection to " + uri_ + " is broken (" + broken_why_ + "); reconnect");
+  if (pending_) throw std::logic_error("fabric: operation on a connection with a posted, unwaited batch");
+}
+
+void StreamConnection::fail(const FabricError& e) {
+  broken_ = true;
+  broken_why_ = e.what();
+  fd_.reset();
+  throw FabricError(e.code(), uri_ + ": " + e.what());
+}
+
+Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t> payload,
+                                    std::vector<uint8_t>* reply_payload, int* fd_out) {
+  check_usable();
+  Header req = req0;
+  req.id = next_id_++;
+  Deadline d = deadline_in(opts_.op_timeout);
+  Header h;
+  try {
+    send_frame(fd_.get(), req, payload, d);
+    if (fd_out) {
+      uint8_t hb[wire::kHeaderSize];
+      recv_with_fd(fd_.get(), hb, sizeof hb, fd_out, d);
+      std::string why;
+      auto dh = wire::decode_header(hb, &why);
+      if (!dh) throw FabricError(Errc::Protocol, "malformed reply: " + why);
+      h = *dh;
+      reply_payload->resize(h.length);
+      if (h.length) recv_exact(fd_.get(), reply_payload->data(), h.length, d);
+    } else if (!recv_frame(fd_.get(), &h, reply_payload, d, d)) {
+      throw FabricError(Errc::PeerClosed, "server closed the connection");
+    }
+    if (!h.reply || h.op != req.op || h.id != req.id)
+      throw FabricError(Errc::Protocol, "reply does not match the request");
+  } catch (const FabricError& e) {
+    if (fd_out && *fd_out >= 0) ::close(*fd_out);
+    fail(e);
+  }
+  return h;
+}
+
+namespace {
+std::string text(const std::vector<uint8_t>& p) { return std::string(p.begin(), p.end()); }
+}  // namespace
+
+RemoteRegion StreamConnection::lookup(std::string_view name) {
+  Header req;
+  req.op = Op::Lookup;
+  std::vector<uint8_t> p;
+  Header h = round_trip(req, std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()), &p);
+  if (h.status != Errc::Ok)
+    throw FabricError(h.status, "lookup of region '" + std::string(name) + "' at " + uri_ + ": " + std::string(to_string(h.status)));
+  return RemoteRegion{uri_, h.a0, h.a2, h.a1};
+}
+
+void StreamConnection::post(std::span<OneSidedOp> ops) {
+  check_usable();
+  sendbuf_.clear();
+  for (auto& op : ops) {
+    Header h;
+    h.id = next_id_++;
+    h.a0 = op.region->addr + op.offset;
+    h.a1 = op.region->key;
+    op.status = Errc::Ok;
+    std::span<const uint8_t> payload;
+    switch (op.kind) {
+      case OpKind::Read:
+        h.op = Op::Read;
+        h.a2 = op.len;
+        break;
+      case OpKind::Write:
+        h.op = Op::Write;
+        payload = std::span(static_cast<const uint8_t*>(op.src), op.len);
+        break;
+      case OpKind::Cas:
+        h.op = Op::Cas;
+        h.a2 = op.arg0;
+        h.a3 = op.arg1;
+        break;
+      case OpKind::Faa:
+        h.op = Op::Faa;
+        h.a2 = op.arg0;
+        break;
+    }
+    if (op.len > wire::kMaxTransfer) throw FabricError(Errc::TooLarge, "one-sided transfer over 16 MiB");
+    wire::append_frame(sendbuf_, h, payload);
+  }
+  try {
+    send_all(fd_.get(), sendbuf_.data(), sendbuf_.size(), deadline_in(opts_.op_timeout));
+  } catch (const FabricError& e) {
+    fail(e);
+  }
+  pending_ = ops.size();
+}
+
+void StreamConnection::wait(std::span<OneSidedOp> ops) {
+  if (pending_ != ops.size()) throw std::logic_error("fabric: wait() with other ops than were posted");
+  pending_ = 0;
+  Deadline d = deadline_in(opts_.op_timeout);
+  uint64_t first_id = next_id_ - ops.size();
+  try {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      auto& op = ops[i];
+      uint8_t hb[wire::kHeaderSize];
+      recv_exact(fd_.get(), hb, sizeof hb, d);
+      std::string why;
+      auto h = wire::decode_header(hb, &why);
+      if (!h) throw FabricError(Errc::Protocol, "malformed reply: " + why);
+      if (!h->reply || h->id != first_id + i) throw FabricError(Errc::Protocol, "reply out of order");
+      op.status = h->status;
+      if (h->length) {
+        if (op.kind != OpKind::Read || h->status != Errc::Ok || h->length != op.len)
+          throw FabricError(Errc::Protocol, "reply payload of unexpected length");
+        recv_exact(fd_.get(), op.dst, op.len, d);
+      } else if (op.kind == OpKind::Read && h->status == Errc::Ok && op.len != 0) {
+        throw FabricError(Errc::Protocol, "READ reply without data");
+      }
+      op.result = h->a0;
+    }
+  } catch (const FabricError& e) {
+    fail(e);
+  }
+}
+
+std::vector<uint8_t> StreamConnection::call(std::string_view service, std::span<const uint8_t> body) {
+  if (body.size() > wire::kMaxMessage) throw FabricError(Errc::TooLarge, "message body over 1 MiB");
+  std::vector<uint8_t> p, r;
+  wire::encode_service_payload(p, service, body);
+  Header req;
+  req.op = Op::Call;
+  Header h = round_trip(req, p, &r);
+  if (h.status != Errc::Ok)
+    throw FabricError(h.status, "call " + std::string(service) + " at " + uri_ + ": " +
+                                    std::string(to_string(h.status)) + (r.empty() ? "" : ": " + text(r)));
+  return r;
+}
+
+void StreamConnection::send(std::string_view service, std::span<const uint8_t> body) {
+  check_usable();
+  if (body.size() > wire::kMaxMessage) throw FabricError(Errc::TooLarge, "message body over 1 MiB");
+  std::vector<uint8_t> p;
+  wire::encode_service_payload(p, service, body);
+  Header req;
+  req.op = Op::Send;
+  req.id = next_id_++;
+  try {
+    send_frame(fd_.get(), req, p, deadline_in(opts_.op_timeout));
+  } catch (const FabricError& e) {
+    fail(e);
+  }
+}
+
+std::unique_ptr<Stream> StreamConnection::open_stream(std::string_view service) {
+  Deadline d = deadline_in(opts_.connect_timeout);
+  Fd fd = open_socket(d);
+  client_handshake(fd.get(), opts_.secret, d);
+  Header req;
+  req.op = Op::StreamOpen;
+  req.id = 1;
+  send_frame(fd.get(), req, std::span(reinterpret_cast<const uint8_t*>(service.data()), service.size()), d);
+  Header h;
+  std::vector<uint8_t> p;
+  if (!recv_frame(fd.get(), &h, &p, d, d)) throw FabricError(Errc::PeerClosed, "server closed the stream request");
+  if (h.op != Op::StreamOpen || !h.reply) throw FabricError(Errc::Protocol, "unexpected answer to STREAM_OPEN");
+  if (h.status != Errc::Ok)
+    throw FabricError(h.status, "stream " + std::string(service) + " at " + uri_ + ": " + std::string(to_string(h.status)));
+  return std::make_unique<SocketStream>(std::move(fd), opts_.op_timeout);
+}
+
+void StreamConnection::ping() {
+  Header req;
+  req.op = Op::Ping;
+  std::vector<uint8_t> p;
+  round_trip(req, {}, &p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// shm datapath: no server involvement after the one-time MAP.
+
+Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic, uint8_t** p,
+                           const SegmentHeader** hdr) {
+  uint64_t id = r.addr >> wire::kRegionShift;
+  uint64_t base_off = r.addr & wire::kOffsetMask;
+  auto it = maps_.find(uint32_t(id));
+  if (it == maps_.end()) {
+    // First touch of this region through this connection: ask the server for its fd.
+    Header req;
+    req.op = Op::Map;
+    req.a0 = r.addr & ~wire::kOffsetMask;
+    req.a1 = r.key;
+    std::vector<uint8_t> pl;
+    int fd = -1;
+    Header h = round_trip(req, {}, &pl, &fd);
+    if (h.status != Errc::Ok) {
+      if (fd >= 0) ::close(fd);
+      return h.status;
+    }
+    if (fd < 0) fail(FabricError(Errc::Protocol, "MAP reply carried no descriptor"));
+    Mapping m{r.key, SharedSegment::from_fd(fd, "shm:" + std::to_string(id))};
+    it = maps_.emplace(uint32_t(id), std::move(m)).first;
+  }
+  Mapping& m = it->second;
+  if (m.key != r.key) return Errc::BadKey;
+  uint64_t size = m.seg.size();
+  if (base_off > size || off > size - base_off || len > size - base_off - off) return Errc::OutOfBounds;
+  uint64_t at = base_off + off;
+  if (atomic && at % 8 != 0) return Errc::Misaligned;
+  *p = m.seg.data() + at;
+  *hdr = m.seg.header();
+  return Errc::Ok;
+}
+
+Errc ShmConnection::check_lease(const SegmentHeader* h) {
+  // Ordered after the data access by the acquire loads/RMWs that performed it.
+  if (h->state.load(std::memory_order_acquire) != uint64_t(SegmentState::Live)) return Errc::Revoked;
+  if (monotonic_ns() > h->lease_deadline_ns.load(std::memory_order_acquire)) return Errc::PeerDead;
+  return Errc::Ok;
+}
+
+Errc ShmConnection::run(OneSidedOp& op) {
+  check_usable();
+  uint8_t* p = nullptr;
+  const SegmentHeader* hdr = nullptr;
+  bool atomic = op.kind == OpKind::Cas || op.kind == OpKind::Faa;
+  uint64_t len = atomic ? 8 : op.len;
+  if (len > wire::kMaxTransfer) return Errc::TooLarge;
+  if (Errc e = locate(*op.region, op.offset, len, atomic, &p, &hdr); e != Errc::Ok) return e;
+  // Refuse to start on a dead exporter's memory, and re-check afterwards: the result only counts
+  // if the lease held across the access.
+  if (Errc e = check_lease(hdr); e != Errc::Ok) return e;
+  bool word = len == 8 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+  switch (op.kind) {
+    case OpKind::Read:
+      if (word) {
+        uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).load(std::memory_order_acquire);
+        std::memcpy(op.dst, &v, 8);
+      } else {
+        std::memcpy(op.dst, p, op.len);
+        std::atomic_thread_fence(std::memory_order_acquire);
+      }
+      break;
+    case OpKind::Write:
+      if (word) {
+        uint64_t v;
+        std::memcpy(&v, op.src, 8);
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(v, std::memory_order_release);
+      } else {
+        std::atomic_thread_fence(std::memory_order_release);
+        std::memcpy(p, op.src, op.len);
+      }
+      break;
+    case OpKind::Cas: {
+      uint64_t expected = op.arg0;
+      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+          .compare_exchange_strong(expected, op.arg1, std::memory_order_acq_rel);
+      op.result = expected;
+      break;
+    }
+    case OpKind::Faa:
+      op.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).fetch_add(op.arg0, std::memory_order_acq_rel);
+      break;
+  }
+  return check_lease(hdr);
+}
+
+namespace {
+[[noreturn]] void throw_op(const OneSidedOp& op, const std::string& uri) {
+  static const char* names[] = {"read", "write", "cas64", "faa64"};
+  throw FabricError(op.status, std::string(names[int(op.kind)]) + " at " + uri + " offset " +
+                                   std::to_string(op.offset) + ": " + std::string(to_string(op.status)));
+}
+}  // namespace
+
+void ShmConnection::read(const RemoteRegion& r, uint64_t off, void* dst, size_t len) {
+  OneSidedOp op;
+  op.kind = OpKind::Read;
+  op.region = &r;
+  op.offset = off;
+  op.dst = dst;
+  op.len = len;
+  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
+}
+
+void ShmConnection::write(const RemoteRegion& r, uint64_t off, const void* src, size_t len) {
+  OneSidedOp op;
+  op.kind = OpKind::Write;
+  op.region = &r;
+  op.offset = off;
+  op.src = src;
+  op.len = len;
+  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
+}
+
+uint64_t ShmConnection::cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired) {
+  OneSidedOp op;
+  op.kind = OpKind::Cas;
+  op.region = &r;
+  op.offset = off;
+  op.arg0 = expected;
+  op.arg1 = desired;
+  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
+  return op.result;
+}
+
+uint64_t ShmConnection::faa64(const RemoteRegion& r, uint64_t off, uint64_t add) {
+  OneSidedOp op;
+  op.kind = OpKind::Faa;
+  op.region = &r;
+  op.offset = off;
+  op.arg0 = add;
+  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
+  return op.result;
+}
+
+void ShmConnection::post(std::span<OneSidedOp> ops) {
+  for (auto& op : ops) op.status = run(op);
+}
+
+void ShmConnection::wait(std::span<OneSidedOp>) {}
+
+}  // namespace tierce::fabric
