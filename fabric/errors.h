@@ -22,11 +22,11 @@ enum class Errc : uint16_t {
   NoSuchService = 8,  // no message/stream handler of that name on the server
   HandlerFailed = 9,  // the service handler threw; the message says why
   NotPermitted = 10,  // operation not allowed on this transport (e.g. MAP over tcp)
+  AuthFailed = 11,    // challenge-response failed or the peer refused us
   // Local-only statuses.
   Timeout = 0x100,    // the peer did not answer within the deadline
   PeerClosed,         // the connection went away (peer died or closed it)
   PeerDead,           // shm: the exporter's lease ran out
-  AuthFailed,         // challenge-response failed or the peer refused us
   Protocol,           // malformed frame from the peer
   NoDevice,           // verbs: no active RDMA device on this host
   Unsupported,        // the backend lacks this operation

@@ -291,7 +291,18 @@ RemoteRegion StreamConnection::lookup(std::string_view name) {
 void StreamConnection::post(std::span<OneSidedOp> ops) {
   check_usable();
   sendbuf_.clear();
+  sent_.assign(ops.size(), 0);
+  size_t n = 0;
   for (auto& op : ops) {
+    // Checked here too, because an offset past the region would spill into the address's
+    // region-id bits and name another region.
+    uint64_t len = (op.kind == OpKind::Read || op.kind == OpKind::Write) ? op.len : 8;
+    if (op.offset > op.region->len || len > op.region->len - op.offset) {
+      op.status = Errc::OutOfBounds;
+      ++n;
+      continue;
+    }
+    sent_[n++] = 1;
     Header h;
     h.id = next_id_++;
     h.a0 = op.region->addr + op.offset;
@@ -332,16 +343,19 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
   if (pending_ != ops.size()) throw std::logic_error("fabric: wait() with other ops than were posted");
   pending_ = 0;
   Deadline d = deadline_in(opts_.op_timeout);
-  uint64_t first_id = next_id_ - ops.size();
+  size_t n_sent = 0;
+  for (auto b : sent_) n_sent += b;
+  uint64_t id = next_id_ - n_sent;
   try {
     for (size_t i = 0; i < ops.size(); ++i) {
+      if (!sent_[i]) continue;
       auto& op = ops[i];
       uint8_t hb[wire::kHeaderSize];
       recv_exact(fd_.get(), hb, sizeof hb, d);
       std::string why;
       auto h = wire::decode_header(hb, &why);
       if (!h) throw FabricError(Errc::Protocol, "malformed reply: " + why);
-      if (!h->reply || h->id != first_id + i) throw FabricError(Errc::Protocol, "reply out of order");
+      if (!h->reply || h->id != id++) throw FabricError(Errc::Protocol, "reply out of order");
       op.status = h->status;
       if (h->length) {
         if (op.kind != OpKind::Read || h->status != Errc::Ok || h->length != op.len)
@@ -548,9 +562,14 @@ uint64_t ShmConnection::faa64(const RemoteRegion& r, uint64_t off, uint64_t add)
 }
 
 void ShmConnection::post(std::span<OneSidedOp> ops) {
-  for (auto& op : ops) op.status = run(op);
+  check_usable();
+  for (auto& op : ops) op.status = run(op);  // done at once: nothing to overlap with
+  pending_ = ops.size();
 }
 
-void ShmConnection::wait(std::span<OneSidedOp>) {}
+void ShmConnection::wait(std::span<OneSidedOp> ops) {
+  if (pending_ != ops.size()) throw std::logic_error("fabric: wait() with other ops than were posted");
+  pending_ = 0;
+}
 
 }  // namespace tierce::fabric

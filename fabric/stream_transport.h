@@ -84,6 +84,7 @@ class StreamConnection : public Connection {
   bool broken_ = false;    // a transport error desynchronised the stream: reconnect
   std::string broken_why_;
   std::vector<uint8_t> sendbuf_;
+  std::vector<uint8_t> sent_;  // per posted op: 1 if it went to the server, 0 if refused locally
 };
 
 // shm: control channel as above; one-sided ops go straight to the mapped segment.
