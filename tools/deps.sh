@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package Tierce builds, tests and benchmarks with. Idempotent; as root.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+  libboost-test-dev libtomlplusplus-dev libssl-dev
+  rdma-core libibverbs-dev librdmacm-dev
+  apache2 apache2-dev libapr1-dev libaprutil1-dev
+  libapache2-mod-php8.2 php8.2-mysql libphp8.2-embed php8.2-dev
+  mariadb-server libmariadb-dev libmysqlcppconn-dev
+  python3 python3-matplotlib curl procps iproute2
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "tools/deps.sh: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "Installing: ${missing[*]}"
+  apt-get update -q
+  # Services (apache2, mariadb) must not start by themselves: Tierce runs private instances.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The sanitizer configuration: clang, AddressSanitizer + UndefinedBehaviorSanitizer, libFuzzer
+# targets; builds into build-asan/ and runs the whole test suite there (fuzz run included).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/deps.sh
+CC=clang CXX=clang++ bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug \
+  -DTIERCE_SANITIZE=ON -DTIERCE_FUZZ=ON "$@"
+cd build-asan
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --output-on-failure -j 2
