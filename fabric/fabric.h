@@ -128,6 +128,9 @@ class Connection {
   // Asynchronous form: post() starts every op (one network round trip for the lot on tcp), the
   // caller may do other work, wait() completes them and fills result/status.
   // Prereq: no other operation on this connection between post() and wait(); the ops outlive both.
+  // tcp: requests go out in post() and replies are read in wait(), so a single batch that both
+  // writes and reads megabytes can fill the socket buffers both ways and time out: keep bulk
+  // transfers to one direction per batch (or use a Stream).
   virtual void post(std::span<OneSidedOp> ops) = 0;
   virtual void wait(std::span<OneSidedOp> ops) = 0;
   // post + wait; throws the first failed op's error.

@@ -72,6 +72,38 @@ constexpr Millis kFrameBodyTimeout{5000};
 
 }  // namespace
 
+bool FrameReader::header(Header* h, Deadline d) {
+  while (buffered() < wire::kHeaderSize) {
+    if (begin_ > 0) {  // compact: keep the partial frame at the front
+      std::memmove(buf_.data(), buf_.data() + begin_, buffered());
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    size_t n = recv_some(fd_, buf_.data() + end_, buf_.size() - end_, d);
+    if (n == 0) {
+      if (buffered() == 0) return false;
+      throw FabricError(Errc::PeerClosed, "peer closed the connection mid-frame");
+    }
+    end_ += n;
+  }
+  std::string why;
+  auto dh = wire::decode_header(std::span(buf_.data() + begin_, wire::kHeaderSize), &why);
+  if (!dh) throw FabricError(Errc::Protocol, "malformed frame: " + why);
+  begin_ += wire::kHeaderSize;
+  *h = *dh;
+  return true;
+}
+
+void FrameReader::body(void* dst, size_t n, Deadline d) {
+  auto* out = static_cast<uint8_t*>(dst);
+  size_t take = std::min(n, buffered());
+  if (take) std::memcpy(out, buf_.data() + begin_, take);
+  begin_ += take;
+  if (begin_ == end_) begin_ = end_ = 0;
+  // The rest goes straight to the destination: large payloads are not copied twice.
+  if (n > take) recv_exact(fd_, out + take, n - take, d);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Server side
 
@@ -131,10 +163,18 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
     // 3. Requests.
     Responder responder(*ctx.regions, *ctx.services, *ctx.counters);
     Reply reply;
+    FrameReader reader(fd.get());
+    std::vector<uint8_t> out;  // replies held back while more requests are already buffered
+    auto flush = [&](Deadline d) {
+      if (!out.empty()) send_all(fd.get(), out.data(), out.size(), d);
+      out.clear();
+    };
     for (;;) {
       Deadline idle = o.idle_timeout.count() > 0 ? deadline_in(o.idle_timeout) : kNoDeadline;
       try {
-        if (!recv_frame(fd.get(), &h, &payload, idle, deadline_in(kFrameBodyTimeout))) return;
+        if (!reader.header(&h, idle)) return;
+        payload.resize(h.length);
+        if (h.length) reader.body(payload.data(), h.length, deadline_in(kFrameBodyTimeout));
       } catch (const FabricError& e) {
         if (e.code() == Errc::Protocol) {
           ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
@@ -151,6 +191,11 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
       }
       Deadline d = deadline_in(kFrameBodyTimeout);
       if (h.op == Op::StreamOpen) {
+        flush(d);
+        if (reader.buffered() != 0) {
+          log(LogLevel::Warn, "FAB0208 peer " + peer.remote + " sent data before its stream was accepted; closing");
+          return;
+        }
         std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
         auto handler = name.empty() || name.size() > wire::kMaxServiceName ? StreamHandler() : ctx.services->stream(name);
         Header r;
@@ -167,18 +212,27 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
         handler(peer, std::make_unique<SocketStream>(std::move(fd), Millis(30000)));
         return;
       }
-      if (!responder.handle(h, payload, peer, ctx.view, &reply)) continue;
-      if (reply.fd_to_pass >= 0) {
-        uint8_t hb[wire::kHeaderSize];
-        reply.header.length = 0;
-        wire::encode_header(reply.header, hb);
-        send_with_fd(fd.get(), hb, sizeof hb, reply.fd_to_pass, d);
-      } else if (!reply.direct.empty()) {
-        send_frame(fd.get(), reply.header, reply.direct, d);
-      } else {
-        send_frame(fd.get(), reply.header, reply.payload, d);
+      if (responder.handle(h, payload, peer, ctx.view, &reply)) {
+        if (reply.fd_to_pass >= 0) {
+          flush(d);
+          uint8_t hb[wire::kHeaderSize];
+          reply.header.length = 0;
+          wire::encode_header(reply.header, hb);
+          send_with_fd(fd.get(), hb, sizeof hb, reply.fd_to_pass, d);
+        } else {
+          auto body = reply.direct.empty() ? std::span<const uint8_t>(reply.payload) : reply.direct;
+          if (body.size() > FrameReader::kBufferSize) {  // large: no extra copy
+            flush(d);
+            send_frame(fd.get(), reply.header, body, d);
+          } else {
+            wire::append_frame(out, reply.header, body);
+          }
+        }
+        reply.pinned.reset();
       }
-      reply.pinned.reset();
+      // Coalesce: while the next request is already here, answer it before sending (a posted
+      // batch then costs one send), but never sit on a reply when nothing else is pending.
+      if (reader.buffered() < wire::kHeaderSize || out.size() > FrameReader::kBufferSize) flush(d);
     }
   } catch (const FabricError& e) {
     if (e.code() != Errc::PeerClosed)
@@ -225,6 +279,7 @@ StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
   Deadline d = deadline_in(opts_.connect_timeout);
   fd_ = open_socket(d);
   peer_name_ = client_handshake(fd_.get(), opts_.secret, d);
+  reader_ = std::make_unique<FrameReader>(fd_.get());
 }
 
 Fd StreamConnection::open_socket(Deadline d) const {
@@ -254,6 +309,7 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
   try {
     send_frame(fd_.get(), req, payload, d);
     if (fd_out) {
+      if (reader_->buffered() != 0) throw FabricError(Errc::Protocol, "unexpected bytes before a MAP reply");
       uint8_t hb[wire::kHeaderSize];
       recv_with_fd(fd_.get(), hb, sizeof hb, fd_out, d);
       std::string why;
@@ -262,8 +318,10 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
       h = *dh;
       reply_payload->resize(h.length);
       if (h.length) recv_exact(fd_.get(), reply_payload->data(), h.length, d);
-    } else if (!recv_frame(fd_.get(), &h, reply_payload, d, d)) {
-      throw FabricError(Errc::PeerClosed, "server closed the connection");
+    } else {
+      if (!reader_->header(&h, d)) throw FabricError(Errc::PeerClosed, "server closed the connection");
+      reply_payload->resize(h.length);
+      if (h.length) reader_->body(reply_payload->data(), h.length, d);
     }
     if (!h.reply || h.op != req.op || h.id != req.id)
       throw FabricError(Errc::Protocol, "reply does not match the request");
@@ -350,17 +408,14 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
     for (size_t i = 0; i < ops.size(); ++i) {
       if (!sent_[i]) continue;
       auto& op = ops[i];
-      uint8_t hb[wire::kHeaderSize];
-      recv_exact(fd_.get(), hb, sizeof hb, d);
-      std::string why;
-      auto h = wire::decode_header(hb, &why);
-      if (!h) throw FabricError(Errc::Protocol, "malformed reply: " + why);
+      std::optional<Header> h = Header{};
+      if (!reader_->header(&*h, d)) throw FabricError(Errc::PeerClosed, "server closed the connection");
       if (!h->reply || h->id != id++) throw FabricError(Errc::Protocol, "reply out of order");
       op.status = h->status;
       if (h->length) {
         if (op.kind != OpKind::Read || h->status != Errc::Ok || h->length != op.len)
           throw FabricError(Errc::Protocol, "reply payload of unexpected length");
-        recv_exact(fd_.get(), op.dst, op.len, d);
+        reader_->body(op.dst, op.len, d);
       } else if (op.kind == OpKind::Read && h->status == Errc::Ok && op.len != 0) {
         throw FabricError(Errc::Protocol, "READ reply without data");
       }
