@@ -178,6 +178,8 @@ struct ExportInfo {
   uint32_t id = 0;
   uint64_t len = 0;
   uint64_t incarnation = 0;
+  uint64_t addr = 0;  // tcp/shm descriptor of the export (verbs peers get their own from LOOKUP)
+  uint64_t key = 0;
 };
 
 struct ServerStats {

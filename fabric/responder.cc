@@ -22,15 +22,22 @@ ExportInfo RegionTable::add(const std::string& name, std::shared_ptr<SharedSegme
     throw FabricError(Errc::Config, "region ids exhausted; restart the server");
   r->id = next_id_++;
   if (auto it = by_name_.find(name); it != by_name_.end()) by_id_.erase(it->second);
+  // Published before the export is findable: a peer that maps it must see its own key here.
+  r->seg->header()->export_key.store(r->key, std::memory_order_release);
   by_name_[name] = r->id;
   by_id_[r->id] = r;
-  return ExportInfo{r->name, r->seg->name(), r->id, r->seg->size(), r->seg->incarnation()};
+  return ExportInfo{r->name, r->seg->name(), r->id, r->seg->size(), r->seg->incarnation(),
+                    Responder::address_of(r->id, 0), r->key};
 }
 
 bool RegionTable::remove(const std::string& name) {
   std::unique_lock g(mu_);
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return false;
+  auto r = by_id_.at(it->second);
+  // shm peers holding this export's mapping fail from their next op (Revoked).
+  uint64_t key = r->key;
+  r->seg->header()->export_key.compare_exchange_strong(key, 0, std::memory_order_acq_rel);
   by_id_.erase(it->second);
   by_name_.erase(it);
   return true;

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -84,10 +85,27 @@ SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, 
 
 SharedSegment SharedSegment::create(const std::string& name, size_t data_len, unsigned mode) {
   check_name(name);
-  shm_unlink(name.c_str());
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) throw_errno("shm_open(" + name + ")");
-  return map_fd(fd, name, true, data_len);
+  char tag[40];
+  snprintf(tag, sizeof tag, ".new.%d.%016llx", int(getpid()), (unsigned long long)random_u64());
+  std::string tmp = name + tag;
+  int fd = shm_open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) throw_errno("shm_open(" + tmp + ")");
+  SharedSegment s;
+  try {
+    s = map_fd(fd, name, true, data_len);
+  } catch (...) {
+    shm_unlink(tmp.c_str());
+    throw;
+  }
+  // glibc keeps POSIX shm objects in /dev/shm: an atomic rename publishes the finished segment
+  // and replaces an older one of the same name in one step.
+  if (::rename(("/dev/shm" + tmp).c_str(), ("/dev/shm" + name).c_str()) != 0) {
+    int e = errno;
+    shm_unlink(tmp.c_str());
+    errno = e;
+    throw_errno("publish segment " + name + " (rename in /dev/shm)");
+  }
+  return s;
 }
 
 SharedSegment SharedSegment::create_anonymous(const std::string& debug_name, size_t data_len) {

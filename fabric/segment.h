@@ -14,7 +14,11 @@
 //   48      8     lease deadline (atomic): CLOCK_MONOTONIC ns until which the exporter vouches
 //                 for the segment; 0 = never exported. Written by the exporting server's
 //                 heartbeat, read by shm peers after each one-sided operation.
-//   56      ...   reserved (zero)
+//   56      8     export key (atomic): the key of the current export, 0 when not exported. shm
+//                 peers compare it with the key they mapped under, so a descriptor of an earlier
+//                 export stops working the moment the segment is unexported or exported anew.
+//                 Invariant: one exporter per segment.
+//   64      ...   reserved (zero)
 //   4096    len   data: what RemoteRegion offsets address
 //
 // Invariant: the data area starts page-aligned, so an 8-byte-aligned offset is 8-byte aligned in
@@ -43,8 +47,9 @@ struct SegmentHeader {
   uint64_t creator_pid;
   std::atomic<uint64_t> state;
   std::atomic<uint64_t> lease_deadline_ns;
+  std::atomic<uint64_t> export_key;
 };
-static_assert(sizeof(SegmentHeader) == 56);
+static_assert(sizeof(SegmentHeader) == 64);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 
 // CLOCK_MONOTONIC in ns: one clock for every process on the host, so leases compare across them.
@@ -55,6 +60,8 @@ class SharedSegment {
  public:
   // Creates POSIX shm object `name` (starts with '/', no other '/'), replacing any old one of that
   // name (its mappers keep the old memory, which the old exporter's lease then lets expire).
+  // The object is built under a temporary name and renamed into place, so an opener never sees
+  // a half-written header.
   static SharedSegment create(const std::string& name, size_t data_len, unsigned mode = 0600);
   // Creates an anonymous segment (memfd): shareable with children and, via fd passing, shm peers.
   static SharedSegment create_anonymous(const std::string& debug_name, size_t data_len);

@@ -191,7 +191,8 @@ void Server::unexport_region(const std::string& name) {
 std::vector<ExportInfo> Server::exports() const {
   std::vector<ExportInfo> v;
   for (auto& r : impl_->regions.all())
-    v.push_back(ExportInfo{r->name, r->seg->name(), r->id, r->seg->size(), r->seg->incarnation()});
+    v.push_back(ExportInfo{r->name, r->seg->name(), r->id, r->seg->size(), r->seg->incarnation(),
+                           Responder::address_of(r->id, 0), r->key});
   return v;
 }
 

@@ -514,9 +514,10 @@ Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bo
   return Errc::Ok;
 }
 
-Errc ShmConnection::check_lease(const SegmentHeader* h) {
+Errc ShmConnection::check_lease(const SegmentHeader* h, uint64_t key) {
   // Ordered after the data access by the acquire loads/RMWs that performed it.
   if (h->state.load(std::memory_order_acquire) != uint64_t(SegmentState::Live)) return Errc::Revoked;
+  if (h->export_key.load(std::memory_order_acquire) != key) return Errc::Revoked;  // unexported/re-exported
   if (monotonic_ns() > h->lease_deadline_ns.load(std::memory_order_acquire)) return Errc::PeerDead;
   return Errc::Ok;
 }
@@ -531,7 +532,7 @@ Errc ShmConnection::run(OneSidedOp& op) {
   if (Errc e = locate(*op.region, op.offset, len, atomic, &p, &hdr); e != Errc::Ok) return e;
   // Refuse to start on a dead exporter's memory, and re-check afterwards: the result only counts
   // if the lease held across the access.
-  if (Errc e = check_lease(hdr); e != Errc::Ok) return e;
+  if (Errc e = check_lease(hdr, op.region->key); e != Errc::Ok) return e;
   bool word = len == 8 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
   switch (op.kind) {
     case OpKind::Read:
@@ -564,7 +565,7 @@ Errc ShmConnection::run(OneSidedOp& op) {
       op.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).fetch_add(op.arg0, std::memory_order_acq_rel);
       break;
   }
-  return check_lease(hdr);
+  return check_lease(hdr, op.region->key);
 }
 
 namespace {

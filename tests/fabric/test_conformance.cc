@@ -48,7 +48,13 @@ struct Target {
   explicit Target(Millis lease = Millis(200)) {
     proc = std::make_unique<ServerProcess>(
         testing::listen_uri_for(g_backend), std::vector<testing::ExportSpec>{{"data", seg}},
-        [](Server& s) {
+        [seg = seg](Server& s) {
+          // "reexport": the same segment exported anew under the same name (new id and key).
+          s.on_call("reexport", [&s, seg](const PeerInfo&, std::span<const uint8_t>) {
+            s.unexport_region("data");
+            s.export_region("data", seg);
+            return std::vector<uint8_t>();
+          });
           s.on_call("echo", [](const PeerInfo&, std::span<const uint8_t> b) {
             return std::vector<uint8_t>(b.begin(), b.end());
           });
@@ -430,6 +436,20 @@ BOOST_AUTO_TEST_CASE(revoked_segment_and_reexport_invalidate_descriptors) {
   uint64_t v;
   BOOST_TEST(int(code_of([&] { t.conn->read(t.r, 0, &v, 8); })) == int(Errc::Revoked));
   BOOST_TEST(int(code_of([&] { t.conn->lookup("data"); })) == int(Errc::Revoked));
+}
+
+BOOST_AUTO_TEST_CASE(reexport_invalidates_old_descriptors_on_every_backend) {
+  Target t;
+  uint64_t v = 0;
+  t.conn->read(t.r, 0, &v, 8);  // shm: the segment is mapped now, under the old export
+  t.conn->call("reexport", {});
+  Errc e = code_of([&] { t.conn->read(t.r, 0, &v, 8); });
+  BOOST_TEST_MESSAGE("old descriptor after re-export: " << to_string(e));
+  BOOST_TEST((e == Errc::NoSuchRegion || e == Errc::BadKey || e == Errc::Revoked));
+  RemoteRegion fresh = t.conn->lookup("data");
+  BOOST_TEST(fresh.key != t.r.key);
+  BOOST_TEST(t.conn->faa64(fresh, 0, 1) == 0u);
+  BOOST_TEST(t.word(0) == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(capabilities_tell_what_the_backend_gives) {

@@ -1,0 +1,502 @@
+// agents/memd/config.cc — reading memd.toml with toml++ and checking every key.
+//
+// The checker collects every problem of a file instead of stopping at the first, so an operator
+// fixes a file in one pass. Each message has the shape
+//   FILE:LINE:COL: [memd] KEY: what is wrong; what to write instead
+#include "agents/memd/config.h"
+
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "fabric/errors.h"
+#include "fabric/fabric.h"
+
+namespace tierce::memd {
+
+std::string_view to_string(LogTarget t) {
+  switch (t) {
+    case LogTarget::Auto:
+      return "auto";
+    case LogTarget::Stderr:
+      return "stderr";
+    case LogTarget::Syslog:
+      return "syslog";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& v, std::string_view sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += sep;
+    s += v[i];
+  }
+  return s;
+}
+
+// Edit distance, for "did you mean" hints on misspelt keys.
+size_t distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string quote(std::string_view s) {
+  return "\"" + std::string(s) + "\"";
+}
+
+std::string describe_type(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a floating-point number";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "nothing";
+  }
+}
+
+// A name printable in logs and in memd.list (space-separated): visible ASCII or UTF-8, no spaces.
+bool printable_token(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u != 0x7f;
+  });
+}
+
+class Checker {
+ public:
+  Checker(std::string file, std::filesystem::path base_dir)
+      : file_(std::move(file)), base_(std::move(base_dir)) {}
+
+  void problem(const toml::source_region& where, const std::string& msg) {
+    if (where.begin.line > 0)
+      problems_.push_back(file_ + ":" + std::to_string(where.begin.line) + ":" +
+                          std::to_string(where.begin.column) + ": " + msg);
+    else
+      problems_.push_back(file_ + ": " + msg);
+  }
+  void problem(const std::string& msg) { problems_.push_back(file_ + ": " + msg); }
+  const std::vector<std::string>& problems() const { return problems_; }
+
+  // Every key of `tbl` must be in `allowed`; `where` names the table in messages ("[memd]").
+  void only_known_keys(const toml::table& tbl, const std::string& where,
+                       const std::vector<std::string_view>& allowed) {
+    for (auto&& [k, v] : tbl) {
+      (void)v;
+      std::string_view key = k.str();
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string hint;
+      size_t best = 3;  // farther than this is no typo
+      for (auto a : allowed) {
+        // "rescan" for "rescan_ms": a unit suffix forgotten counts as a near miss.
+        size_t d = a.rfind(std::string(key) + "_", 0) == 0 ? 1 : distance(key, a);
+        if (d < best) {
+          best = d;
+          hint = "; did you mean '" + std::string(a) + "'?";
+        }
+      }
+      std::vector<std::string> names(allowed.begin(), allowed.end());
+      problem(k.source(), where + " " + std::string(key) + ": unknown key" + hint + " (" + where +
+                              " knows: " + join(names, ", ") + ")");
+    }
+  }
+
+  std::optional<std::string> string(const toml::table& tbl, const std::string& where,
+                                    std::string_view key, const std::string& example) {
+    const toml::node* n = tbl.get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_string()) {
+      problem(n->source(), where + " " + std::string(key) + ": expected a string, got " +
+                               describe_type(*n) + "; write e.g. " + std::string(key) + " = " +
+                               example);
+      return std::nullopt;
+    }
+    return n->as_string()->get();
+  }
+
+  // A path: non-empty string, made absolute against the configuration file's directory.
+  std::optional<std::string> path(const toml::table& tbl, const std::string& where,
+                                  std::string_view key, const std::string& example) {
+    auto s = string(tbl, where, key, example);
+    if (!s) return std::nullopt;
+    if (s->empty()) {
+      problem(tbl.get(key)->source(), where + " " + std::string(key) +
+                                          ": empty path; remove the key or write e.g. " +
+                                          std::string(key) + " = " + example);
+      return std::nullopt;
+    }
+    std::filesystem::path p(*s);
+    if (p.is_relative()) p = base_ / p;
+    return p.lexically_normal().string();
+  }
+
+  std::optional<long> integer(const toml::table& tbl, const std::string& where,
+                              std::string_view key, long lo, long hi, long example) {
+    const toml::node* n = tbl.get(key);
+    if (!n) return std::nullopt;
+    std::string eg = "; write e.g. " + std::string(key) + " = " + std::to_string(example);
+    if (!n->is_integer()) {
+      problem(n->source(), where + " " + std::string(key) + ": expected an integer, got " +
+                               describe_type(*n) + eg + " (no quotes, no unit)");
+      return std::nullopt;
+    }
+    int64_t v = n->as_integer()->get();
+    if (v < lo || v > hi) {
+      problem(n->source(), where + " " + std::string(key) + ": " + std::to_string(v) +
+                               " is out of range " + std::to_string(lo) + ".." +
+                               std::to_string(hi) + eg);
+      return std::nullopt;
+    }
+    return long(v);
+  }
+
+  std::optional<bool> boolean(const toml::table& tbl, const std::string& where,
+                              std::string_view key) {
+    const toml::node* n = tbl.get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_boolean()) {
+      problem(n->source(), where + " " + std::string(key) + ": expected true or false, got " +
+                               describe_type(*n) + "; write e.g. " + std::string(key) +
+                               " = true (no quotes)");
+      return std::nullopt;
+    }
+    return n->as_boolean()->get();
+  }
+
+ private:
+  std::string file_;
+  std::filesystem::path base_;
+  std::vector<std::string> problems_;
+};
+
+const std::vector<std::string_view> kMemdKeys = {
+    "node",      "listen",       "secret_file", "pid_file",        "ready_file", "log",
+    "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms"};
+const std::vector<std::string_view> kRegionKeys = {"name", "segment", "follow_owner"};
+
+std::string default_node_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) return "tierce";
+  std::string h(host);
+  if (auto dot = h.find('.'); dot != std::string::npos) h.resize(dot);
+  if (h.size() > Limits::kMaxNodeName) h.resize(Limits::kMaxNodeName);
+  return h;
+}
+
+void parse_memd_table(Checker& c, const toml::table& m, Config& cfg) {
+  const std::string W = "[memd]";
+  c.only_known_keys(m, W, kMemdKeys);
+
+  if (auto v = c.string(m, W, "node", "\"app1\"")) {
+    bool ok = !v->empty() && v->size() <= Limits::kMaxNodeName &&
+              std::all_of(v->begin(), v->end(), [](char ch) {
+                return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                       ch == '.';
+              });
+    if (!ok)
+      c.problem(m.get("node")->source(),
+                W + " node: " + quote(*v) + " is not a node name: use 1.." +
+                    std::to_string(Limits::kMaxNodeName) +
+                    " letters, digits, '-', '_' or '.'; write e.g. node = \"app1\"");
+    else
+      cfg.node = *v;
+  }
+  if (cfg.node.empty()) cfg.node = default_node_name();
+
+  const std::string listen_eg =
+      "listen = [\"tcp://0.0.0.0:7101\", \"shm:///run/tierce/memd.sock\"]";
+  if (const toml::node* n = m.get("listen")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) {
+      c.problem(n->source(), W + " listen: expected an array of addresses, got " +
+                                 describe_type(*n) + "; write e.g. " + listen_eg);
+    } else if (arr->empty()) {
+      c.problem(n->source(),
+                W + " listen: empty; memd needs at least one address; write e.g. " + listen_eg);
+    } else {
+      std::set<std::string> seen;
+      for (size_t i = 0; i < arr->size(); ++i) {
+        const toml::node& e = *arr->get(i);
+        std::string key = W + " listen[" + std::to_string(i) + "]";
+        if (!e.is_string()) {
+          c.problem(e.source(), key + ": expected a string address, got " + describe_type(e) +
+                                    "; write e.g. " + listen_eg);
+          continue;
+        }
+        std::string uri = e.as_string()->get();
+        try {
+          fabric::Address a = fabric::parse_address(uri);
+          if (a.transport == fabric::Transport::Shm && a.path.size() >= 108)
+            throw fabric::FabricError(fabric::Errc::Config,
+                                      "socket path of " + std::to_string(a.path.size()) +
+                                          " bytes is too long for a Unix socket (max 107)");
+        } catch (const fabric::FabricError& err) {
+          c.problem(e.source(), key + ": " + err.what());
+          continue;
+        }
+        if (!seen.insert(uri).second) {
+          c.problem(e.source(), key + ": " + quote(uri) + " is listed twice; remove one");
+          continue;
+        }
+        cfg.listen.push_back(uri);
+      }
+    }
+  } else {
+    c.problem(W + " listen is missing; memd needs at least one address; write e.g. " + listen_eg);
+  }
+
+  if (auto v = c.path(m, W, "secret_file", "\"/etc/tierce/secret\""))
+    cfg.secret_file = *v;
+  else if (!m.get("secret_file"))
+    c.problem(W +
+              " secret_file is missing; peers authenticate with a shared secret: write e.g. "
+              "secret_file = \"/etc/tierce/secret\" (at least 16 bytes, e.g. head -c 32 "
+              "/dev/urandom | base64 > secret; chmod 600 secret)");
+  if (auto v = c.path(m, W, "pid_file", "\"/run/tierce/memd.pid\"")) cfg.pid_file = *v;
+  if (auto v = c.path(m, W, "ready_file", "\"/run/tierce/memd.ready\"")) cfg.ready_file = *v;
+
+  if (auto v = c.string(m, W, "log", "\"syslog\"")) {
+    if (*v == "stderr")
+      cfg.log = LogTarget::Stderr;
+    else if (*v == "syslog")
+      cfg.log = LogTarget::Syslog;
+    else
+      c.problem(m.get("log")->source(),
+                W + " log: " + quote(*v) +
+                    " is not a log target; write log = \"stderr\" or log = \"syslog\" "
+                    "(or leave it out: stderr with --foreground, else syslog)");
+  }
+  if (auto v = c.string(m, W, "log_level", "\"info\"")) {
+    if (*v == "debug")
+      cfg.log_level = fabric::LogLevel::Debug;
+    else if (*v == "info")
+      cfg.log_level = fabric::LogLevel::Info;
+    else if (*v == "warn" || *v == "warning")
+      cfg.log_level = fabric::LogLevel::Warn;
+    else if (*v == "error")
+      cfg.log_level = fabric::LogLevel::Error;
+    else
+      c.problem(
+          m.get("log_level")->source(),
+          W + " log_level: " + quote(*v) +
+              " is not a level; write one of log_level = \"debug\", \"info\", \"warn\", \"error\"");
+  }
+
+  auto hb =
+      c.integer(m, W, "heartbeat_ms", 1, Limits::kMaxHeartbeatMs, Limits::kDefaultHeartbeatMs);
+  auto lease = c.integer(m, W, "lease_ms", 2, Limits::kMaxLeaseMs, Limits::kDefaultLeaseMs);
+  if (hb) cfg.heartbeat = std::chrono::milliseconds(*hb);
+  if (lease) cfg.lease = std::chrono::milliseconds(*lease);
+  if ((hb || lease) && cfg.lease <= cfg.heartbeat) {
+    const toml::node* at = m.get(lease ? "lease_ms" : "heartbeat_ms");
+    c.problem(at->source(),
+              W + " lease_ms: the lease (" + std::to_string(cfg.lease.count()) +
+                  " ms) must be longer than heartbeat_ms (" +
+                  std::to_string(cfg.heartbeat.count()) +
+                  " ms), or shm peers see it lapse between renewals; write e.g. lease_ms = " +
+                  std::to_string(cfg.heartbeat.count() * 10));
+  }
+  if (auto v = c.integer(m, W, "max_connections", 1, Limits::kMaxMaxConnections,
+                         Limits::kDefaultMaxConnections))
+    cfg.max_connections = size_t(*v);
+  if (auto v = c.integer(m, W, "rescan_ms", Limits::kMinRescanMs, Limits::kMaxRescanMs,
+                         Limits::kDefaultRescanMs))
+    cfg.rescan = std::chrono::milliseconds(*v);
+}
+
+void parse_regions(Checker& c, const toml::node& n, Config& cfg) {
+  const toml::array* arr = n.as_array();
+  if (!arr) {
+    c.problem(n.source(), "region: expected a list of [[region]] tables (double brackets), got " +
+                              describe_type(n) + "; write [[region]] instead of [region]");
+    return;
+  }
+  std::set<std::string> names, segments;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const toml::node& e = *arr->get(i);
+    std::string W = "[[region]] #" + std::to_string(i + 1);
+    const toml::table* t = e.as_table();
+    if (!t) {
+      c.problem(e.source(),
+                W + ": expected a table, got " + describe_type(e) +
+                    "; write [[region]] followed by name = ... and segment = ... lines");
+      continue;
+    }
+    c.only_known_keys(*t, W, kRegionKeys);
+    RegionConfig r;
+    bool ok = true;
+    if (auto v = c.string(*t, W, "name", "\"versions\"")) {
+      if (v->empty() || v->size() > Limits::kMaxRegionName || !printable_token(*v)) {
+        c.problem(t->get("name")->source(),
+                  W + " name: " + quote(*v) + " is not a region name: use 1.." +
+                      std::to_string(Limits::kMaxRegionName) +
+                      " printable characters without spaces; write e.g. name = \"versions\"");
+        ok = false;
+      } else if (!names.insert(*v).second) {
+        c.problem(t->get("name")->source(),
+                  W + " name: region " + quote(*v) +
+                      " is defined twice; give each [[region]] its own name");
+        ok = false;
+      } else {
+        r.name = *v;
+        W += " (" + quote(*v) + ")";
+      }
+    } else {
+      if (!t->get("name"))
+        c.problem(e.source(), W + " name is missing; write e.g. name = \"versions\"");
+      ok = false;
+    }
+    if (auto v = c.string(*t, W, "segment", "\"/tierce.app1.versions\"")) {
+      bool valid = v->size() >= 2 && (*v)[0] == '/' && v->find('/', 1) == std::string::npos &&
+                   v->size() <= 200;
+      if (!valid) {
+        c.problem(
+            t->get("segment")->source(),
+            W + " segment: " + quote(*v) +
+                " is not a POSIX shared-memory name: it starts with '/', has no other '/' and "
+                "at most 200 bytes; write e.g. segment = \"/tierce.app1.versions\"");
+        ok = false;
+      } else if (!segments.insert(*v).second) {
+        c.problem(t->get("segment")->source(),
+                  W + " segment: " + quote(*v) +
+                      " is already exported by another [[region]]; export each segment once");
+        ok = false;
+      } else {
+        r.segment = *v;
+      }
+    } else {
+      if (!t->get("segment"))
+        c.problem(e.source(),
+                  W + " segment is missing; write e.g. segment = \"/tierce.app1.versions\"");
+      ok = false;
+    }
+    if (auto v = c.boolean(*t, W, "follow_owner")) r.follow_owner = *v;
+    if (ok) cfg.regions.push_back(std::move(r));
+  }
+}
+
+Config parse_checked(const toml::table& root, const std::string& source_name,
+                     const std::filesystem::path& base) {
+  Checker c(source_name, base);
+  Config cfg;
+  for (auto&& [k, v] : root) {
+    if (k.str() == "memd" || k.str() == "region") continue;
+    std::string hint;
+    if (distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
+    if (distance(k.str(), "region") <= 2) hint = "; did you mean [[region]]?";
+    c.problem(k.source(),
+              "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
+                  (v.is_table() ? "]" : "'") + hint +
+                  " (memd knows [memd] and [[region]]; every key belongs under one of them)");
+  }
+  if (const toml::node* m = root.get("memd")) {
+    if (const toml::table* t = m->as_table())
+      parse_memd_table(c, *t, cfg);
+    else
+      c.problem(m->source(), "memd: expected a [memd] table, got " + describe_type(*m));
+  } else {
+    c.problem(
+        "the [memd] table is missing; start the file with [memd] and at least listen = [...] "
+        "and secret_file = \"...\"");
+  }
+  if (const toml::node* r = root.get("region")) parse_regions(c, *r, cfg);
+  if (!c.problems().empty()) {
+    // In file order, so the list reads like the file; problems without a line come last.
+    auto line_of = [&](const std::string& p) {
+      size_t at = source_name.size() + 1;
+      return p.size() > at && std::isdigit(static_cast<unsigned char>(p[at]))
+                 ? std::atol(p.c_str() + at)
+                 : LONG_MAX;
+    };
+    std::vector<std::string> sorted = c.problems();
+    std::stable_sort(sorted.begin(), sorted.end(), [&](const std::string& a, const std::string& b) {
+      return line_of(a) < line_of(b);
+    });
+    throw ConfigError(std::move(sorted));
+  }
+  return cfg;
+}
+
+std::filesystem::path base_dir_of(const std::string& source_name) {
+  std::filesystem::path p(source_name);
+  std::filesystem::path dir = p.parent_path();
+  std::error_code ec;
+  if (dir.empty())
+    dir = std::filesystem::current_path(ec);
+  else
+    dir = std::filesystem::absolute(dir, ec);
+  return dir;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<std::string> problems)
+    : std::runtime_error(join(problems, "\n")), problems_(std::move(problems)) {}
+
+Config parse_config(std::string_view text, const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw ConfigError({source_name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
+                       ": not valid TOML: " + std::string(e.description()) +
+                       " (strings need double quotes; tables are [memd] and [[region]])"});
+  }
+  return parse_checked(root, source_name, base_dir_of(source_name));
+}
+
+Config load_config(const std::string& path) {
+  std::error_code ec;
+  std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
+  if (ec) abs = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int e = errno;
+    throw ConfigError({path + ": cannot read the configuration file: " + std::strerror(e) +
+                       "; pass an existing file with -c FILE (a sample is conf/memd.toml)"});
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Config cfg = parse_config(ss.str(), abs);
+  cfg.source = abs;
+  return cfg;
+}
+
+}  // namespace tierce::memd

@@ -1,0 +1,99 @@
+// agents/memd/config.h — memd's configuration: the TOML file format, its defaults and its checks.
+//
+// File format (docs/memd.md has the full reference; conf/memd.toml is a commented sample):
+//
+//   [memd]
+//   node = "app1"                               # name peers see in HELLO (default: host name)
+//   listen = ["tcp://0.0.0.0:7101", "shm:///run/tierce/app1-memd.sock"]   # required
+//   secret_file = "/etc/tierce/secret"          # required; >= 16 bytes, not readable by others
+//   pid_file = "/run/tierce/memd.pid"           # optional
+//   ready_file = "/run/tierce/memd.ready"       # optional: bound URIs, one per line, once serving
+//   log = "syslog"                              # "stderr" | "syslog"; default: stderr with
+//                                               # --foreground, syslog when daemonized
+//   log_level = "info"                          # debug | info | warn | error
+//   heartbeat_ms = 50                           # shm lease renewal period
+//   lease_ms = 500                              # shm peers fail an op once the lease is this old
+//   max_connections = 4096
+//   rescan_ms = 1000                            # how often missing/changed segments are checked
+//
+//   [[region]]                                  # any number of these
+//   name = "versions"                           # the directory name peers look up
+//   segment = "/tierce.app1.versions"           # the POSIX shm object its owner creates
+//   follow_owner = true                         # revoke when the segment's creator exits
+//
+// Every problem names the file, the line, the key and what to write instead. Unknown keys and
+// tables are errors: a typo must never be silently ignored. Relative paths are resolved against
+// the directory of the configuration file (memd changes to / when it daemonizes).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fabric/log.h"
+
+namespace tierce::memd {
+
+enum class LogTarget { Auto, Stderr, Syslog };  // Auto: stderr in the foreground, else syslog
+std::string_view to_string(LogTarget t);
+
+struct RegionConfig {
+  std::string name;     // 1..128 printable bytes, no spaces (memd.list is space-separated)
+  std::string segment;  // "/name": starts with '/', no other '/'
+  bool follow_owner = true;
+  bool operator==(const RegionConfig&) const = default;
+};
+
+// Defaults and bounds. Invariant checked at load: lease > heartbeat (else shm peers would see the
+// lease lapse between two renewals of a healthy memd).
+struct Limits {
+  static constexpr long kDefaultHeartbeatMs = 50;
+  static constexpr long kDefaultLeaseMs = 500;
+  static constexpr long kDefaultRescanMs = 1000;
+  static constexpr long kDefaultMaxConnections = 4096;
+  static constexpr long kMaxHeartbeatMs = 60'000;
+  static constexpr long kMaxLeaseMs = 3'600'000;
+  static constexpr long kMinRescanMs = 10;  // below this memd would spin on shm_open
+  static constexpr long kMaxRescanMs = 3'600'000;
+  static constexpr long kMaxMaxConnections = 1'000'000;
+  static constexpr size_t kMaxNodeName = 64;
+  static constexpr size_t kMaxRegionName = 128;  // fabric wire::kMaxRegionName
+};
+static_assert(Limits::kDefaultLeaseMs > Limits::kDefaultHeartbeatMs);
+
+struct Config {
+  std::string source;  // absolute path of the file it was read from ("" for text)
+  std::string node;
+  std::vector<std::string> listen;
+  std::string secret_file;
+  std::string pid_file;    // "" = none
+  std::string ready_file;  // "" = none
+  LogTarget log = LogTarget::Auto;
+  fabric::LogLevel log_level = fabric::LogLevel::Info;
+  std::chrono::milliseconds heartbeat{Limits::kDefaultHeartbeatMs};
+  std::chrono::milliseconds lease{Limits::kDefaultLeaseMs};
+  std::chrono::milliseconds rescan{Limits::kDefaultRescanMs};
+  size_t max_connections = Limits::kDefaultMaxConnections;
+  std::vector<RegionConfig> regions;
+};
+
+// All the problems found in one file, one per line in what().
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(std::vector<std::string> problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+// Reads and checks a configuration file. Throws ConfigError listing every problem.
+Config load_config(const std::string& path);
+// Same, from text; `source_name` names it in messages and anchors relative paths (its directory,
+// or the current directory when it has none).
+Config parse_config(std::string_view text, const std::string& source_name);
+
+}  // namespace tierce::memd

@@ -1,0 +1,362 @@
+// agents/memd/main.cc — tierce-memd, the process: command line, daemon start, pid file, signals,
+// main loop. The logic it runs is agents/memd/memd.h; docs/memd.md is the user's reference.
+#include <getopt.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "agents/memd/config.h"
+#include "agents/memd/daemon.h"
+#include "agents/memd/memd.h"
+#include "fabric/auth.h"
+#include "fabric/errors.h"
+
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"
+#endif
+
+namespace tierce::memd {
+namespace {
+
+constexpr const char* kProgram = "tierce-memd";
+constexpr const char* kDefaultConfig = "/etc/tierce/memd.toml";
+
+void usage(FILE* out) {
+  std::fprintf(
+      out,
+      "Usage: %s [-c FILE] [--foreground] [--check]\n"
+      "Exports this node's shared segments through the Tierce fabric and answers\n"
+      "\"region name -> descriptor\" lookups (see docs/memd.md).\n"
+      "\n"
+      "  -c, --config FILE   configuration file (default %s)\n"
+      "  -f, --foreground    stay in the foreground; log to stderr unless log = \"syslog\"\n"
+      "      --check         validate the configuration and the secret file, then exit\n"
+      "  -V, --version       print the version and exit\n"
+      "  -h, --help          print this help and exit\n"
+      "\n"
+      "Signals: TERM/INT stop cleanly, HUP reloads the configuration, USR1 logs the status.\n"
+      "Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration,\n"
+      "            3 another tierce-memd holds the pid file.\n",
+      kProgram, kDefaultConfig);
+}
+
+struct Options {
+  std::string config = kDefaultConfig;
+  bool foreground = false;
+  bool check = false;
+};
+
+// Returns an exit code when the command line says to stop here (help, version, bad usage).
+std::optional<int> parse_options(int argc, char** argv, Options* o) {
+  static const option longopts[] = {
+      {"config", required_argument, nullptr, 'c'}, {"foreground", no_argument, nullptr, 'f'},
+      {"check", no_argument, nullptr, 'k'},        {"version", no_argument, nullptr, 'V'},
+      {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":c:fVh", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 'c':
+        o->config = optarg;
+        break;
+      case 'f':
+        o->foreground = true;
+        break;
+      case 'k':
+        o->check = true;
+        break;
+      case 'V':
+        std::printf("%s %s\n", kProgram, TIERCE_VERSION);
+        return kExitOk;
+      case 'h':
+        usage(stdout);
+        return kExitOk;
+      case ':':
+        std::fprintf(stderr, "%s: option %s needs a value (e.g. -c /etc/tierce/memd.toml)\n",
+                     kProgram, argv[optind - 1]);
+        return kExitUsage;
+      default:
+        std::fprintf(stderr, "%s: unknown option '%s'; see %s --help\n", kProgram, argv[optind - 1],
+                     kProgram);
+        return kExitUsage;
+    }
+  }
+  if (optind < argc) {
+    std::fprintf(stderr, "%s: unexpected argument '%s'; the configuration file goes after -c\n",
+                 kProgram, argv[optind]);
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+// Loads the configuration and the secret; prints the problems and returns kExitUsage on failure.
+std::optional<int> load(const std::string& path, Config* cfg, fabric::Secret* secret) {
+  try {
+    *cfg = load_config(path);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "%s: the configuration has %zu problem(s):\n", kProgram,
+                 e.problems().size());
+    for (auto& p : e.problems()) std::fprintf(stderr, "  %s\n", p.c_str());
+    return kExitUsage;
+  }
+  try {
+    *secret = fabric::Secret::from_file(cfg->secret_file);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s: [memd] secret_file: %s\n", kProgram, cfg->source.c_str(),
+                 e.what());
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+std::string join_lines(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+class Daemon {
+ public:
+  Daemon(Options opts, Config cfg, fabric::Secret secret)
+      : opts_(std::move(opts)), cfg_(std::move(cfg)), secret_(std::move(secret)) {}
+
+  int run() {
+    LogTarget target = cfg_.log;
+    if (target == LogTarget::Auto)
+      target = opts_.foreground ? LogTarget::Stderr : LogTarget::Syslog;
+    to_stderr_ = target == LogTarget::Stderr;
+    if (!opts_.foreground) {
+      try {
+        report_ = daemonize(to_stderr_);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
+                     e.what());
+        return kExitFailure;
+      }
+    }
+    level_ = std::make_shared<std::atomic<fabric::LogLevel>>(cfg_.log_level);
+    log_ = level_filter(
+        to_stderr_ ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug) : syslog_sink(kProgram),
+        level_);
+    log_(fabric::LogLevel::Info, std::string("MEMD0001 ") + kProgram + " " + TIERCE_VERSION +
+                                     " starting (config " + cfg_.source + ", pid " +
+                                     std::to_string(::getpid()) + ")");
+    int code = start();
+    if (code != kExitOk) return code;
+    code = loop();
+    shutdown();
+    return code;
+  }
+
+ private:
+  // A startup failure: logged, told to the starting process, and shown on the terminal even when
+  // logs go to syslog.
+  int fail(int code, const std::string& line) {
+    log_(fabric::LogLevel::Error, line);
+    if (report_.detached()) {
+      report_.failed(code, line);
+    } else if (!to_stderr_) {
+      std::fprintf(stderr, "%s: %s\n", kProgram, line.c_str());
+    }
+    return code;
+  }
+
+  int start() {
+    if (!cfg_.pid_file.empty()) {
+      pid_t stale = 0;
+      try {
+        pid_file_ = PidFile::acquire(cfg_.pid_file, &stale);
+      } catch (const AlreadyRunning& e) {
+        return fail(kExitRunning,
+                    "MEMD0006 another tierce-memd is already running" +
+                        (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : std::string()) +
+                        " with pid file " + cfg_.pid_file + "; stop it first (kill -TERM " +
+                        (e.pid() > 0 ? std::to_string(e.pid()) : std::string("PID")) +
+                        ") or give this one another pid_file");
+      } catch (const std::exception& e) {
+        return fail(kExitFailure,
+                    std::string("MEMD0008 cannot write the pid file: ") + e.what() +
+                        "; create its directory (writable by memd's user) or change pid_file");
+      }
+      if (stale > 0)
+        log_(fabric::LogLevel::Warn,
+             "MEMD0007 pid file " + cfg_.pid_file + " named pid " + std::to_string(stale) +
+                 ", which no longer runs tierce-memd (unclean stop?); taken over");
+    }
+    if (!cfg_.ready_file.empty())
+      ::unlink(cfg_.ready_file.c_str());  // never let a launcher read an old one
+
+    // Signals are taken synchronously through a signalfd. Blocked before the server starts its
+    // threads, which inherit the mask, so no thread is interrupted by them.
+    ::signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&set, s);
+    if (::sigprocmask(SIG_BLOCK, &set, nullptr) != 0)
+      return fail(kExitFailure,
+                  std::string("MEMD0012 cannot set up signal handling: sigprocmask: ") +
+                      std::strerror(errno));
+    sigfd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd_ < 0)
+      return fail(kExitFailure, std::string("MEMD0012 cannot set up signal handling: signalfd: ") +
+                                    std::strerror(errno));
+
+    try {
+      memd_ = std::make_unique<Memd>(cfg_, secret_, log_);
+    } catch (const fabric::FabricError& e) {
+      // The file passed its checks, so what fails here is the environment (address or socket in
+      // use, name resolution, no RDMA device): a runtime failure, exit 1.
+      return fail(kExitFailure, std::string("MEMD0005 cannot start serving: ") + e.what() +
+                                    "; free the address (ss -ltnp / ss -lxp), create the socket's "
+                                    "directory, or change [memd] listen in " +
+                                    cfg_.source);
+    } catch (const std::exception& e) {
+      return fail(kExitFailure, std::string("MEMD0005 cannot start serving: ") + e.what());
+    }
+    memd_->rescan();
+    auto uris = memd_->bound_uris();
+    if (!cfg_.ready_file.empty()) {
+      try {
+        write_file_atomically(cfg_.ready_file, join_lines(uris, "\n") + "\n");
+        wrote_ready_ = true;
+      } catch (const std::exception& e) {
+        return fail(kExitFailure,
+                    std::string("MEMD0009 cannot write the ready file: ") + e.what() +
+                        "; create its directory (writable by memd's user) or change ready_file");
+      }
+    }
+    size_t exported = 0;
+    for (auto& r : memd_->regions()) exported += r.state == RegionState::Exported;
+    log_(fabric::LogLevel::Info, "MEMD0002 node " + cfg_.node + " serving on " +
+                                     join_lines(uris, ", ") + "; " + std::to_string(exported) +
+                                     " of " + std::to_string(cfg_.regions.size()) +
+                                     " region(s) exported");
+    report_.ready();
+    notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
+    return kExitOk;
+  }
+
+  int loop() {
+    try {
+      for (;;) {
+        if (!memd_->poll_once(sigfd_, std::chrono::milliseconds(1000))) continue;
+        signalfd_siginfo si;
+        while (::read(sigfd_, &si, sizeof si) == ssize_t(sizeof si)) {
+          switch (si.ssi_signo) {
+            case SIGTERM:
+            case SIGINT:
+              log_(fabric::LogLevel::Info, std::string("MEMD0003 received ") +
+                                               (si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                               " from pid " + std::to_string(si.ssi_pid) +
+                                               ": stopping");
+              return kExitOk;
+            case SIGHUP:
+              reload();
+              break;
+            case SIGUSR1: {
+              std::istringstream in(memd_->status_text());
+              for (std::string line; std::getline(in, line);)
+                log_(fabric::LogLevel::Info, "MEMD0014 status " + line);
+              break;
+            }
+            default:
+              break;
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      log_(fabric::LogLevel::Error, std::string("MEMD0016 unexpected failure, stopping: ") +
+                                        e.what() +
+                                        "; please report it with the log lines before this one");
+      return kExitFailure;
+    }
+  }
+
+  void reload() {
+    log_(fabric::LogLevel::Info, "MEMD0010 SIGHUP: reloading " + cfg_.source);
+    Config next;
+    try {
+      next = load_config(cfg_.source);
+    } catch (const ConfigError& e) {
+      memd_->note_failed_reload();
+      for (auto& p : e.problems())
+        log_(fabric::LogLevel::Error,
+             "MEMD0011 reload failed, the running configuration stays in effect: " + p);
+      return;
+    }
+    try {
+      fabric::Secret s = fabric::Secret::from_file(next.secret_file);
+      if (next.secret_file == cfg_.secret_file && s.bytes() != secret_.bytes())
+        log_(fabric::LogLevel::Warn,
+             "MEMD0015 the secret in " + next.secret_file +
+                 " changed; the running secret stays in effect: restart memd (and its "
+                 "peers) to apply it");
+    } catch (const std::exception& e) {
+      log_(fabric::LogLevel::Warn, std::string("MEMD0015 [memd] secret_file: ") + e.what() +
+                                       "; the running secret stays in effect");
+    }
+    ReloadOutcome out = memd_->reload(next);
+    level_->store(next.log_level);
+    cfg_.rescan = next.rescan;
+    cfg_.log_level = next.log_level;
+    cfg_.regions = next.regions;
+    log_(fabric::LogLevel::Info,
+         "MEMD0013 reload done: " + std::to_string(out.added.size()) + " region(s) added, " +
+             std::to_string(out.removed.size()) + " removed, " +
+             std::to_string(out.changed.size()) + " changed" +
+             (out.need_restart.empty()
+                  ? std::string()
+                  : "; restart memd to apply " + join_lines(out.need_restart, ", ")));
+  }
+
+  void shutdown() {
+    notify_systemd("STOPPING=1");
+    if (memd_) memd_->stop();
+    memd_.reset();
+    if (wrote_ready_) ::unlink(cfg_.ready_file.c_str());
+    pid_file_.release();
+    if (sigfd_ >= 0) ::close(sigfd_);
+    log_(fabric::LogLevel::Info, "MEMD0004 stopped");
+  }
+
+  Options opts_;
+  Config cfg_;
+  fabric::Secret secret_;
+  bool to_stderr_ = true;
+  StartupReport report_;
+  std::shared_ptr<std::atomic<fabric::LogLevel>> level_;
+  fabric::LogSink log_;
+  PidFile pid_file_;
+  int sigfd_ = -1;
+  bool wrote_ready_ = false;
+  std::unique_ptr<Memd> memd_;
+};
+
+}  // namespace
+}  // namespace tierce::memd
+
+int main(int argc, char** argv) {
+  using namespace tierce::memd;
+  Options opts;
+  if (auto code = parse_options(argc, argv, &opts)) return *code;
+  Config cfg;
+  tierce::fabric::Secret secret;
+  if (auto code = load(opts.config, &cfg, &secret)) return *code;
+  if (opts.check) {
+    std::printf("%s: %s: configuration OK (node %s, %zu listen address(es), %zu region(s))\n",
+                kProgram, cfg.source.c_str(), cfg.node.c_str(), cfg.listen.size(),
+                cfg.regions.size());
+    return kExitOk;
+  }
+  Daemon d(std::move(opts), std::move(cfg), std::move(secret));
+  return d.run();
+}

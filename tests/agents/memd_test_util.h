@@ -1,0 +1,236 @@
+// tests/agents/memd_test_util.h — what the memd tests share: a private temp directory, a secret
+// file, unique segment names, RAII owners for segments and child processes, and polling with a
+// deadline (tests wait for events, never for fixed times).
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "fabric/fabric.h"
+#include "fabric/segment.h"
+
+namespace memd_test {
+
+using namespace std::chrono_literals;
+
+inline std::string random_suffix() {
+  std::random_device rd;
+  std::ostringstream o;
+  o << std::hex << ((uint64_t(rd()) << 32) | rd());
+  return o.str();
+}
+
+// A private directory under $TMPDIR (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/memd-t-XXXXXX";
+    // Unix socket paths are short (108 bytes): fall back to /tmp if TMPDIR is deep.
+    if (tmpl.size() > 60) tmpl = "/tmp/memd-t-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back(0);
+    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline void write_file(const std::string& path, const std::string& text, mode_t mode = 0644) {
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+  }
+  ::chmod(path.c_str(), mode);
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh secret file (mode 0600) in `dir`; returns its path.
+inline std::string make_secret(const TempDir& dir) {
+  std::string p = dir / "secret";
+  write_file(p, "test-secret-" + random_suffix() + random_suffix() + "\n", 0600);
+  return p;
+}
+
+// A segment name nobody else uses: "/tierce.t<pid>.<random>.<tag>".
+inline std::string unique_segment(const std::string& tag) {
+  return "/tierce.t" + std::to_string(::getpid()) + "." + random_suffix() + "." + tag;
+}
+
+// Unlinks the named segments at scope end, whatever happened.
+class SegmentNames {
+ public:
+  std::string add(const std::string& tag) {
+    names_.push_back(unique_segment(tag));
+    return names_.back();
+  }
+  ~SegmentNames() {
+    for (auto& n : names_) tierce::fabric::SharedSegment::unlink(n);
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+// Polls `cond` until it holds or `limit` passes.
+inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5000ms,
+                       std::chrono::milliseconds step = 10ms) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    if (cond()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(step);
+  }
+}
+
+// The error code a call throws, or Ok.
+template <class F>
+tierce::fabric::Errc errc_of(F&& f) {
+  try {
+    f();
+  } catch (const tierce::fabric::FabricError& e) {
+    return e.code();
+  }
+  return tierce::fabric::Errc::Ok;
+}
+
+// A child process that is always gone at scope end: SIGKILLed if still running, then reaped.
+class Child {
+ public:
+  Child() = default;
+  explicit Child(pid_t pid) : pid_(pid) {}
+  Child(Child&& o) noexcept : pid_(std::exchange(o.pid_, -1)), status_(o.status_) {}
+  Child& operator=(Child&& o) noexcept {
+    if (this != &o) {
+      kill_now();
+      pid_ = std::exchange(o.pid_, -1);
+      status_ = o.status_;
+    }
+    return *this;
+  }
+  ~Child() { kill_now(); }
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+
+  void signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // Waits up to `limit` for the child to exit; returns its exit code, or -1 on timeout / when it
+  // was killed by a signal (then killed() tells which).
+  int wait_exit(std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (pid_ > 0) {
+      int st = 0;
+      pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        status_ = st;
+        break;
+      }
+      if (r < 0) return -1;
+      if (std::chrono::steady_clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(5ms);
+    }
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+  }
+  int killed_by() const { return WIFSIGNALED(status_) ? WTERMSIG(status_) : 0; }
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    status_ = st;
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = 0;
+};
+
+// A child that creates segment `name` (so the child is its creator/owner), reports through a
+// pipe, and exits when told to (or when the test process goes away).
+class SegmentOwner {
+ public:
+  SegmentOwner(const std::string& name, size_t len) {
+    int ready[2], go[2];
+    if (::pipe(ready) != 0 || ::pipe(go) != 0) throw std::runtime_error("pipe");
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork");
+    if (pid == 0) {
+      // Only our two pipe ends: an inherited write end of another owner's pipe would keep that
+      // owner from ever seeing EOF.
+      for (int fd = 3; fd < 1024; ++fd)
+        if (fd != ready[1] && fd != go[0]) ::close(fd);
+      char ok = 'y';
+      try {
+        auto seg = tierce::fabric::SharedSegment::create(name, len);
+        seg.data()[0] = 0x5a;
+      } catch (...) {
+        ok = 'n';
+      }
+      if (::write(ready[1], &ok, 1) != 1) ::_exit(3);
+      char c;
+      while (::read(go[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      ::_exit(0);  // the mapping goes with us; the named object stays
+    }
+    child_ = Child(pid);
+    ::close(ready[1]);
+    ::close(go[0]);
+    go_ = go[1];
+    char ok = 0;
+    if (::read(ready[0], &ok, 1) != 1 || ok != 'y') {
+      ::close(ready[0]);
+      throw std::runtime_error("the owner child could not create " + name);
+    }
+    ::close(ready[0]);
+  }
+  ~SegmentOwner() {
+    if (go_ >= 0) ::close(go_);
+  }
+  pid_t pid() const { return child_.pid(); }
+  // Makes the owner exit and reaps it.
+  void exit_now() {
+    if (go_ >= 0) ::close(go_);
+    go_ = -1;
+    child_.wait_exit(5000ms);
+    child_.kill_now();
+  }
+
+ private:
+  Child child_;
+  int go_ = -1;
+};
+
+}  // namespace memd_test
