@@ -21,19 +21,20 @@
 // IBV_ATOMIC_NONE unless its atomics work in host byte order, so values are host-order integers.
 //
 // Revocation and leases, as on shm: after the data ops of a batch, one more RDMA READ per region
-// fetches the state, lease and export-key words of the segment's header (registered remote-read-only
-// by the server; its rkey is the upper half of RemoteRegion::key). A revoked segment, or an export
-// key other than the one LOOKUP gave (unexported, re-exported), makes the region's ops report
-// Revoked; a lease that is 0 (the server stopped) or has not moved for the server's lease period
-// (from the rdma_cm private data) makes them report PeerDead — a paused or hung exporter, whose HCA
-// would otherwise keep serving memory nobody vouches for. A descriptor this connection did not look
-// up itself is held to the export key seen at its first use.
+// fetches the state, lease and export-key words of the segment's header (registered
+// remote-read-only by the server; its rkey is the upper half of RemoteRegion::key). A revoked
+// segment, or an export key other than the one LOOKUP gave (unexported, re-exported), makes the
+// region's ops report Revoked; a lease that is 0 (the server stopped) or has not moved for the
+// server's lease period (from the rdma_cm private data) makes them report PeerDead — a paused or
+// hung exporter, whose HCA would otherwise keep serving memory nobody vouches for. A descriptor
+// this connection did not look up itself is held to the export key seen at its first use.
 //
-// An op the peer's HCA refuses (stale rkey → BadKey, refused request → BadRequest) moves both QPs to
-// the error state: the ops after it in the same batch are not executed and report PeerClosed. The
-// server is alive, so the connection reconnects transparently on its next use (a new QP; RemoteRegion
-// descriptors stay valid, since rkeys belong to the server's MRs, not to QPs). A dead or silent
-// peer (no ACKs within ≈ 2 s, DISCONNECTED, op_timeout) breaks the connection for good, as on tcp.
+// An op the peer's HCA refuses (stale rkey → BadKey, refused request → BadRequest) moves both QPs
+// to the error state: the ops after it in the same batch are not executed and report PeerClosed.
+// The server is alive, so the connection reconnects transparently on its next use (a new QP;
+// RemoteRegion descriptors stay valid, since rkeys belong to the server's MRs, not to QPs). A dead
+// or silent peer (no ACKs within ≈ 2 s, DISCONNECTED, op_timeout) breaks the connection for good,
+// as on tcp.
 #pragma once
 
 #include <chrono>
@@ -84,7 +85,8 @@ class ClientLink {
   void shutdown() noexcept;
 
  private:
-  CmEvent expect(rdma_cm_event_type want, Deadline d, const std::string& step, const std::string& host);
+  CmEvent expect(rdma_cm_event_type want, Deadline d, const std::string& step,
+                 const std::string& host);
   void on_cm_events();  // the endpoint's watch: DISCONNECTED / DEVICE_REMOVAL after setup
   std::string handshake(const Secret& secret, Deadline d);
 
@@ -148,10 +150,12 @@ class VerbsConnection final : public Connection {
   // The link for the next operation: reconnects after a recoverable failure, throws when broken.
   ClientLink& usable_link();
   // One request, its reply. Throws on transport errors (and marks the connection broken).
-  wire::Header round_trip(wire::Header req, std::span<const uint8_t> payload, std::vector<uint8_t>* reply);
+  wire::Header round_trip(wire::Header req, std::span<const uint8_t> payload,
+                          std::vector<uint8_t>* reply);
   [[noreturn]] void fail(const FabricError& e);
   // Throws TooLarge when a CALL/SEND frame of `payload` bytes cannot be carried.
-  void check_message_size(const char* what, std::string_view service, size_t body, size_t payload) const;
+  void check_message_size(const char* what, std::string_view service, size_t body,
+                          size_t payload) const;
 
   // Datapath (verbs_datapath.cc).
   Errc prepare(ClientLink& l, OneSidedOp& op, size_t i);
@@ -176,8 +180,8 @@ class VerbsConnection final : public Connection {
   uint32_t unacked_sends_ = 0;
   bool broken_ = false;
   std::string broken_why_;
-  std::map<uint64_t, LeaseSeen> leases_;              // by the region's RemoteRegion::addr
-  std::map<DescriptorId, uint64_t> export_keys_;      // export key each descriptor was issued under
+  std::map<uint64_t, LeaseSeen> leases_;          // by the region's RemoteRegion::addr
+  std::map<DescriptorId, uint64_t> export_keys_;  // export key each descriptor was issued under
 
   // The posted batch. Entries [0, n) of states_/wrs_/sges_ are the ops, [n, n + checks_.size()) the
   // lease checks.
@@ -190,8 +194,9 @@ class VerbsConnection final : public Connection {
   std::vector<ibv_send_wr> wrs_;
   std::vector<ibv_sge> sges_;
   std::vector<LeaseCheck> checks_;
-  std::vector<wire::Header> requests_;         // message ops' frames, by op index
-  std::deque<std::pair<uint64_t, size_t>> sent_;  // message ops awaiting replies: (request id, op index)
+  std::vector<wire::Header> requests_;  // message ops' frames, by op index
+  std::deque<std::pair<uint64_t, size_t>>
+      sent_;                   // message ops awaiting replies: (request id, op index)
   std::vector<size_t> chain_;  // scratch: indexes of the WRs in one ibv_post_send
 };
 

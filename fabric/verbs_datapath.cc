@@ -34,7 +34,8 @@ void Endpoint::on_completion(const ibv_wc& wc) {
       } else {
         Inbound in;
         in.slot = uint32_t(index);
-        in.bytes = std::span<const uint8_t>(recv_buf_.data() + size_t(index) * buf_size_, wc.byte_len);
+        in.bytes =
+            std::span<const uint8_t>(recv_buf_.data() + size_t(index) * buf_size_, wc.byte_len);
         in.has_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
         in.imm = in.has_imm ? ntohl(wc.imm_data) : 0;
         ready_.push_back(in);
@@ -44,22 +45,27 @@ void Endpoint::on_completion(const ibv_wc& wc) {
       if (sq_used_) --sq_used_;
       if (index != kNoSendBuffer) free_send_.push_back(uint32_t(index));
       if (wc.status != IBV_WC_SUCCESS)
-        fail(map_wc_status(wc.status), "message send failed: " + describe_wc(wc.status, wc.vendor_err));
+        fail(map_wc_status(wc.status),
+             "message send failed: " + describe_wc(wc.status, wc.vendor_err));
       return;
     case WrTag::Op:
       if (sq_used_) --sq_used_;
       ops_done_.push_back(OpCompletion{index, wc.status, wc.vendor_err});
       if (wc.status != IBV_WC_SUCCESS)
-        fail(map_wc_status(wc.status), "RDMA operation failed: " + describe_wc(wc.status, wc.vendor_err));
+        fail(map_wc_status(wc.status),
+             "RDMA operation failed: " + describe_wc(wc.status, wc.vendor_err));
       return;
     case WrTag::LongRead:
       if (sq_used_) --sq_used_;
       long_read_pending_ = false;
       if (wc.status == IBV_WC_WR_FLUSH_ERR || wc.status == IBV_WC_RETRY_EXC_ERR)
-        fail(Errc::PeerClosed, "fetching a long frame from the peer failed: " + describe_wc(wc.status, wc.vendor_err));
+        fail(Errc::PeerClosed, "fetching a long frame from the peer failed: " +
+                                   describe_wc(wc.status, wc.vendor_err));
       else if (wc.status != IBV_WC_SUCCESS)
-        fail(Errc::Protocol, std::string("fetching a long frame from the peer failed: ") + ibv_wc_status_str(wc.status) +
-                                 ": its HCA refused our read of the frame it announced (a broken or hostile peer)");
+        fail(Errc::Protocol,
+             std::string("fetching a long frame from the peer failed: ") +
+                 ibv_wc_status_str(wc.status) +
+                 ": its HCA refused our read of the frame it announced (a broken or hostile peer)");
       return;
   }
   fail(Errc::System, "completion with an unknown work request id");
@@ -132,20 +138,24 @@ bool Endpoint::progress(Deadline d) {
 
 bool Endpoint::drain_sends(Deadline d) {
   while (sq_used_ > 0)
-    if (failed() || !progress(d)) return false;  // nothing sent after a failure is worth waiting for
+    if (failed() || !progress(d))
+      return false;  // nothing sent after a failure is worth waiting for
   return true;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Endpoint: messages
 
-void Endpoint::send(std::span<const uint8_t> a, std::span<const uint8_t> b, std::optional<uint32_t> imm, Deadline d) {
+void Endpoint::send(std::span<const uint8_t> a, std::span<const uint8_t> b,
+                    std::optional<uint32_t> imm, Deadline d) {
   const size_t n = a.size() + b.size();
   if (n > eager_limit_) {
     // Rendezvous: stage the frame where the peer can read it, send where it is.
     if (imm || n > Tunables::kMaxLongFrame)
-      throw FabricError(Errc::TooLarge, "message of " + std::to_string(n) + " bytes exceeds the verbs bound of " +
-                                            std::to_string(imm ? eager_limit_ : Tunables::kMaxLongFrame) + " bytes");
+      throw FabricError(Errc::TooLarge,
+                        "message of " + std::to_string(n) + " bytes exceeds the verbs bound of " +
+                            std::to_string(imm ? eager_limit_ : Tunables::kMaxLongFrame) +
+                            " bytes");
     if (failed()) throw_failed();
     ensure_long_buffer(true);
     if (!a.empty()) std::memcpy(long_send_.data(), a.data(), a.size());
@@ -153,7 +163,8 @@ void Endpoint::send(std::span<const uint8_t> a, std::span<const uint8_t> b, std:
     uint8_t desc[kLongDescriptorSize];
     wire::store_le64(desc, reinterpret_cast<uintptr_t>(long_send_.data()));
     const uint32_t rkey = long_send_mr_->rkey, len = uint32_t(n);
-    for (int i = 0; i < 4; ++i) desc[8 + i] = uint8_t(rkey >> (8 * i)), desc[12 + i] = uint8_t(len >> (8 * i));
+    for (int i = 0; i < 4; ++i)
+      desc[8 + i] = uint8_t(rkey >> (8 * i)), desc[12 + i] = uint8_t(len >> (8 * i));
     send(std::span<const uint8_t>(desc, sizeof desc), {}, kLongFrameImm, d);
     return;
   }
@@ -162,7 +173,8 @@ void Endpoint::send(std::span<const uint8_t> a, std::span<const uint8_t> b, std:
     if (failed()) throw_failed();
     if (sq_used_ < send_depth_ && (use_inline || !free_send_.empty())) break;
     if (!progress(d))
-      throw FabricError(Errc::Timeout, "the peer did not acknowledge earlier messages in time (send queue full)");
+      throw FabricError(Errc::Timeout,
+                        "the peer did not acknowledge earlier messages in time (send queue full)");
   }
   uint8_t inline_copy[Tunables::kMaxInlineData];
   uint8_t* dst = nullptr;
@@ -216,7 +228,8 @@ std::optional<Inbound> Endpoint::receive(Deadline d, Deadline fetch_d) {
     }
     if (m) {
       if (!m->has_imm || m->imm != kLongFrameImm) return m;
-      if (fetch_d == kNoDeadline) fetch_d = d != kNoDeadline ? d : deadline_in(Tunables::kLongFetchTimeout);
+      if (fetch_d == kNoDeadline)
+        fetch_d = d != kNoDeadline ? d : deadline_in(Tunables::kLongFetchTimeout);
       return fetch_long(*m, fetch_d);
     }
     if (!progress(d) && ready_.empty()) return std::nullopt;
@@ -236,9 +249,12 @@ Inbound Endpoint::fetch_long(const Inbound& m, Deadline d) {
     addr = wire::load_le64(m.bytes.data());
     rkey = get32(m.bytes.data() + 8);
     len = get32(m.bytes.data() + 12);
-    if (!long_frames_allowed_) bad = "long frame before authentication";
-    else if (len < wire::kHeaderSize || len > Tunables::kMaxLongFrame) bad = "length " + std::to_string(len) + " out of range";
-    else if (long_read_pending_) bad = "a long frame while another is being fetched";
+    if (!long_frames_allowed_)
+      bad = "long frame before authentication";
+    else if (len < wire::kHeaderSize || len > Tunables::kMaxLongFrame)
+      bad = "length " + std::to_string(len) + " out of range";
+    else if (long_read_pending_)
+      bad = "a long frame while another is being fetched";
   }
   if (!bad.empty()) {
     repost(m.slot);
@@ -248,7 +264,8 @@ Inbound Endpoint::fetch_long(const Inbound& m, Deadline d) {
   try {
     ensure_long_buffer(false);
     while (sq_used_ >= send_depth_ && !failed())
-      if (!progress(d)) throw FabricError(Errc::Timeout, "no send-queue room to fetch a long frame");
+      if (!progress(d))
+        throw FabricError(Errc::Timeout, "no send-queue room to fetch a long frame");
   } catch (...) {
     repost(m.slot);
     throw;
@@ -276,13 +293,14 @@ Inbound Endpoint::fetch_long(const Inbound& m, Deadline d) {
   while (long_read_pending_) {
     if (!progress(d)) {
       // The READ may still land later: the endpoint is unusable from here (its owner closes it).
-      fail(Errc::Timeout, "fetching a long frame of " + std::to_string(len) + " bytes did not finish in time");
+      fail(Errc::Timeout,
+           "fetching a long frame of " + std::to_string(len) + " bytes did not finish in time");
       throw_failed();
     }
     if (failed() && long_read_pending_) throw_failed();
   }
   if (failed()) throw_failed();  // the READ itself failed (see on_completion)
-  repost(m.slot);  // the descriptor's buffer; the frame itself lives in long_recv_
+  repost(m.slot);                // the descriptor's buffer; the frame itself lives in long_recv_
   Inbound out;
   out.slot = kNoSlot;
   out.bytes = std::span<const uint8_t>(long_recv_.data(), len);
@@ -291,7 +309,7 @@ Inbound Endpoint::fetch_long(const Inbound& m, Deadline d) {
 
 void Endpoint::repost(uint32_t slot) {
   if (slot == kNoSlot) return;  // a long frame: its descriptor's buffer went back already
-  if (failed()) return;         // the QP is (going) in error: a buffer posted now would only be flushed
+  if (failed()) return;  // the QP is (going) in error: a buffer posted now would only be flushed
   if (slot >= recv_depth_) {
     fail(Errc::System, "repost of an unknown receive buffer");
     return;
@@ -321,8 +339,8 @@ size_t Endpoint::post_chain(ibv_send_wr* first, size_t count) {
   size_t posted = 0;
   for (ibv_send_wr* w = first; w && w != bad && posted < count; w = w->next) ++posted;
   sq_used_ += uint32_t(posted);
-  fail(Errc::System, "ibv_post_send: " + err_text(rc) + " (" + std::to_string(count - posted) + " of " +
-                         std::to_string(count) + " RDMA operations refused)");
+  fail(Errc::System, "ibv_post_send: " + err_text(rc) + " (" + std::to_string(count - posted) +
+                         " of " + std::to_string(count) + " RDMA operations refused)");
   return posted;
 }
 
@@ -337,8 +355,8 @@ void send_frame(Endpoint& ep, const wire::Header& h, std::span<const uint8_t> pa
   ep.send(std::span<const uint8_t>(hb, sizeof hb), payload, std::nullopt, d);
 }
 
-std::optional<wire::Header> parse_frame(std::span<const uint8_t> msg, std::span<const uint8_t>* payload,
-                                        std::string* why) {
+std::optional<wire::Header> parse_frame(std::span<const uint8_t> msg,
+                                        std::span<const uint8_t>* payload, std::string* why) {
   auto h = wire::decode_header(msg, why);
   if (!h) return std::nullopt;
   if (size_t(h->length) != msg.size() - wire::kHeaderSize) {
@@ -379,21 +397,27 @@ constexpr uint64_t kIndexMask = (uint64_t(1) << kGenShift) - 1;
 // at offset 40 of the header, which precedes the data by fabric::kHeaderSize bytes (segment.h).
 constexpr uint64_t kSegStateOffset = 40;
 constexpr uint32_t kLeaseCheckBytes = 24;
-static_assert(sizeof(SegmentHeader) == kSegStateOffset + kLeaseCheckBytes,
-              "the lease check reads state, lease_deadline_ns and export_key: update it with segment.h");
+static_assert(
+    sizeof(SegmentHeader) == kSegStateOffset + kLeaseCheckBytes,
+    "the lease check reads state, lease_deadline_ns and export_key: update it with segment.h");
 static_assert(kLeaseCheckBytes % 8 == 0, "check slots stay 8-byte aligned");
-static_assert(ClientLink::kLeaseArea >= kLeaseCheckBytes && ClientLink::kLeaseArea < Tunables::kBounceBytes);
+static_assert(ClientLink::kLeaseArea >= kLeaseCheckBytes &&
+              ClientLink::kLeaseArea < Tunables::kBounceBytes);
 
 }  // namespace
 
 void VerbsConnection::set_status(std::span<OneSidedOp> ops, size_t i, Errc e) {
-  if (i < ops.size()) ops[i].status = e;
-  else checks_[i - ops.size()].status = e;
+  if (i < ops.size())
+    ops[i].status = e;
+  else
+    checks_[i - ops.size()].status = e;
 }
 
 uint8_t* VerbsConnection::stage(ClientLink& l, size_t len) {
-  size_t at = (std::max(bounce_used_, ClientLink::kLeaseArea) + 7) & ~size_t(7);  // 8-aligned for atomics
-  if (len > Tunables::kBounceMaxOp || at > l.bounce_size() || len > l.bounce_size() - at) return nullptr;
+  size_t at =
+      (std::max(bounce_used_, ClientLink::kLeaseArea) + 7) & ~size_t(7);  // 8-aligned for atomics
+  if (len > Tunables::kBounceMaxOp || at > l.bounce_size() || len > l.bounce_size() - at)
+    return nullptr;
   bounce_used_ = at + len;
   return l.bounce() + at;
 }
@@ -513,7 +537,8 @@ void VerbsConnection::add_lease_checks(ClientLink& l, std::span<OneSidedOp> ops)
     ibv_send_wr& wr = wrs_[idx];
     ibv_sge& sge = sges_[idx];
     wr = ibv_send_wr{};
-    wr.wr_id = make_wr_id(WrTag::Op, (uint64_t(batch_gen_) & kGenMask) << kGenShift | uint64_t(idx));
+    wr.wr_id =
+        make_wr_id(WrTag::Op, (uint64_t(batch_gen_) & kGenMask) << kGenShift | uint64_t(idx));
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_READ;
     wr.send_flags = IBV_SEND_SIGNALED;
@@ -543,14 +568,16 @@ void VerbsConnection::post_some(ClientLink& l, std::span<OneSidedOp> ops) {
         ++in_flight_;
       } else {
         states_[i].done = true;
-        set_status(ops, i, Errc::System);  // the HCA refused the work request (see the endpoint's failure)
+        set_status(ops, i,
+                   Errc::System);  // the HCA refused the work request (see the endpoint's failure)
       }
     }
     chain_.clear();
     first = last = nullptr;
   };
   // Our messages the server can hold (its receives) and whose replies we can take (ours).
-  const uint32_t server_room = l.server().recv_depth - std::min(unacked_sends_, l.server().recv_depth - 1);
+  const uint32_t server_room =
+      l.server().recv_depth - std::min(unacked_sends_, l.server().recv_depth - 1);
   const size_t window = std::min<size_t>(server_room, ep.recv_depth());
   while (next_post_ < total && !ep.failed()) {
     const size_t i = next_post_;
@@ -581,8 +608,10 @@ void VerbsConnection::post_some(ClientLink& l, std::span<OneSidedOp> ops) {
     if (chain_.size() >= ep.sq_room()) break;
     ibv_send_wr* w = &wrs_[i];
     w->next = nullptr;
-    if (last) last->next = w;
-    else first = w;
+    if (last)
+      last->next = w;
+    else
+      first = w;
     last = w;
     chain_.push_back(i);
     ++next_post_;
@@ -592,7 +621,8 @@ void VerbsConnection::post_some(ClientLink& l, std::span<OneSidedOp> ops) {
 
 void VerbsConnection::post(std::span<OneSidedOp> ops) {
   ClientLink& l = usable_link();
-  if (ops.size() >= kIndexMask / 2) throw FabricError(Errc::TooLarge, "batch of " + std::to_string(ops.size()) + " ops");
+  if (ops.size() >= kIndexMask / 2)
+    throw FabricError(Errc::TooLarge, "batch of " + std::to_string(ops.size()) + " ops");
   const size_t n = ops.size();
   states_.assign(n, OpState{});
   wrs_.assign(n, ibv_send_wr{});
@@ -620,7 +650,9 @@ void VerbsConnection::post(std::span<OneSidedOp> ops) {
 void VerbsConnection::complete(std::span<OneSidedOp> ops, const OpCompletion& c) {
   const uint64_t gen = c.index >> kGenShift;
   const size_t i = size_t(c.index & kIndexMask);
-  if (gen != (uint64_t(batch_gen_) & kGenMask) || i >= states_.size() || !states_[i].posted || states_[i].done) return;
+  if (gen != (uint64_t(batch_gen_) & kGenMask) || i >= states_.size() || !states_[i].posted ||
+      states_[i].done)
+    return;
   OpState& st = states_[i];
   st.done = true;
   --in_flight_;
@@ -631,7 +663,8 @@ void VerbsConnection::complete(std::span<OneSidedOp> ops, const OpCompletion& c)
   if (op.kind == OpKind::Read) {
     if (st.staged) std::memcpy(op.dst, st.staged, op.len);
   } else if (op.kind == OpKind::Cas || op.kind == OpKind::Faa) {
-    if (st.staged) std::memcpy(&op.result, st.staged, sizeof op.result);  // else the HCA wrote op.result
+    if (st.staged)
+      std::memcpy(&op.result, st.staged, sizeof op.result);  // else the HCA wrote op.result
   }
 }
 
@@ -645,7 +678,8 @@ void VerbsConnection::take_replies(ClientLink& l, std::span<OneSidedOp> ops) {
     ep.repost(m->slot);
     if (!h || !h->reply || sent_.empty() || h->id != sent_.front().first ||
         (h->op != wire::Op::Cas && h->op != wire::Op::Faa) || !payload.empty()) {
-      ep.fail(Errc::Protocol, "unexpected message from the server during a batch" + (h ? std::string() : ": " + why));
+      ep.fail(Errc::Protocol, "unexpected message from the server during a batch" +
+                                  (h ? std::string() : ": " + why));
       return;
     }
     const size_t i = sent_.front().second;
@@ -671,7 +705,8 @@ void VerbsConnection::judge_leases(ClientLink& l, std::span<OneSidedOp> ops) {
     std::memcpy(&deadline, c.staged + 8, 8);
     std::memcpy(&export_key, c.staged + 16, 8);
     // The export key this descriptor was issued under: from LOOKUP, else the one first seen.
-    const uint64_t expected = export_keys_.try_emplace(DescriptorId{c.addr, c.key}, export_key).first->second;
+    const uint64_t expected =
+        export_keys_.try_emplace(DescriptorId{c.addr, c.key}, export_key).first->second;
     Errc verdict = Errc::Ok;
     if (state != uint64_t(SegmentState::Live)) {
       verdict = Errc::Revoked;
@@ -731,10 +766,11 @@ void VerbsConnection::wait(std::span<OneSidedOp> ops) {
         if (!states_[i].done) ops[i].status = Errc::Timeout;
       pending_ = false;
       if (ep.failed()) fail(FabricError(ep.fail_code(), ep.fail_why()));
-      fail(FabricError(Errc::Timeout, "a batch of " + std::to_string(ops.size()) +
-                                          " one-sided operations did not complete within op_timeout (" +
-                                          std::to_string(opts_.op_timeout.count()) +
-                                          " ms); the connection is marked broken"));
+      fail(FabricError(Errc::Timeout,
+                       "a batch of " + std::to_string(ops.size()) +
+                           " one-sided operations did not complete within op_timeout (" +
+                           std::to_string(opts_.op_timeout.count()) +
+                           " ms); the connection is marked broken"));
     }
   }
   judge_leases(l, ops);
@@ -754,18 +790,26 @@ constexpr unsigned kKindShift = 24;
 constexpr uint32_t kCreditMask = (uint32_t(1) << kKindShift) - 1;
 enum : uint32_t { kData = 1, kCredit = 2, kEof = 3 };
 
-uint32_t make_imm(uint32_t kind, uint32_t credits) { return kind << kKindShift | (credits & kCreditMask); }
-uint32_t kind_of(const Inbound& m) { return m.imm >> kKindShift; }
+uint32_t make_imm(uint32_t kind, uint32_t credits) {
+  return kind << kKindShift | (credits & kCreditMask);
+}
+uint32_t kind_of(const Inbound& m) {
+  return m.imm >> kKindShift;
+}
 
 }  // namespace
 
 VerbsStream::VerbsStream(std::shared_ptr<void> owner, Endpoint* ep, PeerParams peer, Millis timeout)
     : owner_(std::move(owner)), ep_(ep), timeout_(timeout) {
-  window_ = peer.recv_depth > Tunables::kStreamCtrlReserve ? peer.recv_depth - Tunables::kStreamCtrlReserve : 0;
+  window_ = peer.recv_depth > Tunables::kStreamCtrlReserve
+                ? peer.recv_depth - Tunables::kStreamCtrlReserve
+                : 0;
   credits_ = window_;
   // The peer's window towards us is our receive depth less the same reserve; return credits once
   // half of it is owed.
-  uint32_t peer_window = ep_->recv_depth() > Tunables::kStreamCtrlReserve ? ep_->recv_depth() - Tunables::kStreamCtrlReserve : 1;
+  uint32_t peer_window = ep_->recv_depth() > Tunables::kStreamCtrlReserve
+                             ? ep_->recv_depth() - Tunables::kStreamCtrlReserve
+                             : 1;
   threshold_ = std::max<uint32_t>(1, (peer_window + 1) / 2);
   chunk_ = std::min<size_t>(peer.buf_size, ep_->buf_size());
 }
@@ -908,11 +952,13 @@ size_t VerbsStream::read_some(std::span<uint8_t> buf) {
     if (eof_in_) return 0;
     if (ep_->failed()) {
       if (ep_->fail_code() == Errc::PeerClosed)
-        throw FabricError(Errc::PeerClosed, "verbs stream ended without its end marker: " + ep_->fail_why());
+        throw FabricError(Errc::PeerClosed,
+                          "verbs stream ended without its end marker: " + ep_->fail_why());
       ep_->throw_failed();
     }
     if (!ep_->progress(d))
-      throw FabricError(Errc::Timeout, "verbs stream: no data within " + std::to_string(timeout_.count()) + " ms");
+      throw FabricError(Errc::Timeout,
+                        "verbs stream: no data within " + std::to_string(timeout_.count()) + " ms");
   }
 }
 

@@ -45,11 +45,14 @@ namespace tierce::fabric::verbs {
 // locked-memory limit must allow it — `ulimit -l`, systemd LimitMEMLOCK=):
 //   server connection  (kServerRecvDepth + kServerSendBuffers) × kMsgBufSize      ≈ 816 KiB
 //   client connection  (kClientRecvDepth + kClientSendBuffers) × kMsgBufSize
-//                      + kBounceBytes                                            ≈ 1.06 MiB
+//                      + kBounceBytes                                            ≈ 1.03 MiB
 //   client stream      (kStreamRecvDepth + kStreamSendBuffers) × kMsgBufSize      ≈ 1.06 MiB
-//   plus, on a connection's first frame larger than kMsgBufSize, 2 × kMaxLongFrame ≈ 2 MiB.
+//   and up to 2 × kMaxLongFrame (≈ 2 MiB) more on a connection that sends or receives frames
+//   larger than kMsgBufSize (allocated on first use).
+// A server of N connections thus pins about N × 0.8 MiB: size the locked-memory limit for the
+// connections you allow (ServerOptions::max_connections), or lower the depths here.
 struct Tunables {
-  // ---- messages -------------------------------------------------------------------------------
+  // ---- messages --------------------------------------------------------------------------------
   // Largest CALL/SEND body sent eagerly (one SEND into one receive buffer). Larger bodies, up to
   // wire::kMaxMessage (capabilities().max_message), go by rendezvous (see the header comment).
   static constexpr size_t kMaxEagerBody = size_t(64) << 10;
@@ -64,21 +67,23 @@ struct Tunables {
   // HELLO carries the server's name; longer names are cut so HELLO always fits one buffer.
   static constexpr size_t kMaxNameInHello = 256;
 
-  // ---- queue depths -----------------------------------------------------------------------------
-  // Receives a server connection keeps posted: bounds the client's one-way SENDs in flight and a
-  // stream's window (kStreamRecvDepth - kStreamCtrlReserve).
+  // ---- queue depths ----------------------------------------------------------------------------
+  // Receives a server connection keeps posted: bounds the client's one-way SENDs and CAS/FAA
+  // messages in flight, and a client stream's window (kServerRecvDepth - kStreamCtrlReserve).
   static constexpr uint32_t kServerRecvDepth = 8;
   // Server send queue: replies (one per request) and stream chunks.
   static constexpr uint32_t kServerSendDepth = 32;
   // Registered send buffers of a server connection (sends larger than kMaxInlineData use one
   // until their completion).
   static constexpr uint32_t kServerSendBuffers = 4;
-  // Receives a client connection keeps posted: HELLO, AUTH_OK and one reply at a time.
+  // Receives a client connection keeps posted: HELLO, AUTH_OK, then one reply per request, or up
+  // to this many replies to a batch's CAS/FAA messages in flight.
   static constexpr uint32_t kClientRecvDepth = 4;
   // Client send queue: one-sided ops in flight per connection (post() splits larger batches).
   static constexpr uint32_t kClientSendDepth = 256;
   static constexpr uint32_t kClientSendBuffers = 4;
-  // A client stream's receives (its window towards the server is the server's kServerRecvDepth).
+  // A client stream's receives: the server's window towards it is kStreamRecvDepth -
+  // kStreamCtrlReserve.
   static constexpr uint32_t kStreamRecvDepth = 8;
   static constexpr uint32_t kStreamSendDepth = 32;
   // Chunks in flight from a client stream (each holds a buffer until acknowledged).
@@ -90,15 +95,15 @@ struct Tunables {
   // to the device's max_qp_init_rd_atom / max_qp_rd_atom. Further ones queue in the HCA.
   static constexpr uint8_t kRdAtomicDepth = 16;
   // cas64/faa64 become RDMA atomics only when the target's HCA declares them atomic against its
-  // CPU's atomics too (IBV_ATOMIC_GLOB). Tierce's owners update exported words with CPU atomics while
-  // peers update them remotely (version table, locks); with IBV_ATOMIC_HCA, which is what ConnectX
-  // HCAs report, the two would race and lose updates. Otherwise cas64/faa64 travel as CAS/FAA
-  // messages that the target's connection thread performs with CPU atomics: exact, but the target's
-  // CPU is involved (Capabilities::native_atomics is then false). Set true only where remote atomics
-  // never meet local CPU atomics on the same words.
+  // CPU's atomics too (IBV_ATOMIC_GLOB). Tierce's owners update exported words with CPU atomics
+  // while peers update them remotely (version table, locks); with IBV_ATOMIC_HCA, which is what
+  // ConnectX HCAs report, the two would race and lose updates. Otherwise cas64/faa64 travel as
+  // CAS/FAA messages that the target's connection thread performs with CPU atomics: exact, but the
+  // target's CPU is involved (Capabilities::native_atomics is then false). Set true only where
+  // remote atomics never meet local CPU atomics on the same words.
   static constexpr bool kNicAtomicsWithoutGlob = false;
 
-  // ---- one-sided operations -----------------------------------------------------------------------
+  // ---- one-sided operations -----------------------------------------------------------------
   // Registered bounce memory per client connection: READ results, WRITE sources and atomic results
   // of a batch are staged here (one copy, no registration on the datapath).
   static constexpr size_t kBounceBytes = size_t(512) << 10;
@@ -108,7 +113,7 @@ struct Tunables {
   // the same address and silently move bytes to/from the old pages.
   static constexpr size_t kBounceMaxOp = size_t(64) << 10;
 
-  // ---- reliability: a dead peer must surface within seconds ----------------------------------------
+  // ---- reliability: a dead peer must surface within seconds ------------------------------------
   // Local ACK timeout exponent: 4.096 µs × 2^16 ≈ 268 ms before a retransmission (rdma_cm would
   // derive it from the packet lifetime, often ~1 s on InfiniBand).
   static constexpr uint8_t kAckTimeoutExp = 16;
@@ -119,7 +124,7 @@ struct Tunables {
   // flow control above RNR does not happen unless the peer is stuck.
   static constexpr uint8_t kRnrRetry = 6;
 
-  // ---- waiting --------------------------------------------------------------------------------
+  // ---- waiting ---------------------------------------------------------------------------------
   // Busy-poll this long before sleeping on the completion channel: a reply on the same fabric
   // usually arrives within microseconds; a sleep costs a context switch.
   static constexpr std::chrono::microseconds kSpin{20};
@@ -128,17 +133,17 @@ struct Tunables {
   // Work completions taken per ibv_poll_cq call.
   static constexpr int kCqPollBatch = 16;
 
-  // ---- streams ------------------------------------------------------------------------------------
-  // Receives of the peer a stream keeps out of its data window: standalone credit messages (at
-  // most kStreamWindowMax / credit threshold, i.e. 1-2, in flight) and, right after STREAM_OPEN,
-  // the reply's buffer that the client has not reposted yet.
+  // ---- streams ---------------------------------------------------------------------------------
+  // Receives of the peer a stream keeps out of its data window: standalone CREDIT messages (each
+  // returns at least half a window, so at most two are unprocessed at once) and, right after
+  // STREAM_OPEN, the reply's buffer that the client has not reposted yet.
   static constexpr uint32_t kStreamCtrlReserve = 3;
   // A server-side stream's I/O deadline (the tcp backend's SocketStream gets the same).
   static constexpr Millis kServerStreamTimeout{30000};
   // How long a stream's destructor waits for its end-of-stream marker to be acknowledged.
   static constexpr Millis kStreamCloseLinger{1000};
 
-  // ---- listener -------------------------------------------------------------------------------------
+  // ---- listener --------------------------------------------------------------------------------
   static constexpr int kListenBacklog = 128;
   // How often the rdma_cm thread deregisters MRs of regions no longer exported (after that, peers
   // holding the old descriptor get BadKey) and drops connection requests that never completed.
@@ -149,22 +154,27 @@ struct Tunables {
   static constexpr Millis kReplySendTimeout{5000};
 };
 
-static_assert(Tunables::kMaxEagerBody + wire::kHeaderSize + 2 + wire::kMaxServiceName <= Tunables::kMsgBufSize,
+static_assert(Tunables::kMaxEagerBody + wire::kHeaderSize + 2 + wire::kMaxServiceName <=
+                  Tunables::kMsgBufSize,
               "an eager CALL of the largest body and service name must fit one receive buffer");
-static_assert(wire::kMaxMessage + wire::kHeaderSize + 2 + wire::kMaxServiceName <= Tunables::kMaxLongFrame,
+static_assert(wire::kMaxMessage + wire::kHeaderSize + 2 + wire::kMaxServiceName <=
+                  Tunables::kMaxLongFrame,
               "a CALL of wire::kMaxMessage must fit the rendezvous buffers");
 static_assert(Tunables::kMaxLongFrame <= UINT32_MAX, "the descriptor carries a 32-bit length");
 static_assert(Tunables::kMsgBufSize % 4096 == 0, "buffers are carved from page-aligned memory");
 static_assert(Tunables::kMaxEagerBody <= wire::kMaxMessage);
-static_assert(wire::kHeaderSize + wire::kNonceSize + Tunables::kMaxNameInHello <= Tunables::kMsgBufSize);
+static_assert(wire::kHeaderSize + wire::kNonceSize + Tunables::kMaxNameInHello <=
+              Tunables::kMsgBufSize);
 static_assert(Tunables::kServerRecvDepth > Tunables::kStreamCtrlReserve + 1 &&
                   Tunables::kStreamRecvDepth > Tunables::kStreamCtrlReserve + 1,
               "a stream needs a data window of at least two chunks");
 static_assert(Tunables::kClientRecvDepth >= 2, "HELLO and AUTH_OK may both be in flight");
-static_assert(Tunables::kRetryCount <= 7 && Tunables::kRnrRetry < 7, "3-bit fields; RNR 7 would retry forever");
+static_assert(Tunables::kRetryCount <= 7 && Tunables::kRnrRetry < 7,
+              "3-bit fields; RNR 7 would retry forever");
 static_assert(Tunables::kAckTimeoutExp <= 31, "5-bit field");
 static_assert(Tunables::kBounceMaxOp <= Tunables::kBounceBytes);
-static_assert(Tunables::kClientSendBuffers >= 1 && Tunables::kServerSendBuffers >= 1 && Tunables::kStreamSendBuffers >= 1);
+static_assert(Tunables::kClientSendBuffers >= 1 && Tunables::kServerSendBuffers >= 1 &&
+              Tunables::kStreamSendBuffers >= 1);
 
 // ---------------------------------------------------------------------------------------------
 enum class WrTag : uint8_t { Recv = 1, Send = 2, Op = 3, LongRead = 4 };
@@ -238,11 +248,12 @@ class Endpoint {
   void fail(Errc code, const std::string& why);
   [[noreturn]] void throw_failed() const;
 
-  // ---- datapath (verbs_datapath.cc) ----
+  // ---- datapath (verbs_datapath.cc) ------------------------------------------------------------
   // Sends a || b as one message, with immediate data if given; a message over eager_limit() (no
   // immediate data then) goes by rendezvous. Waits for send-queue room and a send buffer until d
   // (Timeout). Throws when failed, TooLarge over Tunables::kMaxLongFrame.
-  void send(std::span<const uint8_t> a, std::span<const uint8_t> b, std::optional<uint32_t> imm, Deadline d);
+  void send(std::span<const uint8_t> a, std::span<const uint8_t> b, std::optional<uint32_t> imm,
+            Deadline d);
   // The next received message in arrival order (a long frame already fetched, the fetch bounded by
   // fetch_d, or by d when that is kNoDeadline), or nullopt once d passed. Throws when failed and
   // nothing is queued, or when a long frame cannot be fetched.
@@ -299,7 +310,7 @@ class Endpoint {
   AlignedBuffer long_recv_;  // the peer's long frames, fetched by RDMA READ
   Mr long_recv_mr_;
 
-  std::deque<Inbound> ready_;       // reaped receives not yet taken
+  std::deque<Inbound> ready_;        // reaped receives not yet taken
   std::vector<uint32_t> free_send_;  // send buffers not in flight
   std::vector<OpCompletion> ops_done_;
   uint32_t sq_used_ = 0;  // posted send-queue WRs not yet completed
@@ -317,8 +328,8 @@ class Endpoint {
 void send_frame(Endpoint& ep, const wire::Header& h, std::span<const uint8_t> payload, Deadline d);
 // Splits a received message into header and payload; nullopt (and *why) when malformed: bad
 // header, or a length field that disagrees with the message size.
-std::optional<wire::Header> parse_frame(std::span<const uint8_t> msg, std::span<const uint8_t>* payload,
-                                        std::string* why);
+std::optional<wire::Header> parse_frame(std::span<const uint8_t> msg,
+                                        std::span<const uint8_t>* payload, std::string* why);
 // Receives one frame, copies its payload out and reposts the buffer. false when d passed.
 // Throws FabricError{Protocol} on a malformed frame, or the endpoint's failure.
 bool recv_frame(Endpoint& ep, wire::Header* h, std::vector<uint8_t>* payload, Deadline d);

@@ -69,7 +69,9 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   return *this;
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(p_); }
+AlignedBuffer::~AlignedBuffer() {
+  std::free(p_);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Device facts
@@ -80,11 +82,12 @@ DeviceLimits query_device(ibv_context* ctx, uint8_t port) {
   d.port = port;
   ibv_device_attr attr{};
   if (int rc = ibv_query_device(ctx, &attr); rc != 0)
-    throw_verbs(Errc::System, "ibv_query_device(" + d.name + ")", rc, "is the device still present? see `ibv_devinfo`");
+    throw_verbs(Errc::System, "ibv_query_device(" + d.name + ")", rc,
+                "is the device still present? see `ibv_devinfo`");
   ibv_port_attr pa{};
   if (int rc = ibv_query_port(ctx, port, &pa); rc != 0)
-    throw_verbs(Errc::System, "ibv_query_port(" + d.name + " port " + std::to_string(port) + ")", rc,
-                "see `ibv_devinfo -v`");
+    throw_verbs(Errc::System, "ibv_query_port(" + d.name + " port " + std::to_string(port) + ")",
+                rc, "see `ibv_devinfo -v`");
   d.ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
   d.max_qp_wr = uint32_t(std::max(attr.max_qp_wr, 0));
   d.max_cqe = uint32_t(std::max(attr.max_cqe, 0));
@@ -122,7 +125,9 @@ constexpr uint32_t kMaxPeerBuf = 16u << 20;
 void put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
 }
-uint32_t get32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+uint32_t get32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
 }  // namespace
 
 void encode_peer_params(const PeerParams& p, uint8_t out[kPeerParamsSize]) {
@@ -156,7 +161,9 @@ std::optional<PeerParams> decode_peer_params(const void* data, size_t len) {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-std::string err_text(int err) { return std::strerror(err); }
+std::string err_text(int err) {
+  return std::strerror(err);
+}
 
 void throw_verbs(Errc code, const std::string& what, int err, const std::string& hint) {
   std::string msg = what + ": " + (err ? err_text(err) : std::string("failed"));
@@ -184,15 +191,18 @@ CmEvent next_cm_event(rdma_event_channel* ch, Deadline d) {
     if (rdma_get_cm_event(ch, &e) == 0) return CmEvent(e);
     int err = errno;
     if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR)
-      throw_verbs(Errc::System, "rdma_get_cm_event", err, "the rdma_cm channel failed (device removed?)");
+      throw_verbs(Errc::System, "rdma_get_cm_event", err,
+                  "the rdma_cm channel failed (device removed?)");
     int ms = ms_until(d);
     if (ms == 0) return CmEvent();
     pollfd p{ch->fd, POLLIN, 0};
-    if (::poll(&p, 1, ms) < 0 && errno != EINTR) throw_verbs(Errc::System, "poll on the rdma_cm channel", errno);
+    if (::poll(&p, 1, ms) < 0 && errno != EINTR)
+      throw_verbs(Errc::System, "poll on the rdma_cm channel", errno);
   }
 }
 
-sockaddr_storage resolve_host(const std::string& host, uint16_t port, bool passive, socklen_t* len) {
+sockaddr_storage resolve_host(const std::string& host, uint16_t port, bool passive,
+                              socklen_t* len) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -201,8 +211,9 @@ sockaddr_storage resolve_host(const std::string& host, uint16_t port, bool passi
   std::string ps = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), ps.c_str(), &hints, &res);
   if (rc != 0 || !res)
-    throw FabricError(Errc::Config, "cannot resolve '" + host + "': " + gai_strerror(rc) +
-                                        " (verbs addresses name the IP of an IPoIB or RoCE interface)");
+    throw FabricError(Errc::Config,
+                      "cannot resolve '" + host + "': " + gai_strerror(rc) +
+                          " (verbs addresses name the IP of an IPoIB or RoCE interface)");
   sockaddr_storage ss{};
   std::memcpy(&ss, res->ai_addr, std::min<size_t>(res->ai_addrlen, sizeof ss));
   *len = socklen_t(res->ai_addrlen);
@@ -214,7 +225,9 @@ std::string format_sockaddr(const sockaddr* sa) {
   if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) return "?";
   char host[NI_MAXHOST], serv[NI_MAXSERV];
   socklen_t len = sa->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  if (getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "?";
+  if (getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) !=
+      0)
+    return "?";
   if (sa->sa_family == AF_INET6) return "[" + std::string(host) + "]:" + serv;
   return std::string(host) + ":" + serv;
 }
@@ -223,9 +236,11 @@ std::string describe_reject(int status) {
   if (status < 0) return err_text(-status);  // iWARP reports an errno
   switch (status) {
     case 8:  // IB_CM_REJ_INVALID_SERVICE_ID
-      return "nothing listens on that port (is the Tierce server up, with a verbs:// listen address on this port?)";
+      return "nothing listens on that port (is the Tierce server up, with a verbs:// listen "
+             "address on this port?)";
     case 28:  // IB_CM_REJ_CONSUMER_DEFINED: the server called rdma_reject
-      return "the server refused the connection (max_connections reached, shutting down, or it could not set up "
+      return "the server refused the connection (max_connections reached, shutting down, or it "
+             "could not set up "
              "the queue pair: see its log, FAB04xx)";
     case 4:  // IB_CM_REJ_TIMEOUT
       return "the connection manager timed out";
@@ -240,17 +255,24 @@ std::string describe_reject(int status) {
 
 Errc map_wc_status(ibv_wc_status s) {
   switch (s) {
-    case IBV_WC_SUCCESS: return Errc::Ok;
-    case IBV_WC_REM_ACCESS_ERR: return Errc::BadKey;        // stale/forged rkey, or outside the MR
-    case IBV_WC_REM_INV_REQ_ERR:                              // responder refused (e.g. no atomics)
+    case IBV_WC_SUCCESS:
+      return Errc::Ok;
+    case IBV_WC_REM_ACCESS_ERR:
+      return Errc::BadKey;        // stale/forged rkey, or outside the MR
+    case IBV_WC_REM_INV_REQ_ERR:  // responder refused (e.g. no atomics)
     case IBV_WC_REM_INV_RD_REQ_ERR:
-    case IBV_WC_REM_OP_ERR: return Errc::BadRequest;
-    case IBV_WC_RETRY_EXC_ERR:                                // no ACK within the retry budget: dead
+    case IBV_WC_REM_OP_ERR:
+      return Errc::BadRequest;
+    case IBV_WC_RETRY_EXC_ERR:  // no ACK within the retry budget: dead
     case IBV_WC_REM_ABORT_ERR:
-    case IBV_WC_WR_FLUSH_ERR: return Errc::PeerClosed;       // not executed: the QP had failed
-    case IBV_WC_RNR_RETRY_EXC_ERR: return Errc::Timeout;     // peer alive but stopped receiving
-    case IBV_WC_RESP_TIMEOUT_ERR: return Errc::Timeout;
-    default: return Errc::System;                             // local protection/length/QP errors
+    case IBV_WC_WR_FLUSH_ERR:
+      return Errc::PeerClosed;  // not executed: the QP had failed
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return Errc::Timeout;  // peer alive but stopped receiving
+    case IBV_WC_RESP_TIMEOUT_ERR:
+      return Errc::Timeout;
+    default:
+      return Errc::System;  // local protection/length/QP errors
   }
 }
 
@@ -262,28 +284,37 @@ std::string describe_wc(ibv_wc_status s, uint32_t vendor_err) {
   }() + ")";
   switch (s) {
     case IBV_WC_RETRY_EXC_ERR:
-      return base + ": the peer stopped acknowledging (dead, rebooted or unreachable; check the link with `ibstat`)";
+      return base +
+             ": the peer stopped acknowledging (dead, rebooted or unreachable; check the link with "
+             "`ibstat`)";
     case IBV_WC_RNR_RETRY_EXC_ERR:
       return base + ": the peer stopped posting receive buffers (stuck?)";
     case IBV_WC_REM_ACCESS_ERR:
-      return base + ": the remote key is stale (region unexported or re-exported) or the range lies outside it; "
-                    "look the region up again";
+      return base +
+             ": the remote key is stale (region unexported or re-exported) or the range lies "
+             "outside it; "
+             "look the region up again";
     case IBV_WC_REM_INV_REQ_ERR:
-      return base + ": the peer's HCA refused the request (atomics unsupported there, or a message larger than "
-                    "its receive buffers)";
+      return base +
+             ": the peer's HCA refused the request (atomics unsupported there, or a message larger "
+             "than "
+             "its receive buffers)";
     case IBV_WC_WR_FLUSH_ERR:
       return base + ": not executed, the connection had already failed or was closed";
     case IBV_WC_LOC_LEN_ERR:
-      return base + ": a message larger than our receive buffer arrived (peer built with other limits?)";
+      return base +
+             ": a message larger than our receive buffer arrived (peer built with other limits?)";
     case IBV_WC_LOC_PROT_ERR:
     case IBV_WC_LOC_ACCESS_ERR:
-      return base + ": a local buffer was not registered for this access (a bug in the verbs backend)";
+      return base +
+             ": a local buffer was not registered for this access (a bug in the verbs backend)";
     default:
       return base;
   }
 }
 
-static_assert(kPeerParamsSize <= 56, "rdma_connect private data is limited to 56 bytes on RDMA_PS_TCP");
+static_assert(kPeerParamsSize <= 56,
+              "rdma_connect private data is limited to 56 bytes on RDMA_PS_TCP");
 static_assert(kMinPeerBuf >= wire::kHeaderSize + wire::kNonceSize + wire::kMacSize,
               "every handshake frame must fit a peer's smallest acceptable buffer");
 

@@ -163,7 +163,7 @@ struct DeviceLimits {
   uint32_t max_qp_rd_atom = 0;       // RDMA READ/atomics this side answers at once (responder)
   uint32_t max_qp_init_rd_atom = 0;  // RDMA READ/atomics this side issues at once (initiator)
   uint64_t max_mr_size = 0;
-  uint32_t max_msg_sz = 0;           // largest single transfer on the port
+  uint32_t max_msg_sz = 0;  // largest single transfer on the port
   ibv_atomic_cap atomic_cap = IBV_ATOMIC_NONE;
 };
 // Throws FabricError{System} when the device cannot be queried.
@@ -182,7 +182,8 @@ struct PeerParams {
 // The server's HCA executes RDMA atomics atomically with respect to its CPU's atomics too
 // (IBV_ATOMIC_GLOB): remote cas64/faa64 may then meet the owner's CPU atomics on the same words.
 inline constexpr uint16_t kPeerAtomicsGlob = 1;
-// The server's HCA executes RDMA atomics at all (atomic_cap != IBV_ATOMIC_NONE).
+// The server grants RDMA atomics although its HCA makes them atomic only among RDMA operations
+// (its Tunables::kNicAtomicsWithoutGlob): a client built the same way may then use them.
 inline constexpr uint16_t kPeerAtomicsHca = 2;
 inline constexpr size_t kPeerParamsSize = 24;
 void encode_peer_params(const PeerParams& p, uint8_t out[kPeerParamsSize]);
@@ -193,7 +194,8 @@ std::optional<PeerParams> decode_peer_params(const void* data, size_t len);
 // Helpers.
 
 // FabricError{code} "<what>: <strerror(err)>[; <hint>]".
-[[noreturn]] void throw_verbs(Errc code, const std::string& what, int err, const std::string& hint = {});
+[[noreturn]] void throw_verbs(Errc code, const std::string& what, int err,
+                              const std::string& hint = {});
 // "<strerror(err)>" for verbs calls that return an errno value instead of setting errno.
 std::string err_text(int err);
 

@@ -35,8 +35,8 @@ namespace tierce::fabric::verbs {
 
 class VerbsStream final : public Stream {
  public:
-  // `owner` keeps the endpoint (and the QP, rdma_cm_id and PD under it) alive as long as the stream.
-  // `peer` is what the other side announced when connecting.
+  // `owner` keeps the endpoint (and the QP, rdma_cm_id and PD under it) alive as long as the
+  // stream. `peer` is what the other side announced when connecting.
   VerbsStream(std::shared_ptr<void> owner, Endpoint* ep, PeerParams peer, Millis timeout);
   ~VerbsStream() override;
   VerbsStream(const VerbsStream&) = delete;
@@ -63,11 +63,11 @@ class VerbsStream final : public Stream {
   std::shared_ptr<void> owner_;
   Endpoint* ep_;
   Millis timeout_;
-  uint32_t window_ = 0;     // our DATA/EOF messages the peer can hold
-  uint32_t credits_ = 0;    // of which we may still send
-  uint32_t threshold_ = 1;  // owed credits that justify a CREDIT message
-  uint32_t owed_ = 0;       // credits we owe the peer
-  size_t chunk_ = 0;        // largest DATA payload: min(our, the peer's buffer size)
+  uint32_t window_ = 0;        // our DATA/EOF messages the peer can hold
+  uint32_t credits_ = 0;       // of which we may still send
+  uint32_t threshold_ = 1;     // owed credits that justify a CREDIT message
+  uint32_t owed_ = 0;          // credits we owe the peer
+  size_t chunk_ = 0;           // largest DATA payload: min(our, the peer's buffer size)
   std::deque<Inbound> inbox_;  // DATA/EOF not yet read; the front may be partly read
   size_t head_ = 0;            // bytes of inbox_.front() already read
   bool eof_in_ = false;        // the peer's EOF was read

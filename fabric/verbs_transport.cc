@@ -3,18 +3,20 @@
 //   verbs_probe          is there an RDMA device with an active port?
 //   make_verbs_listener  an rdma_cm listening id on HOST:PORT, a thread for rdma_cm events and one
 //                        thread per established connection running the protocol of wire.h over
-//                        SEND/RECV (HELLO → AUTH → AUTH_OK, then LOOKUP/CALL/SEND/PING/STREAM_OPEN).
+//                        SEND/RECV: HELLO → AUTH → AUTH_OK, then LOOKUP, CALL, SEND, PING,
+//                        CAS/FAA (see below) and STREAM_OPEN.
 //   verbs_connect        a VerbsConnection (verbs_connection.h).
 //
 // Server side in short:
 // - One protection domain per device context, shared by the connections on that device. Per
 //   exported region and device two MRs, registered on its first LOOKUP and cached by region id:
-//   the data (local write, remote read/write/atomic) and the segment's header page (remote read
-//   only). LOOKUP answers addr = the virtual address of the segment's data, len = its size,
-//   key = header rkey << 32 | data rkey, and in a3 the export's key (segment.h). Every Tunables::kMrSweepInterval the rdma_cm thread
-//   deregisters the MRs of regions no longer exported (or re-exported, or revoked): from then on
-//   peers holding the old descriptor get BadKey and look the name up again. Before that, their
-//   batches already see the revocation in the header's state word (verbs_connection.h).
+//   the data (local write, remote read/write, remote atomic where peers use RDMA atomics) and the
+//   segment's header page (remote read only). LOOKUP answers addr = the virtual address of the
+//   segment's data, len = its size, key = header rkey << 32 | data rkey, and in a3 the export's key
+//   (segment.h). Every Tunables::kMrSweepInterval the rdma_cm thread deregisters the MRs of regions
+//   no longer exported (or re-exported, or revoked): from then on peers holding the old descriptor
+//   get BadKey and look the name up again. Before that, their batches already see the revocation in
+//   the header's state and export-key words (verbs_connection.h).
 // - READ/WRITE never reach the server's CPU (ServerStats::one_sided_ops counts only the atomics it
 //   performs); READ/WRITE/MAP frames (meant for tcp/shm) are answered NotPermitted.
 // - CAS/FAA frames on verbs descriptors are performed here with CPU atomics, unless the HCA's own
@@ -22,8 +24,8 @@
 //   see Tunables::kNicAtomicsWithoutGlob).
 // - A peer's QP gets no remote access to this PD's memory until it has authenticated (the access
 //   flags rdma_accept set are withdrawn at once and restored after AUTH_OK).
-// - STREAM_OPEN is implemented: the connection turns into a credit-based byte stream (verbs_stream.h)
-//   handed to the stream handler on the connection's thread, like the tcp backend does.
+// - STREAM_OPEN is implemented: the connection turns into a credit-based byte stream
+//   (verbs_stream.h) handed to the stream handler on the connection's thread, as on tcp.
 // - Messages: eager up to one receive buffer (64 KiB bodies), by rendezvous up to wire::kMaxMessage
 //   (verbs_endpoint.h); a reply larger than that is answered TooLarge.
 // - A malformed frame, a reply frame sent as a request, a failed AUTH or a peer that does not
@@ -32,8 +34,8 @@
 //   threads at once), waits for the threads, then releases ids, PDs and the event channel.
 // - iWARP note: rdma_cm on iWARP wants the active side to send first; here the server sends HELLO
 //   first, so this backend targets InfiniBand and RoCE.
-// - fork: registered memory survives fork() safely on kernels >= 5.13 with rdma-core >= 35; on older
-//   kernels run with RDMAV_FORK_SAFE=1, and never use a Connection across fork (ARCHITECTURE §2).
+// - fork: registered memory survives fork() safely on kernels >= 5.13 with rdma-core >= 35; on
+//   older kernels run with RDMAV_FORK_SAFE=1. Never use a Connection across fork (ARCHITECTURE §2).
 //
 // Log ids FAB0401..FAB0499.
 #include "fabric/verbs_transport.h"
@@ -86,9 +88,11 @@ bool verbs_probe(std::string* why) {
   if (!list) {
     int e = errno;
     if (e == ENOSYS)
-      say("no RDMA support in this kernel (ibv_get_device_list: ENOSYS; load ib_uverbs and the HCA's driver)");
+      say("no RDMA support in this kernel (ibv_get_device_list: ENOSYS; load ib_uverbs and the "
+          "HCA's driver)");
     else
-      say("ibv_get_device_list failed: " + verbs::err_text(e) + " (is /dev/infiniband accessible?)");
+      say("ibv_get_device_list failed: " + verbs::err_text(e) +
+          " (is /dev/infiniband accessible?)");
     return false;
   }
   if (n <= 0) {
@@ -113,7 +117,8 @@ bool verbs_probe(std::string* why) {
     for (unsigned p = 1; p <= attr.phys_port_cnt; ++p) {
       ibv_port_attr pa{};
       if (int rc = ibv_query_port(ctx.get(), uint8_t(p), &pa); rc != 0) {
-        seen += name + " port " + std::to_string(p) + ": cannot be queried (" + verbs::err_text(rc) + "); ";
+        seen += name + " port " + std::to_string(p) + ": cannot be queried (" +
+                verbs::err_text(rc) + "); ";
         continue;
       }
       if (pa.state == IBV_PORT_ACTIVE) {
@@ -125,7 +130,8 @@ bool verbs_probe(std::string* why) {
     }
   }
   if (seen.size() >= 2) seen.resize(seen.size() - 2);
-  say("no active RDMA port (" + seen + "); check cables and, on InfiniBand, the subnet manager (`ibstat`)");
+  say("no active RDMA port (" + seen +
+      "); check cables and, on InfiniBand, the subnet manager (`ibstat`)");
   return false;
 }
 
@@ -145,18 +151,25 @@ class DeviceCtx {
     errno = 0;
     pd_.reset(ibv_alloc_pd(ctx));
     if (!pd_) verbs::throw_verbs(Errc::System, "ibv_alloc_pd(" + limits_.name + ")", errno);
-    access_ = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    if (limits_.atomic_cap != IBV_ATOMIC_NONE) access_ |= IBV_ACCESS_REMOTE_ATOMIC;
+    // Remote atomics only where peers are told to use them (Tunables::kNicAtomicsWithoutGlob);
+    // otherwise a peer's NIC atomic could race the owners' CPU atomics: refused by the HCA instead.
+    nic_atomics_ = limits_.atomic_cap == IBV_ATOMIC_GLOB ||
+                   (Tunables::kNicAtomicsWithoutGlob && limits_.atomic_cap != IBV_ATOMIC_NONE);
+    access_ = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+              (nic_atomics_ ? IBV_ACCESS_REMOTE_ATOMIC : 0);
   }
   const verbs::DeviceLimits& limits() const { return limits_; }
   ibv_pd* pd() const { return pd_.get(); }
-  // What a QP of an authenticated peer may do (the access rdma_cm grants at accept).
+  // Whether peers' cas64/faa64 are RDMA atomics on this device (else CAS/FAA messages).
+  bool nic_atomics() const { return nic_atomics_; }
+  // What a QP of an authenticated peer may do.
   int qp_access() const {
     return IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
-           (limits_.atomic_cap != IBV_ATOMIC_NONE ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+           (nic_atomics_ ? IBV_ACCESS_REMOTE_ATOMIC : 0);
   }
 
-  // The descriptor key of r on this device, registering its MRs on first use. 0 and *why on failure.
+  // The descriptor key of r on this device, registering its MRs on first use. 0 and *why on
+  // failure.
   uint64_t key_for(const std::shared_ptr<const ExportedRegion>& r, std::string* why) {
     std::lock_guard g(mu_);
     if (auto it = mrs_.find(r->id); it != mrs_.end()) {
@@ -165,9 +178,11 @@ class DeviceCtx {
     }
     errno = 0;
     verbs::Mr data(ibv_reg_mr(pd_.get(), r->seg->data(), r->seg->size(), access_));
-    if (!data) return fail_reg(errno, "ibv_reg_mr(" + std::to_string(r->seg->size()) + " bytes)", why);
+    if (!data)
+      return fail_reg(errno, "ibv_reg_mr(" + std::to_string(r->seg->size()) + " bytes)", why);
     errno = 0;
-    verbs::Mr header(ibv_reg_mr(pd_.get(), r->seg->header(), fabric::kHeaderSize, int(IBV_ACCESS_REMOTE_READ)));
+    verbs::Mr header(
+        ibv_reg_mr(pd_.get(), r->seg->header(), fabric::kHeaderSize, int(IBV_ACCESS_REMOTE_READ)));
     if (!header) return fail_reg(errno, "ibv_reg_mr(segment header)", why);
     rkeys_[data->rkey] = r->id;
     auto it = mrs_.emplace(r->id, Registration{r, std::move(data), std::move(header)}).first;
@@ -176,7 +191,8 @@ class DeviceCtx {
 
   // The region a verbs descriptor key names, if it still is the current export under its id:
   // BadKey otherwise (a stale or forged key, as the HCA would say).
-  Errc resolve(uint64_t key, const RegionTable& regions, std::shared_ptr<const ExportedRegion>* out) {
+  Errc resolve(uint64_t key, const RegionTable& regions,
+               std::shared_ptr<const ExportedRegion>* out) {
     std::lock_guard g(mu_);
     auto k = rkeys_.find(uint32_t(key));
     if (k == rkeys_.end()) return Errc::BadKey;
@@ -221,16 +237,19 @@ class DeviceCtx {
   }
   uint64_t fail_reg(int err, const std::string& what, std::string* why) const {
     *why = what + " on " + limits_.name + ": " + verbs::err_text(err) +
-           (err == ENOMEM || err == EPERM || err == EAGAIN ? std::string("; ") + verbs::kMemlockHint : std::string());
+           (err == ENOMEM || err == EPERM || err == EAGAIN ? std::string("; ") + verbs::kMemlockHint
+                                                           : std::string());
     return 0;
   }
 
   verbs::DeviceLimits limits_;
   verbs::Pd pd_;
+  bool nic_atomics_ = false;
   int access_ = 0;
   std::mutex mu_;
-  std::map<uint32_t, Registration> mrs_;  // by region id; after pd_: deregistered before the PD is freed
-  std::map<uint32_t, uint32_t> rkeys_;    // data rkey → region id
+  std::map<uint32_t, Registration>
+      mrs_;  // by region id; after pd_: deregistered before the PD is freed
+  std::map<uint32_t, uint32_t> rkeys_;  // data rkey → region id
 };
 
 class ServerConn;
@@ -239,7 +258,7 @@ class ServerConn;
 // is acknowledged (rdma_destroy_id would wait for the ack forever on this very thread). The
 // rdma_cm thread parks them here; a Graveyard is destroyed after the event's CmEvent.
 struct Graveyard {
-  std::vector<verbs::CmId> ids;                      // destroyed last: after the QPs in conns
+  std::vector<verbs::CmId> ids;  // destroyed last: after the QPs in conns
   std::vector<std::shared_ptr<ServerConn>> conns;
 };
 
@@ -266,7 +285,8 @@ class VerbsListener final : public Listener {
     ~Active() {
       std::lock_guard g(l_.mu_);
       --l_.active_;
-      l_.cv_.notify_all();  // under the lock: stop() cannot return (and free the listener) before this ends
+      l_.cv_.notify_all();  // under the lock: stop() cannot return (and free the listener) before
+                            // this ends
     }
     Active(const Active&) = delete;
     Active& operator=(const Active&) = delete;
@@ -295,14 +315,15 @@ class VerbsListener final : public Listener {
   // Creation order; destroyed in reverse: devices (PDs, MRs), listening id, event channel.
   verbs::EventChannel ch_;
   verbs::CmId listen_id_;
-  std::map<ibv_context*, std::shared_ptr<DeviceCtx>> devices_;  // rdma_cm thread only (and ctor, stop)
-  std::set<std::string> warned_access_;                         // rdma_cm thread only
+  std::map<ibv_context*, std::shared_ptr<DeviceCtx>>
+      devices_;                          // rdma_cm thread only (and ctor, stop)
+  std::set<std::string> warned_access_;  // rdma_cm thread only
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<rdma_cm_id*, ServerConn*> registry_;                   // live connections, for rdma_cm events
-  std::map<rdma_cm_id*, std::shared_ptr<ServerConn>> pending_;    // accepted, not yet established
-  size_t active_ = 0;                                             // ServerConns alive
+  std::map<rdma_cm_id*, ServerConn*> registry_;  // live connections, for rdma_cm events
+  std::map<rdma_cm_id*, std::shared_ptr<ServerConn>> pending_;  // accepted, not yet established
+  size_t active_ = 0;                                           // ServerConns alive
   bool stopped_ = false;
   // Set once by stop(); read by every thread. Release/acquire: a thread that sees it also sees the
   // disconnects stop() issued before.
@@ -313,17 +334,24 @@ class VerbsListener final : public Listener {
 // One accepted connection: its QP (in the Endpoint) and the thread that serves it.
 class ServerConn : public std::enable_shared_from_this<ServerConn> {
  public:
-  ServerConn(VerbsListener& l, rdma_cm_id* id, std::shared_ptr<DeviceCtx> dev, verbs::PeerParams client,
-             std::string remote)
-      : active_(l), l_(l), raw_(id), dev_(std::move(dev)), client_(client), peer_{std::move(remote), Transport::Verbs} {
+  ServerConn(VerbsListener& l, rdma_cm_id* id, std::shared_ptr<DeviceCtx> dev,
+             verbs::PeerParams client, std::string remote)
+      : active_(l),
+        l_(l),
+        raw_(id),
+        dev_(std::move(dev)),
+        client_(client),
+        peer_{std::move(remote), Transport::Verbs} {
     ep_ = std::make_unique<verbs::Endpoint>(
         id, dev_->pd(), dev_->limits(),
-        verbs::EndpointConfig{Tunables::kServerRecvDepth, Tunables::kServerSendDepth, Tunables::kServerSendBuffers});
+        verbs::EndpointConfig{Tunables::kServerRecvDepth, Tunables::kServerSendDepth,
+                              Tunables::kServerSendBuffers});
     ep_->set_peer(client_);
   }
   ~ServerConn() {
     l_.unregister(raw_);
-    if (id_) (void)rdma_disconnect(raw_);  // tells the client now; fails harmlessly if not connected
+    if (id_)
+      (void)rdma_disconnect(raw_);  // tells the client now; fails harmlessly if not connected
   }
   ServerConn(const ServerConn&) = delete;
   ServerConn& operator=(const ServerConn&) = delete;
@@ -341,6 +369,7 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
   }
   bool access_withheld = false;  // remote_access(false) succeeded at accept
   const verbs::DeviceLimits& device() const { return dev_->limits(); }
+  bool nic_atomics() const { return dev_->nic_atomics(); }
   const std::string& remote() const { return peer_.remote; }
 
   // Runs the protocol on the connection's thread until the peer leaves, a protocol error, an idle
@@ -362,8 +391,8 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
   // true when the connection was handed to a stream handler (serve() ends).
   bool stream_open(const wire::Header& req, std::span<const uint8_t> payload);
 
-  // Member order = creation order; destroyed in reverse: the QP and buffers (ep_) first, then the id,
-  // then our hold on the device's PD, and last the Active count stop() waits on.
+  // Member order = creation order; destroyed in reverse: the QP and buffers (ep_) first, then the
+  // id, then our hold on the device's PD, and last the Active count stop() waits on.
   VerbsListener::Active active_;
   VerbsListener& l_;
   rdma_cm_id* raw_;
@@ -384,11 +413,12 @@ VerbsListener::VerbsListener(const Address& a, ServeContext ctx) : addr_(a), ctx
   if (!ch_) {
     int e = errno;
     if (e == ENODEV || e == ENOENT || e == ENOSYS)
-      throw FabricError(Errc::NoDevice, "cannot listen on " + a.uri() + ": rdma_create_event_channel: " +
-                                            verbs::err_text(e) +
-                                            " (no RDMA device, or the rdma_ucm module is not loaded); use tcp://");
-    verbs::throw_verbs(Errc::System, "cannot listen on " + a.uri() + ": rdma_create_event_channel", e,
-                       "is the rdma_ucm module loaded?");
+      throw FabricError(Errc::NoDevice,
+                        "cannot listen on " + a.uri() +
+                            ": rdma_create_event_channel: " + verbs::err_text(e) +
+                            " (no RDMA device, or the rdma_ucm module is not loaded); use tcp://");
+    verbs::throw_verbs(Errc::System, "cannot listen on " + a.uri() + ": rdma_create_event_channel",
+                       e, "is the rdma_ucm module loaded?");
   }
   verbs::set_nonblocking(ch_->fd, "rdma_cm event channel");
   rdma_cm_id* id = nullptr;
@@ -403,8 +433,9 @@ VerbsListener::VerbsListener(const Address& a, ServeContext ctx) : addr_(a), ctx
   if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&ss)) != 0) {
     int e = errno;
     if (e == EADDRNOTAVAIL || e == ENODEV)
-      throw FabricError(Errc::NoDevice, "cannot listen on " + a.uri() + ": rdma_bind_addr: " + verbs::err_text(e) +
-                                            ": " + a.host + " is not the address of an IPoIB or RoCE interface");
+      throw FabricError(Errc::NoDevice,
+                        "cannot listen on " + a.uri() + ": rdma_bind_addr: " + verbs::err_text(e) +
+                            ": " + a.host + " is not the address of an IPoIB or RoCE interface");
     verbs::throw_verbs(Errc::System, "cannot listen on " + a.uri() + ": rdma_bind_addr", e,
                        e == EADDRINUSE ? "another process listens on that port" : "");
   }
@@ -416,8 +447,8 @@ VerbsListener::VerbsListener(const Address& a, ServeContext ctx) : addr_(a), ctx
     // Bound to one interface's address: its device is known now; set it up so that errors show at
     // startup rather than at the first connection.
     auto dev = device_for(id->verbs, id->port_num ? id->port_num : 1);
-    log(LogLevel::Info, "FAB0401 verbs listener " + uri() + " on device " + dev->limits().name + " port " +
-                            std::to_string(dev->limits().port));
+    log(LogLevel::Info, "FAB0401 verbs listener " + uri() + " on device " + dev->limits().name +
+                            " port " + std::to_string(dev->limits().port));
   } else {
     log(LogLevel::Info, "FAB0401 verbs listener " + uri() + " accepts on every RDMA device");
   }
@@ -440,15 +471,17 @@ void VerbsListener::stop() {
     pending.swap(pending_);
     for (auto& [id, conn] : registry_) {
       conn->closing.store(true, std::memory_order_release);
-      (void)rdma_disconnect(id);  // QP to error: the connection's thread wakes with flushed receives
+      (void)rdma_disconnect(
+          id);  // QP to error: the connection's thread wakes with flushed receives
     }
   }
   pending.clear();  // never established, no thread: destroyed here (they lock mu_ themselves)
   std::unique_lock g(mu_);
   while (active_ > 0) {
     if (!cv_.wait_for(g, std::chrono::seconds(5), [&] { return active_ == 0; }))
-      log(LogLevel::Warn, "FAB0402 verbs listener " + uri() + ": still waiting for " + std::to_string(active_) +
-                              " connection(s) to finish (a stream handler still holding its stream?)");
+      log(LogLevel::Warn,
+          "FAB0402 verbs listener " + uri() + ": still waiting for " + std::to_string(active_) +
+              " connection(s) to finish (a stream handler still holding its stream?)");
   }
 }
 
@@ -456,17 +489,22 @@ std::shared_ptr<DeviceCtx> VerbsListener::device_for(ibv_context* ctx, uint8_t p
   if (auto it = devices_.find(ctx); it != devices_.end()) return it->second;
   auto dev = std::make_shared<DeviceCtx>(ctx, port);
   const verbs::DeviceLimits& d = dev->limits();
-  log(LogLevel::Info, "FAB0403 verbs: using RDMA device " + d.name + " port " + std::to_string(d.port) + " (" +
-                          (d.ethernet ? "RoCE" : "InfiniBand") + "), " + verbs::describe_atomics(d.atomic_cap));
+  log(LogLevel::Info, "FAB0403 verbs: using RDMA device " + d.name + " port " +
+                          std::to_string(d.port) + " (" + (d.ethernet ? "RoCE" : "InfiniBand") +
+                          "), " + verbs::describe_atomics(d.atomic_cap));
   if (d.atomic_cap == IBV_ATOMIC_NONE)
-    log(LogLevel::Info, "FAB0404 device " + d.name + " offers no RDMA atomics: peers' cas64/faa64 are performed by "
+    log(LogLevel::Info, "FAB0404 device " + d.name +
+                            " offers no RDMA atomics: peers' cas64/faa64 are performed by "
                             "this server's CPU (CAS/FAA messages)");
   else if (d.atomic_cap == IBV_ATOMIC_HCA && !Tunables::kNicAtomicsWithoutGlob)
-    log(LogLevel::Info, "FAB0405 device " + d.name + ": RDMA atomics are atomic among RDMA operations only, not "
-                            "against CPU atomics on the same words; peers' cas64/faa64 are performed by this "
-                            "server's CPU so that they stay exact with the owners' local atomics");
+    log(LogLevel::Info,
+        "FAB0405 device " + d.name +
+            ": RDMA atomics are atomic among RDMA operations only, not "
+            "against CPU atomics on the same words; peers' cas64/faa64 are performed by this "
+            "server's CPU so that they stay exact with the owners' local atomics");
   else if (d.atomic_cap == IBV_ATOMIC_HCA)
-    log(LogLevel::Warn, "FAB0405 device " + d.name + ": peers use RDMA atomics that are NOT atomic against CPU "
+    log(LogLevel::Warn, "FAB0405 device " + d.name +
+                            ": peers use RDMA atomics that are NOT atomic against CPU "
                             "atomics on the same words (Tunables::kNicAtomicsWithoutGlob is set)");
   devices_.emplace(ctx, dev);
   return dev;
@@ -478,7 +516,8 @@ void VerbsListener::cm_loop() noexcept {
     try {
       pollfd p{ch_->fd, POLLIN, 0};
       if (::poll(&p, 1, int(Tunables::kPollSlice.count())) < 0 && errno != EINTR) {
-        log(LogLevel::Error, "FAB0406 verbs listener " + uri() + ": poll on the rdma_cm channel: " + verbs::err_text(errno));
+        log(LogLevel::Error, "FAB0406 verbs listener " + uri() +
+                                 ": poll on the rdma_cm channel: " + verbs::err_text(errno));
         std::this_thread::sleep_for(Tunables::kPollSlice);
       }
       for (;;) {
@@ -486,7 +525,8 @@ void VerbsListener::cm_loop() noexcept {
         if (rdma_get_cm_event(ch_.get(), &raw) != 0) {
           int e = errno;
           if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR) {
-            log(LogLevel::Error, "FAB0406 verbs listener " + uri() + ": rdma_get_cm_event: " + verbs::err_text(e));
+            log(LogLevel::Error,
+                "FAB0406 verbs listener " + uri() + ": rdma_get_cm_event: " + verbs::err_text(e));
             std::this_thread::sleep_for(Tunables::kPollSlice);
           }
           break;
@@ -522,16 +562,18 @@ void VerbsListener::handle_event(const rdma_cm_event& ev, Graveyard& g) {
       return;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
       if (listen_id_ && ev.id == listen_id_.get()) {
-        log(LogLevel::Error, "FAB0408 verbs listener " + uri() +
-                                 ": its RDMA device was removed; it accepts no more connections (restart the server "
-                                 "once the device is back)");
+        log(LogLevel::Error,
+            "FAB0408 verbs listener " + uri() +
+                ": its RDMA device was removed; it accepts no more connections (restart the server "
+                "once the device is back)");
         g.ids.push_back(std::move(listen_id_));  // the manual says: destroy the id (after the ack)
         return;
       }
       on_gone(ev, g);
       return;
     case RDMA_CM_EVENT_ADDR_CHANGE:
-      log(LogLevel::Info, "FAB0409 verbs listener " + uri() + ": the network address changed under the RDMA device");
+      log(LogLevel::Info, "FAB0409 verbs listener " + uri() +
+                              ": the network address changed under the RDMA device");
       return;
     default:  // TIMEWAIT_EXIT and the rest: nothing to do
       return;
@@ -548,34 +590,43 @@ void VerbsListener::on_connect_request(const rdma_cm_event& ev, Graveyard& g) {
       log(LogLevel::Warn, "FAB0410 rdma_reject for " + remote + ": " + verbs::err_text(errno));
     if (owned) g.ids.push_back(std::move(owned));
   };
-  if (stopping()) return refuse(LogLevel::Info, "FAB0411 refusing verbs connection from " + remote + ": stopping");
+  if (stopping())
+    return refuse(LogLevel::Info,
+                  "FAB0411 refusing verbs connection from " + remote + ": stopping");
   bool full = false;
   {
     std::lock_guard lk(mu_);
     full = active_ >= ctx_.opts->max_connections;
   }
   if (full)
-    return refuse(LogLevel::Warn, "FAB0412 refusing verbs connection from " + remote + ": max_connections (" +
+    return refuse(LogLevel::Warn, "FAB0412 refusing verbs connection from " + remote +
+                                      ": max_connections (" +
                                       std::to_string(ctx_.opts->max_connections) + ") reached");
-  auto client = verbs::decode_peer_params(ev.param.conn.private_data, ev.param.conn.private_data_len);
+  auto client =
+      verbs::decode_peer_params(ev.param.conn.private_data, ev.param.conn.private_data_len);
   if (!client)
-    return refuse(LogLevel::Warn, "FAB0413 refusing verbs connection from " + remote +
-                                      ": it sent no Tierce connection parameters (not a Tierce client, or another version)");
+    return refuse(
+        LogLevel::Warn,
+        "FAB0413 refusing verbs connection from " + remote +
+            ": it sent no Tierce connection parameters (not a Tierce client, or another version)");
 
   std::shared_ptr<ServerConn> conn;
   try {
     auto dev = device_for(raw->verbs, raw->port_num);
     uint8_t ack_timeout = Tunables::kAckTimeoutExp;  // see Tunables; older kernels lack the option
-    (void)rdma_set_option(raw, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout, sizeof ack_timeout);
+    (void)rdma_set_option(raw, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+                          sizeof ack_timeout);
     conn = std::make_shared<ServerConn>(*this, raw, std::move(dev), *client, remote);
   } catch (const std::exception& e) {
-    return refuse(LogLevel::Error, "FAB0414 cannot set up a verbs connection from " + remote + ": " + e.what());
+    return refuse(LogLevel::Error,
+                  "FAB0414 cannot set up a verbs connection from " + remote + ": " + e.what());
   }
 
   const verbs::DeviceLimits& d = conn->device();
   verbs::PeerParams params = conn->local_params();
   if (d.atomic_cap == IBV_ATOMIC_GLOB) params.flags |= verbs::kPeerAtomicsGlob;
-  if (d.atomic_cap != IBV_ATOMIC_NONE) params.flags |= verbs::kPeerAtomicsHca;
+  if (d.atomic_cap != IBV_ATOMIC_NONE && conn->nic_atomics())
+    params.flags |= verbs::kPeerAtomicsHca;
   params.lease_ms = uint32_t(std::clamp<int64_t>(ctx_.opts->lease.count(), 0, UINT32_MAX));
   uint8_t mine[verbs::kPeerParamsSize];
   verbs::encode_peer_params(params, mine);
@@ -585,15 +636,16 @@ void VerbsListener::on_connect_request(const rdma_cm_event& ev, Graveyard& g) {
   // RDMA READ/atomics of the client we answer at once (its initiator depth), within the device.
   p.responder_resources = uint8_t(std::min<uint32_t>(Tunables::kRdAtomicDepth, d.max_qp_rd_atom));
   // We issue none; never more than the client said it can take, nor the device allows.
-  p.initiator_depth =
-      uint8_t(std::min<uint32_t>({uint32_t(ev.param.conn.initiator_depth), d.max_qp_init_rd_atom, Tunables::kRdAtomicDepth}));
+  p.initiator_depth = uint8_t(std::min<uint32_t>(
+      {uint32_t(ev.param.conn.initiator_depth), d.max_qp_init_rd_atom, Tunables::kRdAtomicDepth}));
   p.flow_control = 1;
   p.retry_count = Tunables::kRetryCount;    // ignored on accept: the client's rdma_connect sets it
   p.rnr_retry_count = Tunables::kRnrRetry;  // the client's retries when we have no receive posted
   if (rdma_accept(raw, &p) != 0) {
     int e = errno;
     g.conns.push_back(std::move(conn));  // its QP goes before the id (Graveyard order)
-    return refuse(LogLevel::Error, "FAB0415 rdma_accept for " + remote + " failed: " + verbs::err_text(e));
+    return refuse(LogLevel::Error,
+                  "FAB0415 rdma_accept for " + remote + " failed: " + verbs::err_text(e));
   }
   conn->adopt(std::move(owned));
   // rdma_accept left the QP in RTS with remote read/write/atomic access: withhold it until the
@@ -601,8 +653,10 @@ void VerbsListener::on_connect_request(const rdma_cm_event& ev, Graveyard& g) {
   const int withheld = conn->remote_access(false);
   conn->access_withheld = withheld == 0;
   if (withheld != 0 && warned_access_.insert(d.name).second)
-    log(LogLevel::Warn, "FAB0430 device " + d.name + " does not let remote access be withheld until authentication "
-                            "(ibv_modify_qp access flags: " + verbs::err_text(withheld) +
+    log(LogLevel::Warn, "FAB0430 device " + d.name +
+                            " does not let remote access be withheld until authentication "
+                            "(ibv_modify_qp access flags: " +
+                            verbs::err_text(withheld) +
                             "); RDMA keys alone then guard exported memory before AUTH");
   {
     std::lock_guard lk(mu_);
@@ -624,8 +678,8 @@ void VerbsListener::on_established(rdma_cm_id* id, Graveyard& g) {
   try {
     std::thread([conn] { conn->serve(); }).detach();
   } catch (const std::system_error& e) {
-    log(LogLevel::Error, "FAB0416 cannot start a thread for the verbs connection from " + conn->remote() + ": " +
-                             e.what() + "; closing it");
+    log(LogLevel::Error, "FAB0416 cannot start a thread for the verbs connection from " +
+                             conn->remote() + ": " + e.what() + "; closing it");
     conn->closing.store(true, std::memory_order_release);
     (void)rdma_disconnect(id);
   }
@@ -635,15 +689,17 @@ void VerbsListener::on_gone(const rdma_cm_event& ev, Graveyard& g) {
   std::lock_guard lk(mu_);
   if (auto it = pending_.find(ev.id); it != pending_.end()) {
     if (ev.event != RDMA_CM_EVENT_DISCONNECTED)
-      log(LogLevel::Info, "FAB0417 verbs connection from " + it->second->remote() + " failed during setup: " +
-                              rdma_event_str(ev.event) + " (status " + std::to_string(ev.status) + ")");
+      log(LogLevel::Info, "FAB0417 verbs connection from " + it->second->remote() +
+                              " failed during setup: " + rdma_event_str(ev.event) + " (status " +
+                              std::to_string(ev.status) + ")");
     g.conns.push_back(std::move(it->second));
     pending_.erase(it);
     return;
   }
   if (auto it = registry_.find(ev.id); it != registry_.end()) {
     it->second->closing.store(true, std::memory_order_release);
-    (void)rdma_disconnect(ev.id);  // rdma_cm leaves the QP alone on DISCONNECTED: flush it ourselves
+    (void)rdma_disconnect(
+        ev.id);  // rdma_cm leaves the QP alone on DISCONNECTED: flush it ourselves
   }
 }
 
@@ -651,7 +707,8 @@ void VerbsListener::sweep(Graveyard& g) {
   size_t dropped = 0;
   for (auto& [ctx, dev] : devices_) dropped += dev->sweep(*ctx_.regions);
   if (dropped)
-    log(LogLevel::Debug, "FAB0418 verbs listener " + uri() + ": deregistered " + std::to_string(dropped) +
+    log(LogLevel::Debug, "FAB0418 verbs listener " + uri() + ": deregistered " +
+                             std::to_string(dropped) +
                              " memory region(s) of regions no longer exported");
   // Accepted requests whose client never completed the connection.
   const auto now = std::chrono::steady_clock::now();
@@ -676,9 +733,11 @@ void ServerConn::serve() noexcept {
     run();
   } catch (const FabricError& e) {
     if (e.code() != Errc::PeerClosed && !ending())
-      l_.log(LogLevel::Info, "FAB0420 verbs connection from " + peer_.remote + " ended: " + e.what());
+      l_.log(LogLevel::Info,
+             "FAB0420 verbs connection from " + peer_.remote + " ended: " + e.what());
   } catch (const std::exception& e) {
-    l_.log(LogLevel::Error, "FAB0421 verbs connection from " + peer_.remote + " failed: " + e.what());
+    l_.log(LogLevel::Error,
+           "FAB0421 verbs connection from " + peer_.remote + " failed: " + e.what());
   }
 }
 
@@ -713,7 +772,8 @@ void ServerConn::run() {
   auto m = next(auth_d);
   if (!m) {
     if (!ending())
-      l_.log(LogLevel::Info, "FAB0422 verbs peer " + peer_.remote + " did not authenticate within auth_timeout; closing");
+      l_.log(LogLevel::Info, "FAB0422 verbs peer " + peer_.remote +
+                                 " did not authenticate within auth_timeout; closing");
     return;
   }
   std::span<const uint8_t> payload;
@@ -721,12 +781,14 @@ void ServerConn::run() {
   auto h = verbs::parse_frame(m->bytes, &payload, &why);
   if (!h) {
     counters.malformed_frames.fetch_add(1, std::memory_order_relaxed);
-    l_.log(LogLevel::Warn, "FAB0423 verbs peer " + peer_.remote + ": malformed frame (" + why + "); closing the connection");
+    l_.log(LogLevel::Warn, "FAB0423 verbs peer " + peer_.remote + ": malformed frame (" + why +
+                               "); closing the connection");
     return;
   }
   if (h->op != Op::Auth || h->reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
     counters.auth_failures.fetch_add(1, std::memory_order_relaxed);
-    l_.log(LogLevel::Warn, "FAB0424 verbs peer " + peer_.remote + " sent " + std::string(wire::op_name(h->op)) +
+    l_.log(LogLevel::Warn, "FAB0424 verbs peer " + peer_.remote + " sent " +
+                               std::string(wire::op_name(h->op)) +
                                " before authenticating; closing");
     Header r;
     r.op = h->op;
@@ -746,7 +808,8 @@ void ServerConn::run() {
   ep.repost(m->slot);
   if (!proven) {
     counters.auth_failures.fetch_add(1, std::memory_order_relaxed);
-    l_.log(LogLevel::Warn, "FAB0425 verbs peer " + peer_.remote + " failed authentication (wrong shared secret?); closing");
+    l_.log(LogLevel::Warn, "FAB0425 verbs peer " + peer_.remote +
+                               " failed authentication (wrong shared secret?); closing");
     Header r;
     r.op = Op::Auth;
     r.reply = true;
@@ -759,8 +822,9 @@ void ServerConn::run() {
   // Authenticated: from now on the peer may reach exported memory through this QP.
   if (access_withheld) {
     if (int rc = remote_access(true); rc != 0) {
-      l_.log(LogLevel::Error, "FAB0429 cannot grant RDMA access to the authenticated peer " + peer_.remote +
-                                  " (ibv_modify_qp access flags: " + verbs::err_text(rc) + "); closing");
+      l_.log(LogLevel::Error,
+             "FAB0429 cannot grant RDMA access to the authenticated peer " + peer_.remote +
+                 " (ibv_modify_qp access flags: " + verbs::err_text(rc) + "); closing");
       return;
     }
   }
@@ -781,18 +845,21 @@ void ServerConn::run() {
     m = next(idle);
     if (!m) {
       if (!ending())
-        l_.log(LogLevel::Info, "FAB0426 verbs peer " + peer_.remote + " idle for idle_timeout; closing");
+        l_.log(LogLevel::Info,
+               "FAB0426 verbs peer " + peer_.remote + " idle for idle_timeout; closing");
       return;
     }
     h = verbs::parse_frame(m->bytes, &payload, &why);
     if (!h) {
       counters.malformed_frames.fetch_add(1, std::memory_order_relaxed);
-      l_.log(LogLevel::Warn, "FAB0423 verbs peer " + peer_.remote + ": malformed frame (" + why + "); closing the connection");
+      l_.log(LogLevel::Warn, "FAB0423 verbs peer " + peer_.remote + ": malformed frame (" + why +
+                                 "); closing the connection");
       return;
     }
     if (h->reply) {
       counters.malformed_frames.fetch_add(1, std::memory_order_relaxed);
-      l_.log(LogLevel::Warn, "FAB0427 verbs peer " + peer_.remote + " sent a reply frame as a request; closing");
+      l_.log(LogLevel::Warn,
+             "FAB0427 verbs peer " + peer_.remote + " sent a reply frame as a request; closing");
       return;
     }
     switch (h->op) {
@@ -844,11 +911,13 @@ void ServerConn::send_reply(Reply& r) {
   if (body.size() > cap) {
     if (r.header.status == Errc::Ok) {
       r.header.status = Errc::TooLarge;
-      std::string msg = "reply of " + std::to_string(body.size()) + " bytes exceeds the verbs message bound of " +
-                        std::to_string(cap) + " bytes";
+      std::string msg = "reply of " + std::to_string(body.size()) +
+                        " bytes exceeds the verbs message bound of " + std::to_string(cap) +
+                        " bytes";
       r.payload.assign(msg.begin(), msg.end());
     } else {
-      std::vector<uint8_t> cut(body.begin(), body.begin() + cap);  // an error text: its start says enough
+      std::vector<uint8_t> cut(body.begin(),
+                               body.begin() + cap);  // an error text: its start says enough
       r.payload = std::move(cut);
     }
     body = r.payload;
@@ -879,7 +948,8 @@ void ServerConn::lookup(const wire::Header& req, std::span<const uint8_t> payloa
   std::string why;
   const uint64_t key = dev_->key_for(reg, &why);
   if (!key) {
-    l_.log(LogLevel::Error, "FAB0428 cannot register region '" + std::string(name) + "' for RDMA: " + why);
+    l_.log(LogLevel::Error,
+           "FAB0428 cannot register region '" + std::string(name) + "' for RDMA: " + why);
     r.header.a0 = r.header.a2 = 0;
     return reject(Errc::BadRequest, "the server could not register region '" + std::string(name) +
                                         "' for RDMA (see its log, FAB0428)");
@@ -908,7 +978,8 @@ void ServerConn::atomic(const wire::Header& req, std::span<const uint8_t> payloa
   if (!reg->seg->live()) return reject(Errc::Revoked);
   const uint64_t base = reinterpret_cast<uintptr_t>(reg->seg->data());
   const uint64_t size = reg->seg->size();
-  if (req.a0 < base || req.a0 - base > size || size - (req.a0 - base) < 8) return reject(Errc::OutOfBounds);
+  if (req.a0 < base || req.a0 - base > size || size - (req.a0 - base) < 8)
+    return reject(Errc::OutOfBounds);
   const uint64_t off = req.a0 - base;
   if (off % 8 != 0) return reject(Errc::Misaligned);
   // The same CPU atomics the owner applies to these words (and the tcp responder).
@@ -925,7 +996,9 @@ void ServerConn::atomic(const wire::Header& req, std::span<const uint8_t> payloa
 bool ServerConn::stream_open(const wire::Header& req, std::span<const uint8_t> payload) {
   using wire::Header;
   std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
-  auto handler = name.empty() || name.size() > wire::kMaxServiceName ? StreamHandler() : l_.ctx().services->stream(name);
+  auto handler = name.empty() || name.size() > wire::kMaxServiceName
+                     ? StreamHandler()
+                     : l_.ctx().services->stream(name);
   Header r;
   r.op = wire::Op::StreamOpen;
   r.reply = true;
@@ -945,7 +1018,8 @@ bool ServerConn::stream_open(const wire::Header& req, std::span<const uint8_t> p
   verbs::send_frame(*ep_, r, {}, d);
   l_.ctx().counters->streams.fetch_add(1, std::memory_order_relaxed);
   // The stream holds this connection (QP, id, PD) for as long as the handler keeps it.
-  auto stream = std::make_unique<verbs::VerbsStream>(shared_from_this(), ep_.get(), client_, Tunables::kServerStreamTimeout);
+  auto stream = std::make_unique<verbs::VerbsStream>(shared_from_this(), ep_.get(), client_,
+                                                     Tunables::kServerStreamTimeout);
   handler(peer_, std::move(stream));
   return true;
 }
@@ -958,14 +1032,16 @@ bool ServerConn::stream_open(const wire::Header& req, std::span<const uint8_t> p
 std::unique_ptr<Listener> make_verbs_listener(const Address& a, ServeContext ctx) {
   std::string why;
   if (!verbs_probe(&why))
-    throw FabricError(Errc::NoDevice, "cannot listen on " + a.uri() + ": " + why + "; use a tcp:// listen address");
+    throw FabricError(Errc::NoDevice,
+                      "cannot listen on " + a.uri() + ": " + why + "; use a tcp:// listen address");
   return std::make_unique<VerbsListener>(a, ctx);
 }
 
 std::unique_ptr<Connection> verbs_connect(const Address& a, const ClientOptions& opts) {
   std::string why;
   if (!verbs_probe(&why))
-    throw FabricError(Errc::NoDevice, "cannot connect to " + a.uri() + ": " + why + "; use tcp:// instead");
+    throw FabricError(Errc::NoDevice,
+                      "cannot connect to " + a.uri() + ": " + why + "; use tcp:// instead");
   return std::make_unique<verbs::VerbsConnection>(a, opts);
 }
 

@@ -27,6 +27,7 @@
 
 #include "fabric/errors.h"
 #include "fabric/segment.h"
+#include "fabric/socket.h"
 
 #ifndef TIERCE_VERSION
 #define TIERCE_VERSION "0.0.0"
@@ -56,31 +57,7 @@ std::string_view to_string(RegionState s) {
 
 namespace {
 
-// Owns one file descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+using UniqueFd = fabric::Fd;  // RAII descriptor (fabric/socket.h)
 
 std::string hex(uint64_t v) {
   char b[24];

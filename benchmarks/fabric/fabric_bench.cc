@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "fabric/fabric.h"
+#include "fabric/socket.h"
 
 namespace fab = tierce::fabric;
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC via the vDSO on Linux
@@ -162,28 +163,7 @@ Options parse_options(int argc, char** argv) {
 // ---------------------------------------------------------------------------------------------
 // Small RAII helpers
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using UniqueFd = tierce::fabric::Fd;  // RAII descriptor (fabric/socket.h)
 
 std::pair<UniqueFd, UniqueFd> make_pipe() {
   int p[2];
