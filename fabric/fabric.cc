@@ -113,19 +113,17 @@ std::unique_ptr<Connection> connect(std::string_view uri, const ClientOptions& o
   throw FabricError(Errc::Config, "cannot connect to '" + std::string(uri) + "'");
 }
 
-namespace {
-[[noreturn]] void throw_op(const OneSidedOp& op, const Connection& c) {
+void throw_op_error(const OneSidedOp& op, const std::string& uri) {
   static const char* names[] = {"read", "write", "cas64", "faa64"};
-  throw FabricError(op.status, std::string(names[int(op.kind)]) + " at " + c.peer_uri() + " offset " +
+  throw FabricError(op.status, std::string(names[int(op.kind)]) + " at " + uri + " offset " +
                                    std::to_string(op.offset) + ": " + std::string(to_string(op.status)));
 }
-}  // namespace
 
 void Connection::execute(std::span<OneSidedOp> ops) {
   post(ops);
   wait(ops);
   for (auto& op : ops)
-    if (op.status != Errc::Ok) throw_op(op, *this);
+    if (op.status != Errc::Ok) throw_op_error(op, peer_uri());
 }
 
 void Connection::read(const RemoteRegion& r, uint64_t off, void* dst, size_t len) {
@@ -135,7 +133,7 @@ void Connection::read(const RemoteRegion& r, uint64_t off, void* dst, size_t len
   op.offset = off;
   op.dst = dst;
   op.len = len;
-  execute(std::span(&op, 1));
+  run_one(op);
 }
 
 void Connection::write(const RemoteRegion& r, uint64_t off, const void* src, size_t len) {
@@ -145,7 +143,7 @@ void Connection::write(const RemoteRegion& r, uint64_t off, const void* src, siz
   op.offset = off;
   op.src = src;
   op.len = len;
-  execute(std::span(&op, 1));
+  run_one(op);
 }
 
 uint64_t Connection::cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired) {
@@ -155,7 +153,7 @@ uint64_t Connection::cas64(const RemoteRegion& r, uint64_t off, uint64_t expecte
   op.offset = off;
   op.arg0 = expected;
   op.arg1 = desired;
-  execute(std::span(&op, 1));
+  run_one(op);
   return op.result;
 }
 
@@ -165,7 +163,7 @@ uint64_t Connection::faa64(const RemoteRegion& r, uint64_t off, uint64_t add) {
   op.region = &r;
   op.offset = off;
   op.arg0 = add;
-  execute(std::span(&op, 1));
+  run_one(op);
   return op.result;
 }
 

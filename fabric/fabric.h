@@ -120,10 +120,10 @@ class Connection {
   virtual RemoteRegion lookup(std::string_view region_name) = 0;
 
   // Synchronous one-sided operations; throw FabricError on any failure.
-  virtual void read(const RemoteRegion& r, uint64_t off, void* dst, size_t len);
-  virtual void write(const RemoteRegion& r, uint64_t off, const void* src, size_t len);
-  virtual uint64_t cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired);
-  virtual uint64_t faa64(const RemoteRegion& r, uint64_t off, uint64_t add);
+  void read(const RemoteRegion& r, uint64_t off, void* dst, size_t len);
+  void write(const RemoteRegion& r, uint64_t off, const void* src, size_t len);
+  uint64_t cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired);
+  uint64_t faa64(const RemoteRegion& r, uint64_t off, uint64_t add);
 
   // Asynchronous form: post() starts every op (one network round trip for the lot on tcp), the
   // caller may do other work, wait() completes them and fills result/status.
@@ -143,7 +143,14 @@ class Connection {
   virtual void ping() = 0;
 
   virtual void set_op_timeout(Millis t) = 0;
+
+ protected:
+  // One synchronous op, throwing on failure; backends with a faster single-op path override it.
+  virtual void run_one(OneSidedOp& op) { execute(std::span(&op, 1)); }
 };
+
+// Throws the FabricError that describes a failed op (op.status != Ok).
+[[noreturn]] void throw_op_error(const OneSidedOp& op, const std::string& peer_uri);
 
 // Connects and authenticates. Throws FabricError{Timeout, AuthFailed, PeerClosed, NoDevice, ...}.
 std::unique_ptr<Connection> connect(std::string_view uri, const ClientOptions& opts);

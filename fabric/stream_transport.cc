@@ -568,55 +568,6 @@ Errc ShmConnection::run(OneSidedOp& op) {
   return check_lease(hdr, op.region->key);
 }
 
-namespace {
-[[noreturn]] void throw_op(const OneSidedOp& op, const std::string& uri) {
-  static const char* names[] = {"read", "write", "cas64", "faa64"};
-  throw FabricError(op.status, std::string(names[int(op.kind)]) + " at " + uri + " offset " +
-                                   std::to_string(op.offset) + ": " + std::string(to_string(op.status)));
-}
-}  // namespace
-
-void ShmConnection::read(const RemoteRegion& r, uint64_t off, void* dst, size_t len) {
-  OneSidedOp op;
-  op.kind = OpKind::Read;
-  op.region = &r;
-  op.offset = off;
-  op.dst = dst;
-  op.len = len;
-  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
-}
-
-void ShmConnection::write(const RemoteRegion& r, uint64_t off, const void* src, size_t len) {
-  OneSidedOp op;
-  op.kind = OpKind::Write;
-  op.region = &r;
-  op.offset = off;
-  op.src = src;
-  op.len = len;
-  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
-}
-
-uint64_t ShmConnection::cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired) {
-  OneSidedOp op;
-  op.kind = OpKind::Cas;
-  op.region = &r;
-  op.offset = off;
-  op.arg0 = expected;
-  op.arg1 = desired;
-  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
-  return op.result;
-}
-
-uint64_t ShmConnection::faa64(const RemoteRegion& r, uint64_t off, uint64_t add) {
-  OneSidedOp op;
-  op.kind = OpKind::Faa;
-  op.region = &r;
-  op.offset = off;
-  op.arg0 = add;
-  if ((op.status = run(op)) != Errc::Ok) throw_op(op, uri_);
-  return op.result;
-}
-
 void ShmConnection::post(std::span<OneSidedOp> ops) {
   check_usable();
   for (auto& op : ops) op.status = run(op);  // done at once: nothing to overlap with

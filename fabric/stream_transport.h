@@ -112,12 +112,13 @@ class StreamConnection : public Connection {
 class ShmConnection final : public StreamConnection {
  public:
   ShmConnection(Address addr, const ClientOptions& opts) : StreamConnection(std::move(addr), opts) {}
-  void read(const RemoteRegion& r, uint64_t off, void* dst, size_t len) override;
-  void write(const RemoteRegion& r, uint64_t off, const void* src, size_t len) override;
-  uint64_t cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired) override;
-  uint64_t faa64(const RemoteRegion& r, uint64_t off, uint64_t add) override;
   void post(std::span<OneSidedOp> ops) override;
   void wait(std::span<OneSidedOp> ops) override;
+
+ protected:
+  void run_one(OneSidedOp& op) override {  // the hot path: no batch bookkeeping
+    if ((op.status = run(op)) != Errc::Ok) throw_op_error(op, uri_);
+  }
 
  private:
   struct Mapping {
