@@ -17,16 +17,18 @@ namespace tierce::fabric {
 
 Secret::Secret(std::string bytes) : bytes_(std::move(bytes)) {
   if (bytes_.size() < kMinSecretBytes)
-    throw FabricError(Errc::Config, "shared secret is " + std::to_string(bytes_.size()) +
-                                        " bytes; at least " + std::to_string(kMinSecretBytes) +
-                                        " are needed (e.g. head -c 32 /dev/urandom | base64 > secret)");
+    throw FabricError(Errc::Config,
+                      "shared secret is " + std::to_string(bytes_.size()) + " bytes; at least " +
+                          std::to_string(kMinSecretBytes) +
+                          " are needed (e.g. head -c 32 /dev/urandom | base64 > secret)");
 }
 
 Secret Secret::from_file(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) throw_errno("secret file " + path);
   if (st.st_mode & S_IROTH)
-    throw FabricError(Errc::Config, "secret file " + path + " is readable by others: chmod o-r " + path);
+    throw FabricError(Errc::Config,
+                      "secret file " + path + " is readable by others: chmod o-r " + path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_errno("open secret file " + path);
   std::stringstream ss;
@@ -52,15 +54,20 @@ Mac proof(const Secret& s, const char* label, const Nonce& first, const Nonce& s
   std::memcpy(msg + 40, second.data(), 32);
   Mac out{};
   unsigned len = 0;
-  if (!HMAC(EVP_sha256(), s.bytes().data(), int(s.bytes().size()), msg, sizeof msg, out.data(), &len) ||
+  if (!HMAC(EVP_sha256(), s.bytes().data(), int(s.bytes().size()), msg, sizeof msg, out.data(),
+            &len) ||
       len != out.size())
     throw FabricError(Errc::System, "HMAC-SHA256 failed (OpenSSL)");
   return out;
 }
 }  // namespace
 
-Mac client_proof(const Secret& s, const Nonce& sn, const Nonce& cn) { return proof(s, "tierce-c", sn, cn); }
-Mac server_proof(const Secret& s, const Nonce& sn, const Nonce& cn) { return proof(s, "tierce-s", cn, sn); }
+Mac client_proof(const Secret& s, const Nonce& sn, const Nonce& cn) {
+  return proof(s, "tierce-c", sn, cn);
+}
+Mac server_proof(const Secret& s, const Nonce& sn, const Nonce& cn) {
+  return proof(s, "tierce-s", cn, sn);
+}
 
 bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;

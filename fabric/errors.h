@@ -24,14 +24,14 @@ enum class Errc : uint16_t {
   NotPermitted = 10,  // operation not allowed on this transport (e.g. MAP over tcp)
   AuthFailed = 11,    // challenge-response failed or the peer refused us
   // Local-only statuses.
-  Timeout = 0x100,    // the peer did not answer within the deadline
-  PeerClosed,         // the connection went away (peer died or closed it)
-  PeerDead,           // shm: the exporter's lease ran out
-  Protocol,           // malformed frame from the peer
-  NoDevice,           // verbs: no active RDMA device on this host
-  Unsupported,        // the backend lacks this operation
-  Config,             // bad configuration or address
-  System,             // an OS call failed; the message has errno's text
+  Timeout = 0x100,  // the peer did not answer within the deadline
+  PeerClosed,       // the connection went away (peer died or closed it)
+  PeerDead,         // shm: the exporter's lease ran out
+  Protocol,         // malformed frame from the peer
+  NoDevice,         // verbs: no active RDMA device on this host
+  Unsupported,      // the backend lacks this operation
+  Config,           // bad configuration or address
+  System,           // an OS call failed; the message has errno's text
 };
 
 std::string_view to_string(Errc e);

@@ -12,10 +12,14 @@ namespace tierce::fabric {
 
 std::string_view to_string(Transport t) {
   switch (t) {
-    case Transport::Auto: return "auto";
-    case Transport::Verbs: return "verbs";
-    case Transport::Tcp: return "tcp";
-    case Transport::Shm: return "shm";
+    case Transport::Auto:
+      return "auto";
+    case Transport::Verbs:
+      return "verbs";
+    case Transport::Tcp:
+      return "tcp";
+    case Transport::Shm:
+      return "shm";
   }
   return "?";
 }
@@ -25,7 +29,8 @@ Transport parse_transport(std::string_view s) {
   if (s == "verbs") return Transport::Verbs;
   if (s == "tcp") return Transport::Tcp;
   if (s == "shm") return Transport::Shm;
-  throw FabricError(Errc::Config, "unknown transport '" + std::string(s) + "' (use auto, verbs, tcp or shm)");
+  throw FabricError(Errc::Config,
+                    "unknown transport '" + std::string(s) + "' (use auto, verbs, tcp or shm)");
 }
 
 Capabilities capabilities_of(Transport t) {
@@ -56,8 +61,10 @@ std::string Address::uri() const {
 
 Address parse_address(std::string_view uri) {
   auto bad = [&](const std::string& why) {
-    return FabricError(Errc::Config, "bad address '" + std::string(uri) + "': " + why +
-                                         " (expected tcp://HOST:PORT, verbs://HOST:PORT or shm:///path/to/socket)");
+    return FabricError(
+        Errc::Config,
+        "bad address '" + std::string(uri) + "': " + why +
+            " (expected tcp://HOST:PORT, verbs://HOST:PORT or shm:///path/to/socket)");
   };
   auto sep = uri.find("://");
   if (sep == std::string_view::npos) throw bad("no scheme");
@@ -69,13 +76,17 @@ Address parse_address(std::string_view uri) {
     a.path = std::string(rest);
     return a;
   }
-  if (scheme == "tcp") a.transport = Transport::Tcp;
-  else if (scheme == "verbs") a.transport = Transport::Verbs;
-  else throw bad("unknown scheme '" + std::string(scheme) + "'");
+  if (scheme == "tcp")
+    a.transport = Transport::Tcp;
+  else if (scheme == "verbs")
+    a.transport = Transport::Verbs;
+  else
+    throw bad("unknown scheme '" + std::string(scheme) + "'");
   std::string_view host, port;
   if (!rest.empty() && rest[0] == '[') {
     auto close = rest.find(']');
-    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') throw bad("bad [ipv6]:port");
+    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':')
+      throw bad("bad [ipv6]:port");
     host = rest.substr(1, close - 1);
     port = rest.substr(close + 2);
   } else {
@@ -93,7 +104,9 @@ Address parse_address(std::string_view uri) {
   return a;
 }
 
-bool verbs_device_available(std::string* why) { return verbs_probe(why); }
+bool verbs_device_available(std::string* why) {
+  return verbs_probe(why);
+}
 
 Transport resolve_auto(Transport preferred, bool peer_on_same_host) {
   if (preferred != Transport::Auto) return preferred;
@@ -105,10 +118,14 @@ Transport resolve_auto(Transport preferred, bool peer_on_same_host) {
 std::unique_ptr<Connection> connect(std::string_view uri, const ClientOptions& opts) {
   Address a = parse_address(uri);
   switch (a.transport) {
-    case Transport::Tcp: return std::make_unique<StreamConnection>(a, opts);
-    case Transport::Shm: return std::make_unique<ShmConnection>(a, opts);
-    case Transport::Verbs: return verbs_connect(a, opts);
-    case Transport::Auto: break;
+    case Transport::Tcp:
+      return std::make_unique<StreamConnection>(a, opts);
+    case Transport::Shm:
+      return std::make_unique<ShmConnection>(a, opts);
+    case Transport::Verbs:
+      return verbs_connect(a, opts);
+    case Transport::Auto:
+      break;
   }
   throw FabricError(Errc::Config, "cannot connect to '" + std::string(uri) + "'");
 }
@@ -116,7 +133,8 @@ std::unique_ptr<Connection> connect(std::string_view uri, const ClientOptions& o
 void throw_op_error(const OneSidedOp& op, const std::string& uri) {
   static const char* names[] = {"read", "write", "cas64", "faa64"};
   throw FabricError(op.status, std::string(names[int(op.kind)]) + " at " + uri + " offset " +
-                                   std::to_string(op.offset) + ": " + std::string(to_string(op.status)));
+                                   std::to_string(op.offset) + ": " +
+                                   std::string(to_string(op.status)));
 }
 
 void Connection::execute(std::span<OneSidedOp> ops) {
@@ -146,7 +164,8 @@ void Connection::write(const RemoteRegion& r, uint64_t off, const void* src, siz
   run_one(op);
 }
 
-uint64_t Connection::cas64(const RemoteRegion& r, uint64_t off, uint64_t expected, uint64_t desired) {
+uint64_t Connection::cas64(const RemoteRegion& r, uint64_t off, uint64_t expected,
+                           uint64_t desired) {
   OneSidedOp op;
   op.kind = OpKind::Cas;
   op.region = &r;

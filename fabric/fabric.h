@@ -6,8 +6,9 @@
 //   Connection  a client's link to one Server: directory lookup, one-sided read/write/cas64/faa64
 //               (sync and batched), request/response and one-way messages, bulk streams.
 //   Backends    tcp   — a responder thread in the server performs one-sided ops (target CPU busy);
-//               shm   — same host: the peer maps the segment and touches it directly (truly one-sided);
-//               verbs — rdma-core RC queue pairs: the NIC performs them (truly one-sided, zero-copy).
+//               shm   — same host: the peer maps the segment and touches it directly (truly
+//               one-sided); verbs — rdma-core RC queue pairs: the NIC performs them (truly
+//               one-sided, zero-copy).
 //
 // Addresses are URIs: tcp://HOST:PORT, shm:///abs/path/to/socket, verbs://HOST:PORT.
 // Port 0 asks for an ephemeral port; Server::bound_uris() tells which one was taken.
@@ -104,7 +105,8 @@ class Stream {
 struct ClientOptions {
   Secret secret;
   Millis connect_timeout{2000};
-  Millis op_timeout{1000};  // deadline of every operation: a dead or silent peer is an error by then
+  Millis op_timeout{
+      1000};  // deadline of every operation: a dead or silent peer is an error by then
 };
 
 // A client's link to one Server. Not thread-safe: one per thread, or guard it.
@@ -176,7 +178,7 @@ struct ServerOptions {
   Millis auth_timeout{5000};        // a peer must authenticate within this
   Millis idle_timeout{0};           // 0 = connections may idle forever
   size_t max_connections = 4096;
-  LogSink log;                      // defaults to stderr
+  LogSink log;  // defaults to stderr
 };
 
 struct ExportInfo {

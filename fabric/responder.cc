@@ -11,7 +11,8 @@ namespace tierce::fabric {
 
 ExportInfo RegionTable::add(const std::string& name, std::shared_ptr<SharedSegment> seg) {
   if (name.empty() || name.size() > wire::kMaxRegionName)
-    throw FabricError(Errc::Config, "region name must be 1.." + std::to_string(wire::kMaxRegionName) + " bytes");
+    throw FabricError(Errc::Config,
+                      "region name must be 1.." + std::to_string(wire::kMaxRegionName) + " bytes");
   if (!seg || !*seg) throw FabricError(Errc::Config, "region " + name + ": no segment");
   auto r = std::make_shared<ExportedRegion>();
   r->name = name;
@@ -26,8 +27,9 @@ ExportInfo RegionTable::add(const std::string& name, std::shared_ptr<SharedSegme
   r->seg->header()->export_key.store(r->key, std::memory_order_release);
   by_name_[name] = r->id;
   by_id_[r->id] = r;
-  return ExportInfo{r->name, r->seg->name(), r->id, r->seg->size(), r->seg->incarnation(),
-                    Responder::address_of(r->id, 0), r->key};
+  return ExportInfo{r->name,        r->seg->name(),        r->id,
+                    r->seg->size(), r->seg->incarnation(), Responder::address_of(r->id, 0),
+                    r->key};
 }
 
 bool RegionTable::remove(const std::string& name) {
@@ -65,14 +67,16 @@ std::vector<std::shared_ptr<const ExportedRegion>> RegionTable::all() const {
 
 void ServiceTable::add_call(const std::string& name, CallHandler h) {
   if (name.empty() || name.size() > wire::kMaxServiceName)
-    throw FabricError(Errc::Config, "service name must be 1.." + std::to_string(wire::kMaxServiceName) + " bytes");
+    throw FabricError(Errc::Config, "service name must be 1.." +
+                                        std::to_string(wire::kMaxServiceName) + " bytes");
   std::unique_lock g(mu_);
   calls_[name] = std::move(h);
 }
 
 void ServiceTable::add_stream(const std::string& name, StreamHandler h) {
   if (name.empty() || name.size() > wire::kMaxServiceName)
-    throw FabricError(Errc::Config, "service name must be 1.." + std::to_string(wire::kMaxServiceName) + " bytes");
+    throw FabricError(Errc::Config, "service name must be 1.." +
+                                        std::to_string(wire::kMaxServiceName) + " bytes");
   std::unique_lock g(mu_);
   streams_[name] = std::move(h);
 }
@@ -118,8 +122,8 @@ Errc Responder::resolve(uint64_t addr, uint64_t key, uint64_t len, bool atomic,
   return Errc::Ok;
 }
 
-bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload, const PeerInfo& peer,
-                       const TransportView& view, Reply* out) const {
+bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload,
+                       const PeerInfo& peer, const TransportView& view, Reply* out) const {
   using wire::Op;
   out->header = wire::Header{};
   out->header.op = req.op;
@@ -145,7 +149,8 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       if (Errc e = resolve(req.a0, req.a1, req.a2, false, &r, &p); e != Errc::Ok) return reject(e);
       if (req.a2 == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
         // An aligned word is read atomically, like the owner's CPU atomics that update it.
-        uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).load(std::memory_order_acquire);
+        uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+                         .load(std::memory_order_acquire);
         out->payload.resize(8);
         std::memcpy(out->payload.data(), &v, 8);
       } else {
@@ -158,11 +163,13 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       counters_.one_sided_ops.fetch_add(1, std::memory_order_relaxed);
       std::shared_ptr<const ExportedRegion> r;
       uint8_t* p = nullptr;
-      if (Errc e = resolve(req.a0, req.a1, payload.size(), false, &r, &p); e != Errc::Ok) return reject(e);
+      if (Errc e = resolve(req.a0, req.a1, payload.size(), false, &r, &p); e != Errc::Ok)
+        return reject(e);
       if (payload.size() == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
         uint64_t v;
         std::memcpy(&v, payload.data(), 8);
-        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(v, std::memory_order_release);
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+            .store(v, std::memory_order_release);
       } else if (!payload.empty()) {
         std::memcpy(p, payload.data(), payload.size());
       }
@@ -187,7 +194,8 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
     }
     case Op::Lookup: {
       if (payload.empty() || payload.size() > wire::kMaxRegionName) return reject(Errc::BadRequest);
-      auto r = regions_.by_name(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+      auto r = regions_.by_name(
+          std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
       if (!r) return reject(Errc::NoSuchRegion);
       if (!r->seg->live()) return reject(Errc::Revoked);
       h.a0 = address_of(r->id, 0);
@@ -199,7 +207,8 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       if (!view.can_pass_fd) return reject(Errc::NotPermitted);
       std::shared_ptr<const ExportedRegion> r;
       uint8_t* p = nullptr;
-      if (Errc e = resolve(req.a0 & ~wire::kOffsetMask, req.a1, 0, false, &r, &p); e != Errc::Ok) return reject(e);
+      if (Errc e = resolve(req.a0 & ~wire::kOffsetMask, req.a1, 0, false, &r, &p); e != Errc::Ok)
+        return reject(e);
       h.a0 = address_of(r->id, 0);
       h.a2 = r->seg->size();
       out->fd_to_pass = r->seg->fd();

@@ -69,9 +69,9 @@ struct TransportView {
 struct Reply {
   wire::Header header;
   std::vector<uint8_t> payload;
-  std::span<const uint8_t> direct;                // READ: bytes sent straight from the region
-  std::shared_ptr<const ExportedRegion> pinned;   // keeps `direct` mapped while it is sent
-  int fd_to_pass = -1;                            // MAP: the segment's fd (still owned by it)
+  std::span<const uint8_t> direct;               // READ: bytes sent straight from the region
+  std::shared_ptr<const ExportedRegion> pinned;  // keeps `direct` mapped while it is sent
+  int fd_to_pass = -1;                           // MAP: the segment's fd (still owned by it)
 };
 
 class Responder {

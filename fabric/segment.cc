@@ -25,11 +25,15 @@ uint64_t monotonic_ns() {
 
 namespace {
 void check_name(const std::string& name) {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos || name.size() > 200)
-    throw FabricError(Errc::Config, "segment name '" + name +
-                                        "' must start with '/' and contain no other '/' (e.g. /tierce.app1.versions)");
+  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
+      name.size() > 200)
+    throw FabricError(
+        Errc::Config,
+        "segment name '" + name +
+            "' must start with '/' and contain no other '/' (e.g. /tierce.app1.versions)");
 }
-constexpr size_t kMaxSegment = size_t(1) << 40;  // matches the 40-bit offset field of tcp/shm addresses
+constexpr size_t kMaxSegment = size_t(1)
+                               << 40;  // matches the 40-bit offset field of tcp/shm addresses
 }  // namespace
 
 SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, size_t data_len) {
@@ -52,7 +56,8 @@ SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, 
   }
   if (size_t(st.st_size) < kHeaderSize) {
     ::close(fd);
-    throw FabricError(Errc::BadRequest, "segment " + name + " is smaller than its header: not a Tierce segment");
+    throw FabricError(Errc::BadRequest,
+                      "segment " + name + " is smaller than its header: not a Tierce segment");
   }
   void* p = mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -76,9 +81,11 @@ SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, 
     h->lease_deadline_ns.store(0, std::memory_order_relaxed);
     // Publish: everything above is visible to any mapper that sees Live.
     h->state.store(uint64_t(SegmentState::Live), std::memory_order_release);
-  } else if (h->magic != kSegmentMagic || h->layout != kSegmentLayout || h->data_offset != kHeaderSize ||
-             h->data_len > s.map_len_ - kHeaderSize) {
-    throw FabricError(Errc::BadRequest, "segment " + name + " has a bad header (not created by Tierce, or another layout version)");
+  } else if (h->magic != kSegmentMagic || h->layout != kSegmentLayout ||
+             h->data_offset != kHeaderSize || h->data_len > s.map_len_ - kHeaderSize) {
+    throw FabricError(
+        Errc::BadRequest,
+        "segment " + name + " has a bad header (not created by Tierce, or another layout version)");
   }
   return s;
 }
@@ -125,7 +132,9 @@ SharedSegment SharedSegment::from_fd(int fd, const std::string& debug_name) {
   return map_fd(fd, debug_name, false, 0);
 }
 
-void SharedSegment::unlink(const std::string& name) { shm_unlink(name.c_str()); }
+void SharedSegment::unlink(const std::string& name) {
+  shm_unlink(name.c_str());
+}
 
 SharedSegment::SharedSegment(SharedSegment&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)),
@@ -144,7 +153,9 @@ SharedSegment& SharedSegment::operator=(SharedSegment&& o) noexcept {
   return *this;
 }
 
-SharedSegment::~SharedSegment() { reset(); }
+SharedSegment::~SharedSegment() {
+  reset();
+}
 
 void SharedSegment::reset() {
   if (base_) munmap(base_, map_len_);

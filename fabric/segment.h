@@ -88,7 +88,9 @@ class SharedSegment {
   // Identity of the underlying object: a re-created segment of the same name has a new one.
   uint64_t incarnation() const { return header()->incarnation; }
 
-  void revoke() const { header()->state.store(uint64_t(SegmentState::Revoked), std::memory_order_release); }
+  void revoke() const {
+    header()->state.store(uint64_t(SegmentState::Revoked), std::memory_order_release);
+  }
   bool live() const {
     return header()->state.load(std::memory_order_acquire) == uint64_t(SegmentState::Live);
   }

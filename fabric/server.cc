@@ -1,7 +1,7 @@
 // fabric/server.cc — Server: listeners per address, connection threads, shm lease heartbeats.
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -68,8 +68,9 @@ class SocketListener final : public Listener {
       if (stopped_) return;
       if (active_ >= ctx_.opts->max_connections) {
         if (ctx_.opts->log)
-          ctx_.opts->log(LogLevel::Warn, "FAB0102 refusing connection from " + peer + ": max_connections (" +
-                                             std::to_string(ctx_.opts->max_connections) + ") reached");
+          ctx_.opts->log(LogLevel::Warn,
+                         "FAB0102 refusing connection from " + peer + ": max_connections (" +
+                             std::to_string(ctx_.opts->max_connections) + ") reached");
         continue;
       }
       Fd mine(::dup(c.get()));  // lets stop() shut the socket down whatever its owner does with c
@@ -115,7 +116,8 @@ struct Server::Impl {
   std::thread heartbeat;
 
   void renew_leases(uint64_t deadline) {
-    for (auto& r : regions.all()) r->seg->header()->lease_deadline_ns.store(deadline, std::memory_order_release);
+    for (auto& r : regions.all())
+      r->seg->header()->lease_deadline_ns.store(deadline, std::memory_order_release);
   }
 
   // Publication: the lease is stored with release; shm peers load it with acquire after their
@@ -123,7 +125,8 @@ struct Server::Impl {
   void heartbeat_loop() {
     std::unique_lock g(mu);
     while (!stopping) {
-      uint64_t lease_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(opts.lease).count());
+      uint64_t lease_ns =
+          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(opts.lease).count());
       renew_leases(monotonic_ns() + lease_ns);
       cv.wait_for(g, opts.heartbeat, [&] { return stopping; });
     }
@@ -135,8 +138,10 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   I.opts = std::move(opts);
   if (!I.opts.log) I.opts.log = stderr_sink(I.opts.name);
   if (I.opts.secret.empty())
-    throw FabricError(Errc::Config, "server " + I.opts.name + ": no shared secret configured (secret_file)");
-  if (I.opts.listen.empty()) throw FabricError(Errc::Config, "server " + I.opts.name + ": no listen address");
+    throw FabricError(Errc::Config,
+                      "server " + I.opts.name + ": no shared secret configured (secret_file)");
+  if (I.opts.listen.empty())
+    throw FabricError(Errc::Config, "server " + I.opts.name + ": no listen address");
   if (I.opts.lease <= I.opts.heartbeat)
     throw FabricError(Errc::Config, "lease must be longer than the heartbeat period");
   try {
@@ -148,7 +153,8 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
         I.listeners.push_back(make_verbs_listener(a, ctx));
       else
         I.listeners.push_back(std::make_unique<SocketListener>(a, ctx));
-      I.opts.log(LogLevel::Info, "FAB0103 " + I.opts.name + " serving on " + I.listeners.back()->uri());
+      I.opts.log(LogLevel::Info,
+                 "FAB0103 " + I.opts.name + " serving on " + I.listeners.back()->uri());
     }
   } catch (...) {
     for (auto& l : I.listeners) l->stop();
@@ -157,7 +163,9 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   I.heartbeat = std::thread([&I] { I.heartbeat_loop(); });
 }
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+}
 
 void Server::stop() {
   auto& I = *impl_;
@@ -176,16 +184,19 @@ void Server::stop() {
 
 ExportInfo Server::export_region(const std::string& name, std::shared_ptr<SharedSegment> seg) {
   auto& I = *impl_;
-  uint64_t lease_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(I.opts.lease).count());
+  uint64_t lease_ns =
+      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(I.opts.lease).count());
   seg->header()->lease_deadline_ns.store(monotonic_ns() + lease_ns, std::memory_order_release);
   ExportInfo info = I.regions.add(name, std::move(seg));
-  I.opts.log(LogLevel::Info, "FAB0104 exporting region '" + name + "' (" + std::to_string(info.len) +
-                                 " bytes, segment " + info.segment + ", id " + std::to_string(info.id) + ")");
+  I.opts.log(LogLevel::Info, "FAB0104 exporting region '" + name + "' (" +
+                                 std::to_string(info.len) + " bytes, segment " + info.segment +
+                                 ", id " + std::to_string(info.id) + ")");
   return info;
 }
 
 void Server::unexport_region(const std::string& name) {
-  if (impl_->regions.remove(name)) impl_->opts.log(LogLevel::Info, "FAB0105 region '" + name + "' no longer exported");
+  if (impl_->regions.remove(name))
+    impl_->opts.log(LogLevel::Info, "FAB0105 region '" + name + "' no longer exported");
 }
 
 std::vector<ExportInfo> Server::exports() const {
@@ -196,7 +207,9 @@ std::vector<ExportInfo> Server::exports() const {
   return v;
 }
 
-void Server::on_call(const std::string& service, CallHandler h) { impl_->services.add_call(service, std::move(h)); }
+void Server::on_call(const std::string& service, CallHandler h) {
+  impl_->services.add_call(service, std::move(h));
+}
 void Server::on_stream(const std::string& service, StreamHandler h) {
   impl_->services.add_stream(service, std::move(h));
 }
@@ -207,6 +220,8 @@ std::vector<std::string> Server::bound_uris() const {
   return v;
 }
 
-ServerStats Server::stats() const { return impl_->counters.snapshot(); }
+ServerStats Server::stats() const {
+  return impl_->counters.snapshot();
+}
 
 }  // namespace tierce::fabric

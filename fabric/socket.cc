@@ -28,7 +28,8 @@ namespace {
 
 int poll_ms(Deadline d) {
   if (d == kNoDeadline) return -1;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d - std::chrono::steady_clock::now());
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(d - std::chrono::steady_clock::now());
   if (left.count() <= 0) return 0;
   return int(std::min<long long>(left.count() + 1, 1 << 30));
 }
@@ -57,9 +58,12 @@ sockaddr_un unix_addr(const std::string& path) {
   return a;
 }
 
-void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblock(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
-void connect_with_deadline(int fd, const sockaddr* a, socklen_t len, Deadline d, const std::string& what) {
+void connect_with_deadline(int fd, const sockaddr* a, socklen_t len, Deadline d,
+                           const std::string& what) {
   set_nonblock(fd);
   if (::connect(fd, a, len) == 0) return;
   if (errno != EINPROGRESS && errno != EAGAIN) throw_errno("connect " + what);
@@ -69,15 +73,21 @@ void connect_with_deadline(int fd, const sockaddr* a, socklen_t len, Deadline d,
   getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
   if (err != 0) {
     errno = err;
-    if (err == ECONNREFUSED) throw FabricError(Errc::PeerClosed, "connect " + what + ": connection refused (is the server running?)");
+    if (err == ECONNREFUSED)
+      throw FabricError(Errc::PeerClosed,
+                        "connect " + what + ": connection refused (is the server running?)");
     throw_errno("connect " + what);
   }
 }
 
 }  // namespace
 
-void wait_readable(int fd, Deadline d) { wait_for(fd, POLLIN, d); }
-void wait_writable(int fd, Deadline d) { wait_for(fd, POLLOUT, d); }
+void wait_readable(int fd, Deadline d) {
+  wait_for(fd, POLLIN, d);
+}
+void wait_writable(int fd, Deadline d) {
+  wait_for(fd, POLLOUT, d);
+}
 
 void set_nodelay(int fd) {
   int one = 1;
@@ -92,7 +102,9 @@ Fd tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port) {
   addrinfo* res = nullptr;
   std::string ps = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), ps.c_str(), &hints, &res);
-  if (rc != 0) throw FabricError(Errc::Config, "cannot resolve listen host '" + host + "': " + gai_strerror(rc));
+  if (rc != 0)
+    throw FabricError(Errc::Config,
+                      "cannot resolve listen host '" + host + "': " + gai_strerror(rc));
   Fd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) {
     freeaddrinfo(res);
@@ -140,7 +152,8 @@ Fd tcp_connect(const std::string& host, uint16_t port, Deadline d) {
   addrinfo* res = nullptr;
   std::string ps = std::to_string(port);
   int rc = getaddrinfo(host.c_str(), ps.c_str(), &hints, &res);
-  if (rc != 0) throw FabricError(Errc::Config, "cannot resolve '" + host + "': " + gai_strerror(rc));
+  if (rc != 0)
+    throw FabricError(Errc::Config, "cannot resolve '" + host + "': " + gai_strerror(rc));
   Fd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) {
     freeaddrinfo(res);
@@ -269,7 +282,8 @@ void send_with_fd(int sock, const void* buf, size_t len, int fd_to_pass, Deadlin
       continue;
     }
     if (errno == EINTR) continue;
-    if (errno == EPIPE || errno == ECONNRESET) throw FabricError(Errc::PeerClosed, "peer closed the connection");
+    if (errno == EPIPE || errno == ECONNRESET)
+      throw FabricError(Errc::PeerClosed, "peer closed the connection");
     throw_errno("sendmsg");
   }
 }
@@ -296,7 +310,8 @@ void recv_with_fd(int sock, void* buf, size_t len, int* fd_out, Deadline d) {
   }
   if (n == 0) throw FabricError(Errc::PeerClosed, "peer closed the connection");
   for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      std::memcpy(fd_out, CMSG_DATA(c), sizeof(int));
   if (size_t(n) < len) recv_exact(sock, static_cast<uint8_t*>(buf) + n, len - size_t(n), d);
 }
 

@@ -11,7 +11,9 @@
 namespace tierce::fabric {
 
 using Deadline = std::chrono::steady_clock::time_point;
-inline Deadline deadline_in(std::chrono::milliseconds t) { return std::chrono::steady_clock::now() + t; }
+inline Deadline deadline_in(std::chrono::milliseconds t) {
+  return std::chrono::steady_clock::now() + t;
+}
 inline constexpr Deadline kNoDeadline = Deadline::max();
 
 // RAII file descriptor.

@@ -22,7 +22,9 @@ size_t SocketStream::read_some(std::span<uint8_t> b) {
   return recv_some(fd_.get(), b.data(), b.size(), deadline_in(timeout_));
 }
 
-void SocketStream::shutdown_write() { ::shutdown(fd_.get(), SHUT_WR); }
+void SocketStream::shutdown_write() {
+  ::shutdown(fd_.get(), SHUT_WR);
+}
 
 void Stream::read_exact(std::span<uint8_t> buf) {
   size_t got = 0;
@@ -128,8 +130,8 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
     if (!recv_frame(fd.get(), &h, &payload, auth_d, auth_d)) return;
     if (h.op != Op::Auth || h.reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
       ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
-      log(LogLevel::Warn, "FAB0201 peer " + peer.remote + " sent " + std::string(wire::op_name(h.op)) +
-                              " before authenticating; closing");
+      log(LogLevel::Warn, "FAB0201 peer " + peer.remote + " sent " +
+                              std::string(wire::op_name(h.op)) + " before authenticating; closing");
       Header r;
       r.op = h.op;
       r.reply = true;
@@ -141,10 +143,11 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
     Nonce cn;
     std::memcpy(cn.data(), payload.data(), cn.size());
     Mac expect = client_proof(o.secret, sn, cn);
-    if (!mac_equal(expect, std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
+    if (!mac_equal(expect,
+                   std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
       ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
-      log(LogLevel::Warn, "FAB0202 peer " + peer.remote +
-                              " failed authentication (wrong shared secret?); closing");
+      log(LogLevel::Warn,
+          "FAB0202 peer " + peer.remote + " failed authentication (wrong shared secret?); closing");
       Header r;
       r.op = Op::Auth;
       r.reply = true;
@@ -178,26 +181,32 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
       } catch (const FabricError& e) {
         if (e.code() == Errc::Protocol) {
           ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
-          log(LogLevel::Warn, "FAB0203 peer " + peer.remote + ": " + e.what() + "; closing the connection");
+          log(LogLevel::Warn,
+              "FAB0203 peer " + peer.remote + ": " + e.what() + "; closing the connection");
         } else if (e.code() == Errc::Timeout) {
-          log(LogLevel::Info, "FAB0204 peer " + peer.remote + " idle or stalled mid-frame; closing");
+          log(LogLevel::Info,
+              "FAB0204 peer " + peer.remote + " idle or stalled mid-frame; closing");
         }
         return;
       }
       if (h.reply) {
         ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
-        log(LogLevel::Warn, "FAB0205 peer " + peer.remote + " sent a reply frame as a request; closing");
+        log(LogLevel::Warn,
+            "FAB0205 peer " + peer.remote + " sent a reply frame as a request; closing");
         return;
       }
       Deadline d = deadline_in(kFrameBodyTimeout);
       if (h.op == Op::StreamOpen) {
         flush(d);
         if (reader.buffered() != 0) {
-          log(LogLevel::Warn, "FAB0208 peer " + peer.remote + " sent data before its stream was accepted; closing");
+          log(LogLevel::Warn,
+              "FAB0208 peer " + peer.remote + " sent data before its stream was accepted; closing");
           return;
         }
         std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
-        auto handler = name.empty() || name.size() > wire::kMaxServiceName ? StreamHandler() : ctx.services->stream(name);
+        auto handler = name.empty() || name.size() > wire::kMaxServiceName
+                           ? StreamHandler()
+                           : ctx.services->stream(name);
         Header r;
         r.op = Op::StreamOpen;
         r.reply = true;
@@ -248,9 +257,11 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
 std::string client_handshake(int fd, const Secret& secret, Deadline d) {
   Header h;
   std::vector<uint8_t> p;
-  if (!recv_frame(fd, &h, &p, d, d)) throw FabricError(Errc::PeerClosed, "server closed before HELLO");
+  if (!recv_frame(fd, &h, &p, d, d))
+    throw FabricError(Errc::PeerClosed, "server closed before HELLO");
   if (h.op != Op::Hello || p.size() < wire::kNonceSize)
-    throw FabricError(Errc::Protocol, "server did not start with HELLO: not a Tierce fabric server?");
+    throw FabricError(Errc::Protocol,
+                      "server did not start with HELLO: not a Tierce fabric server?");
   Nonce sn, cn = make_nonce();
   std::memcpy(sn.data(), p.data(), sn.size());
   std::string name(p.begin() + wire::kNonceSize, p.end());
@@ -262,20 +273,24 @@ std::string client_handshake(int fd, const Secret& secret, Deadline d) {
   a.id = 1;
   send_frame(fd, a, auth, d);
   if (!recv_frame(fd, &h, &p, d, d))
-    throw FabricError(Errc::AuthFailed, "server " + name + " closed the connection during authentication");
+    throw FabricError(Errc::AuthFailed,
+                      "server " + name + " closed the connection during authentication");
   if (h.status == Errc::AuthFailed)
-    throw FabricError(Errc::AuthFailed, "server " + name + " refused our credentials (shared secret differs?)");
+    throw FabricError(Errc::AuthFailed,
+                      "server " + name + " refused our credentials (shared secret differs?)");
   if (h.op != Op::AuthOk || !h.reply || h.status != Errc::Ok || p.size() != wire::kMacSize)
     throw FabricError(Errc::Protocol, "unexpected answer to AUTH from " + name);
   Mac expect = server_proof(secret, sn, cn);
   if (!mac_equal(expect, p))
-    throw FabricError(Errc::AuthFailed, "server " + name + " could not prove the shared secret: refusing it");
+    throw FabricError(Errc::AuthFailed,
+                      "server " + name + " could not prove the shared secret: refusing it");
   return name;
 }
 
 StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
     : addr_(std::move(addr)), uri_(addr_.uri()), opts_(opts) {
-  if (opts_.secret.empty()) throw FabricError(Errc::Config, "no shared secret configured for " + uri_);
+  if (opts_.secret.empty())
+    throw FabricError(Errc::Config, "no shared secret configured for " + uri_);
   Deadline d = deadline_in(opts_.connect_timeout);
   fd_ = open_socket(d);
   peer_name_ = client_handshake(fd_.get(), opts_.secret, d);
@@ -288,8 +303,11 @@ Fd StreamConnection::open_socket(Deadline d) const {
 }
 
 void StreamConnection::check_usable() const {
-  if (broken_) throw FabricError(Errc::PeerClosed, "connection to " + uri_ + " is broken (" + broken_why_ + "); reconnect");
-  if (pending_) throw std::logic_error("fabric: operation on a connection with a posted, unwaited batch");
+  if (broken_)
+    throw FabricError(Errc::PeerClosed,
+                      "connection to " + uri_ + " is broken (" + broken_why_ + "); reconnect");
+  if (pending_)
+    throw std::logic_error("fabric: operation on a connection with a posted, unwaited batch");
 }
 
 void StreamConnection::fail(const FabricError& e) {
@@ -309,7 +327,8 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
   try {
     send_frame(fd_.get(), req, payload, d);
     if (fd_out) {
-      if (reader_->buffered() != 0) throw FabricError(Errc::Protocol, "unexpected bytes before a MAP reply");
+      if (reader_->buffered() != 0)
+        throw FabricError(Errc::Protocol, "unexpected bytes before a MAP reply");
       uint8_t hb[wire::kHeaderSize];
       recv_with_fd(fd_.get(), hb, sizeof hb, fd_out, d);
       std::string why;
@@ -319,7 +338,8 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
       reply_payload->resize(h.length);
       if (h.length) recv_exact(fd_.get(), reply_payload->data(), h.length, d);
     } else {
-      if (!reader_->header(&h, d)) throw FabricError(Errc::PeerClosed, "server closed the connection");
+      if (!reader_->header(&h, d))
+        throw FabricError(Errc::PeerClosed, "server closed the connection");
       reply_payload->resize(h.length);
       if (h.length) reader_->body(reply_payload->data(), h.length, d);
     }
@@ -333,16 +353,20 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
 }
 
 namespace {
-std::string text(const std::vector<uint8_t>& p) { return std::string(p.begin(), p.end()); }
+std::string text(const std::vector<uint8_t>& p) {
+  return std::string(p.begin(), p.end());
+}
 }  // namespace
 
 RemoteRegion StreamConnection::lookup(std::string_view name) {
   Header req;
   req.op = Op::Lookup;
   std::vector<uint8_t> p;
-  Header h = round_trip(req, std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()), &p);
+  Header h =
+      round_trip(req, std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()), &p);
   if (h.status != Errc::Ok)
-    throw FabricError(h.status, "lookup of region '" + std::string(name) + "' at " + uri_ + ": " + std::string(to_string(h.status)));
+    throw FabricError(h.status, "lookup of region '" + std::string(name) + "' at " + uri_ + ": " +
+                                    std::string(to_string(h.status)));
   return RemoteRegion{uri_, h.a0, h.a2, h.a1};
 }
 
@@ -386,7 +410,8 @@ void StreamConnection::post(std::span<OneSidedOp> ops) {
         h.a2 = op.arg0;
         break;
     }
-    if (op.len > wire::kMaxTransfer) throw FabricError(Errc::TooLarge, "one-sided transfer over 16 MiB");
+    if (op.len > wire::kMaxTransfer)
+      throw FabricError(Errc::TooLarge, "one-sided transfer over 16 MiB");
     wire::append_frame(sendbuf_, h, payload);
   }
   try {
@@ -398,7 +423,8 @@ void StreamConnection::post(std::span<OneSidedOp> ops) {
 }
 
 void StreamConnection::wait(std::span<OneSidedOp> ops) {
-  if (pending_ != ops.size()) throw std::logic_error("fabric: wait() with other ops than were posted");
+  if (pending_ != ops.size())
+    throw std::logic_error("fabric: wait() with other ops than were posted");
   pending_ = 0;
   Deadline d = deadline_in(opts_.op_timeout);
   size_t n_sent = 0;
@@ -409,7 +435,8 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
       if (!sent_[i]) continue;
       auto& op = ops[i];
       std::optional<Header> h = Header{};
-      if (!reader_->header(&*h, d)) throw FabricError(Errc::PeerClosed, "server closed the connection");
+      if (!reader_->header(&*h, d))
+        throw FabricError(Errc::PeerClosed, "server closed the connection");
       if (!h->reply || h->id != id++) throw FabricError(Errc::Protocol, "reply out of order");
       op.status = h->status;
       if (h->length) {
@@ -426,7 +453,8 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
   }
 }
 
-std::vector<uint8_t> StreamConnection::call(std::string_view service, std::span<const uint8_t> body) {
+std::vector<uint8_t> StreamConnection::call(std::string_view service,
+                                            std::span<const uint8_t> body) {
   if (body.size() > wire::kMaxMessage) throw FabricError(Errc::TooLarge, "message body over 1 MiB");
   std::vector<uint8_t> p, r;
   wire::encode_service_payload(p, service, body);
@@ -435,7 +463,8 @@ std::vector<uint8_t> StreamConnection::call(std::string_view service, std::span<
   Header h = round_trip(req, p, &r);
   if (h.status != Errc::Ok)
     throw FabricError(h.status, "call " + std::string(service) + " at " + uri_ + ": " +
-                                    std::string(to_string(h.status)) + (r.empty() ? "" : ": " + text(r)));
+                                    std::string(to_string(h.status)) +
+                                    (r.empty() ? "" : ": " + text(r)));
   return r;
 }
 
@@ -461,13 +490,17 @@ std::unique_ptr<Stream> StreamConnection::open_stream(std::string_view service) 
   Header req;
   req.op = Op::StreamOpen;
   req.id = 1;
-  send_frame(fd.get(), req, std::span(reinterpret_cast<const uint8_t*>(service.data()), service.size()), d);
+  send_frame(fd.get(), req,
+             std::span(reinterpret_cast<const uint8_t*>(service.data()), service.size()), d);
   Header h;
   std::vector<uint8_t> p;
-  if (!recv_frame(fd.get(), &h, &p, d, d)) throw FabricError(Errc::PeerClosed, "server closed the stream request");
-  if (h.op != Op::StreamOpen || !h.reply) throw FabricError(Errc::Protocol, "unexpected answer to STREAM_OPEN");
+  if (!recv_frame(fd.get(), &h, &p, d, d))
+    throw FabricError(Errc::PeerClosed, "server closed the stream request");
+  if (h.op != Op::StreamOpen || !h.reply)
+    throw FabricError(Errc::Protocol, "unexpected answer to STREAM_OPEN");
   if (h.status != Errc::Ok)
-    throw FabricError(h.status, "stream " + std::string(service) + " at " + uri_ + ": " + std::string(to_string(h.status)));
+    throw FabricError(h.status, "stream " + std::string(service) + " at " + uri_ + ": " +
+                                    std::string(to_string(h.status)));
   return std::make_unique<SocketStream>(std::move(fd), opts_.op_timeout);
 }
 
@@ -481,8 +514,8 @@ void StreamConnection::ping() {
 // ---------------------------------------------------------------------------------------------
 // shm datapath: no server involvement after the one-time MAP.
 
-Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic, uint8_t** p,
-                           const SegmentHeader** hdr) {
+Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic,
+                           uint8_t** p, const SegmentHeader** hdr) {
   uint64_t id = r.addr >> wire::kRegionShift;
   uint64_t base_off = r.addr & wire::kOffsetMask;
   auto it = maps_.find(uint32_t(id));
@@ -506,7 +539,8 @@ Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bo
   Mapping& m = it->second;
   if (m.key != r.key) return Errc::BadKey;
   uint64_t size = m.seg.size();
-  if (base_off > size || off > size - base_off || len > size - base_off - off) return Errc::OutOfBounds;
+  if (base_off > size || off > size - base_off || len > size - base_off - off)
+    return Errc::OutOfBounds;
   uint64_t at = base_off + off;
   if (atomic && at % 8 != 0) return Errc::Misaligned;
   *p = m.seg.data() + at;
@@ -516,8 +550,10 @@ Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bo
 
 Errc ShmConnection::check_lease(const SegmentHeader* h, uint64_t key) {
   // Ordered after the data access by the acquire loads/RMWs that performed it.
-  if (h->state.load(std::memory_order_acquire) != uint64_t(SegmentState::Live)) return Errc::Revoked;
-  if (h->export_key.load(std::memory_order_acquire) != key) return Errc::Revoked;  // unexported/re-exported
+  if (h->state.load(std::memory_order_acquire) != uint64_t(SegmentState::Live))
+    return Errc::Revoked;
+  if (h->export_key.load(std::memory_order_acquire) != key)
+    return Errc::Revoked;  // unexported/re-exported
   if (monotonic_ns() > h->lease_deadline_ns.load(std::memory_order_acquire)) return Errc::PeerDead;
   return Errc::Ok;
 }
@@ -537,7 +573,8 @@ Errc ShmConnection::run(OneSidedOp& op) {
   switch (op.kind) {
     case OpKind::Read:
       if (word) {
-        uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).load(std::memory_order_acquire);
+        uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+                         .load(std::memory_order_acquire);
         std::memcpy(op.dst, &v, 8);
       } else {
         std::memcpy(op.dst, p, op.len);
@@ -548,7 +585,8 @@ Errc ShmConnection::run(OneSidedOp& op) {
       if (word) {
         uint64_t v;
         std::memcpy(&v, op.src, 8);
-        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).store(v, std::memory_order_release);
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+            .store(v, std::memory_order_release);
       } else {
         std::atomic_thread_fence(std::memory_order_release);
         std::memcpy(p, op.src, op.len);
@@ -562,7 +600,8 @@ Errc ShmConnection::run(OneSidedOp& op) {
       break;
     }
     case OpKind::Faa:
-      op.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p)).fetch_add(op.arg0, std::memory_order_acq_rel);
+      op.result = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+                      .fetch_add(op.arg0, std::memory_order_acq_rel);
       break;
   }
   return check_lease(hdr, op.region->key);
@@ -575,7 +614,8 @@ void ShmConnection::post(std::span<OneSidedOp> ops) {
 }
 
 void ShmConnection::wait(std::span<OneSidedOp> ops) {
-  if (pending_ != ops.size()) throw std::logic_error("fabric: wait() with other ops than were posted");
+  if (pending_ != ops.size())
+    throw std::logic_error("fabric: wait() with other ops than were posted");
   pending_ = 0;
 }
 

@@ -100,8 +100,8 @@ class StreamConnection : public Connection {
   Fd fd_;
   std::string peer_name_;
   uint64_t next_id_ = 1;
-  size_t pending_ = 0;     // ops posted and not yet waited for
-  bool broken_ = false;    // a transport error desynchronised the stream: reconnect
+  size_t pending_ = 0;   // ops posted and not yet waited for
+  bool broken_ = false;  // a transport error desynchronised the stream: reconnect
   std::string broken_why_;
   std::vector<uint8_t> sendbuf_;
   std::unique_ptr<FrameReader> reader_;
@@ -111,7 +111,8 @@ class StreamConnection : public Connection {
 // shm: control channel as above; one-sided ops go straight to the mapped segment.
 class ShmConnection final : public StreamConnection {
  public:
-  ShmConnection(Address addr, const ClientOptions& opts) : StreamConnection(std::move(addr), opts) {}
+  ShmConnection(Address addr, const ClientOptions& opts)
+      : StreamConnection(std::move(addr), opts) {}
   void post(std::span<OneSidedOp> ops) override;
   void wait(std::span<OneSidedOp> ops) override;
 
@@ -126,7 +127,8 @@ class ShmConnection final : public StreamConnection {
     SharedSegment seg;
   };
   // The local address of [off, off+len) in r's segment, or an error status.
-  Errc locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic, uint8_t** p, const SegmentHeader** hdr);
+  Errc locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic, uint8_t** p,
+              const SegmentHeader** hdr);
   // After the op: the exporter must still vouch for the segment (lease), else the op failed.
   static Errc check_lease(const SegmentHeader* h, uint64_t key);
   Errc run(OneSidedOp& op);

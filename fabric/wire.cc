@@ -7,9 +7,19 @@ namespace tierce::fabric::wire {
 
 bool is_known_op(uint8_t op) {
   switch (Op(op)) {
-    case Op::Hello: case Op::Auth: case Op::AuthOk: case Op::Read: case Op::Write: case Op::Cas:
-    case Op::Faa: case Op::Lookup: case Op::Map: case Op::Call: case Op::Send:
-    case Op::StreamOpen: case Op::Ping:
+    case Op::Hello:
+    case Op::Auth:
+    case Op::AuthOk:
+    case Op::Read:
+    case Op::Write:
+    case Op::Cas:
+    case Op::Faa:
+    case Op::Lookup:
+    case Op::Map:
+    case Op::Call:
+    case Op::Send:
+    case Op::StreamOpen:
+    case Op::Ping:
       return true;
   }
   return false;
@@ -17,19 +27,32 @@ bool is_known_op(uint8_t op) {
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::Hello: return "HELLO";
-    case Op::Auth: return "AUTH";
-    case Op::AuthOk: return "AUTH_OK";
-    case Op::Read: return "READ";
-    case Op::Write: return "WRITE";
-    case Op::Cas: return "CAS";
-    case Op::Faa: return "FAA";
-    case Op::Lookup: return "LOOKUP";
-    case Op::Map: return "MAP";
-    case Op::Call: return "CALL";
-    case Op::Send: return "SEND";
-    case Op::StreamOpen: return "STREAM_OPEN";
-    case Op::Ping: return "PING";
+    case Op::Hello:
+      return "HELLO";
+    case Op::Auth:
+      return "AUTH";
+    case Op::AuthOk:
+      return "AUTH_OK";
+    case Op::Read:
+      return "READ";
+    case Op::Write:
+      return "WRITE";
+    case Op::Cas:
+      return "CAS";
+    case Op::Faa:
+      return "FAA";
+    case Op::Lookup:
+      return "LOOKUP";
+    case Op::Map:
+      return "MAP";
+    case Op::Call:
+      return "CALL";
+    case Op::Send:
+      return "SEND";
+    case Op::StreamOpen:
+      return "STREAM_OPEN";
+    case Op::Ping:
+      return "PING";
   }
   return "?";
 }

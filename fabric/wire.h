@@ -99,7 +99,8 @@ void encode_header(const Header& h, uint8_t out[kHeaderSize]);
 std::optional<Header> decode_header(std::span<const uint8_t> bytes, std::string* why);
 
 // Appends a whole frame to `out`.
-void append_frame(std::vector<uint8_t>& out, const Header& h, std::span<const uint8_t> payload = {});
+void append_frame(std::vector<uint8_t>& out, const Header& h,
+                  std::span<const uint8_t> payload = {});
 
 // Service-addressed message payload (CALL/SEND): u16 name length, name, body.
 void encode_service_payload(std::vector<uint8_t>& out, std::string_view service,

@@ -21,11 +21,14 @@
 
 namespace tierce::testing {
 
-inline fabric::Secret test_secret() { return fabric::Secret("conformance-secret-0123456789"); }
+inline fabric::Secret test_secret() {
+  return fabric::Secret("conformance-secret-0123456789");
+}
 
 inline std::string unique_socket_path(const std::string& tag) {
   static std::atomic<int> n{0};
-  return "/tmp/tierce-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".sock";
+  return "/tmp/tierce-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(n++) +
+         ".sock";
 }
 
 // The listen URI for a backend name ("tcp", "shm", "verbs").
@@ -46,7 +49,8 @@ class ServerProcess {
   using Setup = std::function<void(fabric::Server&)>;
 
   ServerProcess(const std::string& listen_uri, std::vector<ExportSpec> exports, Setup setup = {},
-                fabric::Millis heartbeat = fabric::Millis(20), fabric::Millis lease = fabric::Millis(200)) {
+                fabric::Millis heartbeat = fabric::Millis(20),
+                fabric::Millis lease = fabric::Millis(200)) {
     int p[2];
     if (pipe(p) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -61,7 +65,8 @@ class ServerProcess {
         o.heartbeat = heartbeat;
         o.lease = lease;
         o.log = [](fabric::LogLevel l, std::string_view s) {
-          if (l >= fabric::LogLevel::Warn) std::fprintf(stderr, "[target] %.*s\n", int(s.size()), s.data());
+          if (l >= fabric::LogLevel::Warn)
+            std::fprintf(stderr, "[target] %.*s\n", int(s.size()), s.data());
         };
         fabric::Server server(std::move(o));
         for (auto& e : exports) server.export_region(e.name, e.seg);

@@ -212,10 +212,14 @@ BOOST_AUTO_TEST_CASE(bad_requests_are_rejected_and_the_server_keeps_serving) {
   wrong_key.key ^= 1;
   RemoteRegion no_region = t.r;
   no_region.addr += uint64_t(999) << wire::kRegionShift;
-  BOOST_TEST(int(code_of([&] { t.conn->read(t.r, kSegBytes - 8, buf, 16); })) == int(Errc::OutOfBounds));
-  BOOST_TEST(int(code_of([&] { t.conn->read(t.r, kSegBytes + 8, buf, 8); })) == int(Errc::OutOfBounds));
-  BOOST_TEST(int(code_of([&] { t.conn->read(t.r, ~uint64_t(0) - 4, buf, 8); })) == int(Errc::OutOfBounds));
-  BOOST_TEST(int(code_of([&] { t.conn->write(t.r, kSegBytes, buf, 1); })) == int(Errc::OutOfBounds));
+  BOOST_TEST(int(code_of([&] { t.conn->read(t.r, kSegBytes - 8, buf, 16); })) ==
+             int(Errc::OutOfBounds));
+  BOOST_TEST(int(code_of([&] { t.conn->read(t.r, kSegBytes + 8, buf, 8); })) ==
+             int(Errc::OutOfBounds));
+  BOOST_TEST(int(code_of([&] { t.conn->read(t.r, ~uint64_t(0) - 4, buf, 8); })) ==
+             int(Errc::OutOfBounds));
+  BOOST_TEST(int(code_of([&] { t.conn->write(t.r, kSegBytes, buf, 1); })) ==
+             int(Errc::OutOfBounds));
   BOOST_TEST(int(code_of([&] { t.conn->faa64(t.r, kSegBytes, 1); })) == int(Errc::OutOfBounds));
   BOOST_TEST(int(code_of([&] { t.conn->read(wrong_key, 0, buf, 8); })) == int(Errc::BadKey));
   BOOST_TEST(int(code_of([&] { t.conn->cas64(wrong_key, 0, 0, 1); })) == int(Errc::BadKey));
@@ -231,7 +235,8 @@ BOOST_AUTO_TEST_CASE(bad_requests_are_rejected_and_the_server_keeps_serving) {
   uint64_t got = 0;
   ops[0].kind = OpKind::Faa, ops[0].region = &t.r, ops[0].offset = 8, ops[0].arg0 = 2;
   ops[1].kind = OpKind::Cas, ops[1].region = &t.r, ops[1].offset = 3;
-  ops[2].kind = OpKind::Read, ops[2].region = &t.r, ops[2].offset = 8, ops[2].dst = &got, ops[2].len = 8;
+  ops[2].kind = OpKind::Read, ops[2].region = &t.r, ops[2].offset = 8, ops[2].dst = &got,
+  ops[2].len = 8;
   t.conn->post(ops);
   t.conn->wait(ops);
   BOOST_TEST(int(ops[0].status) == int(Errc::Ok));
@@ -255,9 +260,15 @@ BOOST_AUTO_TEST_CASE(batched_ops_complete_in_order_with_results) {
     op.region = &t.r;
     op.offset = uint64_t(i) * 8;
     switch (i % 3) {
-      case 0: op.kind = OpKind::Read, op.dst = &reads[size_t(i)], op.len = 8; break;
-      case 1: op.kind = OpKind::Faa, op.arg0 = 1; break;
-      case 2: op.kind = OpKind::Cas, op.arg0 = uint64_t(i) * 10, op.arg1 = 7; break;
+      case 0:
+        op.kind = OpKind::Read, op.dst = &reads[size_t(i)], op.len = 8;
+        break;
+      case 1:
+        op.kind = OpKind::Faa, op.arg0 = 1;
+        break;
+      case 2:
+        op.kind = OpKind::Cas, op.arg0 = uint64_t(i) * 10, op.arg1 = 7;
+        break;
     }
   }
   t.conn->post(ops);
@@ -343,7 +354,8 @@ BOOST_AUTO_TEST_CASE(unauthenticated_peers_are_refused) {
       got += k;
     }
     BOOST_REQUIRE(got >= 2 * wire::kHeaderSize);
-    auto second = wire::decode_header(std::span(all.data() + got - wire::kHeaderSize, wire::kHeaderSize), nullptr);
+    auto second = wire::decode_header(
+        std::span(all.data() + got - wire::kHeaderSize, wire::kHeaderSize), nullptr);
     BOOST_REQUIRE(second.has_value());
     BOOST_TEST(int(second->status) == int(Errc::AuthFailed));
   }
@@ -356,10 +368,26 @@ BOOST_AUTO_TEST_CASE(malformed_frames_close_the_connection_not_the_server) {
   Target t;
   Address a = parse_address(t.proc->uri());
   const std::vector<std::vector<uint8_t>> garbage = {
-      std::vector<uint8_t>(48, 0xFF),                                       // bad magic
-      [] { std::vector<uint8_t> v(48, 0); v[0] = wire::kMagic; v[1] = 99; return v; }(),  // unknown op
-      [] { std::vector<uint8_t> v(48, 0); v[0] = wire::kMagic; v[1] = 10; v[7] = 0x7f; return v; }(),  // huge length
-      [] { std::vector<uint8_t> v(48, 0); v[0] = wire::kMagic; v[1] = 10 | 0x80; return v; }(),  // a reply as request
+      std::vector<uint8_t>(48, 0xFF),  // bad magic
+      [] {
+        std::vector<uint8_t> v(48, 0);
+        v[0] = wire::kMagic;
+        v[1] = 99;
+        return v;
+      }(),  // unknown op
+      [] {
+        std::vector<uint8_t> v(48, 0);
+        v[0] = wire::kMagic;
+        v[1] = 10;
+        v[7] = 0x7f;
+        return v;
+      }(),  // huge length
+      [] {
+        std::vector<uint8_t> v(48, 0);
+        v[0] = wire::kMagic;
+        v[1] = 10 | 0x80;
+        return v;
+      }(),  // a reply as request
   };
   for (auto& g : garbage) {
     Fd fd = a.transport == Transport::Shm ? unix_connect(a.path, deadline_in(Millis(1000)))
@@ -386,8 +414,9 @@ BOOST_AUTO_TEST_CASE(a_killed_peer_gives_a_timely_error) {
     e = code_of([&] { t.conn->read(t.r, 0, &v, 8); });
   }
   auto took = std::chrono::steady_clock::now() - start;
-  BOOST_TEST_MESSAGE("error after " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
-                                    << " ms: " << to_string(e));
+  BOOST_TEST_MESSAGE("error after "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                     << " ms: " << to_string(e));
   BOOST_TEST((e == Errc::PeerClosed || e == Errc::PeerDead || e == Errc::Timeout));
   BOOST_TEST((took < std::chrono::seconds(2)));
   // Later calls keep failing fast instead of hanging.
@@ -415,7 +444,8 @@ BOOST_AUTO_TEST_CASE(a_silent_peer_gives_a_timeout_not_a_hang) {
   if (e == Errc::Timeout) {
     // A timed-out stream connection is out of step with its peer: it stays failed (fast), and a
     // new connection works once the peer answers again.
-    BOOST_TEST(int(code_of([&] { t.conn->call("echo", std::vector<uint8_t>{1}); })) == int(Errc::PeerClosed));
+    BOOST_TEST(int(code_of([&] { t.conn->call("echo", std::vector<uint8_t>{1}); })) ==
+               int(Errc::PeerClosed));
     auto c2 = connect(t.proc->uri(), client_opts());
     BOOST_TEST(c2->faa64(c2->lookup("data"), 0, 1) == 0u);
   } else {
@@ -465,7 +495,9 @@ BOOST_AUTO_TEST_CASE(capabilities_tell_what_the_backend_gives) {
 BOOST_AUTO_TEST_SUITE_END()
 
 namespace {
-bool init_suite() { return true; }
+bool init_suite() {
+  return true;
+}
 }  // namespace
 
 int main(int argc, char* argv[]) {

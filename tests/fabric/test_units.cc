@@ -168,7 +168,8 @@ BOOST_AUTO_TEST_CASE(responder_checks_every_field) {
   PeerInfo peer;
   TransportView view;
   Reply out;
-  auto ask = [&](wire::Op op, uint64_t addr, uint64_t key, uint64_t a2 = 8, std::vector<uint8_t> payload = {}) {
+  auto ask = [&](wire::Op op, uint64_t addr, uint64_t key, uint64_t a2 = 8,
+                 std::vector<uint8_t> payload = {}) {
     wire::Header h;
     h.op = op;
     h.a0 = addr;
@@ -184,7 +185,8 @@ BOOST_AUTO_TEST_CASE(responder_checks_every_field) {
   BOOST_TEST(int(ask(wire::Op::Read, base, r->key, wire::kMaxTransfer + 1)) == int(Errc::TooLarge));
   BOOST_TEST(int(ask(wire::Op::Read, base, r->key + 1)) == int(Errc::BadKey));
   BOOST_TEST(int(ask(wire::Op::Faa, base + 4, r->key)) == int(Errc::Misaligned));
-  BOOST_TEST(int(ask(wire::Op::Faa, Responder::address_of(info.id + 1, 0), r->key)) == int(Errc::NoSuchRegion));
+  BOOST_TEST(int(ask(wire::Op::Faa, Responder::address_of(info.id + 1, 0), r->key)) ==
+             int(Errc::NoSuchRegion));
   BOOST_TEST(int(ask(wire::Op::Map, base, r->key)) == int(Errc::NotPermitted));  // tcp view
   BOOST_TEST(int(ask(wire::Op::Lookup, 0, 0, 0, {'r'})) == int(Errc::Ok));
   BOOST_TEST(out.header.a1 == r->key);

@@ -21,7 +21,8 @@ using namespace tierce::fabric;
 
 static std::vector<std::vector<uint8_t>> seeds() {
   std::vector<std::vector<uint8_t>> out;
-  auto frame = [&](wire::Op op, uint64_t a0, uint64_t a2, uint64_t a3, std::vector<uint8_t> payload) {
+  auto frame = [&](wire::Op op, uint64_t a0, uint64_t a2, uint64_t a3,
+                   std::vector<uint8_t> payload) {
     std::vector<uint8_t> v{0};
     wire::Header h;
     h.op = op;
@@ -83,13 +84,34 @@ int main(int argc, char** argv) {
     int edits = 1 + int(rng() % 8);
     for (int e = 0; e < edits; ++e) {
       switch (rng() % 5) {
-        case 0: if (!v.empty()) v[rng() % v.size()] = uint8_t(rng()); break;            // byte
-        case 1: if (!v.empty()) v[rng() % v.size()] ^= uint8_t(1u << (rng() % 8)); break; // bit
-        case 2: if (v.size() > 1) v.resize(rng() % v.size()); break;                       // truncate
-        case 3: { auto& o = base[rng() % base.size()]; v.insert(v.end(), o.begin() + 1, o.end()); break; }
+        case 0:
+          if (!v.empty()) v[rng() % v.size()] = uint8_t(rng());
+          break;  // byte
+        case 1:
+          if (!v.empty()) v[rng() % v.size()] ^= uint8_t(1u << (rng() % 8));
+          break;  // bit
+        case 2:
+          if (v.size() > 1) v.resize(rng() % v.size());
+          break;  // truncate
+        case 3: {
+          auto& o = base[rng() % base.size()];
+          v.insert(v.end(), o.begin() + 1, o.end());
+          break;
+        }
         case 4: {  // an interesting 64-bit value into a header field
-          static const uint64_t vals[] = {0, 1, 7, 8, 4095, 4096, 65535, 65536, ~0ull, ~0ull - 7,
-                                          uint64_t(1) << 40, (uint64_t(1) << 40) - 8, 1ull << 63};
+          static const uint64_t vals[] = {0,
+                                          1,
+                                          7,
+                                          8,
+                                          4095,
+                                          4096,
+                                          65535,
+                                          65536,
+                                          ~0ull,
+                                          ~0ull - 7,
+                                          uint64_t(1) << 40,
+                                          (uint64_t(1) << 40) - 8,
+                                          1ull << 63};
           if (v.size() >= 1 + wire::kHeaderSize) {
             size_t field = 8 + 8 * (rng() % 5);
             wire::store_le64(v.data() + 1 + field, vals[rng() % std::size(vals)]);
@@ -102,9 +124,10 @@ int main(int argc, char** argv) {
   }
   uint64_t ops = 0, rejected = 0, msgs = 0;
   fuzz_wire_stats(&ops, &rejected, &msgs);
-  std::printf("fuzz_wire_replay: %zu files and %ld mutated inputs, no crash; the responder handled "
-              "%llu one-sided ops (%llu rejected) and %llu messages\n",
-              files.size(), iterations, (unsigned long long)ops, (unsigned long long)rejected,
-              (unsigned long long)msgs);
+  std::printf(
+      "fuzz_wire_replay: %zu files and %ld mutated inputs, no crash; the responder handled "
+      "%llu one-sided ops (%llu rejected) and %llu messages\n",
+      files.size(), iterations, (unsigned long long)ops, (unsigned long long)rejected,
+      (unsigned long long)msgs);
   return 0;
 }

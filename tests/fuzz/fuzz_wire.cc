@@ -77,7 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     responder.handle(*h, payload, peer, view, &reply);
     // A reply must always be well-formed itself.
     uint8_t hb[wire::kHeaderSize];
-    reply.header.length = uint32_t(reply.direct.empty() ? reply.payload.size() : reply.direct.size());
+    reply.header.length =
+        uint32_t(reply.direct.empty() ? reply.payload.size() : reply.direct.size());
     wire::encode_header(reply.header, hb);
     if (!wire::decode_header(hb, &why)) __builtin_trap();
     if (!reply.direct.empty()) {

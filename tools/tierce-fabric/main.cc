@@ -58,16 +58,23 @@ uint64_t num(const std::string& s, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string secret_file = getenv("TIERCE_SECRET_FILE") ? getenv("TIERCE_SECRET_FILE") : "/etc/tierce/secret";
+  std::string secret_file =
+      getenv("TIERCE_SECRET_FILE") ? getenv("TIERCE_SECRET_FILE") : "/etc/tierce/secret";
   Millis timeout(2000);
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--secret-file" && i + 1 < argc) secret_file = argv[++i];
-    else if (a == "--timeout" && i + 1 < argc) timeout = Millis(num(argv[++i], "timeout"));
-    else if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); return 0; }
-    else if (a.rfind("--", 0) == 0) usage_error("unknown option " + a);
-    else args.push_back(a);
+    if (a == "--secret-file" && i + 1 < argc)
+      secret_file = argv[++i];
+    else if (a == "--timeout" && i + 1 < argc)
+      timeout = Millis(num(argv[++i], "timeout"));
+    else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a.rfind("--", 0) == 0)
+      usage_error("unknown option " + a);
+    else
+      args.push_back(a);
   }
   if (args.empty()) usage_error("no command");
   const std::string& cmd = args[0];
@@ -78,7 +85,8 @@ int main(int argc, char** argv) {
     if (cmd == "transports") {
       std::string why;
       bool v = verbs_device_available(&why);
-      std::printf("tcp    yes\nshm    yes (same host only)\nverbs  %s (%s)\n", v ? "yes" : "no", why.c_str());
+      std::printf("tcp    yes\nshm    yes (same host only)\nverbs  %s (%s)\n", v ? "yes" : "no",
+                  why.c_str());
       return 0;
     }
     if (cmd == "segment") {
@@ -101,7 +109,9 @@ int main(int argc, char** argv) {
                     "\ncreator pid  %" PRIu64 "\nstate        %s\nlease        %s\n",
                     args[2].c_str(), uint64_t(h->data_len), h->incarnation, h->creator_pid,
                     st < 3 ? states[st] : "?",
-                    lease == 0 ? "never exported" : lease > now ? "held by an exporter" : "expired (no exporter)");
+                    lease == 0    ? "never exported"
+                    : lease > now ? "held by an exporter"
+                                  : "expired (no exporter)");
         return 0;
       }
       if (sub == "rm") {
@@ -119,8 +129,8 @@ int main(int argc, char** argv) {
     if (cmd == "lookup") {
       need(2);
       auto r = c->lookup(args[2]);
-      std::printf("region %s at %s: addr 0x%" PRIx64 " len %" PRIu64 " key 0x%016" PRIx64 "\n", args[2].c_str(),
-                  r.node.c_str(), r.addr, r.len, r.key);
+      std::printf("region %s at %s: addr 0x%" PRIx64 " len %" PRIu64 " key 0x%016" PRIx64 "\n",
+                  args[2].c_str(), r.node.c_str(), r.addr, r.len, r.key);
     } else if (cmd == "read") {
       need(3);
       auto r = c->lookup(args[2]);
@@ -149,11 +159,13 @@ int main(int argc, char** argv) {
     } else if (cmd == "cas") {
       need(5);
       auto r = c->lookup(args[2]);
-      std::printf("%" PRIu64 "\n", c->cas64(r, num(args[3], "offset"), num(args[4], "expected"), num(args[5], "new value")));
+      std::printf("%" PRIu64 "\n", c->cas64(r, num(args[3], "offset"), num(args[4], "expected"),
+                                            num(args[5], "new value")));
     } else if (cmd == "call") {
       need(2);
       std::string body = args.size() > 3 ? args[3] : "";
-      auto reply = c->call(args[2], std::span(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+      auto reply =
+          c->call(args[2], std::span(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
       std::fwrite(reply.data(), 1, reply.size(), stdout);
       if (!reply.empty() && reply.back() != '\n') std::putchar('\n');
     } else if (cmd == "ping") {
@@ -162,11 +174,14 @@ int main(int argc, char** argv) {
       for (int i = 0; i < n; ++i) {
         auto t0 = std::chrono::steady_clock::now();
         c->ping();
-        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
       }
       std::sort(us.begin(), us.end());
       std::printf("%s (%s via %s): %d pings, min %.1f us, median %.1f us\n", c->peer_uri().c_str(),
-                  c->peer_name().c_str(), std::string(to_string(c->transport())).c_str(), n, us.front(), us[us.size() / 2]);
+                  c->peer_name().c_str(), std::string(to_string(c->transport())).c_str(), n,
+                  us.front(), us[us.size() / 2]);
     } else {
       usage_error("unknown command " + cmd);
     }
