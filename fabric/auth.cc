@@ -73,4 +73,28 @@ bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+std::vector<uint8_t> ClientHandshake::answer_hello(const wire::Header& h,
+                                                   std::span<const uint8_t> p) {
+  if (h.op != wire::Op::Hello || h.reply || p.size() < wire::kNonceSize)
+    throw FabricError(Errc::Protocol,
+                      "server did not start with HELLO: not a Tierce fabric server?");
+  std::memcpy(sn_.data(), p.data(), sn_.size());
+  name_.assign(p.begin() + wire::kNonceSize, p.end());
+  Mac mac = client_proof(secret_, sn_, cn_);
+  std::vector<uint8_t> auth(cn_.begin(), cn_.end());
+  auth.insert(auth.end(), mac.begin(), mac.end());
+  return auth;
+}
+
+void ClientHandshake::check_answer(const wire::Header& h, std::span<const uint8_t> p) const {
+  if (h.status == Errc::AuthFailed)
+    throw FabricError(Errc::AuthFailed,
+                      "server " + name_ + " refused our credentials (shared secret differs?)");
+  if (h.op != wire::Op::AuthOk || !h.reply || h.status != Errc::Ok || p.size() != wire::kMacSize)
+    throw FabricError(Errc::Protocol, "unexpected answer to AUTH from " + name_);
+  if (!mac_equal(server_proof(secret_, sn_, cn_), p))
+    throw FabricError(Errc::AuthFailed,
+                      "server " + name_ + " could not prove the shared secret: refusing it");
+}
+
 }  // namespace tierce::fabric

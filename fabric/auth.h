@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "fabric/wire.h"
 
 namespace tierce::fabric {
 
@@ -38,5 +41,21 @@ Mac client_proof(const Secret& s, const Nonce& server_nonce, const Nonce& client
 Mac server_proof(const Secret& s, const Nonce& server_nonce, const Nonce& client_nonce);
 // Constant-time comparison.
 bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b);
+
+// The client's half of HELLO → AUTH → AUTH_OK, whatever carries the frames (sockets, verbs).
+class ClientHandshake {
+ public:
+  explicit ClientHandshake(const Secret& s) : secret_(s), cn_(make_nonce()) {}
+  // Checks the server's HELLO; returns the AUTH payload to send. Throws FabricError{Protocol}.
+  std::vector<uint8_t> answer_hello(const wire::Header& h, std::span<const uint8_t> payload);
+  // Checks the answer to AUTH. Throws FabricError{AuthFailed} or {Protocol}.
+  void check_answer(const wire::Header& h, std::span<const uint8_t> payload) const;
+  const std::string& server_name() const { return name_; }
+
+ private:
+  const Secret& secret_;
+  Nonce sn_{}, cn_;
+  std::string name_;
+};
 
 }  // namespace tierce::fabric

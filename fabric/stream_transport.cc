@@ -255,36 +255,20 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
 // Client side
 
 std::string client_handshake(int fd, const Secret& secret, Deadline d) {
+  ClientHandshake hs(secret);
   Header h;
   std::vector<uint8_t> p;
   if (!recv_frame(fd, &h, &p, d, d))
     throw FabricError(Errc::PeerClosed, "server closed before HELLO");
-  if (h.op != Op::Hello || p.size() < wire::kNonceSize)
-    throw FabricError(Errc::Protocol,
-                      "server did not start with HELLO: not a Tierce fabric server?");
-  Nonce sn, cn = make_nonce();
-  std::memcpy(sn.data(), p.data(), sn.size());
-  std::string name(p.begin() + wire::kNonceSize, p.end());
-  Mac mac = client_proof(secret, sn, cn);
-  std::vector<uint8_t> auth(cn.begin(), cn.end());
-  auth.insert(auth.end(), mac.begin(), mac.end());
   Header a;
   a.op = Op::Auth;
   a.id = 1;
-  send_frame(fd, a, auth, d);
+  send_frame(fd, a, hs.answer_hello(h, p), d);
   if (!recv_frame(fd, &h, &p, d, d))
-    throw FabricError(Errc::AuthFailed,
-                      "server " + name + " closed the connection during authentication");
-  if (h.status == Errc::AuthFailed)
-    throw FabricError(Errc::AuthFailed,
-                      "server " + name + " refused our credentials (shared secret differs?)");
-  if (h.op != Op::AuthOk || !h.reply || h.status != Errc::Ok || p.size() != wire::kMacSize)
-    throw FabricError(Errc::Protocol, "unexpected answer to AUTH from " + name);
-  Mac expect = server_proof(secret, sn, cn);
-  if (!mac_equal(expect, p))
-    throw FabricError(Errc::AuthFailed,
-                      "server " + name + " could not prove the shared secret: refusing it");
-  return name;
+    throw FabricError(Errc::AuthFailed, "server " + hs.server_name() +
+                                            " closed the connection during authentication");
+  hs.check_answer(h, p);
+  return hs.server_name();
 }
 
 StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)

@@ -235,36 +235,20 @@ void ClientLink::on_cm_events() {
 }
 
 std::string ClientLink::handshake(const Secret& secret, Deadline d) {
+  ClientHandshake hs(secret);
   Header h;
   std::vector<uint8_t> p;
   if (!recv_frame(*ep_, &h, &p, d))
     throw FabricError(Errc::Timeout, uri_ + ": no HELLO from the server within connect_timeout");
-  if (h.op != Op::Hello || h.reply || p.size() < wire::kNonceSize)
-    throw FabricError(Errc::Protocol,
-                      uri_ + ": server did not start with HELLO: not a Tierce fabric server?");
-  Nonce sn, cn = make_nonce();
-  std::memcpy(sn.data(), p.data(), sn.size());
-  std::string name(p.begin() + wire::kNonceSize, p.end());
-  Mac mac = client_proof(secret, sn, cn);
-  std::vector<uint8_t> auth(cn.begin(), cn.end());
-  auth.insert(auth.end(), mac.begin(), mac.end());
   Header a;
   a.op = Op::Auth;
   a.id = 1;
-  send_frame(*ep_, a, auth, d);
+  send_frame(*ep_, a, hs.answer_hello(h, p), d);
   if (!recv_frame(*ep_, &h, &p, d))
-    throw FabricError(Errc::Timeout,
-                      uri_ + ": server " + name + " did not answer AUTH within connect_timeout");
-  if (h.status == Errc::AuthFailed)
-    throw FabricError(Errc::AuthFailed,
-                      "server " + name + " refused our credentials (shared secret differs?)");
-  if (h.op != Op::AuthOk || !h.reply || h.status != Errc::Ok || p.size() != wire::kMacSize)
-    throw FabricError(Errc::Protocol, "unexpected answer to AUTH from " + name);
-  Mac expect = server_proof(secret, sn, cn);
-  if (!mac_equal(expect, p))
-    throw FabricError(Errc::AuthFailed,
-                      "server " + name + " could not prove the shared secret: refusing it");
-  return name;
+    throw FabricError(Errc::Timeout, uri_ + ": server " + hs.server_name() +
+                                         " did not answer AUTH within connect_timeout");
+  hs.check_answer(h, p);
+  return hs.server_name();
 }
 
 // ---------------------------------------------------------------------------------------------
