@@ -50,7 +50,8 @@ class ServerProcess {
 
   ServerProcess(const std::string& listen_uri, std::vector<ExportSpec> exports, Setup setup = {},
                 fabric::Millis heartbeat = fabric::Millis(20),
-                fabric::Millis lease = fabric::Millis(200)) {
+                fabric::Millis lease = fabric::Millis(200))
+      : listen_uri_(listen_uri) {
     int p[2];
     if (pipe(p) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -99,7 +100,11 @@ class ServerProcess {
     }
     uri_ = line;
   }
-  ~ServerProcess() { reap(SIGKILL); }
+  ~ServerProcess() {
+    reap(SIGKILL);
+    // A killed server leaves its Unix socket file behind: tidy up after it.
+    if (listen_uri_.rfind("shm://", 0) == 0) ::unlink(listen_uri_.substr(6).c_str());
+  }
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
@@ -128,6 +133,7 @@ class ServerProcess {
       pid_ = -1;
     }
   }
+  std::string listen_uri_;
   pid_t pid_ = -1;
   std::string uri_;
 };
