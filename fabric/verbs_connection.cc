@@ -42,18 +42,7 @@ ClientLink::ClientLink(const Address& a, const ClientOptions& o, Kind kind, Dead
   };
 
   // 1. Event channel (non-blocking: every wait below polls it with the deadline) and the id.
-  errno = 0;
-  ch_.reset(rdma_create_event_channel());
-  if (!ch_) {
-    int e = errno;
-    if (e == ENODEV || e == ENOENT || e == ENOSYS)
-      throw FabricError(Errc::NoDevice,
-                        uri_ + ": rdma_create_event_channel: " + err_text(e) +
-                            " (no RDMA device, or the rdma_ucm module is not loaded); use tcp://");
-    throw_verbs(Errc::System, uri_ + ": rdma_create_event_channel", e,
-                "is the rdma_ucm module loaded?");
-  }
-  set_nonblocking(ch_->fd, "rdma_cm event channel");
+  ch_ = open_event_channel(uri_);
   rdma_cm_id* raw = nullptr;
   if (rdma_create_id(ch_.get(), &raw, nullptr, RDMA_PS_TCP) != 0)
     throw_verbs(Errc::System, uri_ + ": rdma_create_id", errno);

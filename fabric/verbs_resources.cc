@@ -171,6 +171,22 @@ void throw_verbs(Errc code, const std::string& what, int err, const std::string&
   throw FabricError(code, msg);
 }
 
+EventChannel open_event_channel(const std::string& who) {
+  errno = 0;
+  EventChannel ch(rdma_create_event_channel());
+  if (!ch) {
+    int e = errno;
+    if (e == ENODEV || e == ENOENT || e == ENOSYS)
+      throw FabricError(Errc::NoDevice,
+                        who + ": rdma_create_event_channel: " + err_text(e) +
+                            " (no RDMA device, or the rdma_ucm module is not loaded); use tcp://");
+    throw_verbs(Errc::System, who + ": rdma_create_event_channel", e,
+                "is the rdma_ucm module loaded?");
+  }
+  set_nonblocking(ch->fd, "rdma_cm event channel");
+  return ch;
+}
+
 void set_nonblocking(int fd, const char* what) {
   int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)

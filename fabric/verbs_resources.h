@@ -201,6 +201,10 @@ std::string err_text(int err);
 
 void set_nonblocking(int fd, const char* what);
 
+// A non-blocking rdma_cm event channel. `who` prefixes errors ("verbs://h:p", "cannot listen on
+// ..."). No device or no rdma_ucm module → FabricError{NoDevice}; anything else → {System}.
+EventChannel open_event_channel(const std::string& who);
+
 // Milliseconds until d for librdmacm's int timeouts and poll(): at least 1 while d is in the
 // future, 0 once it passed, capped at `cap_ms`.
 int ms_until(Deadline d, int cap_ms = 1 << 30);

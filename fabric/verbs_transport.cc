@@ -408,19 +408,7 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
 
 VerbsListener::VerbsListener(const Address& a, ServeContext ctx) : addr_(a), ctx_(ctx) {
   ctx_.view = TransportView{Transport::Verbs, false};
-  errno = 0;
-  ch_.reset(rdma_create_event_channel());
-  if (!ch_) {
-    int e = errno;
-    if (e == ENODEV || e == ENOENT || e == ENOSYS)
-      throw FabricError(Errc::NoDevice,
-                        "cannot listen on " + a.uri() +
-                            ": rdma_create_event_channel: " + verbs::err_text(e) +
-                            " (no RDMA device, or the rdma_ucm module is not loaded); use tcp://");
-    verbs::throw_verbs(Errc::System, "cannot listen on " + a.uri() + ": rdma_create_event_channel",
-                       e, "is the rdma_ucm module loaded?");
-  }
-  verbs::set_nonblocking(ch_->fd, "rdma_cm event channel");
+  ch_ = verbs::open_event_channel("cannot listen on " + a.uri());
   rdma_cm_id* id = nullptr;
   if (rdma_create_id(ch_.get(), &id, nullptr, RDMA_PS_TCP) != 0)
     verbs::throw_verbs(Errc::System, "cannot listen on " + a.uri() + ": rdma_create_id", errno);
