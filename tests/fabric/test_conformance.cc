@@ -103,6 +103,17 @@ Errc code_of(const std::function<void()>& f) {
   return Errc::Ok;
 }
 
+// Reads word 0 until one read fails (or 3 s pass): the error and how long it took to show.
+std::pair<Errc, std::chrono::steady_clock::duration> first_read_error(Target& t) {
+  auto start = std::chrono::steady_clock::now();
+  Errc e = Errc::Ok;
+  while (e == Errc::Ok && std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
+    uint64_t v;
+    e = code_of([&] { t.conn->read(t.r, 0, &v, 8); });
+  }
+  return {e, std::chrono::steady_clock::now() - start};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(conformance)
@@ -407,13 +418,7 @@ BOOST_AUTO_TEST_CASE(a_killed_peer_gives_a_timely_error) {
   t.proc->kill_now();
   // shm memory stays mapped after its exporter dies, so the error comes from the lease (200 ms
   // here); tcp and verbs notice the dead connection. Either way: an error, soon, never a hang.
-  auto start = std::chrono::steady_clock::now();
-  Errc e = Errc::Ok;
-  while (e == Errc::Ok && std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
-    uint64_t v;
-    e = code_of([&] { t.conn->read(t.r, 0, &v, 8); });
-  }
-  auto took = std::chrono::steady_clock::now() - start;
+  auto [e, took] = first_read_error(t);
   BOOST_TEST_MESSAGE("error after "
                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                      << " ms: " << to_string(e));
@@ -431,13 +436,7 @@ BOOST_AUTO_TEST_CASE(a_silent_peer_gives_a_timeout_not_a_hang) {
   Target t;
   t.conn->set_op_timeout(Millis(300));
   t.proc->pause();  // alive but answering nothing (and renewing no lease)
-  auto start = std::chrono::steady_clock::now();
-  Errc e = Errc::Ok;
-  while (e == Errc::Ok && std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
-    uint64_t v;
-    e = code_of([&] { t.conn->read(t.r, 0, &v, 8); });
-  }
-  auto took = std::chrono::steady_clock::now() - start;
+  auto [e, took] = first_read_error(t);
   t.proc->resume();
   BOOST_TEST((e == Errc::Timeout || e == Errc::PeerDead));
   BOOST_TEST((took < std::chrono::seconds(2)));
