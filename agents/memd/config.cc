@@ -411,19 +411,39 @@ void parse_regions(Checker& c, const toml::node& n, Config& cfg) {
   }
 }
 
+// [coherence] topology = "cluster.toml": this memd is its app node's home (versions, acks,
+// dependency index). The topology itself is read (and checked) when memd starts.
+void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
+  const std::string W = "[coherence]";
+  c.only_known_keys(t, W, {"topology", "max_keys", "log_entries", "ack_slots"});
+  auto topo = c.path(t, W, "topology", "\"/etc/tierce/cluster.toml\"");
+  if (!topo) {
+    if (!t.get("topology"))
+      c.problem(t.source(), W + " topology is required: the cluster topology file, e.g. "
+                                "topology = \"/etc/tierce/cluster.toml\"");
+    return;
+  }
+  cfg.coherence.enabled = true;
+  cfg.coherence.topology = *topo;
+  if (auto v = c.integer(t, W, "max_keys", 16, 1L << 30, 1L << 20)) cfg.coherence.max_keys = size_t(*v);
+  if (auto v = c.integer(t, W, "log_entries", 1, 1L << 26, 1L << 16))
+    cfg.coherence.log_entries = size_t(*v);
+  if (auto v = c.integer(t, W, "ack_slots", 16, 1L << 20, 4096)) cfg.coherence.ack_slots = size_t(*v);
+}
+
 Config parse_checked(const toml::table& root, const std::string& source_name,
                      const std::filesystem::path& base) {
   Checker c(source_name, base);
   Config cfg;
   for (auto&& [k, v] : root) {
-    if (k.str() == "memd" || k.str() == "region") continue;
+    if (k.str() == "memd" || k.str() == "region" || k.str() == "coherence") continue;
     std::string hint;
     if (distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
     if (distance(k.str(), "region") <= 2) hint = "; did you mean [[region]]?";
     c.problem(k.source(),
               "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
                   (v.is_table() ? "]" : "'") + hint +
-                  " (memd knows [memd] and [[region]]; every key belongs under one of them)");
+                  " (memd knows [memd], [[region]] and [coherence]; every key belongs under one of them)");
   }
   if (const toml::node* m = root.get("memd")) {
     if (const toml::table* t = m->as_table())
@@ -436,6 +456,12 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
         "and secret_file = \"...\"");
   }
   if (const toml::node* r = root.get("region")) parse_regions(c, *r, cfg);
+  if (const toml::node* co = root.get("coherence")) {
+    if (const toml::table* t = co->as_table())
+      parse_coherence_table(c, *t, cfg);
+    else
+      c.problem(co->source(), "coherence: expected a [coherence] table, got " + describe_type(*co));
+  }
   if (!c.problems().empty()) {
     // In file order, so the list reads like the file; problems without a line come last.
     auto line_of = [&](const std::string& p) {

@@ -64,6 +64,16 @@ struct Limits {
 };
 static_assert(Limits::kDefaultLeaseMs > Limits::kDefaultHeartbeatMs);
 
+// [coherence]: this memd hosts its app node's home role (coherence::HomeService).
+struct CoherenceConfig {
+  bool enabled = false;
+  std::string topology;  // absolute path of the cluster topology file
+  size_t max_keys = 1u << 20;
+  size_t log_entries = 1u << 16;
+  size_t ack_slots = 4096;
+  bool operator==(const CoherenceConfig&) const = default;
+};
+
 struct Config {
   std::string source;  // absolute path of the file it was read from ("" for text)
   std::string node;
@@ -78,6 +88,7 @@ struct Config {
   std::chrono::milliseconds rescan{Limits::kDefaultRescanMs};
   size_t max_connections = Limits::kDefaultMaxConnections;
   std::vector<RegionConfig> regions;
+  CoherenceConfig coherence;
 };
 
 // All the problems found in one file, one per line in what().

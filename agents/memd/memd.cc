@@ -157,6 +157,21 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
     std::string s = status_text();
     return std::vector<uint8_t>(s.begin(), s.end());
   });
+  if (cfg_.coherence.enabled) {
+    // The home role: a fresh version table (new random bases) on every start.
+    auto topo = coherence::Topology::load(cfg_.coherence.topology);
+    coherence::HomeServiceOptions ho;
+    ho.limits.max_keys = cfg_.coherence.max_keys;
+    ho.limits.log_entries = cfg_.coherence.log_entries;
+    ho.ack_slots = uint32_t(cfg_.coherence.ack_slots);
+    try {
+      home_ = std::make_unique<coherence::HomeService>(*server_, std::move(topo), cfg_.node,
+                                                       secret_, ho, log_);
+    } catch (const coherence::TopologyError& e) {
+      throw coherence::TopologyError(
+          std::string(e.what()) + " ([memd] node must name an app node of the topology in [coherence] topology)");
+    }
+  }
 }
 
 Memd::~Memd() {
@@ -478,6 +493,7 @@ ReloadOutcome Memd::reload(Config next) {
     };
     restart("node", next.node != cfg_.node);
     restart("listen", next.listen != cfg_.listen);
+    restart("coherence", !(next.coherence == cfg_.coherence));
     restart("secret_file", next.secret_file != cfg_.secret_file);
     restart("pid_file", next.pid_file != cfg_.pid_file);
     restart("ready_file", next.ready_file != cfg_.ready_file);
@@ -626,10 +642,15 @@ std::string Memd::status_text() const {
     if (!r->detail.empty()) o << " why=\"" << r->detail << "\"";
     o << "\n";
   }
+  if (home_) {
+    std::istringstream in(home_->status_text());
+    for (std::string line; std::getline(in, line);) o << "coherence_" << line << "\n";
+  }
   return o.str();
 }
 
 void Memd::stop() {
+  home_.reset();  // ends this incarnation: its regions are revoked and unlinked
   if (server_) server_->stop();
   std::lock_guard g(mu_);
   for (auto& r : regions_) {

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "agents/memd/config.h"
+#include "coherence/home_service.h"
 #include "fabric/fabric.h"
 
 namespace tierce::memd {
@@ -131,6 +132,7 @@ class Memd {
   fabric::Secret secret_;
   fabric::LogSink log_;
   std::unique_ptr<fabric::Server> server_;
+  std::unique_ptr<coherence::HomeService> home_;  // with [coherence]: this app node's home role
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point next_rescan_;
 

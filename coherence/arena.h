@@ -1,0 +1,127 @@
+// coherence/arena.h — the proxy tier's cache arena: one shared-memory segment mapped by every
+// httpd child (created by the httpd parent, exported by the proxy's memd as region "arena"),
+// holding self-describing entries (full key, tag, payload length, payload) in a log-structured
+// ring, an open-addressing index (key hash -> ring position), and the module's shared counters.
+//
+// Concurrency: any number of readers in any processes/threads, lock-free; writers serialise on a
+// process-shared robust mutex in the segment (a writer that dies holding it leaves the arena
+// consistent). A reader copies an entry out and then checks that the ring's tail has not passed
+// the entry's position: an entry is never handed out half-overwritten. Eviction is FIFO over the
+// ring (the oldest entries are overwritten first); an entry is also dropped by erase() or when a
+// newer entry of the same key replaces it.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fabric/segment.h"
+
+namespace tierce::coherence {
+
+// Which version proves an entry current: slot `slot` of home node `home` (index into the
+// topology's node list) must still hold `version`.
+struct Tag {
+  uint32_t home = 0;
+  uint64_t slot = 0;
+  uint64_t version = 0;
+};
+
+struct CachedEntry {
+  std::string key;      // the full key it was stored under
+  Tag tag;
+  int64_t stored_at_us = 0;  // CLOCK_REALTIME microseconds
+  std::string payload;       // what the module stored (serialized status + headers + body)
+};
+
+// Counters the module keeps in the arena, shared by all children (monotonic, relaxed atomics).
+// The arena itself bumps stores, store_refused, evictions (live entries dropped to make room in
+// the ring or in a full index probe window) and erased; the others are the module's to count
+// (a lookup that finds an entry is not yet a hit: its version has to be checked first).
+struct ArenaCounters {
+  std::atomic<uint64_t> hits, misses, version_failures, stale_rejects, stores, store_refused,
+      uncacheable, evictions, erased;
+  // Version-check latency histogram: bucket i counts checks that took [lo(i), lo(i+1)) ns, with
+  // 8 sub-buckets per power of two (see latency_bucket_lo()).
+  static constexpr size_t kLatencyBuckets = 8 * 40;
+  std::atomic<uint64_t> latency[kLatencyBuckets];
+};
+
+struct ArenaStats {
+  uint64_t capacity_bytes = 0;  // ring size
+  uint64_t used_bytes = 0;      // bytes between tail and head
+  uint64_t entries = 0;         // live indexed entries (a scan of the whole index: O(buckets))
+  uint64_t index_buckets = 0;
+};
+
+class CacheArena {
+ public:
+  // Creates the named segment (the httpd parent, after it detached) with a ring of `bytes`
+  // (rounded up to 64) and an index sized for it. `bytes` >= 1 MiB. The segment is initialised
+  // under a temporary name and renamed into place (replacing an older arena of that name), so an
+  // opener never sees a half-initialised arena.
+  static std::unique_ptr<CacheArena> create(const std::string& segment_name, size_t bytes);
+  // Same, anonymous (tests, or no memd export wanted).
+  static std::unique_ptr<CacheArena> create_anonymous(size_t bytes);
+  // Maps an existing arena (validates its header). Throws fabric::FabricError / runtime_error.
+  static std::unique_ptr<CacheArena> open(const std::string& segment_name);
+
+  // Copies out the entry stored under `key` (hash `key_hash`) if there is a complete one.
+  // A different key with the same hash is a miss.
+  std::optional<CachedEntry> lookup(uint64_t key_hash, std::string_view key) const;
+  // Stores (replacing any entry of that key). Returns false, storing nothing, when the entry is
+  // larger than max_entry_bytes() or the arena is being torn down.
+  bool store(uint64_t key_hash, std::string_view key, const Tag& tag, std::string_view payload);
+  // Drops the entry of `key` if present.
+  void erase(uint64_t key_hash, std::string_view key);
+
+  size_t max_entry_bytes() const;  // ring / 4
+  ArenaStats stats() const;
+  ArenaCounters& counters() const;
+  void record_latency(uint64_t ns) const;
+  // p is a fraction (0.5 = median, 0.99 = p99; clamped to [0, 1]). Nearest rank over the
+  // histogram; returns the LOWER bound (latency_bucket_lo) of the bucket holding that rank, so
+  // it under-reports by at most 1/8 (exact below 16 ns). ns, 0 when nothing recorded.
+  uint64_t latency_percentile(double p) const;
+  // Buckets 0..15 hold exactly 0..15 ns; from there each power of two [2^e, 2^(e+1)) is split in
+  // 8 equal sub-buckets. The last bucket also takes everything above its lower bound (~68 min).
+  // Returns UINT64_MAX for i >= kLatencyBuckets.
+  static uint64_t latency_bucket_lo(size_t i);
+
+  const fabric::SharedSegment& segment() const { return seg_; }
+  ~CacheArena();
+
+ private:
+  explicit CacheArena(fabric::SharedSegment seg);
+  struct Header;
+  struct Bucket;
+  struct EntryHeader;
+  friend struct ArenaTestHooks;  // tests only: kill a writer mid-store (robust mutex test)
+
+  Header* hdr() const;
+  bool lock() const;  // false if the mutex is unrecoverable
+  void unlock() const;
+  // Writer side (mutex held).
+  void evict_oldest_locked();
+  bool entry_has_key_locked(uint64_t pos, uint64_t hash, std::string_view key) const;
+  size_t find_bucket_locked(uint64_t hash, std::string_view key) const;  // SIZE_MAX: none
+  void drop_bucket_locked(size_t i);
+  // Reader side: copies the entry at `pos` if it is complete, of that key, and not overwritten.
+  std::optional<CachedEntry> read_entry(uint64_t pos, uint64_t hash, std::string_view key) const;
+
+  // Called (when set) at points inside store() with the mutex held: 1 after room was made in the
+  // ring, 2 with the entry half written. Process-local; tests only.
+  static void (*test_store_hook_)(int stage);
+
+  fabric::SharedSegment seg_;
+  // Geometry, validated once at create/open and kept here: the copies in shared memory are never
+  // trusted for indexing afterwards.
+  Bucket* index_ = nullptr;
+  uint64_t mask_ = 0;  // buckets - 1
+  uint8_t* ring_ = nullptr;
+  uint64_t ring_bytes_ = 0;
+};
+
+}  // namespace tierce::coherence

@@ -1,0 +1,196 @@
+// coherence/home.cc — the home node's dependency index and invalidation log (see home.h).
+#include "coherence/home.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "coherence/layout.h"
+#include "fabric/random.h"
+
+namespace tierce::coherence {
+
+std::string_view to_string(Scheme s) {
+  return s == Scheme::InvalidateAll ? "invalidate-all" : "dependency-lists";
+}
+
+Scheme parse_scheme(std::string_view s) {
+  if (s == "dependency-lists") return Scheme::DependencyLists;
+  if (s == "invalidate-all") return Scheme::InvalidateAll;
+  throw std::invalid_argument("unknown invalidation scheme \"" + std::string(s) +
+                              "\": use dependency-lists or invalidate-all");
+}
+
+namespace {
+// kAll (0) marks an invalidate-all in the log; a real dependency that hashes to 0 becomes 1.
+uint64_t norm(uint64_t dep) { return dep == HomeState::kAll ? 1 : dep; }
+}  // namespace
+
+HomeState::HomeState(void* versions, uint64_t slots, HomeLimits limits, bool init)
+    : versions_(versions), slots_(slots), limits_(limits) {
+  if (slots_ == 0) throw std::invalid_argument("version table with no slots");
+  if (limits_.log_entries == 0) limits_.log_entries = 1;
+  if (init) {
+    // Random bases: a restarted home never re-issues a version (or a sequence) a proxy or a
+    // render still holds from the previous incarnation. Top bit clear: no wrap in practice.
+    uint64_t base = fabric::random_u64() >> 1;
+    uint64_t seq = fabric::random_u64() >> 1;
+    word_at(versions_, 0).store(kVersionsMagic, std::memory_order_relaxed);
+    word_at(versions_, 16).store(slots_, std::memory_order_relaxed);
+    word_at(versions_, 24).store(base, std::memory_order_relaxed);
+    for (uint64_t i = 0; i < slots_; ++i)
+      word_at(versions_, slot_offset(i)).store(base, std::memory_order_relaxed);
+    word_at(versions_, kSeqOffset).store(seq, std::memory_order_release);
+  }
+  log_floor_ = seq();
+}
+
+uint64_t HomeState::seq() const {
+  return word_at(versions_, kSeqOffset).load(std::memory_order_acquire);
+}
+
+uint64_t HomeState::version(uint64_t slot) const {
+  return word_at(versions_, slot_offset(slot % slots_)).load(std::memory_order_acquire);
+}
+
+uint64_t HomeState::bump_locked(uint64_t slot) {
+  return word_at(versions_, slot_offset(slot)).fetch_add(1, std::memory_order_acq_rel) + 1;
+}
+
+void HomeState::drop_key_locked(uint64_t key, const Key& k) {
+  for (uint64_t d : k.deps) {
+    auto it = deps_.find(d);
+    if (it == deps_.end()) continue;
+    it->second.erase(key);
+    if (it->second.empty()) deps_.erase(it);
+  }
+  keys_.erase(key);
+}
+
+void HomeState::evict_locked() {
+  while (keys_.size() > limits_.max_keys && !order_.empty()) {
+    auto [order, key] = order_.front();
+    order_.pop_front();
+    auto it = keys_.find(key);
+    if (it == keys_.end() || it->second.order != order) continue;  // stale queue entry
+    // Forgetting a key's dependencies would leave its cached copies valid for ever: bump it.
+    bump_locked(it->second.slot);
+    Key k = std::move(it->second);
+    drop_key_locked(key, k);
+    ++stats_.evictions;
+  }
+}
+
+RegisterResult HomeState::register_page(uint64_t key, uint64_t slot, uint64_t seq_start,
+                                        std::span<const uint64_t> dependencies) {
+  std::lock_guard lk(mu_);
+  RegisterResult res;
+  if (slot >= slots_) {
+    res.reason = "slot " + std::to_string(slot) + " out of range (" + std::to_string(slots_) +
+                 " slots): topologies disagree on version_slots?";
+    ++stats_.refused_log;
+    return res;
+  }
+  uint64_t now = seq();
+  if (seq_start > now) {
+    res.reason = "sequence from another incarnation of this home";
+    ++stats_.refused_log;
+    return res;
+  }
+  if (seq_start < log_floor_) {
+    res.reason = "invalidation log no longer reaches back to the render's start";
+    ++stats_.refused_log;
+    return res;
+  }
+  // Invalidations newer than the render's start: did one touch what the page depends on?
+  for (auto it = log_.rbegin(); it != log_.rend() && it->first > seq_start; ++it) {
+    bool hit = it->second == kAll;
+    for (uint64_t d : dependencies) hit = hit || norm(d) == it->second;
+    if (hit) {
+      res.reason = "an invalidation of its dependencies passed while it was rendered";
+      ++stats_.refused_race;
+      return res;
+    }
+  }
+  auto [it, fresh] = keys_.try_emplace(key);
+  Key& k = it->second;
+  if (fresh) {
+    k.slot = slot;
+    k.order = next_order_++;
+    order_.emplace_back(k.order, key);
+  }
+  for (uint64_t d0 : dependencies) {
+    uint64_t d = norm(d0);
+    if (std::find(k.deps.begin(), k.deps.end(), d) == k.deps.end()) k.deps.push_back(d);
+    deps_[d].insert(key);
+  }
+  ++stats_.registrations;
+  res.cacheable = true;
+  res.version = version(slot);
+  evict_locked();
+  if (order_.size() > 2 * keys_.size() + 1024) {  // drop stale queue entries now and then
+    std::deque<std::pair<uint64_t, uint64_t>> keep;
+    for (auto& e : order_) {
+      auto f = keys_.find(e.second);
+      if (f != keys_.end() && f->second.order == e.first) keep.push_back(e);
+    }
+    order_.swap(keep);
+  }
+  // The page may have been evicted at once (max_keys tiny): then its version just moved on.
+  if (!keys_.count(key)) res.cacheable = false, res.reason = "evicted at once (max_keys)";
+  return res;
+}
+
+InvalidateResult HomeState::invalidate(std::span<const uint64_t> dependencies, Scheme scheme) {
+  std::lock_guard lk(mu_);
+  InvalidateResult res;
+  std::vector<uint64_t> victims;
+  if (scheme == Scheme::InvalidateAll) {
+    for (auto& [key, k] : keys_) victims.push_back(key);
+  } else {
+    for (uint64_t d0 : dependencies) {
+      auto it = deps_.find(norm(d0));
+      if (it == deps_.end()) continue;
+      victims.insert(victims.end(), it->second.begin(), it->second.end());
+    }
+  }
+  std::unordered_set<uint64_t> slots;
+  for (uint64_t key : victims) {
+    auto it = keys_.find(key);
+    if (it == keys_.end()) continue;  // listed under two of the dependencies
+    slots.insert(it->second.slot);
+    Key k = std::move(it->second);
+    drop_key_locked(key, k);
+    ++res.keys_bumped;
+  }
+  for (uint64_t s : slots) bump_locked(s);  // once per slot, however many keys matched
+  res.slots_bumped = slots.size();
+
+  // Log it, then publish the new sequence. A render that read the old sequence finds this entry
+  // when it registers (same mutex); one that reads the new one started after the commit.
+  res.seq = seq() + 1;
+  if (scheme == Scheme::InvalidateAll) {
+    log_.emplace_back(res.seq, kAll);
+  } else {
+    for (uint64_t d : dependencies) log_.emplace_back(res.seq, norm(d));
+    if (dependencies.empty()) log_.emplace_back(res.seq, uint64_t(1));  // keeps seq continuity
+  }
+  while (log_.size() > limits_.log_entries) {
+    log_floor_ = std::max(log_floor_, log_.front().first);
+    log_.pop_front();
+  }
+  word_at(versions_, kSeqOffset).store(res.seq, std::memory_order_release);
+  ++stats_.invalidations;
+  stats_.keys_bumped += res.keys_bumped;
+  stats_.slots_bumped += res.slots_bumped;
+  return res;
+}
+
+HomeStats HomeState::stats() const {
+  std::lock_guard lk(mu_);
+  HomeStats s = stats_;
+  s.keys = keys_.size();
+  s.dependencies = deps_.size();
+  return s;
+}
+
+}  // namespace tierce::coherence
