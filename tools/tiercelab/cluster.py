@@ -1,0 +1,618 @@
+"""tierce-cluster logic: up / down / restart_node / status as plain functions (a `run` command or a
+test can call them in-process). Errors are raised as ClusterError; the CLI prints them.
+
+State: DIR/cluster.json (written after every process start, so `down` can clean up even when `up`
+was killed), DIR/cluster.toml (topology), DIR/secret, DIR/mariadb/, DIR/www/ (the sample PHP),
+DIR/nodes/NAME/{conf,logs,run}/.
+"""
+
+import base64
+import grp
+import http.client
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from . import procs
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_DIR = "/tmp/tierce-cluster"
+APACHE = "/usr/sbin/apache2"
+MODULES = "/usr/lib/apache2/modules"
+DB_USER, DB_PASSWORD, DB_NAME = "tierce", "tierce", "rubis"
+
+DEFAULTS = {
+    "cache": "none",            # none | mod_cache | tierce
+    "ttl": 10,                  # mod_cache entry lifetime, seconds
+    "transport": "shm",         # tcp | shm (written to cluster.toml)
+    "scheme": "dependency-lists",
+    "app_nodes": 2,
+    "proxy_nodes": 2,
+    "categories": 20,
+    "users": 2000,
+    "items": 10000,
+    "bids": 100000,
+    "seed": 1,
+    "build": os.path.join(REPO, "build"),
+    "app_load": 0,              # busy-spinning processes per app node
+    "app_workers": 48,          # prefork MaxRequestWorkers per app node
+    "mod_cache_bytes": 1 << 30,  # shmcb size (anonymous shm: only touched as used)
+    "timeout": 60.0,            # seconds to wait for the whole cluster to answer
+}
+
+
+class ClusterError(Exception):
+    pass
+
+
+class Interrupted(Exception):
+    pass
+
+
+def log(msg):
+    print(f"tierce-cluster: {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# state
+
+
+def state_path(d):
+    return os.path.join(d, "cluster.json")
+
+
+def load_state(d):
+    try:
+        with open(state_path(d)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise ClusterError(f"{state_path(d)} is not valid JSON ({e}); remove it by hand")
+
+
+def save_state(d, st):
+    tmp = state_path(d) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(st, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, state_path(d))
+
+
+def all_processes(st):
+    """Every process record of the state, in start order."""
+    out = []
+    if st.get("mariadb", {}).get("process"):
+        out.append(st["mariadb"]["process"])
+    for n in st.get("nodes", []):
+        for key in ("memd", "httpd"):
+            if n.get(key):
+                out.append(n[key])
+        out.extend(n.get("load", []))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def http_get(port, path, timeout=3.0):
+    """(status, headers dict lower-case, body bytes) of GET http://127.0.0.1:port/path."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+    finally:
+        c.close()
+
+
+def subst(template, values):
+    def rep(m):
+        k = m.group(1)
+        if k not in values:
+            raise ClusterError(f"template variable @{k}@ has no value")
+        return str(values[k])
+    return re.sub(r"@([A-Z_]+)@", rep, template)
+
+
+def write_file(path, text, mode=0o644):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def find_datagen(build):
+    for p in ("sample/tierce-datagen", "sample/datagen/tierce-datagen"):
+        full = os.path.join(build, p)
+        if os.access(full, os.X_OK):
+            return full
+    raise ClusterError(f"tierce-datagen not found under {build}/sample: build it with "
+                       f"cmake --build {build} --target tierce-datagen (or pass --build DIR)")
+
+
+def toml_str(s):
+    return json.dumps(str(s))  # a JSON string is a valid TOML basic string for our paths
+
+
+class Failure(ClusterError):
+    def __init__(self, what, logs):
+        text = f"{what}"
+        for path in logs:
+            text += f"\n----- tail of {path} -----\n{procs.tail(path)}"
+        super().__init__(text)
+
+
+def wait_until(what, cond, deadline, watch=(), logs=()):
+    """Polls cond() until true; fails at the deadline or as soon as a watched process dies."""
+    while True:
+        for rec in watch:
+            if not procs.alive(rec):
+                raise Failure(f"{rec['name']} (pid {rec['pid']}) exited while waiting for {what}",
+                              logs or [rec["log"]])
+        try:
+            if cond():
+                return
+        except (OSError, http.client.HTTPException):
+            pass
+        if time.monotonic() > deadline:
+            raise Failure(f"timed out waiting for {what}", logs or [r["log"] for r in watch])
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# MariaDB
+
+
+def start_mariadb(d, st, deadline):
+    m = st["mariadb"]
+    base = m["dir"]
+    datadir, run = os.path.join(base, "db"), os.path.join(base, "run")
+    os.makedirs(datadir)
+    os.makedirs(run)
+    mysql = pwd.getpwnam("mysql")
+    for p in (base, datadir, run):
+        os.chown(p, mysql.pw_uid, mysql.pw_gid)
+    install_log = os.path.join(run, "install.log")
+    with open(install_log, "wb") as lf:
+        r = subprocess.run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={datadir}",
+                            "--auth-root-authentication-method=socket", "--skip-test-db"],
+                           stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise Failure(f"mariadb-install-db failed (exit {r.returncode})", [install_log])
+    argv = ["mariadbd", "--no-defaults", "--user=mysql", f"--datadir={datadir}", f"--socket={m['socket']}",
+            f"--pid-file={run}/mysqld.pid", f"--port={m['port']}", "--bind-address=127.0.0.1",
+            "--skip-name-resolve", "--innodb-buffer-pool-size=256M", "--max-connections=1000",
+            f"--log-error={m['error_log']}"]
+    m["process"] = procs.spawn("mariadb", argv, os.path.join(run, "mariadbd.out"))
+    m["process"]["error_log"] = m["error_log"]
+    save_state(d, st)
+    client = ["mariadb", "--no-defaults", "-S", m["socket"], "-uroot"]
+
+    def ready():
+        return os.path.exists(m["socket"]) and subprocess.run(
+            client + ["-e", "SELECT 1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    wait_until("MariaDB to accept connections", ready, deadline, [m["process"]],
+               [m["error_log"], m["process"]["log"]])
+    sql = (f"CREATE DATABASE {DB_NAME}; "
+           f"CREATE USER '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}'; "
+           f"CREATE USER '{DB_USER}'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; "
+           f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1'; "
+           f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'localhost';")
+    r = subprocess.run(client + ["-e", sql], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ClusterError(f"creating the database and user failed: {r.stderr.strip()}")
+
+
+def load_data(st, opts):
+    m = st["mariadb"]
+    datagen = find_datagen(opts["build"])
+    argv = [datagen, "--host", "127.0.0.1", "--port", str(m["port"]), "--user", DB_USER,
+            "--password", DB_PASSWORD, "--database", DB_NAME, "--categories", str(opts["categories"]),
+            "--users", str(opts["users"]), "--items", str(opts["items"]), "--bids", str(opts["bids"]),
+            "--seed", str(opts["seed"]), "--schema", os.path.join(REPO, "sample", "schema.sql")]
+    logp = os.path.join(m["dir"], "run", "datagen.log")
+    with open(logp, "wb") as lf:
+        r = subprocess.run(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise Failure(f"tierce-datagen failed (exit {r.returncode})", [logp])
+    log(procs.tail(logp, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# nodes
+
+
+def node_conf(st, n):
+    """Writes the node's httpd.conf (and memd.toml with --cache tierce)."""
+    opts = st["options"]
+    tierce = opts["cache"] == "tierce"
+    defines = []
+    if tierce:
+        defines.append("Define TIERCE")
+    if opts["cache"] == "mod_cache" and n["role"] == "proxy":
+        defines.append("Define MOD_CACHE")
+    m = st["mariadb"]
+    values = {
+        "DEFINES": "\n".join(defines) or "# (no Define: plain configuration)",
+        "NODE_DIR": n["dir"], "PORT": n["port"], "MODULES": MODULES, "NODE": n["name"],
+        "DOCROOT": st["docroot"], "APP_WORKERS": opts["app_workers"],
+        "DB_HOST": "127.0.0.1", "DB_PORT": m["port"], "DB_USER": DB_USER, "DB_PASSWORD": DB_PASSWORD,
+        "DB_NAME": DB_NAME, "TOPOLOGY": st["topology"], "SCHEME": opts["scheme"],
+        "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
+        "RCACHE_MODULE": os.path.join(opts["build"], "mod_rcache", "mod_rcache.so"),
+        "TTL": opts["ttl"], "MOD_CACHE_BYTES": opts["mod_cache_bytes"],
+        "BALANCER_MEMBERS": "\n".join(
+            f"    BalancerMember http://127.0.0.1:{a['port']} route={a['name']} retry=1"
+            for a in st["nodes"] if a["role"] == "app"),
+    }
+    tmpl = "app.conf.in" if n["role"] == "app" else "proxy.conf.in"
+    with open(os.path.join(REPO, "conf", tmpl)) as f:
+        write_file(n["conf"], subst(f.read(), values))
+    if tierce:
+        lines = ["# memd of node %s, written by tools/tierce-cluster (docs/memd.md)" % n["name"],
+                 "[memd]",
+                 f"node = {toml_str(n['name'])}",
+                 "listen = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]",
+                 f"secret_file = {toml_str(st['secret_file'])}",
+                 f"pid_file = {toml_str(os.path.join(n['dir'], 'run', 'memd.pid'))}",
+                 f"ready_file = {toml_str(n['memd_ready'])}",
+                 'log = "stderr"', ""]
+        if n["role"] == "app":
+            lines += ["[coherence]", f"topology = {toml_str(st['topology'])}", ""]
+        else:
+            lines += ["[[region]]", 'name = "arena"', f"segment = {toml_str(n['segment_prefix'] + '.arena')}", ""]
+        write_file(n["memd_conf"], "\n".join(lines))
+
+
+def write_topology(st):
+    o = st["options"]
+    out = ["# Written by tools/tierce-cluster (template: conf/cluster.toml).", "[cluster]",
+           f"name = {toml_str(st['name'])}", f"secret_file = {toml_str(st['secret_file'])}",
+           f"transport = {toml_str(o['transport'])}", "version_slots = 262144", ""]
+    for n in st["nodes"]:
+        out += ["[[node]]", f"name = {toml_str(n['name'])}", f"role = {toml_str(n['role'])}",
+                "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]",
+                f"segment_prefix = {toml_str(n['segment_prefix'])}", ""]
+    write_file(st["topology"], "\n".join(out))
+
+
+def preflight(st):
+    """Checks every generated configuration before anything starts."""
+    problems = []
+    for n in st["nodes"]:
+        r = subprocess.run([APACHE, "-f", n["conf"], "-t"], capture_output=True, text=True)
+        if r.returncode != 0:
+            problems.append(f"{n['name']}: httpd configuration {n['conf']} is rejected:\n"
+                            f"{(r.stderr or r.stdout).strip()}")
+        if st["options"]["cache"] == "tierce":
+            memd = os.path.join(st["options"]["build"], "agents", "memd", "tierce-memd")
+            r = subprocess.run([memd, "--check", "-c", n["memd_conf"]], capture_output=True, text=True)
+            if r.returncode != 0:
+                problems.append(f"{n['name']}: memd configuration {n['memd_conf']} is rejected:\n"
+                                f"{(r.stderr or r.stdout).strip()}")
+    if problems:
+        raise ClusterError("\n".join(problems))
+
+
+def start_memd(st, n, deadline):
+    memd = os.path.join(st["options"]["build"], "agents", "memd", "tierce-memd")
+    if not os.access(memd, os.X_OK):
+        raise ClusterError(f"{memd} not found: build it (cmake --build {st['options']['build']})")
+    try:
+        os.unlink(n["memd_ready"])
+    except FileNotFoundError:
+        pass
+    # root (opens the segments the httpd parent creates) with group www-data (the shm socket is
+    # mode 0660: httpd children must be able to connect).
+    rec = procs.spawn(f"{n['name']}/memd", [memd, "--foreground", "-c", n["memd_conf"]],
+                      os.path.join(n["dir"], "logs", "memd.log"), group=grp.getgrnam("www-data").gr_gid)
+    n["memd"] = rec
+    return rec
+
+
+def start_httpd(st, n):
+    logs = os.path.join(n["dir"], "logs")
+    os.makedirs(logs, exist_ok=True)
+    os.makedirs(os.path.join(n["dir"], "run"), exist_ok=True)
+    # A killed httpd leaves its pid file; its pid may linger as an unreaped zombie, which httpd
+    # would take for a running instance ("already running").
+    try:
+        os.unlink(os.path.join(n["dir"], "run", "httpd.pid"))
+    except FileNotFoundError:
+        pass
+    r = subprocess.run([APACHE, "-f", n["conf"], "-t"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ClusterError(f"{n['name']}: httpd configuration {n['conf']} is rejected:\n"
+                           f"{(r.stderr or r.stdout).strip()}")
+    rec = procs.spawn(f"{n['name']}/httpd", [APACHE, "-f", n["conf"], "-DFOREGROUND"],
+                      os.path.join(logs, "httpd.out"))
+    rec["error_log"] = os.path.join(logs, "error.log")
+    n["httpd"] = rec
+    return rec
+
+
+def node_ready(st, n, deadline):
+    watch = [n["httpd"]] + ([n["memd"]] if n.get("memd") else [])
+    logs = [n["httpd"]["error_log"], n["httpd"]["log"]] + ([n["memd"]["log"]] if n.get("memd") else [])
+    if n.get("memd"):
+        wait_until(f"{n['name']}/memd ready file", lambda: os.path.exists(n["memd_ready"]), deadline, watch, logs)
+    wait_until(f"{n['name']} to answer GET /index.php with 200",
+               lambda: http_get(n["port"], "/index.php")[0] == 200, deadline, watch, logs)
+
+
+def start_load(n, count):
+    recs = []
+    for i in range(count):
+        recs.append(procs.spawn(f"{n['name']}/load{i + 1}", ["/bin/sh", "-c", "while :; do :; done"],
+                                os.path.join(n["dir"], "logs", "load.log")))
+    n["load"] = recs
+
+
+def shm_prefix(st):
+    return "/dev/shm/tierce." + st["name"] + "."
+
+
+def remove_shm(st):
+    prefix = shm_prefix(st)
+    removed = 0
+    for f in os.listdir("/dev/shm"):
+        p = os.path.join("/dev/shm", f)
+        if p.startswith(prefix):
+            try:
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.unlink(p)
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def up(d=DEFAULT_DIR, **kw):
+    """Starts a cluster in state directory d; returns the state dict. On any failure (or Ctrl-C /
+    TERM) stops what was started and raises ClusterError."""
+    opts = dict(DEFAULTS)
+    for k, v in kw.items():
+        if v is not None:
+            if k not in DEFAULTS:
+                raise ClusterError(f"unknown option {k}")
+            opts[k] = v
+    if opts["cache"] not in ("none", "mod_cache", "tierce"):
+        raise ClusterError(f"--cache must be none, mod_cache or tierce, not {opts['cache']}")
+    if opts["transport"] not in ("tcp", "shm"):
+        raise ClusterError("--transport must be tcp or shm")
+    if opts["scheme"] not in ("dependency-lists", "invalidate-all"):
+        raise ClusterError("--scheme must be dependency-lists or invalidate-all")
+    if opts["app_nodes"] < 1 or opts["proxy_nodes"] < 1:
+        raise ClusterError("--app-nodes and --proxy-nodes must be >= 1")
+    opts["build"] = os.path.abspath(opts["build"])
+    d = os.path.abspath(d)
+    if opts["cache"] == "tierce":
+        for mod in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd"):
+            if not os.path.exists(os.path.join(opts["build"], mod)):
+                raise ClusterError(f"--cache tierce needs {os.path.join(opts['build'], mod)}: build it first")
+    find_datagen(opts["build"])
+
+    old = load_state(d) if os.path.isdir(d) else None
+    if old and any(procs.alive(r) for r in all_processes(old)):
+        raise ClusterError(f"a cluster is already running in {d} (tierce-cluster down --dir {d})")
+    if old:
+        remove_shm(old)
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o755)  # mysql and www-data must traverse it
+    for sub in ("mariadb", "nodes", "www", "run"):
+        shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
+    for f in ("cluster.json", "cluster.toml"):
+        try:
+            os.unlink(os.path.join(d, f))
+        except FileNotFoundError:
+            pass
+
+    napp, nproxy = opts["app_nodes"], opts["proxy_nodes"]
+    ports = procs.free_ports(1 + 2 * (napp + nproxy))
+    name = f"c{ports[0]}"
+    st = {"name": name, "dir": d, "state": "starting", "options": opts, "started": time.time(),
+          "topology": os.path.join(d, "cluster.toml"), "secret_file": os.path.join(d, "secret"),
+          "docroot": os.path.join(d, "www"), "shm_prefix": "/tierce." + name + ".",
+          "mariadb": {"dir": os.path.join(d, "mariadb"), "host": "127.0.0.1", "port": ports[0],
+                      "user": DB_USER, "password": DB_PASSWORD, "database": DB_NAME,
+                      "socket": os.path.join(d, "mariadb", "run", "mysqld.sock"),
+                      "error_log": os.path.join(d, "mariadb", "run", "error.log")},
+          "nodes": []}
+    os.makedirs(os.path.join(d, "run"), exist_ok=True)
+    i = 1
+    for role, count in (("app", napp), ("proxy", nproxy)):
+        for k in range(1, count + 1):
+            nm = f"{role}{k}"
+            nd = os.path.join(d, "nodes", nm)
+            sock = os.path.join(d, "run", f"{nm}-memd.sock")
+            if len(sock) > 100:
+                raise ClusterError(f"state directory path too long for a unix socket: {sock}")
+            n = {"name": nm, "role": role, "dir": nd, "port": ports[i], "memd_port": ports[i + 1],
+                 "url": f"http://127.0.0.1:{ports[i]}/", "conf": os.path.join(nd, "conf", "httpd.conf"),
+                 "memd_conf": os.path.join(nd, "memd.toml"), "memd_ready": os.path.join(nd, "run", "memd.ready"),
+                 "memd_uris": [f"tcp://127.0.0.1:{ports[i + 1]}", f"shm://{sock}"],
+                 "segment_prefix": f"/tierce.{name}.{nm}", "memd": None, "httpd": None, "load": []}
+            st["nodes"].append(n)
+            i += 2
+
+    old_int = signal.signal(signal.SIGINT, _interrupt)
+    old_term = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        save_state(d, st)
+        deadline = time.monotonic() + opts["timeout"]
+        # secret, docroot, configuration
+        with open(st["secret_file"], "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(base64.b64encode(os.urandom(32)) + b"\n")
+        shutil.copytree(os.path.join(REPO, "sample", "php"), st["docroot"])
+        for root, dirs, files in os.walk(st["docroot"]):
+            os.chmod(root, 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
+        write_topology(st)
+        for n in st["nodes"]:
+            os.makedirs(os.path.join(n["dir"], "run"), exist_ok=True)
+            os.makedirs(os.path.join(n["dir"], "logs"), exist_ok=True)
+            node_conf(st, n)
+        preflight(st)
+
+        log(f"{d}: MariaDB on 127.0.0.1:{st['mariadb']['port']}")
+        start_mariadb(d, st, deadline)
+        load_data(st, opts)
+        deadline = time.monotonic() + opts["timeout"]
+        tierce = opts["cache"] == "tierce"
+        apps = [n for n in st["nodes"] if n["role"] == "app"]
+        proxies = [n for n in st["nodes"] if n["role"] == "proxy"]
+        for group in (apps, proxies):
+            if tierce:
+                for n in group:
+                    start_memd(st, n, deadline)
+                    save_state(d, st)
+            for n in group:
+                start_httpd(st, n)
+                save_state(d, st)
+            for n in group:
+                node_ready(st, n, deadline)
+        for n in apps:
+            if opts["app_load"]:
+                start_load(n, opts["app_load"])
+        save_state(d, st)
+        for n in proxies:  # through every proxy, each app answers (balancer)
+            for _ in apps:
+                node_ready(st, n, deadline)
+        st["state"] = "up"
+        save_state(d, st)
+        log(f"up: {napp} app + {nproxy} proxy nodes, cache={opts['cache']}; "
+            f"proxies: {' '.join(n['url'] for n in proxies)}")
+        return st
+    except BaseException as e:
+        if isinstance(e, (Interrupted, KeyboardInterrupt)):
+            log("interrupted: stopping what was started")
+        else:
+            log("start-up failed: stopping what was started")
+        try:
+            _stop_all(st)
+            st["state"] = "down"
+            save_state(d, st)
+        except Exception as e2:  # still report the first failure
+            log(f"while stopping: {e2}")
+        if isinstance(e, (Interrupted, KeyboardInterrupt)):
+            raise ClusterError("interrupted") from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def _stop_all(st):
+    """Stops load, proxies, apps, memds, then MariaDB; removes the cluster's /dev/shm entries."""
+    killed = []
+    load = [r for n in st.get("nodes", []) for r in n.get("load", [])]
+    killed += procs.stop(load, signal.SIGKILL, 2)
+    killed += procs.stop([n.get("httpd") for n in st.get("nodes", []) if n["role"] == "proxy"], deadline=10)
+    killed += procs.stop([n.get("httpd") for n in st.get("nodes", []) if n["role"] == "app"], deadline=10)
+    killed += procs.stop([n.get("memd") for n in st.get("nodes", [])], deadline=5)
+    if st.get("mariadb", {}).get("process"):
+        killed += procs.stop([st["mariadb"]["process"]], deadline=30)
+    removed = remove_shm(st)
+    return killed, removed
+
+
+def down(d=DEFAULT_DIR):
+    """Stops everything recorded in d/cluster.json; idempotent. Returns the list of processes
+    that needed SIGKILL."""
+    d = os.path.abspath(d)
+    st = load_state(d)
+    if st is None:
+        log(f"nothing to stop: no {state_path(d)}")
+        return []
+    killed, removed = _stop_all(st)
+    left = [r["name"] for r in all_processes(st) if procs.alive(r)]
+    st["state"] = "down"
+    st["stopped"] = time.time()
+    save_state(d, st)
+    if left:
+        raise ClusterError(f"still running after SIGKILL: {', '.join(left)}")
+    log(f"down: {d} stopped" + (f" (SIGKILL needed: {', '.join(killed)})" if killed else "")
+        + (f", {removed} /dev/shm entries removed" if removed else ""))
+    return killed
+
+
+def restart_node(d, name, sig="KILL", timeout=60.0):
+    """Kills a node's httpd and memd (SIGKILL by default), starts both again with the same ports
+    and configuration, waits until they answer; updates cluster.json."""
+    d = os.path.abspath(d)
+    st = load_state(d)
+    if st is None or st.get("state") != "up":
+        raise ClusterError(f"no cluster up in {d}")
+    nodes = {n["name"]: n for n in st["nodes"]}
+    if name not in nodes:
+        raise ClusterError(f"no node {name} (nodes: {', '.join(nodes)})")
+    n = nodes[name]
+    signum = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM}.get(sig.upper())
+    if signum is None:
+        raise ClusterError("--signal must be KILL or TERM")
+    procs.stop([n.get("httpd"), n.get("memd")], signum, deadline=10)
+    deadline = time.monotonic() + timeout
+    if st["options"]["cache"] == "tierce":
+        start_memd(st, n, deadline)
+        save_state(d, st)
+    start_httpd(st, n)
+    save_state(d, st)
+    node_ready(st, n, deadline)
+    st["restarts"] = st.get("restarts", []) + [{"node": name, "signal": sig.upper(), "time": time.time()}]
+    save_state(d, st)
+    log(f"{name} restarted (httpd pid {n['httpd']['pid']}"
+        + (f", memd pid {n['memd']['pid']}" if n.get("memd") else "") + ")")
+    return st
+
+
+def status(d=DEFAULT_DIR, out=sys.stdout):
+    """Prints the cluster state; returns True when every recorded process is alive."""
+    d = os.path.abspath(d)
+    st = load_state(d)
+    if st is None:
+        print(f"no cluster in {d}", file=out)
+        return False
+    o = st["options"]
+    m = st["mariadb"]
+    print(f"cluster {st['name']} in {d}: {st.get('state')}  cache={o['cache']} transport={o['transport']} "
+          f"scheme={o['scheme']} ttl={o['ttl']} app_load={o['app_load']}", file=out)
+    print(f"database mysql://{m['user']}:{m['password']}@{m['host']}:{m['port']}/{m['database']} "
+          f"(socket {m['socket']})", file=out)
+    ok = True
+
+    def line(rec, extra=""):
+        nonlocal ok
+        if not rec:
+            return
+        a = procs.alive(rec)
+        ok = ok and a
+        print(f"  {rec['name']:<16} pid {rec['pid']:<8} {'alive' if a else 'DEAD':<6} {extra} log {rec['log']}",
+              file=out)
+    line(m.get("process"), f"port {m['port']}")
+    for n in st["nodes"]:
+        line(n.get("memd"), f"{' '.join(n['memd_uris'])}")
+        line(n.get("httpd"), f"{n['url']}")
+        for r in n.get("load", []):
+            line(r)
+    return ok
