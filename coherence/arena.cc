@@ -106,8 +106,8 @@ struct CacheArena::Header {
   uint64_t index_offset;
   uint64_t ring_offset;
   alignas(64) pthread_mutex_t mutex;
-  // Writers move both; readers only load tail. Kept off the counters' line, which every child
-  // bumps.
+  // Written by the writer of the moment, loaded by every lookup: kept off the counters' line,
+  // which every child bumps.
   alignas(64) std::atomic<uint64_t> head;
   std::atomic<uint64_t> tail;
   alignas(64) ArenaCounters counters;
@@ -164,12 +164,20 @@ uint64_t ring_for(size_t bytes) {
 CacheArena::CacheArena(fabric::SharedSegment seg) : seg_(std::move(seg)) {
   static_assert(sizeof(Bucket) == 16 && sizeof(EntryHeader) == 72, "stored layout changed");
   static_assert(alignof(Header) <= 4096, "the data area is page-aligned");
-  // The caller validated the header (or just wrote it).
-  Header* h = hdr();
-  index_ = reinterpret_cast<Bucket*>(seg_.data() + h->index_offset);
-  mask_ = h->buckets - 1;
-  ring_ = seg_.data() + h->ring_offset;
-  ring_bytes_ = h->ring_bytes;
+  // The caller validated the header (or just wrote it). Still, derive every pointer from ONE
+  // read of the ring size, re-checked here, rather than from shared fields that could change
+  // between that validation and now.
+  uint64_t ring = hdr()->ring_bytes;
+  auto changed = [&] {
+    return std::runtime_error("segment " + seg_.name() + ": cache arena geometry changed under us");
+  };
+  if (ring < kMinRing || ring % kAlign != 0 || ring > seg_.size()) throw changed();
+  Geometry g = geometry_for<Header>(ring);
+  if (g.total > seg_.size()) throw changed();
+  index_ = reinterpret_cast<Bucket*>(seg_.data() + g.index_offset);
+  mask_ = g.buckets - 1;
+  ring_ = seg_.data() + g.ring_offset;
+  ring_bytes_ = ring;
 }
 
 CacheArena::~CacheArena() = default;
@@ -280,9 +288,11 @@ std::unique_ptr<CacheArena> CacheArena::open(const std::string& segment_name) {
   if (g.total > seg.size())
     throw bad("ring ends at " + std::to_string(g.total) + ", past the segment's " +
               std::to_string(seg.size()) + " bytes");
-  uint64_t head = h->head.load(std::memory_order_acquire);
+  // Tail first: writers may be storing meanwhile, and tail never passes the head of its time.
+  // (head - tail may briefly exceed the ring between the two loads, so that is not checked.)
   uint64_t tail = h->tail.load(std::memory_order_acquire);
-  if (tail > head || head - tail > ring) throw bad("head/tail out of range");
+  uint64_t head = h->head.load(std::memory_order_acquire);
+  if (tail > head) throw bad("its tail is ahead of its head");
   return std::unique_ptr<CacheArena>(new CacheArena(std::move(seg)));
 }
 
