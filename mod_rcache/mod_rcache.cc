@@ -1,0 +1,830 @@
+// mod_rcache/mod_rcache.cc — the proxy tier's Apache module: a coherent cache of dynamic pages in
+// front of mod_proxy. Thin glue: the rules live in rcache_logic.*, the arena and the version reads
+// in coherence/. See README.md for the directives and the request path.
+//
+// Hook choice: the cache lookup runs in the *handler* phase with APR_HOOK_REALLY_FIRST, not in
+// quick_handler: by then the <Location>/<Directory> walk has merged the per-directory config
+// (RCache On|Off per Location) and access control (Require, auth) has run, so a cached page is
+// never served to a client the location would refuse. It runs before mod_proxy's handler; on a
+// hit it answers and returns OK, otherwise it DECLINEs and mod_proxy forwards.
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "coherence/arena.h"
+#include "coherence/client.h"
+#include "coherence/key.h"
+#include "coherence/topology.h"
+#include "mod_rcache/rcache_logic.h"
+
+#include <ap_mpm.h>
+#include <apr_buckets.h>
+#include <apr_strings.h>
+#include <http_config.h>
+#include <http_core.h>
+#include <http_log.h>
+#include <http_protocol.h>
+#include <http_request.h>
+#include <httpd.h>
+#include <util_filter.h>
+
+extern "C" module AP_MODULE_DECLARE_DATA rcache_module;
+#ifdef APLOG_USE_MODULE
+static int* const aplog_module_index = &(rcache_module.module_index);
+#endif
+
+namespace co = tierce::coherence;
+namespace rc = tierce::rcache;
+
+namespace {
+
+constexpr const char* kFilterName = "RCACHE_OUT";
+
+// ---- configuration ---------------------------------------------------------------------------
+
+struct ServerConf {
+  const char* topology = nullptr;
+  const char* node = nullptr;
+  uint64_t size = 0;       // 0 = unset
+  uint64_t max_entry = 0;  // 0 = unset
+  int version_timeout_ms = -1;
+  int retry_after_ms = -1;
+  int store_set_cookie = -1;
+  int store_authorized = -1;
+  int require_tag = -1;
+};
+
+struct DirConf {
+  int enabled = -1;  // -1 unset (Off)
+};
+
+constexpr uint64_t kDefaultSize = 256ull << 20;
+constexpr uint64_t kDefaultMaxEntry = 1ull << 20;
+constexpr int kDefaultRetryAfter = 100;
+
+// Process-wide state. The parent fills it in post_config (topology, secret, arena); children
+// inherit it over fork and add their own client in child_init.
+struct Global {
+  bool enabled_anywhere = false;  // some "RCache On" in this configuration pass
+  std::string topology_path;
+  std::string node;
+  co::Topology topo;
+  tierce::fabric::Secret secret;
+  std::string segment;
+  uint64_t size = kDefaultSize;
+  uint64_t max_entry = kDefaultMaxEntry;
+  uint32_t version_timeout_ms = 50;
+  uint32_t retry_after_ms = kDefaultRetryAfter;
+  co::CacheArena* arena = nullptr;    // deleted only by its creator (the parent)
+  pid_t arena_creator = 0;
+  co::ClusterClient* client = nullptr;  // per child
+  std::unique_ptr<std::atomic<int>[]> home_state;  // per child: 0 unknown, 1 ok, 2 failed
+  server_rec* server = nullptr;
+};
+Global g;
+
+ServerConf* sconf(server_rec* s) {
+  return static_cast<ServerConf*>(ap_get_module_config(s->module_config, &rcache_module));
+}
+DirConf* dconf(request_rec* r) {
+  return static_cast<DirConf*>(ap_get_module_config(r->per_dir_config, &rcache_module));
+}
+
+void* create_server_conf(apr_pool_t* p, server_rec*) {
+  return new (apr_pcalloc(p, sizeof(ServerConf))) ServerConf();
+}
+void* merge_server_conf(apr_pool_t* p, void* basev, void* addv) {
+  auto* base = static_cast<ServerConf*>(basev);
+  auto* add = static_cast<ServerConf*>(addv);
+  auto* m = new (apr_pcalloc(p, sizeof(ServerConf))) ServerConf(*base);
+  // Process-wide directives are main-server only; the policy switches may differ per vhost.
+  if (add->store_set_cookie != -1) m->store_set_cookie = add->store_set_cookie;
+  if (add->store_authorized != -1) m->store_authorized = add->store_authorized;
+  if (add->require_tag != -1) m->require_tag = add->require_tag;
+  return m;
+}
+void* create_dir_conf(apr_pool_t* p, char*) {
+  return new (apr_pcalloc(p, sizeof(DirConf))) DirConf();
+}
+void* merge_dir_conf(apr_pool_t* p, void* basev, void* addv) {
+  auto* base = static_cast<DirConf*>(basev);
+  auto* add = static_cast<DirConf*>(addv);
+  auto* m = new (apr_pcalloc(p, sizeof(DirConf))) DirConf();
+  m->enabled = add->enabled != -1 ? add->enabled : base->enabled;
+  return m;
+}
+
+rc::Policy policy_of(server_rec* s) {
+  ServerConf* c = sconf(s);
+  rc::Policy p;
+  p.store_set_cookie = c->store_set_cookie == 1;
+  p.store_authorized = c->store_authorized == 1;
+  p.require_tag = c->require_tag != 0;
+  return p;
+}
+
+const char* set_enabled(cmd_parms*, void* dc, int on) {
+  static_cast<DirConf*>(dc)->enabled = on ? 1 : 0;
+  if (on) g.enabled_anywhere = true;
+  return nullptr;
+}
+
+const char* set_topology(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  const char* path = ap_server_root_relative(cmd->pool, arg);
+  if (!path || !*arg)
+    return apr_psprintf(cmd->pool, "RCacheTopology: invalid path '%s': give the cluster topology "
+                                   "file, e.g. RCacheTopology /etc/tierce/cluster.toml", arg);
+  sconf(cmd->server)->topology = path;
+  return nullptr;
+}
+
+const char* set_node(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  if (!*arg) return "RCacheNode: give this proxy's node name as the topology file names it";
+  sconf(cmd->server)->node = arg;
+  return nullptr;
+}
+
+const char* set_size(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = rc::parse_size(arg);
+  if (!v || *v < (1ull << 20) || *v > (1ull << 40))
+    return apr_psprintf(cmd->pool,
+                        "RCacheSize: '%s' is not allowed: give the arena size in bytes with an "
+                        "optional K, M or G suffix, between 1M and 1024G (e.g. RCacheSize 256M)",
+                        arg);
+  sconf(cmd->server)->size = *v;
+  return nullptr;
+}
+
+const char* set_max_entry(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = rc::parse_size(arg);
+  if (!v || *v < 1024)
+    return apr_psprintf(cmd->pool,
+                        "RCacheMaxEntrySize: '%s' is not allowed: give a size of at least 1K with "
+                        "an optional K, M or G suffix, at most RCacheSize/4 (e.g. "
+                        "RCacheMaxEntrySize 1M)",
+                        arg);
+  sconf(cmd->server)->max_entry = *v;
+  return nullptr;
+}
+
+const char* set_version_timeout(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = rc::parse_uint(arg, 1, 60000);
+  if (!v)
+    return apr_psprintf(cmd->pool,
+                        "RCacheVersionTimeout: '%s' is not allowed: give milliseconds from 1 to "
+                        "60000 (e.g. RCacheVersionTimeout 50)",
+                        arg);
+  sconf(cmd->server)->version_timeout_ms = int(*v);
+  return nullptr;
+}
+
+const char* set_retry_after(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = rc::parse_uint(arg, 0, 600000);
+  if (!v)
+    return apr_psprintf(cmd->pool,
+                        "RCacheRetryAfter: '%s' is not allowed: give milliseconds from 0 to "
+                        "600000 (e.g. RCacheRetryAfter 100)",
+                        arg);
+  sconf(cmd->server)->retry_after_ms = int(*v);
+  return nullptr;
+}
+
+const char* set_flag_member(cmd_parms* cmd, void*, int on) {
+  ServerConf* c = sconf(cmd->server);
+  auto which = reinterpret_cast<intptr_t>(cmd->info);
+  int v = on ? 1 : 0;
+  if (which == 1) c->store_set_cookie = v;
+  else if (which == 2) c->store_authorized = v;
+  else c->require_tag = v;
+  return nullptr;
+}
+
+#define RC_FN(f) reinterpret_cast<cmd_func>(reinterpret_cast<void (*)()>(f))
+const command_rec rcache_cmds[] = {
+    AP_INIT_FLAG("RCache", RC_FN(set_enabled), nullptr, RSRC_CONF | ACCESS_CONF,
+                 "On|Off: cache responses of this location (default Off)"),
+    AP_INIT_TAKE1("RCacheTopology", RC_FN(set_topology), nullptr, RSRC_CONF,
+                  "the cluster topology file (required when RCache On is used)"),
+    AP_INIT_TAKE1("RCacheNode", RC_FN(set_node), nullptr, RSRC_CONF,
+                  "this proxy's node name in the topology"),
+    AP_INIT_TAKE1("RCacheSize", RC_FN(set_size), nullptr, RSRC_CONF,
+                  "arena ring size, e.g. 256M (default 256M)"),
+    AP_INIT_TAKE1("RCacheMaxEntrySize", RC_FN(set_max_entry), nullptr, RSRC_CONF,
+                  "largest cached response, e.g. 1M (default 1M, at most RCacheSize/4)"),
+    AP_INIT_TAKE1("RCacheVersionTimeout", RC_FN(set_version_timeout), nullptr, RSRC_CONF,
+                  "deadline of one version read in ms (default: the topology's op_timeout_ms)"),
+    AP_INIT_TAKE1("RCacheRetryAfter", RC_FN(set_retry_after), nullptr, RSRC_CONF,
+                  "ms a failed home is skipped, requests forward at once (default 100)"),
+    AP_INIT_FLAG("RCacheStoreSetCookie", RC_FN(set_flag_member), reinterpret_cast<void*>(1),
+                 RSRC_CONF, "On|Off: cache responses carrying Set-Cookie (default Off)"),
+    AP_INIT_FLAG("RCacheStoreAuthorized", RC_FN(set_flag_member), reinterpret_cast<void*>(2),
+                 RSRC_CONF, "On|Off: serve and store requests with Authorization (default Off)"),
+    AP_INIT_FLAG("RCacheRequireTag", RC_FN(set_flag_member), reinterpret_cast<void*>(3),
+                 RSRC_CONF, "On|Off: only cache responses with a Tierce-Tag (default On)"),
+    {nullptr, {nullptr}, nullptr, 0, RAW_ARGS, nullptr}};
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+int to_aplevel(tierce::fabric::LogLevel l) {
+  switch (l) {
+    case tierce::fabric::LogLevel::Debug: return APLOG_DEBUG;
+    case tierce::fabric::LogLevel::Info: return APLOG_INFO;
+    case tierce::fabric::LogLevel::Warn: return APLOG_WARNING;
+    default: return APLOG_ERR;
+  }
+}
+
+// All values of a header, joined with ", " (empty when absent).
+std::string joined(apr_table_t* t, const char* name) {
+  std::string out;
+  struct Acc {
+    std::string* out;
+  } acc{&out};
+  apr_table_do(
+      [](void* rec, const char*, const char* value) -> int {
+        auto* a = static_cast<Acc*>(rec);
+        if (!a->out->empty()) a->out->append(", ");
+        a->out->append(value ? value : "");
+        return 1;
+      },
+      &acc, t, name, nullptr);
+  return out;
+}
+
+std::optional<std::string> request_header(request_rec* r, const std::string& name) {
+  if (!apr_table_get(r->headers_in, name.c_str())) return std::nullopt;
+  return joined(r->headers_in, name.c_str());
+}
+
+rc::Headers table_to_headers(const apr_table_t* t) {
+  rc::Headers h;
+  const apr_array_header_t* arr = apr_table_elts(t);
+  auto* elts = reinterpret_cast<const apr_table_entry_t*>(arr->elts);
+  for (int i = 0; i < arr->nelts; ++i)
+    if (elts[i].key) h.emplace_back(elts[i].key, elts[i].val ? elts[i].val : "");
+  return h;
+}
+
+// Removes every "Tierce-*" header of a table.
+void strip_protocol_headers(apr_pool_t* p, apr_table_t* t) {
+  std::vector<const char*> names;
+  const apr_array_header_t* arr = apr_table_elts(t);
+  auto* elts = reinterpret_cast<const apr_table_entry_t*>(arr->elts);
+  for (int i = 0; i < arr->nelts; ++i)
+    if (elts[i].key && rc::is_protocol_header(elts[i].key))
+      names.push_back(apr_pstrdup(p, elts[i].key));
+  for (const char* n : names) apr_table_unset(t, n);
+}
+
+int64_t now_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+template <class T>
+apr_status_t destroy_in_pool(void* p) {
+  static_cast<T*>(p)->~T();
+  return APR_SUCCESS;
+}
+template <class T>
+T* pool_new(apr_pool_t* pool) {
+  T* t = new (apr_palloc(pool, sizeof(T))) T();
+  apr_pool_cleanup_register(pool, t, destroy_in_pool<T>, apr_pool_cleanup_null);
+  return t;
+}
+
+// What the handler decided for a request, read by the output filter.
+enum class Mode { None, Hit, Candidate };
+struct RequestCtx {
+  Mode mode = Mode::None;
+  std::string base;  // base key
+  uint64_t base_hash = 0;
+};
+
+std::string key_host(request_rec* r) {
+  std::string host = r->hostname ? r->hostname : (r->server->server_hostname ? r->server->server_hostname : "");
+  apr_port_t port = ap_get_server_port(r);
+  if (port != 0 && port != 80 && port != 443) host += ":" + std::to_string(port);
+  return host;
+}
+
+// ---- lifecycle ---------------------------------------------------------------------------------
+
+int rcache_pre_config(apr_pool_t*, apr_pool_t*, apr_pool_t*) {
+  g.enabled_anywhere = false;
+  return OK;
+}
+
+// Validates everything RCache On needs, so that `httpd -t` and startup fail with a clear message.
+int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
+  if (!g.enabled_anywhere) return OK;
+  ServerConf* c = sconf(s);
+  auto fail = [&](const std::string& msg) {
+    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, nullptr, "%s", msg.c_str());
+    return HTTP_INTERNAL_SERVER_ERROR;
+  };
+  if (!c->topology)
+    return fail("RCACHE0001: RCache On is used but RCacheTopology is not set: add "
+                "'RCacheTopology /etc/tierce/cluster.toml' to the main server configuration");
+  if (!c->node)
+    return fail("RCACHE0002: RCache On is used but RCacheNode is not set: add 'RCacheNode NAME' "
+                "naming this proxy's node in the topology file");
+  g.topology_path = c->topology;
+  g.node = c->node;
+  try {
+    g.topo = co::Topology::load(g.topology_path);
+  } catch (const std::exception& e) {
+    return fail(std::string("RCACHE0003: RCacheTopology ") + g.topology_path +
+                ": cannot load the topology: " + e.what());
+  }
+  const co::NodeInfo* self = nullptr;
+  for (const auto& n : g.topo.nodes)
+    if (n.name == g.node) self = &n;
+  if (!self)
+    return fail("RCACHE0004: RCacheNode " + g.node + ": no node of that name in " +
+                g.topology_path + ": use one of its [[node]] names");
+  if (self->segment_prefix.empty())
+    return fail("RCACHE0004: RCacheNode " + g.node + ": the node has no segment_prefix in " +
+                g.topology_path);
+  bool has_app = false;
+  for (const auto& n : g.topo.nodes)
+    if (n.role == co::Role::App) has_app = true;
+  if (!has_app)
+    return fail("RCACHE0005: RCacheTopology " + g.topology_path +
+                ": the topology has no app node (role = \"app\"): nothing could prove a page current");
+  try {
+    g.secret = g.topo.secret();
+  } catch (const std::exception& e) {
+    return fail("RCACHE0006: RCacheTopology " + g.topology_path +
+                ": cannot read the fabric secret (secret_file): " + e.what());
+  }
+  g.size = c->size ? c->size : kDefaultSize;
+  g.max_entry = c->max_entry ? c->max_entry : kDefaultMaxEntry;
+  if (g.max_entry > g.size / 4)
+    return fail("RCACHE0007: RCacheMaxEntrySize " + std::to_string(g.max_entry) +
+                " is more than RCacheSize/4 (" + std::to_string(g.size / 4) +
+                "): lower it or raise RCacheSize");
+  g.version_timeout_ms =
+      c->version_timeout_ms > 0 ? uint32_t(c->version_timeout_ms) : g.topo.op_timeout_ms;
+  g.retry_after_ms = c->retry_after_ms >= 0 ? uint32_t(c->retry_after_ms) : kDefaultRetryAfter;
+  g.segment = self->segment_prefix + ".arena";
+  return OK;
+}
+
+apr_status_t parent_cleanup(void*) {
+  if (g.arena && g.arena_creator == getpid()) {
+    delete g.arena;
+    g.arena = nullptr;
+    try {
+      tierce::fabric::SharedSegment::unlink(g.segment);
+    } catch (...) {
+    }
+  }
+  return APR_SUCCESS;
+}
+
+int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
+  // The first pass is a dry run in a process that exits when httpd detaches: create nothing.
+  if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG) return OK;
+  g.server = s;
+  if (!g.enabled_anywhere) return OK;
+  try {
+    g.arena = co::CacheArena::create(g.segment, g.size).release();
+    g.arena_creator = getpid();
+  } catch (const std::exception& e) {
+    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
+                 "RCACHE0008: cannot create the cache arena %s (%" APR_UINT64_T_FMT " bytes): %s: check /dev/shm "
+                 "space and permissions, or lower RCacheSize",
+                 g.segment.c_str(), (apr_uint64_t)g.size, e.what());
+    return HTTP_INTERNAL_SERVER_ERROR;
+  }
+  apr_pool_cleanup_register(pconf, nullptr, parent_cleanup, apr_pool_cleanup_null);
+  ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
+               "RCACHE0009: cache arena %s created: %" APR_UINT64_T_FMT " bytes, entries up to %" APR_UINT64_T_FMT " bytes; node "
+               "%s, topology %s, version reads time out after %u ms",
+               g.segment.c_str(), (apr_uint64_t)g.size,
+               (apr_uint64_t)g.max_entry, g.node.c_str(),
+               g.topology_path.c_str(), g.version_timeout_ms);
+  return OK;
+}
+
+apr_status_t child_cleanup(void*) {
+  delete g.client;
+  g.client = nullptr;
+  return APR_SUCCESS;
+}
+
+void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
+  if (!g.arena) return;
+  co::ClientTuning t;
+  t.op_timeout = std::chrono::milliseconds(g.version_timeout_ms);
+  t.retry_after = std::chrono::milliseconds(g.retry_after_ms);
+  int threads = 0;
+  if (ap_mpm_query(AP_MPMQ_MAX_THREADS, &threads) != APR_SUCCESS || threads < 1) threads = 1;
+  t.max_connections_per_node = size_t(std::max(threads, 1));
+  try {
+    server_rec* main = s;
+    g.client = new co::ClusterClient(
+        g.topo, g.secret, t, [main](tierce::fabric::LogLevel l, std::string_view line) {
+          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0010: coherence: %.*s",
+                       int(line.size()), line.data());
+        });
+  } catch (const std::exception& e) {
+    ap_log_error(APLOG_MARK, APLOG_ERR, 0, s,
+                 "RCACHE0011: cannot set up the cluster client: %s: this child serves nothing "
+                 "from cache (every request is forwarded)",
+                 e.what());
+    g.client = nullptr;
+  }
+  g.home_state.reset(new std::atomic<int>[g.topo.nodes.size()]);
+  for (size_t i = 0; i < g.topo.nodes.size(); ++i) g.home_state[i].store(0);
+  apr_pool_cleanup_register(pchild, nullptr, child_cleanup, apr_pool_cleanup_null);
+}
+
+// ---- request path ------------------------------------------------------------------------------
+
+// Clients must not inject protocol headers (all requests, whatever RCache says).
+int rcache_post_read_request(request_rec* r) {
+  strip_protocol_headers(r->pool, r->headers_in);
+  return DECLINED;
+}
+
+void count(std::atomic<uint64_t> co::ArenaCounters::*m) {
+  if (g.arena) (g.arena->counters().*m).fetch_add(1, std::memory_order_relaxed);
+}
+
+int serve_hit(request_rec* r, const co::CachedEntry& e, rc::StoredResponse& resp) {
+  r->status = resp.status;
+  if (!resp.content_type.empty()) ap_set_content_type(r, apr_pstrdup(r->pool, resp.content_type.c_str()));
+  for (const auto& [n, v] : resp.headers)
+    apr_table_add(r->headers_out, apr_pstrdup(r->pool, n.c_str()), apr_pstrdup(r->pool, v.c_str()));
+  int64_t age = (now_us() - e.stored_at_us) / 1000000;
+  if (age < 0) age = 0;
+  apr_table_setn(r->headers_out, "Age", apr_psprintf(r->pool, "%" APR_INT64_T_FMT "", (apr_int64_t)age));
+  ap_set_content_length(r, apr_off_t(resp.body.size()));
+  apr_bucket_brigade* bb = apr_brigade_create(r->pool, r->connection->bucket_alloc);
+  if (!r->header_only && !resp.body.empty()) {
+    char* body = static_cast<char*>(apr_pmemdup(r->pool, resp.body.data(), resp.body.size()));
+    APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_pool_create(body, resp.body.size(), r->pool,
+                                                       r->connection->bucket_alloc));
+  }
+  APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(r->connection->bucket_alloc));
+  apr_status_t rv = ap_pass_brigade(r->output_filters, bb);
+  if (rv != APR_SUCCESS && !r->connection->aborted)
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, rv, r, "RCACHE0020: sending a cached page failed");
+  return OK;
+}
+
+struct Found {
+  co::CachedEntry entry;
+  std::string key;
+  uint64_t hash = 0;
+  rc::StoredResponse resp;
+};
+
+// The entry that answers this request: the base key's response, or through its vary record the
+// variant's. Corrupt entries are erased and count as absent.
+std::optional<Found> find_entry(request_rec* r, RequestCtx* ctx) {
+  std::string key = ctx->base;
+  uint64_t hash = ctx->base_hash;
+  std::optional<co::CachedEntry> e;
+  try {
+    e = g.arena->lookup(hash, key);
+    if (e && rc::payload_kind(e->payload) == rc::PayloadKind::Vary) {
+      auto names = rc::parse_vary_record(e->payload);
+      e.reset();
+      if (names) {
+        key = co::variant_key(ctx->base, rc::vary_values(*names, [r](const std::string& n) {
+                                return request_header(r, n);
+                              }));
+        hash = co::hash64(key);
+        e = g.arena->lookup(hash, key);
+      }
+    }
+  } catch (const std::exception& ex) {
+    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0022: arena lookup failed: %s", ex.what());
+    return std::nullopt;
+  }
+  if (!e) return std::nullopt;
+  auto resp = rc::parse_response(e->payload);
+  if (!resp || e->tag.home >= g.topo.nodes.size()) {
+    g.arena->erase(hash, key);  // not ours / corrupt: drop it
+    return std::nullopt;
+  }
+  return Found{std::move(*e), std::move(key), hash, std::move(*resp)};
+}
+
+int rcache_status_page(request_rec* r, bool metrics);
+
+int rcache_handler(request_rec* r) {
+  if (r->handler && !std::strcmp(r->handler, "rcache-status")) return rcache_status_page(r, false);
+  if (r->handler && !std::strcmp(r->handler, "rcache-metrics")) return rcache_status_page(r, true);
+  if (!g.arena || r->main || r->prev) return DECLINED;
+  if (dconf(r)->enabled != 1) return DECLINED;
+
+  rc::Policy pol = policy_of(r->server);
+  rc::RequestFacts facts;
+  facts.method = r->method ? r->method : "";
+  facts.subrequest = r->main || r->prev;
+  facts.authorization = apr_table_get(r->headers_in, "Authorization") != nullptr;
+  facts.cache_control = joined(r->headers_in, "Cache-Control");
+  facts.pragma = joined(r->headers_in, "Pragma");
+  rc::RequestAction action = rc::decide_request(facts, pol);
+  if (action == rc::RequestAction::Pass) {
+    ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0021: not a cacheable request: forwarded");
+    return DECLINED;
+  }
+
+  auto* ctx = pool_new<RequestCtx>(r->pool);
+  ap_set_module_config(r->request_config, &rcache_module, ctx);
+  ctx->base = co::base_key(key_host(r), r->unparsed_uri ? r->unparsed_uri : "/");
+  ctx->base_hash = co::hash64(ctx->base);
+
+  if (action == rc::RequestAction::Lookup) {
+    auto found = find_entry(r, ctx);
+    if (!found) {
+      count(&co::ArenaCounters::misses);
+      ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0023: miss %s",
+                    co::to_hex(ctx->base_hash).c_str());
+    } else {
+      const co::CachedEntry* e = &found->entry;
+      const std::string& home = g.topo.nodes[e->tag.home].name;
+      std::optional<uint64_t> v;
+      auto t0 = std::chrono::steady_clock::now();
+      if (g.client) {
+        try {
+          v = g.client->read_version(home, e->tag.slot);  // exactly one read per hit
+        } catch (const std::exception& ex) {
+          ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0024: version read at %s: %s",
+                        home.c_str(), ex.what());
+        }
+      }
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - t0).count();
+      g.arena->record_latency(uint64_t(ns));
+      if (g.home_state) g.home_state[e->tag.home].store(v ? 1 : 2, std::memory_order_relaxed);
+      if (!v) {
+        count(&co::ArenaCounters::version_failures);
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
+                      "RCACHE0025: version of slot %" APR_UINT64_T_FMT " at home %s could not be read: forwarded "
+                      "(fail closed)",
+                      (apr_uint64_t)e->tag.slot, home.c_str());
+      } else if (*v != e->tag.version) {
+        count(&co::ArenaCounters::stale_rejects);
+        g.arena->erase(found->hash, found->key);
+        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
+                      "RCACHE0026: stale entry (stored version %" APR_UINT64_T_FMT ", home %s has %" APR_UINT64_T_FMT "): erased, "
+                      "forwarded",
+                      (apr_uint64_t)e->tag.version, home.c_str(), (apr_uint64_t)*v);
+      } else {
+        count(&co::ArenaCounters::hits);
+        ctx->mode = Mode::Hit;
+        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027: hit (version %" APR_UINT64_T_FMT " at %s)",
+                      (apr_uint64_t)*v, home.c_str());
+        return serve_hit(r, *e, found->resp);
+      }
+    }
+  } else {
+    count(&co::ArenaCounters::misses);
+  }
+
+  ctx->mode = Mode::Candidate;
+  apr_table_setn(r->headers_in, "Tierce-Key",
+                 apr_pstrdup(r->pool, co::to_hex(ctx->base_hash).c_str()));
+  return DECLINED;
+}
+
+// ---- output filter -------------------------------------------------------------------------------
+
+struct FilterState {
+  bool storing = false;
+  std::string body;
+  rc::StoredResponse resp;  // status, type, headers captured at the first call
+  rc::Cacheability c;
+  const char* content_length = nullptr;
+};
+
+void insert_filter(request_rec* r) {
+  if (r->main) return;
+  ap_add_output_filter(kFilterName, nullptr, r, r->connection);
+}
+
+void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
+  st->storing = false;
+  if (r->connection->aborted) {
+    count(&co::ArenaCounters::store_refused);
+    return;
+  }
+  if (st->content_length &&
+      std::strtoull(st->content_length, nullptr, 10) != st->body.size()) {
+    count(&co::ArenaCounters::store_refused);
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
+                  "RCACHE0030: body length differs from Content-Length: not stored");
+    return;
+  }
+  st->resp.body = std::move(st->body);
+  co::Tag tag{st->c.home, st->c.tag.slot, st->c.tag.version};
+  bool ok = false;
+  try {
+    if (st->c.vary.empty()) {
+      ok = g.arena->store(ctx->base_hash, ctx->base, tag, rc::serialize_response(st->resp));
+    } else {
+      std::string vk = co::variant_key(ctx->base, rc::vary_values(st->c.vary, [r](const std::string& n) {
+                                         return request_header(r, n);
+                                       }));
+      ok = g.arena->store(co::hash64(vk), vk, tag, rc::serialize_response(st->resp)) &&
+           g.arena->store(ctx->base_hash, ctx->base, tag, rc::serialize_vary(st->c.vary));
+    }
+  } catch (const std::exception& e) {
+    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0031: storing failed: %s", e.what());
+    ok = false;
+  }
+  count(ok ? &co::ArenaCounters::stores : &co::ArenaCounters::store_refused);
+  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0032: %s %s (%" APR_SIZE_T_FMT " body bytes, %s slot %" APR_UINT64_T_FMT " version %" APR_UINT64_T_FMT ")",
+                ok ? "stored" : "arena refused", co::to_hex(ctx->base_hash).c_str(),
+                st->resp.body.size(), st->c.tag.node.c_str(), (apr_uint64_t)st->c.tag.slot,
+                (apr_uint64_t)st->c.tag.version);
+}
+
+apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
+  request_rec* r = f->r;
+  auto* st = static_cast<FilterState*>(f->ctx);
+  auto* ctx = static_cast<RequestCtx*>(ap_get_module_config(r->request_config, &rcache_module));
+  if (!st) {
+    st = pool_new<FilterState>(r->pool);
+    f->ctx = st;
+    if (ctx && ctx->mode == Mode::Candidate && g.arena) {
+      rc::ResponseFacts rf;
+      rf.request_is_get = r->method_number == M_GET && !r->header_only;
+      rf.request_authorized = apr_table_get(r->headers_in, "Authorization") != nullptr;
+      rf.request_no_store = rc::parse_cache_control(joined(r->headers_in, "Cache-Control")).no_store;
+      rf.status = r->status;
+      if (const char* t = apr_table_get(r->headers_out, "Tierce-Tag")) rf.tag = t;
+      else if (const char* t2 = apr_table_get(r->err_headers_out, "Tierce-Tag")) rf.tag = t2;
+      rf.cache_control = joined(r->headers_out, "Cache-Control");
+      std::string ecc = joined(r->err_headers_out, "Cache-Control");
+      if (!ecc.empty()) rf.cache_control += (rf.cache_control.empty() ? "" : ", ") + ecc;
+      rf.set_cookie = apr_table_get(r->headers_out, "Set-Cookie") ||
+                      apr_table_get(r->err_headers_out, "Set-Cookie");
+      rf.vary = joined(r->headers_out, "Vary");
+      st->c = rc::decide_response(rf, policy_of(r->server), g.topo);
+      if (st->c.cacheable) {
+        st->storing = true;
+        st->resp.status = r->status;
+        st->resp.content_type = r->content_type ? r->content_type : "";
+        st->resp.headers = rc::headers_to_store(table_to_headers(r->headers_out),
+                                                policy_of(r->server).store_set_cookie);
+        if (const char* cl = apr_table_get(r->headers_out, "Content-Length"))
+          st->content_length = apr_pstrdup(r->pool, cl);
+      } else {
+        count(&co::ArenaCounters::uncacheable);
+        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0033: not cacheable: %s",
+                      st->c.reason.c_str());
+      }
+    }
+    strip_protocol_headers(r->pool, r->headers_out);
+    strip_protocol_headers(r->pool, r->err_headers_out);
+  }
+  if (!st->storing) {
+    ap_remove_output_filter(f);
+    return ap_pass_brigade(f->next, bb);
+  }
+  for (apr_bucket* e = APR_BRIGADE_FIRST(bb); e != APR_BRIGADE_SENTINEL(bb); e = APR_BUCKET_NEXT(e)) {
+    if (APR_BUCKET_IS_EOS(e)) {
+      finish_store(r, ctx, st);
+      break;
+    }
+    if (AP_BUCKET_IS_ERROR(e)) {
+      st->storing = false;
+      count(&co::ArenaCounters::store_refused);
+      break;
+    }
+    if (APR_BUCKET_IS_METADATA(e)) continue;
+    const char* data = nullptr;
+    apr_size_t len = 0;
+    apr_status_t rv = apr_bucket_read(e, &data, &len, APR_BLOCK_READ);
+    if (rv != APR_SUCCESS) {
+      st->storing = false;
+      count(&co::ArenaCounters::store_refused);
+      break;
+    }
+    if (st->body.size() + len > g.max_entry) {
+      st->storing = false;
+      count(&co::ArenaCounters::store_refused);
+      ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
+                    "RCACHE0034: response larger than RCacheMaxEntrySize (%" APR_UINT64_T_FMT "): passed through, "
+                    "not stored",
+                    (apr_uint64_t)g.max_entry);
+      break;
+    }
+    st->body.append(data, len);
+  }
+  if (!st->storing) {
+    std::string().swap(st->body);
+    ap_remove_output_filter(f);
+  }
+  return ap_pass_brigade(f->next, bb);
+}
+
+// ---- status pages ----------------------------------------------------------------------------------
+
+int rcache_status_page(request_rec* r, bool metrics) {
+  if (r->method_number != M_GET) {
+    r->allowed = AP_METHOD_BIT << M_GET;
+    return HTTP_METHOD_NOT_ALLOWED;
+  }
+  rc::StatusSnapshot s;
+  s.node = g.node;
+  s.topology_path = g.topology_path;
+  s.cluster = g.topo.name;
+  if (g.arena) {
+    auto st = g.arena->stats();
+    s.entries = st.entries;
+    s.used_bytes = st.used_bytes;
+    s.capacity_bytes = st.capacity_bytes;
+    s.max_entry_bytes = g.max_entry;  // RCacheMaxEntrySize (the arena itself allows ring/4)
+    auto& c = g.arena->counters();
+    auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    s.hits = ld(c.hits);
+    s.misses = ld(c.misses);
+    s.version_failures = ld(c.version_failures);
+    s.stale_rejects = ld(c.stale_rejects);
+    s.stores = ld(c.stores);
+    s.store_refused = ld(c.store_refused);
+    s.uncacheable = ld(c.uncacheable);
+    s.evictions = ld(c.evictions);
+    s.erased = ld(c.erased);
+    for (size_t i = 0; i < co::ArenaCounters::kLatencyBuckets; ++i) {
+      uint64_t n = ld(c.latency[i]);
+      s.latency_count += n;
+      s.latency_sum_ns += n * co::CacheArena::latency_bucket_lo(i);
+    }
+    s.p50_ns = g.arena->latency_percentile(0.5);
+    s.p90_ns = g.arena->latency_percentile(0.9);
+    s.p99_ns = g.arena->latency_percentile(0.99);
+    for (size_t i = 0; i < g.topo.nodes.size(); ++i) {
+      if (g.topo.nodes[i].role != co::Role::App) continue;
+      int hs = g.home_state ? g.home_state[i].load(std::memory_order_relaxed) : 0;
+      s.homes.push_back({g.topo.nodes[i].name, hs == 1 ? "ok" : hs == 2 ? "failed" : "unknown"});
+    }
+  }
+  std::string body;
+  if (metrics) {
+    ap_set_content_type(r, "text/plain; version=0.0.4; charset=utf-8");
+    body = rc::render_metrics(s);
+  } else if (r->args && !std::strcmp(r->args, "auto")) {
+    ap_set_content_type(r, "text/plain; charset=utf-8");
+    body = rc::render_status_auto(s);
+  } else {
+    ap_set_content_type(r, "text/html; charset=utf-8");
+    body = rc::render_status_html(s);
+  }
+  apr_table_setn(r->headers_out, "Cache-Control", "no-store");
+  ap_set_content_length(r, apr_off_t(body.size()));
+  if (!r->header_only) ap_rwrite(body.data(), int(body.size()), r);
+  return OK;
+}
+
+void register_hooks(apr_pool_t*) {
+  ap_hook_pre_config(rcache_pre_config, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_hook_check_config(rcache_check_config, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_hook_post_config(rcache_post_config, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_hook_child_init(rcache_child_init, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_hook_post_read_request(rcache_post_read_request, nullptr, nullptr, APR_HOOK_REALLY_FIRST);
+  ap_hook_handler(rcache_handler, nullptr, nullptr, APR_HOOK_REALLY_FIRST);
+  ap_hook_insert_filter(insert_filter, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_hook_insert_error_filter(insert_filter, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_register_output_filter(kFilterName, rcache_out_filter, nullptr, AP_FTYPE_CONTENT_SET);
+}
+
+}  // namespace
+
+extern "C" {
+module AP_MODULE_DECLARE_DATA rcache_module = {
+    STANDARD20_MODULE_STUFF,
+    create_dir_conf,
+    merge_dir_conf,
+    create_server_conf,
+    merge_server_conf,
+    rcache_cmds,
+    register_hooks,
+#if defined(AP_MODULE_FLAG_NONE)
+    AP_MODULE_FLAG_NONE
+#endif
+};
+}

@@ -1,0 +1,513 @@
+// mod_rcache/rcache_logic.cc — see rcache_logic.h. No httpd headers here.
+#include "mod_rcache/rcache_logic.h"
+
+#include <cctype>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace tierce::rcache {
+
+namespace {
+
+char lc(char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; }
+
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
+}
+void put_str(std::string& out, std::string_view s) {
+  put_u32(out, uint32_t(s.size()));
+  out.append(s);
+}
+
+struct Reader {
+  std::string_view in;
+  size_t pos = 0;
+  bool ok = true;
+  uint32_t u32() {
+    if (in.size() - pos < 4) {
+      ok = false;
+      return 0;
+    }
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t(static_cast<unsigned char>(in[pos + i])) << (8 * i);
+    pos += 4;
+    return v;
+  }
+  std::string str() {
+    uint32_t n = u32();
+    if (!ok || in.size() - pos < n) {
+      ok = false;
+      return {};
+    }
+    std::string s(in.substr(pos, n));
+    pos += n;
+    return s;
+  }
+};
+
+constexpr std::string_view kRespMagic = "RCR1";
+constexpr std::string_view kVaryMagic = "RCV1";
+
+// Splits a comma-separated list (header field values), trimming each element, skipping empties.
+std::vector<std::string_view> split_list(std::string_view v) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  bool in_quotes = false;
+  for (size_t i = 0; i <= v.size(); ++i) {
+    if (i < v.size() && v[i] == '"') in_quotes = !in_quotes;
+    if (i == v.size() || (v[i] == ',' && !in_quotes)) {
+      auto e = trim(v.substr(start, i - start));
+      if (!e.empty()) out.push_back(e);
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+std::optional<uint64_t> parse_u64(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  uint64_t base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s.remove_prefix(2);
+    if (s.empty() || s.size() > 16) return std::nullopt;
+  }
+  uint64_t v = 0;
+  for (char c : s) {
+    uint64_t d;
+    if (c >= '0' && c <= '9') d = uint64_t(c - '0');
+    else if (base == 16 && lc(c) >= 'a' && lc(c) <= 'f') d = uint64_t(lc(c) - 'a' + 10);
+    else return std::nullopt;
+    if (v > (UINT64_MAX - d) / base) return std::nullopt;
+    v = v * base + d;
+  }
+  return v;
+}
+
+}  // namespace
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (lc(a[i]) != lc(b[i])) return false;
+  return true;
+}
+
+bool istarts_with(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+}
+
+std::string lower(std::string_view s) {
+  std::string o(s);
+  for (auto& c : o) c = lc(c);
+  return o;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
+  return s;
+}
+
+bool is_protocol_header(std::string_view name) { return istarts_with(name, "Tierce-"); }
+
+bool is_hop_by_hop(std::string_view n) {
+  for (std::string_view h : {"Connection", "Keep-Alive", "Proxy-Authenticate",
+                             "Proxy-Authorization", "Proxy-Connection", "TE", "Trailer",
+                             "Transfer-Encoding", "Upgrade"})
+    if (iequals(n, h)) return true;
+  return false;
+}
+
+Headers headers_to_store(const Headers& in, bool keep_set_cookie) {
+  std::vector<std::string_view> connection_named;
+  for (const auto& [n, v] : in)
+    if (iequals(n, "Connection"))
+      for (auto t : split_list(v)) connection_named.push_back(t);
+  Headers out;
+  for (const auto& [n, v] : in) {
+    if (is_hop_by_hop(n) || is_protocol_header(n)) continue;
+    if (iequals(n, "Date") || iequals(n, "Age") || iequals(n, "Content-Length") ||
+        iequals(n, "Content-Type"))
+      continue;
+    if (!keep_set_cookie && (iequals(n, "Set-Cookie") || iequals(n, "Set-Cookie2"))) continue;
+    bool named = false;
+    for (auto t : connection_named)
+      if (iequals(n, t)) named = true;
+    if (named) continue;
+    out.emplace_back(n, v);
+  }
+  return out;
+}
+
+PayloadKind payload_kind(std::string_view p) {
+  if (p.substr(0, 4) == kRespMagic) return PayloadKind::Response;
+  if (p.substr(0, 4) == kVaryMagic) return PayloadKind::Vary;
+  return PayloadKind::Invalid;
+}
+
+std::string serialize_response(const StoredResponse& r) {
+  std::string out;
+  size_t est = 16 + r.content_type.size() + r.body.size();
+  for (const auto& [n, v] : r.headers) est += 8 + n.size() + v.size();
+  out.reserve(est);
+  out.append(kRespMagic);
+  put_u32(out, uint32_t(r.status));
+  put_str(out, r.content_type);
+  put_u32(out, uint32_t(r.headers.size()));
+  for (const auto& [n, v] : r.headers) {
+    put_str(out, n);
+    put_str(out, v);
+  }
+  out.append(r.body);
+  return out;
+}
+
+std::optional<StoredResponse> parse_response(std::string_view p) {
+  if (payload_kind(p) != PayloadKind::Response) return std::nullopt;
+  Reader rd{p, 4};
+  StoredResponse r;
+  r.status = int(rd.u32());
+  r.content_type = rd.str();
+  uint32_t n = rd.u32();
+  if (!rd.ok || r.status < 100 || r.status > 999) return std::nullopt;
+  if (n > (p.size() - rd.pos) / 8) return std::nullopt;  // each header needs >= 8 bytes
+  for (uint32_t i = 0; i < n && rd.ok; ++i) {
+    std::string name = rd.str();
+    std::string value = rd.str();
+    r.headers.emplace_back(std::move(name), std::move(value));
+  }
+  if (!rd.ok) return std::nullopt;
+  r.body.assign(p.substr(rd.pos));
+  return r;
+}
+
+std::string serialize_vary(const std::vector<std::string>& names) {
+  std::string out(kVaryMagic);
+  put_u32(out, uint32_t(names.size()));
+  for (const auto& n : names) put_str(out, n);
+  return out;
+}
+
+std::optional<std::vector<std::string>> parse_vary_record(std::string_view p) {
+  if (payload_kind(p) != PayloadKind::Vary) return std::nullopt;
+  Reader rd{p, 4};
+  uint32_t n = rd.u32();
+  if (!rd.ok || n > (p.size() - rd.pos) / 4) return std::nullopt;
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < n && rd.ok; ++i) names.push_back(rd.str());
+  if (!rd.ok || rd.pos != p.size() || names.empty()) return std::nullopt;
+  return names;
+}
+
+VarySpec parse_vary(std::string_view v) {
+  VarySpec s;
+  for (auto e : split_list(v)) {
+    if (e == "*") {
+      s.star = true;
+      continue;
+    }
+    std::string n = lower(e);
+    bool dup = false;
+    for (const auto& x : s.names)
+      if (x == n) dup = true;
+    if (!dup) s.names.push_back(std::move(n));
+  }
+  return s;
+}
+
+std::string vary_values(const std::vector<std::string>& names,
+                        const std::function<std::optional<std::string>(const std::string&)>& get) {
+  std::string out;
+  for (const auto& n : names) {
+    out.append(n);
+    out.append(": ");
+    if (auto v = get(n)) out.append(trim(*v));
+    out.push_back('\n');
+  }
+  return out;
+}
+
+CacheControl parse_cache_control(std::string_view value) {
+  CacheControl cc;
+  for (auto e : split_list(value)) {
+    auto eq = e.find('=');
+    std::string_view name = trim(e.substr(0, eq));
+    std::string_view arg = eq == std::string_view::npos ? std::string_view{} : trim(e.substr(eq + 1));
+    if (iequals(name, "no-store")) cc.no_store = true;
+    else if (iequals(name, "no-cache")) cc.no_cache = true;
+    else if (iequals(name, "private")) cc.is_private = true;
+    else if (iequals(name, "max-age")) {
+      if (!arg.empty() && arg.front() == '"' && arg.size() >= 2) arg = arg.substr(1, arg.size() - 2);
+      if (arg == "0") cc.max_age_zero = true;
+    }
+  }
+  return cc;
+}
+
+std::optional<TagText> parse_tag(std::string_view value) {
+  std::vector<std::string_view> f;
+  size_t i = 0;
+  while (i < value.size()) {
+    while (i < value.size() && (value[i] == ' ' || value[i] == '\t')) ++i;
+    size_t s = i;
+    while (i < value.size() && value[i] != ' ' && value[i] != '\t') ++i;
+    if (i > s) f.push_back(value.substr(s, i - s));
+  }
+  if (f.size() != 3) return std::nullopt;
+  for (char c : f[0])
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return std::nullopt;
+  auto slot = parse_u64(f[1]);
+  auto version = parse_u64(f[2]);
+  if (!slot || !version || f[0].size() > 64) return std::nullopt;
+  return TagText{std::string(f[0]), *slot, *version};
+}
+
+std::optional<uint32_t> resolve_tag_home(const TagText& t, const coherence::Topology& topo,
+                                         std::string* why) {
+  for (size_t i = 0; i < topo.nodes.size(); ++i) {
+    const auto& n = topo.nodes[i];
+    if (n.name != t.node) continue;
+    if (n.role != coherence::Role::App) {
+      if (why) *why = "Tierce-Tag names node '" + t.node + "', which is not an app node";
+      return std::nullopt;
+    }
+    if (t.slot >= topo.version_slots) {
+      if (why)
+        *why = "Tierce-Tag slot " + std::to_string(t.slot) + " >= version_slots " +
+               std::to_string(topo.version_slots);
+      return std::nullopt;
+    }
+    return uint32_t(i);
+  }
+  if (why) *why = "Tierce-Tag names node '" + t.node + "', unknown in the topology";
+  return std::nullopt;
+}
+
+RequestAction decide_request(const RequestFacts& f, const Policy& p) {
+  if (f.method != "GET" && f.method != "HEAD") return RequestAction::Pass;
+  if (f.subrequest) return RequestAction::Pass;
+  if (f.authorization && !p.store_authorized) return RequestAction::Pass;
+  auto cc = parse_cache_control(f.cache_control);
+  if (cc.no_store) return RequestAction::Pass;
+  bool pragma_no_cache = false;
+  for (auto e : split_list(f.pragma))
+    if (iequals(e, "no-cache")) pragma_no_cache = true;
+  if (cc.no_cache || cc.max_age_zero || (f.cache_control.empty() && pragma_no_cache))
+    return RequestAction::ForwardStore;
+  return RequestAction::Lookup;
+}
+
+Cacheability decide_response(const ResponseFacts& f, const Policy& p,
+                             const coherence::Topology& topo) {
+  Cacheability c;
+  auto no = [&](std::string why) {
+    c.cacheable = false;
+    c.reason = std::move(why);
+    return c;
+  };
+  if (!f.request_is_get) return no("not a GET request");
+  if (f.request_authorized && !p.store_authorized) return no("request carried Authorization");
+  if (f.request_no_store) return no("request Cache-Control: no-store");
+  if (f.status != 200) return no("status " + std::to_string(f.status) + " (only 200 is cached)");
+  auto cc = parse_cache_control(f.cache_control);
+  if (cc.no_store) return no("Cache-Control: no-store");
+  if (cc.is_private) return no("Cache-Control: private");
+  if (cc.no_cache) return no("Cache-Control: no-cache");
+  if (f.set_cookie && !p.store_set_cookie) return no("response sets a cookie (Set-Cookie)");
+  auto vary = parse_vary(f.vary);
+  if (vary.star) return no("Vary: *");
+  if (!f.tag) return no("no Tierce-Tag (nothing proves the page current)");
+  auto t = parse_tag(*f.tag);
+  if (!t) return no("malformed Tierce-Tag '" + *f.tag + "'");
+  std::string why;
+  auto home = resolve_tag_home(*t, topo, &why);
+  if (!home) return no(why);
+  c.cacheable = true;
+  c.tag = *t;
+  c.home = *home;
+  c.vary = std::move(vary.names);
+  return c;
+}
+
+std::optional<uint64_t> parse_size(std::string_view s) {
+  s = trim(s);
+  if (s.empty()) return std::nullopt;
+  uint64_t mult = 1;
+  char last = lc(s.back());
+  if (last == 'k' || last == 'm' || last == 'g') {
+    mult = last == 'k' ? 1ull << 10 : last == 'm' ? 1ull << 20 : 1ull << 30;
+    s.remove_suffix(1);
+  }
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  if (v > UINT64_MAX / mult) return std::nullopt;
+  return v * mult;
+}
+
+std::optional<uint64_t> parse_uint(std::string_view s, uint64_t lo, uint64_t hi) {
+  s = trim(s);
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  if (v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+// ---- status / metrics ----------------------------------------------------------------------------
+
+namespace {
+std::string fmt_ratio(uint64_t hits, uint64_t misses) {
+  uint64_t total = hits + misses;
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", total ? double(hits) / double(total) : 0.0);
+  return b;
+}
+std::string us(uint64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", double(ns) / 1000.0);
+  return b;
+}
+}  // namespace
+
+std::string html_escape(std::string_view s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o.push_back(c);
+    }
+  }
+  return o;
+}
+
+std::string render_status_auto(const StatusSnapshot& s) {
+  std::string o;
+  auto kv = [&](std::string_view k, const std::string& v) {
+    o.append(k);
+    o.append(": ");
+    o.append(v);
+    o.push_back('\n');
+  };
+  auto n = [](uint64_t v) { return std::to_string(v); };
+  kv("Node", s.node);
+  kv("Cluster", s.cluster);
+  kv("Topology", s.topology_path);
+  kv("Entries", n(s.entries));
+  kv("BytesUsed", n(s.used_bytes));
+  kv("BytesCapacity", n(s.capacity_bytes));
+  kv("MaxEntryBytes", n(s.max_entry_bytes));
+  kv("Hits", n(s.hits));
+  kv("Misses", n(s.misses));
+  kv("HitRatio", fmt_ratio(s.hits, s.misses + s.version_failures + s.stale_rejects));
+  kv("VersionFailures", n(s.version_failures));
+  kv("Invalidations", n(s.stale_rejects));
+  kv("Stores", n(s.stores));
+  kv("StoreRefused", n(s.store_refused));
+  kv("Uncacheable", n(s.uncacheable));
+  kv("Evictions", n(s.evictions));
+  kv("Erased", n(s.erased));
+  kv("VersionChecks", n(s.latency_count));
+  kv("VersionCheckP50us", us(s.p50_ns));
+  kv("VersionCheckP90us", us(s.p90_ns));
+  kv("VersionCheckP99us", us(s.p99_ns));
+  for (const auto& h : s.homes) kv("Home-" + h.name, h.state);
+  return o;
+}
+
+std::string render_status_html(const StatusSnapshot& s) {
+  std::string o =
+      "<!DOCTYPE html>\n<html><head><title>Tierce proxy cache status</title></head><body>\n"
+      "<h1>Tierce proxy cache (mod_rcache)</h1>\n";
+  o += "<dl><dt>Node</dt><dd>" + html_escape(s.node) + "</dd><dt>Cluster</dt><dd>" +
+       html_escape(s.cluster) + "</dd><dt>Topology</dt><dd>" + html_escape(s.topology_path) +
+       "</dd></dl>\n<table border=\"1\">\n";
+  auto row = [&](std::string_view k, const std::string& v) {
+    o += "<tr><th align=\"left\">";
+    o.append(k);
+    o += "</th><td align=\"right\">" + html_escape(v) + "</td></tr>\n";
+  };
+  auto n = [](uint64_t v) { return std::to_string(v); };
+  row("Entries", n(s.entries));
+  row("Bytes used / capacity", n(s.used_bytes) + " / " + n(s.capacity_bytes));
+  row("Largest entry", n(s.max_entry_bytes));
+  row("Hits", n(s.hits));
+  row("Misses", n(s.misses));
+  row("Hit ratio (hits / lookups)", fmt_ratio(s.hits, s.misses + s.version_failures + s.stale_rejects));
+  row("Version-check failures (forwarded, fail closed)", n(s.version_failures));
+  row("Invalidations (stale entries rejected)", n(s.stale_rejects));
+  row("Stores", n(s.stores));
+  row("Stores refused", n(s.store_refused));
+  row("Uncacheable responses", n(s.uncacheable));
+  row("Evictions", n(s.evictions));
+  row("Erased", n(s.erased));
+  row("Version checks", n(s.latency_count));
+  row("Version check p50 (&micro;s)", us(s.p50_ns));
+  row("Version check p90 (&micro;s)", us(s.p90_ns));
+  row("Version check p99 (&micro;s)", us(s.p99_ns));
+  o += "</table>\n";
+  if (!s.homes.empty()) {
+    o += "<h2>Homes (as seen by this child)</h2>\n<table border=\"1\">\n";
+    for (const auto& h : s.homes)
+      o += "<tr><th align=\"left\">" + html_escape(h.name) + "</th><td>" + html_escape(h.state) +
+           "</td></tr>\n";
+    o += "</table>\n";
+  }
+  o += "</body></html>\n";
+  return o;
+}
+
+std::string render_metrics(const StatusSnapshot& s) {
+  std::string o;
+  auto metric = [&](const char* name, const char* type, const char* help, uint64_t v) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name +
+         " " + std::to_string(v) + "\n";
+  };
+  metric("tierce_rcache_hits_total", "counter", "Requests served from the cache after a version check.", s.hits);
+  metric("tierce_rcache_misses_total", "counter", "Cacheable requests not found in the cache.", s.misses);
+  metric("tierce_rcache_version_failures_total", "counter", "Version reads that failed or timed out (request forwarded).", s.version_failures);
+  metric("tierce_rcache_stale_rejects_total", "counter", "Entries found stale by their version check (invalidations).", s.stale_rejects);
+  metric("tierce_rcache_stores_total", "counter", "Responses stored.", s.stores);
+  metric("tierce_rcache_store_refused_total", "counter", "Cacheable responses not stored (too large, aborted, arena refused).", s.store_refused);
+  metric("tierce_rcache_uncacheable_total", "counter", "Responses not cacheable by the rules.", s.uncacheable);
+  metric("tierce_rcache_evictions_total", "counter", "Entries overwritten by the ring.", s.evictions);
+  metric("tierce_rcache_erased_total", "counter", "Entries erased.", s.erased);
+  metric("tierce_rcache_entries", "gauge", "Live entries in the arena.", s.entries);
+  metric("tierce_rcache_bytes_used", "gauge", "Bytes used in the arena ring.", s.used_bytes);
+  metric("tierce_rcache_bytes_capacity", "gauge", "Capacity of the arena ring in bytes.", s.capacity_bytes);
+  char b[64];
+  o += "# HELP tierce_rcache_version_check_seconds Latency of the one-sided version read of a hit.\n"
+       "# TYPE tierce_rcache_version_check_seconds summary\n";
+  auto q = [&](const char* quant, uint64_t ns) {
+    std::snprintf(b, sizeof b, "%.9f", double(ns) / 1e9);
+    o += std::string("tierce_rcache_version_check_seconds{quantile=\"") + quant + "\"} " + b + "\n";
+  };
+  q("0.5", s.p50_ns);
+  q("0.9", s.p90_ns);
+  q("0.99", s.p99_ns);
+  std::snprintf(b, sizeof b, "%.9f", double(s.latency_sum_ns) / 1e9);
+  o += std::string("tierce_rcache_version_check_seconds_sum ") + b + "\n";
+  o += "tierce_rcache_version_check_seconds_count " + std::to_string(s.latency_count) + "\n";
+  if (!s.homes.empty()) {
+    o += "# HELP tierce_rcache_home_up Whether this child's last contact with the home succeeded.\n"
+         "# TYPE tierce_rcache_home_up gauge\n";
+    for (const auto& h : s.homes)
+      o += "tierce_rcache_home_up{home=\"" + h.name + "\"} " + (h.state == "ok" ? "1" : "0") + "\n";
+  }
+  return o;
+}
+
+}  // namespace tierce::rcache

@@ -1,0 +1,157 @@
+// mod_rcache/rcache_logic.h — the parts of mod_rcache that do not need httpd: header filtering,
+// the cacheability rules, Tierce-Tag parsing, Vary handling, the payload format of arena entries,
+// directive value parsing and the status/metrics renderers. Unit-tested by
+// tests/rcache/test_rcache_logic.cc; mod_rcache.cc is the Apache glue around it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "coherence/topology.h"
+
+namespace tierce::rcache {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// ASCII case-insensitive comparisons (header names).
+bool iequals(std::string_view a, std::string_view b);
+bool istarts_with(std::string_view s, std::string_view prefix);
+std::string lower(std::string_view s);
+std::string_view trim(std::string_view s);
+
+// Headers of this protocol ("Tierce-*", any case): never accepted from clients, never sent to them.
+bool is_protocol_header(std::string_view name);
+// RFC 9110 hop-by-hop headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
+// Upgrade).
+bool is_hop_by_hop(std::string_view name);
+
+// The headers of a response as they are kept in the cache: without hop-by-hop headers (and those
+// named by Connection), protocol headers, Date and Age (set anew when served), Content-Length
+// (recomputed from the body), Content-Type (kept apart) and, unless `keep_set_cookie`, Set-Cookie.
+Headers headers_to_store(const Headers& in, bool keep_set_cookie);
+
+// ---- the payload of an arena entry -------------------------------------------------------------
+// Two kinds share the arena: a stored response, and a vary record (kept under the base key of a
+// response that carried `Vary: a, b`: it names the request headers that select the variant, which
+// is stored under coherence::variant_key(base, vary_values(...))).
+//
+// Format (little-endian): "RCR1" | u32 status | str content_type | u32 n | n * (str name, str value)
+// | body (the rest);  "RCV1" | u32 n | n * str name.   str = u32 length + bytes.
+struct StoredResponse {
+  int status = 200;
+  std::string content_type;
+  Headers headers;
+  std::string body;
+};
+
+enum class PayloadKind { Response, Vary, Invalid };
+PayloadKind payload_kind(std::string_view payload);
+std::string serialize_response(const StoredResponse& r);
+std::optional<StoredResponse> parse_response(std::string_view payload);
+std::string serialize_vary(const std::vector<std::string>& names);
+std::optional<std::vector<std::string>> parse_vary_record(std::string_view payload);
+
+// ---- Vary ----------------------------------------------------------------------------------------
+struct VarySpec {
+  bool star = false;               // "Vary: *": never cacheable
+  std::vector<std::string> names;  // lower-cased, deduplicated, in order of appearance
+};
+VarySpec parse_vary(std::string_view header_value);  // "" → no names
+// "name: value\n" per name (value trimmed, "" when the request lacks it), the selector
+// coherence::variant_key() expects. `get` returns the request's value of a header or nullopt.
+std::string vary_values(const std::vector<std::string>& names,
+                        const std::function<std::optional<std::string>(const std::string&)>& get);
+
+// ---- Cache-Control -------------------------------------------------------------------------------
+struct CacheControl {
+  bool no_store = false;
+  bool no_cache = false;
+  bool is_private = false;
+  bool max_age_zero = false;  // max-age=0 (request: the client wants a fresh answer)
+};
+CacheControl parse_cache_control(std::string_view value);  // several headers: join with ","
+
+// ---- Tierce-Tag ----------------------------------------------------------------------------------
+// "Tierce-Tag: <node-name> <slot> <version>": slot and version in decimal or 0x-hex, separated by
+// spaces/tabs. Anything else is malformed.
+struct TagText {
+  std::string node;
+  uint64_t slot = 0;
+  uint64_t version = 0;
+};
+std::optional<TagText> parse_tag(std::string_view value);
+// The index of `node` in topo.nodes when it is an app node and slot < version_slots.
+std::optional<uint32_t> resolve_tag_home(const TagText& t, const coherence::Topology& topo,
+                                         std::string* why = nullptr);
+
+// ---- the rules -----------------------------------------------------------------------------------
+struct Policy {
+  bool store_set_cookie = false;
+  bool store_authorized = false;
+  bool require_tag = true;
+};
+
+struct RequestFacts {
+  std::string method;        // "GET", "HEAD", ...
+  bool subrequest = false;   // r->main or r->prev
+  bool authorization = false;
+  std::string cache_control;  // the request's Cache-Control (joined)
+  std::string pragma;
+};
+enum class RequestAction {
+  Lookup,       // look the key up; on a miss, forward and maybe store
+  ForwardStore, // forward without lookup (client asked no-cache / max-age=0), may store
+  Pass,         // not ours: forward, never store
+};
+RequestAction decide_request(const RequestFacts& f, const Policy& p);
+
+struct ResponseFacts {
+  bool request_is_get = true;
+  bool request_authorized = false;
+  bool request_no_store = false;
+  int status = 200;
+  std::optional<std::string> tag;  // Tierce-Tag value
+  std::string cache_control;       // joined
+  bool set_cookie = false;
+  std::string vary;                // joined
+};
+struct Cacheability {
+  bool cacheable = false;
+  std::string reason;  // why not
+  TagText tag;
+  uint32_t home = 0;   // index in topo.nodes
+  std::vector<std::string> vary;
+};
+Cacheability decide_response(const ResponseFacts& f, const Policy& p,
+                             const coherence::Topology& topo);
+
+// ---- directive values ----------------------------------------------------------------------------
+// "4096", "64K", "256M", "2G" (case-insensitive suffix, powers of 1024). nullopt on anything else
+// or overflow.
+std::optional<uint64_t> parse_size(std::string_view s);
+// Decimal in [lo, hi].
+std::optional<uint64_t> parse_uint(std::string_view s, uint64_t lo, uint64_t hi);
+
+// ---- status / metrics ----------------------------------------------------------------------------
+struct HomeReach {
+  std::string name;
+  std::string state;  // "ok", "failed", "unknown"
+};
+struct StatusSnapshot {
+  std::string node, topology_path, cluster;
+  uint64_t entries = 0, used_bytes = 0, capacity_bytes = 0, max_entry_bytes = 0;
+  uint64_t hits = 0, misses = 0, version_failures = 0, stale_rejects = 0, stores = 0,
+           store_refused = 0, uncacheable = 0, evictions = 0, erased = 0;
+  uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, latency_count = 0, latency_sum_ns = 0;
+  std::vector<HomeReach> homes;
+};
+std::string render_status_auto(const StatusSnapshot& s);
+std::string render_status_html(const StatusSnapshot& s);
+std::string render_metrics(const StatusSnapshot& s);
+std::string html_escape(std::string_view s);
+
+}  // namespace tierce::rcache

@@ -1,0 +1,542 @@
+#!/usr/bin/env python3
+"""tests/rcache/test_rcache_integration.py — mod_rcache in a real httpd (event MPM, mod_proxy,
+mod_proxy_http) in front of a real backend httpd (static pages tagged with mod_headers) and a real
+tierce-memd hosting the app node's version table.
+
+Checks: miss then hit (the backend sees one request), a version bump makes the next GET miss,
+protocol headers never reach the client nor come from it, Set-Cookie / no-store / private /
+Authorization / untagged / RCache Off / over-size are not cached, Vary variants, status and
+metrics pages, configuration errors fail `apache2ctl -t`, and a dead memd makes GETs forward
+(fail closed). Everything it starts is stopped in `finally`. Exit 0 pass, 1 fail, 77 skipped.
+"""
+import argparse
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HTTPD = "/usr/sbin/apache2"
+MODDIR = "/usr/lib/apache2/modules"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            if pred():
+                return
+        except Exception:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+    print("  ok:", msg)
+
+
+class Env:
+    def __init__(self, args):
+        self.args = args
+        self.build = os.path.abspath(args.build_dir)
+        self.module = os.path.abspath(args.module)
+        self.memd_bin = os.path.join(self.build, "agents/memd/tierce-memd")
+        self.fabric_bin = os.path.join(self.build, "tools/tierce-fabric/tierce-fabric")
+        self.dir = tempfile.mkdtemp(prefix="rcache-it-")
+        os.chmod(self.dir, 0o755)
+        self.procs = {}
+        self.prefix = "/tierce.rcit%d" % os.getpid()
+        self.memd_port = free_port()
+        self.backend_port = free_port()
+        self.proxy_port = free_port()
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def write(self, rel, text, mode=None):
+        p = self.path(rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w" if isinstance(text, str) else "wb") as f:
+            f.write(text)
+        if mode is not None:
+            os.chmod(p, mode)
+        return p
+
+    # --- cluster ---------------------------------------------------------------------------
+    def setup_cluster(self):
+        self.secret = self.write("secret", "rcache-integration-secret-0123456789\n", 0o600)
+        self.topology = self.write("cluster.toml", f"""[cluster]
+name = "rcit"
+secret_file = "{self.secret}"
+transport = "tcp"
+version_slots = 4096
+op_timeout_ms = 200
+
+[[node]]
+name = "proxy1"
+role = "proxy"
+memd = ["tcp://127.0.0.1:{free_port()}"]
+segment_prefix = "{self.prefix}.proxy1"
+
+[[node]]
+name = "app1"
+role = "app"
+memd = ["tcp://127.0.0.1:{self.memd_port}"]
+segment_prefix = "{self.prefix}.app1"
+""")
+        self.memd_uri = f"tcp://127.0.0.1:{self.memd_port}"
+        self.write("memd.toml", f"""[memd]
+node = "app1"
+listen = ["{self.memd_uri}"]
+secret_file = "{self.secret}"
+ready_file = "{self.path('memd.ready')}"
+log_level = "info"
+
+[coherence]
+topology = "{self.topology}"
+""")
+
+    def start_memd(self):
+        log = open(self.path("memd.log"), "ab")
+        self.procs["memd"] = subprocess.Popen(
+            [self.memd_bin, "--foreground", "-c", self.path("memd.toml")],
+            stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(self.path("memd.ready")), 10, "memd ready file")
+
+    def fabric(self, *args):
+        out = subprocess.run([self.fabric_bin, "--secret-file", self.secret, *args],
+                             capture_output=True, text=True, timeout=20)
+        if out.returncode != 0:
+            raise Failure("tierce-fabric %s failed: %s" % (" ".join(args), out.stderr))
+        return out.stdout
+
+    def read_slot(self, slot):
+        out = self.fabric("read", self.memd_uri, "versions", str(64 + 8 * slot))
+        return int(re.search(r"u64 (\d+)", out).group(1))
+
+    def bump_slot(self, slot):
+        self.fabric("faa", self.memd_uri, "versions", str(64 + 8 * slot), "1")
+
+    # --- httpd ------------------------------------------------------------------------------
+    def common_conf(self, name, port):
+        run = self.path(name, "run")
+        os.makedirs(run, exist_ok=True)
+        os.makedirs(self.path(name, "logs"), exist_ok=True)
+        shutil.chown(run, "www-data", "www-data")
+        return f"""ServerRoot "{self.path(name)}"
+ServerName 127.0.0.1
+Listen 127.0.0.1:{port}
+PidFile {run}/httpd.pid
+DefaultRuntimeDir {run}
+Mutex file:{run} default
+ScoreBoardFile {run}/scoreboard
+ErrorLog {self.path(name, 'logs', 'error.log')}
+User www-data
+Group www-data
+LoadModule mpm_event_module {MODDIR}/mod_mpm_event.so
+LoadModule authz_core_module {MODDIR}/mod_authz_core.so
+LoadModule mime_module {MODDIR}/mod_mime.so
+LoadModule headers_module {MODDIR}/mod_headers.so
+TypesConfig /etc/mime.types
+StartServers 2
+ServerLimit 2
+ThreadsPerChild 4
+MaxRequestWorkers 8
+MinSpareThreads 1
+MaxSpareThreads 8
+KeepAlive On
+"""
+
+    def tag_file(self, slot):
+        return self.path("tags", "slot%d" % slot)
+
+    def set_tag(self, slot, version):
+        self.write("tags/slot%d" % slot, "app1 %d %d" % (slot, version))
+
+    def setup_backend(self):
+        docs = self.path("backend", "docs")
+        os.makedirs(docs + "/off", exist_ok=True)
+        for name in ["page", "page2", "cookie", "nostore", "private", "nocache", "untagged",
+                     "badtag", "vary", "auth", "fail", "head"]:
+            self.write("backend/docs/%s.html" % name, "<p>%s body</p>\n" % name)
+        self.write("backend/docs/off/page.html", "<p>off body</p>\n")
+        self.big = bytes((i * 31 + 7) & 0xff for i in range(200 * 1024))
+        self.write("backend/docs/big.bin", self.big)
+        self.binary = bytes(range(256)) * 40
+        self.write("backend/docs/binary.bin", self.binary)
+        for slot in (5, 6, 7):
+            self.set_tag(slot, self.read_slot(slot))
+        tag = lambda slot: 'Header set Tierce-Tag "expr=%%{file:%s}"' % self.tag_file(slot)
+        conf = self.common_conf("backend", self.backend_port) + f"""
+DocumentRoot "{docs}"
+LogFormat "%r|%{{Tierce-Key}}i|%{{Tierce-Foo}}i|%{{Authorization}}i" plain
+CustomLog {self.path('backend', 'logs', 'access.log')} plain
+<Directory "{docs}">
+  Require all granted
+  {tag(6)}
+  Header set Tierce-Depends "item:1 item:2"
+</Directory>
+<Location /page.html>
+  {tag(5)}
+</Location>
+<Location /fail.html>
+  {tag(7)}
+</Location>
+<Location /cookie.html>
+  Header set Set-Cookie "sid=secret"
+</Location>
+<Location /nostore.html>
+  Header set Cache-Control "no-store"
+</Location>
+<Location /private.html>
+  Header set Cache-Control "private, max-age=60"
+</Location>
+<Location /nocache.html>
+  Header set Cache-Control "no-cache"
+</Location>
+<Location /untagged.html>
+  Header unset Tierce-Tag
+</Location>
+<Location /badtag.html>
+  Header set Tierce-Tag "app1 notanumber 7"
+</Location>
+<Location /vary.html>
+  Header set Vary "Accept-Language"
+</Location>
+"""
+        self.backend_conf = self.write("backend/httpd.conf", conf)
+
+    def proxy_conf_text(self, extra_global="", module_directives=None):
+        if module_directives is None:
+            module_directives = f"""RCacheTopology {self.topology}
+RCacheNode proxy1
+RCacheSize 8M
+RCacheMaxEntrySize 64K
+RCacheVersionTimeout 200
+RCacheRetryAfter 100
+"""
+        b = f"http://127.0.0.1:{self.backend_port}"
+        return self.common_conf("proxy", self.proxy_port) + f"""
+LoadModule proxy_module {MODDIR}/mod_proxy.so
+LoadModule proxy_http_module {MODDIR}/mod_proxy_http.so
+LoadModule rcache_module {self.module}
+LogLevel warn rcache:trace1
+{module_directives}{extra_global}
+ProxyPass /rcache-status !
+ProxyPass /rcache-metrics !
+ProxyPass / {b}/
+<Location />
+  Require all granted
+  RCache On
+</Location>
+<Location /off/>
+  RCache Off
+</Location>
+<Location /rcache-status>
+  SetHandler rcache-status
+</Location>
+<Location /rcache-metrics>
+  SetHandler rcache-metrics
+</Location>
+"""
+
+    def start_httpd(self, name, conf):
+        log = open(self.path(name, "logs", "stdout.log"), "ab")
+        p = subprocess.Popen([HTTPD, "-f", conf, "-DFOREGROUND"], stdout=log,
+                             stderr=subprocess.STDOUT)
+        self.procs[name] = p
+        port = self.backend_port if name == "backend" else self.proxy_port
+
+        def up():
+            if p.poll() is not None:
+                raise Failure("%s httpd exited with %s; see %s" % (name, p.returncode,
+                                                                    self.path(name, "logs")))
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        end = time.time() + 15
+        while True:
+            try:
+                if up():
+                    return
+            except Failure:
+                raise
+            except Exception:
+                if time.time() > end:
+                    raise Failure("%s httpd did not listen" % name)
+                time.sleep(0.05)
+
+    def stop_all(self):
+        for name in ("proxy", "backend", "memd"):
+            p = self.procs.get(name)
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        # Children of httpd may linger briefly; the pid files tell.
+        for shm in os.listdir("/dev/shm"):
+            if shm.startswith(self.prefix[1:]):
+                try:
+                    os.unlink("/dev/shm/" + shm)
+                except OSError:
+                    pass
+
+    # --- HTTP ---------------------------------------------------------------------------------
+    def get(self, path, method="GET", headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.proxy_port, timeout=10)
+        c.request(method, path, headers=headers or {})
+        r = c.getresponse()
+        body = r.read()
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        all_names = [k for k, _ in r.getheaders()]
+        c.close()
+        return r.status, hdrs, body, all_names
+
+    def backend_lines(self, path):
+        p = self.path("backend", "logs", "access.log")
+        if not os.path.exists(p):
+            return []
+        with open(p) as f:
+            return [l.rstrip("\n") for l in f if (" " + path + " ") in l]
+
+    def backend_count(self, path):
+        # The access log is written at the end of each request; give it a moment.
+        time.sleep(0.05)
+        return len(self.backend_lines(path))
+
+    def status(self):
+        s, _, body, _ = self.get("/rcache-status?auto")
+        assert s == 200, s
+        out = {}
+        for line in body.decode().splitlines():
+            k, _, v = line.partition(": ")
+            out[k] = v
+        return out
+
+
+def run(env):
+    env.setup_cluster()
+    env.start_memd()
+    env.setup_backend()
+    env.start_httpd("backend", env.backend_conf)
+
+    print("configuration errors fail `apache2ctl -t`:")
+    bad_cases = [
+        ("RCacheSize lots", "RCacheSize"),
+        ("RCacheSize 512K", "RCacheSize"),
+        ("RCacheMaxEntrySize 4M", "RCacheMaxEntrySize"),  # > RCacheSize/4 (8M/4)
+        ("RCacheVersionTimeout 0", "RCacheVersionTimeout"),
+        ("RCacheRetryAfter soon", "RCacheRetryAfter"),
+        ("RCacheStoreSetCookie maybe", "RCacheStoreSetCookie"),
+    ]
+    for extra, word in bad_cases:
+        conf = env.write("proxy/bad.conf", env.proxy_conf_text(extra_global=extra + "\n"))
+        out = subprocess.run(["apache2ctl", "-f", conf, "-t"], capture_output=True, text=True)
+        msg = out.stdout + out.stderr
+        check(out.returncode != 0 and word in msg, "'%s' is refused (%s)" % (
+            extra, msg.strip().splitlines()[-1] if msg.strip() else "no output"))
+    for directives, word in [
+        (f"RCacheTopology {env.path('nope.toml')}\nRCacheNode proxy1\n", "RCACHE0003"),
+        (f"RCacheTopology {env.topology}\nRCacheNode ghost\n", "RCACHE0004"),
+        (f"RCacheNode proxy1\n", "RCACHE0001"),
+    ]:
+        conf = env.write("proxy/bad.conf", env.proxy_conf_text(module_directives=directives))
+        out = subprocess.run(["apache2ctl", "-f", conf, "-t"], capture_output=True, text=True)
+        msg = out.stdout + out.stderr
+        check(out.returncode != 0 and word in msg, "startup check %s: %s" % (
+            word, [l for l in msg.splitlines() if word in l][:1]))
+    good = env.write("proxy/httpd.conf", env.proxy_conf_text())
+    out = subprocess.run(["apache2ctl", "-f", good, "-t"], capture_output=True, text=True)
+    check(out.returncode == 0, "the good configuration passes -t (%s)" % (out.stdout + out.stderr).strip())
+
+    env.start_httpd("proxy", good)
+    wait_for(lambda: os.path.exists("/dev/shm/" + env.prefix[1:] + ".proxy1.arena"), 10,
+             "the arena segment")
+    check(True, "proxy started, arena %s.proxy1.arena exists" % env.prefix)
+
+    print("miss then hit:")
+    s1, h1, b1, names1 = env.get("/page.html", headers={"Tierce-Foo": "injected",
+                                                         "Tierce-Tag": "app1 5 1"})
+    check(s1 == 200 and b1 == b"<p>page body</p>\n", "first GET 200 with the page")
+    check(env.backend_count("/page.html") == 1, "backend saw the first GET")
+    line = env.backend_lines("/page.html")[0].split("|")
+    check(re.fullmatch(r"[0-9a-f]{16}", line[1]) is not None, "backend got Tierce-Key %s" % line[1])
+    check(line[2] == "-", "a client's Tierce-Foo header did not reach the backend")
+    check(not any(n.lower().startswith("tierce-") for n in names1),
+          "no Tierce-* header reached the client on a miss (%s)" % names1)
+    s2, h2, b2, names2 = env.get("/page.html")
+    check(s2 == 200 and b2 == b1, "second GET 200 with the same body")
+    check(env.backend_count("/page.html") == 1, "second GET was a hit (backend saw one request)")
+    check("age" in h2, "a hit carries Age (%s)" % h2.get("age"))
+    check(not any(n.lower().startswith("tierce-") for n in names2), "no Tierce-* header on a hit")
+    check(h2.get("content-type", "").startswith("text/html"), "content type kept")
+    s3, h3, b3, _ = env.get("/page.html", method="HEAD")
+    check(s3 == 200 and b3 == b"" and env.backend_count("/page.html") == 1,
+          "HEAD is served from the cache without a body")
+    st = env.status()
+    check(int(st["Hits"]) >= 2 and int(st["Stores"]) >= 1, "status counts hits %s stores %s" % (
+        st["Hits"], st["Stores"]))
+
+    print("binary body:")
+    env.get("/binary.bin")
+    s, h, b, _ = env.get("/binary.bin")
+    check(b == env.binary and env.backend_count("/binary.bin") == 1, "binary body hit, byte-exact")
+
+    print("request no-cache forwards:")
+    env.get("/page.html", headers={"Cache-Control": "no-cache"})
+    check(env.backend_count("/page.html") == 2, "Cache-Control: no-cache from the client forwards")
+
+    print("version bump invalidates:")
+    before = env.status()
+    env.bump_slot(5)
+    s, _, b, _ = env.get("/page.html")
+    check(s == 200 and env.backend_count("/page.html") == 3, "GET after the bump is forwarded")
+    after = env.status()
+    check(int(after["Invalidations"]) > int(before["Invalidations"]),
+          "Invalidations %s -> %s" % (before["Invalidations"], after["Invalidations"]))
+    # The backend still tags old renders with the old version: those never become hits.
+    env.get("/page.html")
+    check(env.backend_count("/page.html") == 4, "a page tagged with the old version is never a hit")
+    env.set_tag(5, env.read_slot(5))
+    env.get("/page.html")  # stale entry rejected, fresh render stored
+    n = env.backend_count("/page.html")
+    env.get("/page.html")
+    check(env.backend_count("/page.html") == n, "the fresh render (new version) is a hit again")
+
+    print("not cached:")
+    for path, what, hdrs in [
+        ("/cookie.html", "Set-Cookie", None),
+        ("/nostore.html", "Cache-Control: no-store", None),
+        ("/private.html", "Cache-Control: private", None),
+        ("/nocache.html", "Cache-Control: no-cache", None),
+        ("/untagged.html", "no Tierce-Tag", None),
+        ("/badtag.html", "malformed Tierce-Tag", None),
+        ("/off/page.html", "RCache Off location", None),
+        ("/auth.html", "request with Authorization", {"Authorization": "Basic dTpw"}),
+        ("/big.bin", "larger than RCacheMaxEntrySize", None),
+    ]:
+        for _ in range(2):
+            s, h, b, names = env.get(path, headers=hdrs)
+            check(not any(x.lower().startswith("tierce-") for x in names),
+                  "%s: no Tierce-* header to the client" % path) if _ == 0 else None
+        check(env.backend_count(path) == 2, "%s (%s) is not cached" % (path, what))
+        if path == "/big.bin":
+            check(b == env.big, "the big body passed through intact")
+        if path == "/cookie.html":
+            check("sid=secret" in h.get("set-cookie", ""), "Set-Cookie reaches the client")
+    n = env.backend_count("/page.html")
+    env.get("/page.html", headers={"Authorization": "Basic dTpw"})
+    check(env.backend_count("/page.html") == n + 1, "a cached page is not served to an Authorization request")
+
+    print("Vary:")
+    for lang, expect in [("fr", 1), ("fr", 1), ("en", 2), ("en", 2), ("fr", 2)]:
+        s, h, b, _ = env.get("/vary.html", headers={"Accept-Language": lang})
+        check(s == 200 and env.backend_count("/vary.html") == expect,
+              "Accept-Language %s: backend requests %d" % (lang, expect))
+
+    print("status and metrics pages:")
+    s, h, body, _ = env.get("/rcache-status")
+    check(s == 200 and b"Hits" in body and b"<table" in body, "HTML status page")
+    st = env.status()
+    for k in ("Hits", "Misses", "HitRatio", "VersionFailures", "Invalidations", "Stores",
+              "StoreRefused", "Uncacheable", "Evictions", "Entries", "BytesUsed",
+              "BytesCapacity", "VersionCheckP50us", "VersionCheckP99us", "Node", "Topology"):
+        check(k in st, "status ?auto has %s = %s" % (k, st.get(k)))
+    check(int(st["Uncacheable"]) >= 8 and int(st["StoreRefused"]) >= 1,
+          "uncacheable %s, store refused %s" % (st["Uncacheable"], st["StoreRefused"]))
+    s, h, m, _ = env.get("/rcache-metrics")
+    m = m.decode()
+    check(s == 200 and "# TYPE tierce_rcache_hits_total counter" in m, "metrics exposition")
+    check(re.search(r'^tierce_rcache_version_check_seconds\{quantile="0.99"\} ', m, re.M) is not None,
+          "metrics carry the latency summary")
+
+    print("memd dies: fail closed:")
+    env.get("/fail.html")
+    env.get("/fail.html")
+    check(env.backend_count("/fail.html") == 1, "/fail.html cached while memd lives")
+    before = env.status()
+    env.procs["memd"].kill()
+    env.procs["memd"].wait()
+    for i in range(3):
+        s, _, b, _ = env.get("/fail.html")
+        check(s == 200 and env.backend_count("/fail.html") == 2 + i,
+              "GET %d with memd dead is forwarded" % (i + 1))
+    after = env.status()
+    check(int(after["VersionFailures"]) > int(before["VersionFailures"]),
+          "VersionFailures %s -> %s" % (before["VersionFailures"], after["VersionFailures"]))
+    check(int(after["Hits"]) == int(before["Hits"]), "no hit while the home is unreachable")
+
+    print("shutdown:")
+    arena = "/dev/shm/" + env.prefix[1:] + ".proxy1.arena"
+    env.procs["proxy"].send_signal(signal.SIGTERM)
+    env.procs["proxy"].wait(15)
+    check(not os.path.exists(arena), "the parent removed the arena segment on shutdown")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--module", required=True)
+    ap.add_argument("--sanitized", default="0")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    args = ap.parse_args()
+    if args.sanitized == "1":
+        print("SKIP: sanitizer build: its mod_rcache.so cannot be loaded into the system httpd "
+              "(the logic test covers the helpers under ASan)")
+        return 77
+    for need in (HTTPD, MODDIR + "/mod_proxy_http.so", MODDIR + "/mod_headers.so"):
+        if not os.path.exists(need):
+            print("SKIP: %s is missing (apt-get install apache2)" % need)
+            return 77
+    if os.geteuid() != 0:
+        print("SKIP: needs root (httpd switches to www-data)")
+        return 77
+    env = Env(args)
+    print("work dir:", env.dir)
+    rc = 0
+    try:
+        run(env)
+        print("PASS")
+    except Exception as e:
+        rc = 1
+        traceback.print_exc()
+        print("FAIL:", e)
+        for log in ("proxy/logs/error.log", "backend/logs/error.log", "memd.log"):
+            p = env.path(log)
+            if os.path.exists(p):
+                with open(p, errors="replace") as f:
+                    tail = f.read().splitlines()[-30:]
+                print("---- %s (last lines)" % log)
+                print("\n".join(tail))
+    finally:
+        env.stop_all()
+        if not args.keep and rc == 0:
+            shutil.rmtree(env.dir, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,362 @@
+// tests/rcache/test_rcache_logic.cc — mod_rcache's pure helpers (no httpd): payload format, header
+// filtering, the cacheability rules one by one, Tierce-Tag parsing, Vary, directive values and
+// the status renderers.
+#define BOOST_TEST_MODULE rcache_logic
+#include <boost/test/unit_test.hpp>
+
+#include "coherence/key.h"
+#include "mod_rcache/rcache_logic.h"
+
+using namespace tierce::rcache;
+namespace co = tierce::coherence;
+
+namespace {
+
+co::Topology topo() {
+  co::Topology t;
+  t.path = "/tmp/cluster.toml";
+  t.name = "test";
+  t.version_slots = 1024;
+  co::NodeInfo p;
+  p.name = "proxy1";
+  p.role = co::Role::Proxy;
+  p.segment_prefix = "/tierce.test.proxy1";
+  co::NodeInfo a;
+  a.name = "app1";
+  a.role = co::Role::App;
+  a.segment_prefix = "/tierce.test.app1";
+  co::NodeInfo b = a;
+  b.name = "app2";
+  t.nodes = {p, a, b};
+  return t;
+}
+
+ResponseFacts good() {
+  ResponseFacts f;
+  f.tag = "app1 17 123456";
+  return f;
+}
+
+bool has(const Headers& h, std::string_view name) {
+  for (const auto& [n, v] : h)
+    if (iequals(n, name)) return true;
+  return false;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(serialization_round_trip_binary) {
+  StoredResponse r;
+  r.status = 200;
+  r.content_type = "application/octet-stream";
+  r.headers = {{"ETag", "\"abc\""}, {"X-Empty", ""}, {"Vary", "Accept-Language"}};
+  for (int i = 0; i < 4096; ++i) r.body.push_back(char(i * 7 & 0xff));
+  r.body.append(std::string("\0\0RCR1\r\n", 8));
+  std::string p = serialize_response(r);
+  BOOST_TEST((payload_kind(p) == PayloadKind::Response));
+  auto back = parse_response(p);
+  BOOST_REQUIRE(back);
+  BOOST_TEST(back->status == 200);
+  BOOST_TEST(back->content_type == r.content_type);
+  BOOST_TEST(back->headers == r.headers);
+  BOOST_TEST(back->body == r.body);
+
+  StoredResponse empty;
+  empty.status = 204;
+  auto e2 = parse_response(serialize_response(empty));
+  BOOST_REQUIRE(e2);
+  BOOST_TEST(e2->body.empty());
+  BOOST_TEST(e2->headers.empty());
+}
+
+BOOST_AUTO_TEST_CASE(serialization_rejects_garbage) {
+  BOOST_TEST(!parse_response(""));
+  BOOST_TEST(!parse_response("RCR1"));
+  BOOST_TEST(!parse_response("XXXXsomething"));
+  StoredResponse r;
+  r.headers = {{"A", "b"}};
+  std::string p = serialize_response(r);
+  for (size_t cut = 0; cut + 1 < p.size(); ++cut) {
+    // Every truncation inside the header block is rejected (the body is "the rest").
+    auto x = parse_response(std::string_view(p).substr(0, cut));
+    if (cut < p.size()) BOOST_TEST(!x, "cut " << cut);
+  }
+  std::string huge = p;
+  huge[8] = '\xff';  // content_type length far beyond the payload
+  huge[9] = '\xff';
+  BOOST_TEST(!parse_response(huge));
+  BOOST_TEST((payload_kind(p) != PayloadKind::Vary));
+}
+
+BOOST_AUTO_TEST_CASE(vary_record_round_trip) {
+  std::vector<std::string> names{"accept-language", "accept-encoding"};
+  std::string p = serialize_vary(names);
+  BOOST_TEST((payload_kind(p) == PayloadKind::Vary));
+  auto back = parse_vary_record(p);
+  BOOST_REQUIRE(back);
+  BOOST_TEST(*back == names);
+  BOOST_TEST(!parse_vary_record(p + "x"));
+  BOOST_TEST(!parse_vary_record(serialize_vary({})));
+  BOOST_TEST(!parse_response(p));
+}
+
+BOOST_AUTO_TEST_CASE(protocol_and_hop_by_hop_headers) {
+  BOOST_TEST(is_protocol_header("Tierce-Tag"));
+  BOOST_TEST(is_protocol_header("tierce-depends"));
+  BOOST_TEST(is_protocol_header("TIERCE-INVALIDATE"));
+  BOOST_TEST(!is_protocol_header("Tierce"));
+  BOOST_TEST(!is_protocol_header("X-Tierce-Tag"));
+  BOOST_TEST(is_hop_by_hop("connection"));
+  BOOST_TEST(is_hop_by_hop("Transfer-Encoding"));
+  BOOST_TEST(!is_hop_by_hop("Content-Type"));
+
+  Headers in{{"Connection", "close, X-Private-Hop"},
+             {"X-Private-Hop", "1"},
+             {"Keep-Alive", "timeout=5"},
+             {"Transfer-Encoding", "chunked"},
+             {"Tierce-Tag", "app1 1 2"},
+             {"Tierce-Depends", "item:42"},
+             {"Date", "x"},
+             {"Age", "3"},
+             {"Content-Length", "10"},
+             {"Content-Type", "text/html"},
+             {"Set-Cookie", "a=b"},
+             {"ETag", "\"e\""},
+             {"Cache-Control", "max-age=60"},
+             {"Vary", "Accept-Language"}};
+  Headers out = headers_to_store(in, false);
+  BOOST_TEST(out.size() == 3u);
+  BOOST_TEST(has(out, "ETag"));
+  BOOST_TEST(has(out, "Cache-Control"));
+  BOOST_TEST(has(out, "Vary"));
+  Headers with_cookie = headers_to_store(in, true);
+  BOOST_TEST(has(with_cookie, "Set-Cookie"));
+  BOOST_TEST(!has(with_cookie, "Tierce-Tag"));
+}
+
+BOOST_AUTO_TEST_CASE(tag_parsing) {
+  auto t = parse_tag("app1 17 123456");
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->node == "app1");
+  BOOST_TEST(t->slot == 17u);
+  BOOST_TEST(t->version == 123456u);
+  auto h = parse_tag("  app-2.x\t0x1f 0xFFFFFFFFFFFFFFFF ");
+  BOOST_REQUIRE(h);
+  BOOST_TEST(h->slot == 31u);
+  BOOST_TEST(h->version == ~0ull);
+  auto big = parse_tag("app1 1 18446744073709551615");
+  BOOST_REQUIRE(big);
+  BOOST_TEST(big->version == ~0ull);
+  for (const char* bad : {"", "app1", "app1 1", "app1 1 2 3", "app1 -1 2", "app1 1 x",
+                          "app1 1 18446744073709551616", "ap/p 1 2", "app1 0x 2",
+                          "app1 1 0x11111111111111111", "app1 1.5 2"})
+    BOOST_TEST(!parse_tag(bad), "'" << bad << "' should be malformed");
+
+  auto tp = topo();
+  std::string why;
+  BOOST_TEST(resolve_tag_home(*parse_tag("app1 17 1"), tp).value() == 1u);
+  BOOST_TEST(resolve_tag_home(*parse_tag("app2 1023 1"), tp).value() == 2u);
+  BOOST_TEST(!resolve_tag_home(*parse_tag("app2 1024 1"), tp, &why));
+  BOOST_TEST(why.find("version_slots") != std::string::npos);
+  BOOST_TEST(!resolve_tag_home(*parse_tag("proxy1 1 1"), tp, &why));
+  BOOST_TEST(why.find("not an app node") != std::string::npos);
+  BOOST_TEST(!resolve_tag_home(*parse_tag("nobody 1 1"), tp, &why));
+  BOOST_TEST(why.find("unknown") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(cache_control_parsing) {
+  auto cc = parse_cache_control("public, max-age=0, No-Store");
+  BOOST_TEST(cc.no_store);
+  BOOST_TEST(cc.max_age_zero);
+  BOOST_TEST(!cc.is_private);
+  BOOST_TEST(parse_cache_control("private=\"Set-Cookie, X\"").is_private);
+  BOOST_TEST(!parse_cache_control("private=\"Set-Cookie, X\"").no_store);
+  BOOST_TEST(parse_cache_control("no-cache").no_cache);
+  BOOST_TEST(!parse_cache_control("max-age=60").max_age_zero);
+  BOOST_TEST(!parse_cache_control("").no_store);
+}
+
+BOOST_AUTO_TEST_CASE(request_rules) {
+  Policy p;
+  RequestFacts f;
+  f.method = "GET";
+  BOOST_TEST((decide_request(f, p) == RequestAction::Lookup));
+  f.method = "HEAD";
+  BOOST_TEST((decide_request(f, p) == RequestAction::Lookup));
+  f.method = "POST";
+  BOOST_TEST((decide_request(f, p) == RequestAction::Pass));
+  f.method = "GET";
+  f.subrequest = true;
+  BOOST_TEST((decide_request(f, p) == RequestAction::Pass));
+  f.subrequest = false;
+  f.authorization = true;
+  BOOST_TEST((decide_request(f, p) == RequestAction::Pass));
+  p.store_authorized = true;
+  BOOST_TEST((decide_request(f, p) == RequestAction::Lookup));
+  f.authorization = false;
+  f.cache_control = "no-cache";
+  BOOST_TEST((decide_request(f, p) == RequestAction::ForwardStore));
+  f.cache_control = "max-age=0";
+  BOOST_TEST((decide_request(f, p) == RequestAction::ForwardStore));
+  f.cache_control = "no-store";
+  BOOST_TEST((decide_request(f, p) == RequestAction::Pass));
+  f.cache_control = "";
+  f.pragma = "no-cache";
+  BOOST_TEST((decide_request(f, p) == RequestAction::ForwardStore));
+}
+
+BOOST_AUTO_TEST_CASE(response_rules_each) {
+  auto tp = topo();
+  Policy p;
+  {
+    auto c = decide_response(good(), p, tp);
+    BOOST_TEST(c.cacheable);
+    BOOST_TEST(c.home == 1u);
+    BOOST_TEST(c.tag.slot == 17u);
+    BOOST_TEST(c.tag.version == 123456u);
+    BOOST_TEST(c.vary.empty());
+  }
+  auto rejected = [&](ResponseFacts f, const Policy& pol, std::string_view word) {
+    auto c = decide_response(f, pol, tp);
+    BOOST_TEST(!c.cacheable);
+    BOOST_TEST(c.reason.find(word) != std::string::npos, c.reason << " should mention " << word);
+  };
+  auto f = good();
+  f.request_is_get = false;
+  rejected(f, p, "GET");
+  f = good();
+  f.status = 404;
+  rejected(f, p, "404");
+  f = good();
+  f.status = 206;
+  rejected(f, p, "206");
+  f = good();
+  f.cache_control = "max-age=10, no-store";
+  rejected(f, p, "no-store");
+  f = good();
+  f.cache_control = "private";
+  rejected(f, p, "private");
+  f = good();
+  f.cache_control = "no-cache";
+  rejected(f, p, "no-cache");
+  f = good();
+  f.set_cookie = true;
+  rejected(f, p, "Set-Cookie");
+  {
+    Policy q = p;
+    q.store_set_cookie = true;
+    BOOST_TEST(decide_response(f, q, tp).cacheable);
+  }
+  f = good();
+  f.request_authorized = true;
+  rejected(f, p, "Authorization");
+  {
+    Policy q = p;
+    q.store_authorized = true;
+    BOOST_TEST(decide_response(f, q, tp).cacheable);
+  }
+  f = good();
+  f.request_no_store = true;
+  rejected(f, p, "no-store");
+  f = good();
+  f.tag.reset();
+  rejected(f, p, "Tierce-Tag");
+  {
+    Policy q = p;
+    q.require_tag = false;  // still nothing to check a version against: not cached
+    BOOST_TEST(!decide_response(f, q, tp).cacheable);
+  }
+  f = good();
+  f.tag = "app1 17";
+  rejected(f, p, "malformed");
+  f.tag = "garbage";
+  rejected(f, p, "malformed");
+  f.tag = "proxy1 1 1";
+  rejected(f, p, "not an app node");
+  f.tag = "app1 5000 1";
+  rejected(f, p, "version_slots");
+  f.tag = "ghost 1 1";
+  rejected(f, p, "unknown");
+  f = good();
+  f.vary = "*";
+  rejected(f, p, "Vary");
+  f.vary = "Accept-Language, *";
+  rejected(f, p, "Vary");
+}
+
+BOOST_AUTO_TEST_CASE(vary_handling) {
+  auto v = parse_vary("Accept-Language, accept-encoding,ACCEPT-LANGUAGE, ,");
+  BOOST_TEST(!v.star);
+  BOOST_TEST(v.names == (std::vector<std::string>{"accept-language", "accept-encoding"}));
+  BOOST_TEST(parse_vary("").names.empty());
+  BOOST_TEST(parse_vary("*").star);
+
+  auto tp = topo();
+  auto f = good();
+  f.vary = "Accept-Language";
+  auto c = decide_response(f, Policy{}, tp);
+  BOOST_TEST(c.cacheable);
+  BOOST_TEST(c.vary == std::vector<std::string>{"accept-language"});
+
+  auto getter_fr = [](const std::string& n) -> std::optional<std::string> {
+    if (n == "accept-language") return std::string(" fr ");
+    return std::nullopt;
+  };
+  auto getter_en = [](const std::string& n) -> std::optional<std::string> {
+    if (n == "accept-language") return std::string("en");
+    return std::nullopt;
+  };
+  std::vector<std::string> names{"accept-language", "accept-encoding"};
+  std::string fr = vary_values(names, getter_fr);
+  BOOST_TEST(fr == "accept-language: fr\naccept-encoding: \n");
+  std::string en = vary_values(names, getter_en);
+  std::string base = co::base_key("Example.COM:80", "/a?b=1");
+  BOOST_TEST(base == "example.com\n/a?b=1");
+  BOOST_TEST(co::variant_key(base, fr) != co::variant_key(base, en));
+  BOOST_TEST(co::hash64(co::variant_key(base, fr)) != co::hash64(co::variant_key(base, en)));
+}
+
+BOOST_AUTO_TEST_CASE(directive_values) {
+  BOOST_TEST(parse_size("4096").value() == 4096u);
+  BOOST_TEST(parse_size("64K").value() == 64u * 1024);
+  BOOST_TEST(parse_size("64k").value() == 64u * 1024);
+  BOOST_TEST(parse_size("256M").value() == 256ull << 20);
+  BOOST_TEST(parse_size("2G").value() == 2ull << 30);
+  for (const char* bad : {"", "M", "12T", "1.5M", "-1", "abc", "99999999999999999999", "20000000000G",
+                          "1 M"})
+    BOOST_TEST(!parse_size(bad), "'" << bad << "' should be refused");
+  BOOST_TEST(parse_uint("50", 1, 60000).value() == 50u);
+  BOOST_TEST(!parse_uint("0", 1, 60000));
+  BOOST_TEST(!parse_uint("60001", 1, 60000));
+  BOOST_TEST(!parse_uint("5ms", 1, 60000));
+  BOOST_TEST(!parse_uint("", 0, 10));
+}
+
+BOOST_AUTO_TEST_CASE(status_renderers) {
+  StatusSnapshot s;
+  s.node = "proxy1";
+  s.topology_path = "/etc/tierce/cluster.toml";
+  s.hits = 3;
+  s.misses = 1;
+  s.stale_rejects = 2;
+  s.p50_ns = 12000;
+  s.p99_ns = 50000;
+  s.latency_count = 5;
+  s.homes = {{"app1", "ok"}, {"app<2>", "failed"}};
+  std::string a = render_status_auto(s);
+  BOOST_TEST(a.find("Hits: 3\n") != std::string::npos);
+  BOOST_TEST(a.find("Invalidations: 2\n") != std::string::npos);
+  BOOST_TEST(a.find("VersionCheckP50us: 12.0\n") != std::string::npos);
+  BOOST_TEST(a.find("Node: proxy1\n") != std::string::npos);
+  std::string h = render_status_html(s);
+  BOOST_TEST(h.find("app&lt;2&gt;") != std::string::npos);
+  BOOST_TEST(h.find("app<2>") == std::string::npos);
+  std::string m = render_metrics(s);
+  BOOST_TEST(m.find("# TYPE tierce_rcache_hits_total counter\ntierce_rcache_hits_total 3\n") !=
+             std::string::npos);
+  BOOST_TEST(m.find("# TYPE tierce_rcache_version_check_seconds summary") != std::string::npos);
+  BOOST_TEST(m.find("tierce_rcache_version_check_seconds{quantile=\"0.99\"} 0.000050000") !=
+             std::string::npos);
+  BOOST_TEST(m.find("tierce_rcache_version_check_seconds_count 5") != std::string::npos);
+  BOOST_TEST(m.find("tierce_rcache_home_up{home=\"app1\"} 1") != std::string::npos);
+}
