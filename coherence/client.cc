@@ -265,6 +265,9 @@ InvalidateOutcome ClusterClient::invalidate(const std::string& self,
   out.acked = std::min<uint64_t>(count - base, n_sent);
   bool complete = n_sent == apps.size() && count - base >= n_sent;
   if (!complete) {
+    // A home we could not reach may still be readable by proxies that mapped it (shm) until its
+    // lease lapses: never return before the full deadline (callers keep it above the lease).
+    std::this_thread::sleep_until(until);
     for (size_t i = 0; i < apps.size(); ++i)
       if (!sent[i]) out.missing.push_back(apps[i]->name + " (unreachable)");
     if (count - base < n_sent)

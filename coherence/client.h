@@ -57,6 +57,9 @@ class ClusterClient {
                                uint64_t seq_start, std::span<const uint64_t> deps);
   // Sends the invalidation to every app node (`self` = this node, whose "acks" region collects
   // the acks), waits until all acked or `deadline` passed. Scheme InvalidateAll ignores `deps`.
+  // When a home is missing it returns only once `deadline` has passed, even if the home could
+  // not be reached at all: keep `deadline` above memd's lease_ms, so that by then no proxy can
+  // still validate a page against the missing home's (possibly stale) version table.
   InvalidateOutcome invalidate(const std::string& self, std::span<const uint64_t> deps,
                                Scheme scheme, std::chrono::milliseconds deadline);
 

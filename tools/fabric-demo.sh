@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's main command. Installs what is needed, builds, then runs the fabric demo: a
+# The fabric demo (was the main job until issue 3). Installs what is needed, builds, then runs: a
 # tierce-memd exporting a shared segment over tcp and shm, operator commands against it, and the
-# fabric benchmark (table + PNG). Until the coherent cache lands (issue 3) this is the main job.
-#   tools/run.sh [--quick]     --quick: a short benchmark run
+# fabric benchmark (table + PNG).
+#   tools/fabric-demo.sh [--quick]     --quick: a short benchmark run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

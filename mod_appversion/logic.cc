@@ -1,0 +1,256 @@
+// mod_appversion/logic.cc — see logic.h. No httpd headers here.
+#include "mod_appversion/logic.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include "coherence/key.h"
+
+namespace tierce::appversion {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// RFC 9110 token characters.
+bool is_tchar(char c) {
+  if (std::isalnum(static_cast<unsigned char>(c))) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool contains_icase(std::string_view hay, std::string_view needle) {
+  if (needle.size() > hay.size()) return false;
+  for (size_t i = 0; i + needle.size() <= hay.size(); ++i)
+    if (iequals(hay.substr(i, needle.size()), needle)) return true;
+  return false;
+}
+
+}  // namespace
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+std::string parse_millis(std::string_view arg, uint32_t lo, uint32_t hi, uint32_t& out) {
+  std::string_view s = trim(arg);
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size())
+    return "'" + std::string(arg) + "' is not a whole number of milliseconds; write e.g. " +
+           std::to_string(std::max<uint32_t>(lo, std::min<uint32_t>(hi, 200)));
+  if (v < lo || v > hi)
+    return std::to_string(v) + " ms is out of range: use " + std::to_string(lo) + ".." +
+           std::to_string(hi) + " ms";
+  out = static_cast<uint32_t>(v);
+  return "";
+}
+
+std::string parse_scheme(std::string_view arg, coherence::Scheme& out) {
+  std::string_view s = trim(arg);
+  if (s == "dependency-lists") {
+    out = coherence::Scheme::DependencyLists;
+    return "";
+  }
+  if (s == "invalidate-all") {
+    out = coherence::Scheme::InvalidateAll;
+    return "";
+  }
+  return "'" + std::string(arg) + "' is not a scheme: use dependency-lists or invalidate-all";
+}
+
+std::string parse_header_names(std::string_view args, std::vector<std::string>& out) {
+  std::vector<std::string> names;
+  size_t i = 0;
+  while (i < args.size()) {
+    char c = args[i];
+    if (c == ' ' || c == '\t' || c == ',') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < args.size() && args[j] != ' ' && args[j] != '\t' && args[j] != ',') ++j;
+    std::string_view name = args.substr(i, j - i);
+    i = j;
+    if (!std::all_of(name.begin(), name.end(), is_tchar))
+      return "'" + std::string(name) + "' is not a header name (letters, digits and -_. only)";
+    if (iequals(name, kKeyHeader) || iequals(name, kTagHeader) || iequals(name, kInvalidateHeader))
+      return "'" + std::string(name) +
+             "' is a Tierce protocol header, not a dependency header; list e.g. Tierce-Depends "
+             "Surrogate-Key";
+    bool dup = std::any_of(names.begin(), names.end(),
+                           [&](const std::string& n) { return iequals(n, name); });
+    if (!dup) names.emplace_back(name);
+  }
+  if (names.empty())
+    return "needs at least one header name; write e.g. AppVersionDependencyHeaders Tierce-Depends "
+           "Surrogate-Key";
+  out = std::move(names);
+  return "";
+}
+
+std::string check_node_name(std::string_view arg) {
+  if (arg.empty() || arg.size() > 64) return "a node name has 1..64 characters";
+  for (char c : arg)
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f)
+      return "'" + std::string(arg) + "' contains a space or control character";
+  return "";
+}
+
+std::optional<uint64_t> parse_key_header(std::string_view value) {
+  std::string_view s = trim(value);
+  if (s.size() != 16) return std::nullopt;
+  std::string lower(s);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return coherence::parse_hex(lower);
+}
+
+std::string collect_values(const HeaderList& headers, const std::vector<std::string>& names,
+                           bool* found) {
+  std::string out;
+  bool any = false;
+  for (const auto& [k, v] : headers) {
+    bool wanted = std::any_of(names.begin(), names.end(),
+                              [&](const std::string& n) { return iequals(n, k); });
+    if (!wanted) continue;
+    any = true;
+    std::string_view t = trim(v);
+    if (t.empty()) continue;
+    if (!out.empty()) out += ", ";
+    out += t;
+  }
+  if (found) *found = any;
+  return out;
+}
+
+std::vector<std::string> headers_to_strip(const std::vector<std::string>& dependency_headers) {
+  std::vector<std::string> out = {kDependsHeader, kInvalidateHeader, kTagHeader};
+  for (const auto& h : dependency_headers) {
+    bool dup =
+        std::any_of(out.begin(), out.end(), [&](const std::string& n) { return iequals(n, h); });
+    if (!dup) out.push_back(h);
+  }
+  return out;
+}
+
+std::string join_lists(std::string_view a, std::string_view b) {
+  a = trim(a);
+  b = trim(b);
+  if (a.empty()) return std::string(b);
+  if (b.empty()) return std::string(a);
+  return std::string(a) + ", " + std::string(b);
+}
+
+Decision decide_registration(const PageFacts& f) {
+  if (!f.has_key) return Decision::NoKey;
+  if (!f.is_get) return Decision::NotGet;
+  if (f.status != 200) return Decision::NotOk;
+  if (!f.seq_read) return Decision::NoSeq;
+  if (!f.deps_valid) return Decision::BadDeps;
+  if (!f.deps_found && f.scheme == coherence::Scheme::DependencyLists) return Decision::NoDeps;
+  return Decision::Register;
+}
+
+std::string_view to_string(Decision d) {
+  switch (d) {
+    case Decision::Register: return "registered";
+    case Decision::NoKey: return "no Tierce-Key";
+    case Decision::NotGet: return "not a GET";
+    case Decision::NotOk: return "status is not 200";
+    case Decision::NoSeq: return "the home's invalidation sequence could not be read before the handler ran";
+    case Decision::NoDeps: return "the response declared no dependencies";
+    case Decision::BadDeps: return "the dependency list is malformed";
+  }
+  return "?";
+}
+
+std::string format_tag(std::string_view home, uint64_t slot, uint64_t version) {
+  std::string s(home);
+  s += ' ';
+  s += std::to_string(slot);
+  s += ' ';
+  s += std::to_string(version);
+  return s;
+}
+
+Refusal classify_refusal(std::string_view reason) {
+  if (contains_icase(reason, "log")) return Refusal::Log;
+  if (contains_icase(reason, "race") || contains_icase(reason, "invalidat")) return Refusal::Race;
+  if (contains_icase(reason, "unreach") || contains_icase(reason, "timeout") ||
+      contains_icase(reason, "timed out") || contains_icase(reason, "connect") ||
+      contains_icase(reason, "retry"))
+    return Refusal::Unreachable;
+  return Refusal::Other;
+}
+
+size_t wait_bucket(uint64_t micros) {
+  size_t b = 0;
+  while (micros && b < kWaitBuckets - 1) {
+    micros >>= 1;
+    ++b;
+  }
+  return b;
+}
+
+uint64_t wait_quantile(const std::array<uint64_t, kWaitBuckets>& counts, double p) {
+  uint64_t total = 0;
+  for (uint64_t c : counts) total += c;
+  if (total == 0) return 0;
+  uint64_t rank = static_cast<uint64_t>(p * static_cast<double>(total) + 0.999999);
+  if (rank == 0) rank = 1;
+  uint64_t seen = 0;
+  for (size_t i = 0; i < kWaitBuckets; ++i) {
+    seen += counts[i];
+    if (seen >= rank) return i == 0 ? 1 : (uint64_t{1} << i);
+  }
+  return uint64_t{1} << (kWaitBuckets - 1);
+}
+
+void Counters::record_wait(uint64_t micros) {
+  wait_buckets[wait_bucket(micros)].fetch_add(1, std::memory_order_relaxed);
+  uint64_t m = wait_max_us.load(std::memory_order_relaxed);
+  while (micros > m && !wait_max_us.compare_exchange_weak(m, micros, std::memory_order_relaxed)) {
+  }
+}
+
+std::string Counters::text() const {
+  std::string s;
+  auto line = [&](const char* k, uint64_t v) {
+    s += k;
+    s += ' ';
+    s += std::to_string(v);
+    s += '\n';
+  };
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  line("requests_keyed", ld(requests_keyed));
+  line("bad_keys", ld(bad_keys));
+  line("seq_failures", ld(seq_failures));
+  line("registrations", ld(registrations));
+  line("refused_race", ld(refused_race));
+  line("refused_log", ld(refused_log));
+  line("refused_other", ld(refused_other));
+  line("not_registered", ld(not_registered));
+  line("invalidations", ld(invalidations));
+  line("invalidations_incomplete", ld(invalidations_incomplete));
+  line("acks_received", ld(acks_received));
+  line("acks_missing", ld(acks_missing));
+  line("bad_dependency_lists", ld(bad_dependency_lists));
+  std::array<uint64_t, kWaitBuckets> counts{};
+  for (size_t i = 0; i < kWaitBuckets; ++i) counts[i] = ld(wait_buckets[i]);
+  line("invalidation_wait_p50_us_le", wait_quantile(counts, 0.5));
+  line("invalidation_wait_p99_us_le", wait_quantile(counts, 0.99));
+  line("invalidation_wait_max_us", ld(wait_max_us));
+  return s;
+}
+
+}  // namespace tierce::appversion

@@ -1,0 +1,118 @@
+// mod_appversion/logic.h — the parts of mod_appversion that need no httpd: directive argument
+// checks, the Tierce-Key request header, which response headers carry dependencies, which are
+// stripped, whether a page is registered, the Tierce-Tag value, and the counters the status
+// handler shows (a plain struct of atomics placed in shared memory by the module).
+// Unit-tested in tests/appversion/test_appversion_logic.cc.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "coherence/home.h"
+
+namespace tierce::appversion {
+
+// Protocol headers (docs/ARCHITECTURE.md §4).
+inline constexpr const char* kKeyHeader = "Tierce-Key";             // request, from the proxy
+inline constexpr const char* kTagHeader = "Tierce-Tag";             // response, to the proxy
+inline constexpr const char* kDependsHeader = "Tierce-Depends";     // response, from the app
+inline constexpr const char* kInvalidateHeader = "Tierce-Invalidate";  // response, from the app
+// r->notes the PHP code sets with apache_note(): same syntax as the headers.
+inline constexpr const char* kDependsNote = "tierce-depends";
+inline constexpr const char* kInvalidateNote = "tierce-invalidate";
+
+// ---- directive arguments: each returns "" when fine, else the problem (without the directive
+// name, which httpd prefixes) ------------------------------------------------------------------
+
+// A whole number of milliseconds in [lo, hi].
+std::string parse_millis(std::string_view arg, uint32_t lo, uint32_t hi, uint32_t& out);
+// "dependency-lists" | "invalidate-all".
+std::string parse_scheme(std::string_view arg, coherence::Scheme& out);
+// Header names separated by spaces or commas; at least one; HTTP tokens; duplicates (any case)
+// dropped; Tierce-Key, Tierce-Tag and Tierce-Invalidate are refused (they mean something else).
+std::string parse_header_names(std::string_view args, std::vector<std::string>& out);
+// A node name as the topology spells it: 1..64 bytes, no spaces or control characters.
+std::string check_node_name(std::string_view arg);
+
+// ---- requests and responses -----------------------------------------------------------------
+
+// The Tierce-Key value: 16 hex digits (surrounding blanks ignored). nullopt on anything else.
+std::optional<uint64_t> parse_key_header(std::string_view value);
+
+// A header table as (name, value) pairs, in order; names match case-insensitively.
+using HeaderList = std::vector<std::pair<std::string_view, std::string_view>>;
+
+bool iequals(std::string_view a, std::string_view b);
+
+// Every value of every header named in `names` (all occurrences), joined with ", ".
+// `found` tells whether at least one such header was present (even with an empty value).
+std::string collect_values(const HeaderList& headers, const std::vector<std::string>& names,
+                           bool* found = nullptr);
+
+// The response headers that never reach clients: Tierce-Depends, Tierce-Invalidate, Tierce-Tag
+// (an app must not forge one; the module sets the real one after stripping) and the configured
+// dependency headers, without duplicates.
+std::vector<std::string> headers_to_strip(const std::vector<std::string>& dependency_headers);
+
+// Joins a header value and a note value (either may be empty) into one dependency list.
+std::string join_lists(std::string_view a, std::string_view b);
+
+// Whether a rendered page is registered at its home, and if not, why.
+struct PageFacts {
+  bool has_key = false;    // the request carried a valid Tierce-Key
+  bool is_get = false;     // GET (not HEAD, not anything else)
+  int status = 0;          // final response status
+  bool seq_read = false;   // the home's sequence was read before the handler ran
+  bool deps_found = false; // at least one dependency header/note was present
+  bool deps_valid = true;  // the dependency names parsed
+  coherence::Scheme scheme = coherence::Scheme::DependencyLists;
+};
+enum class Decision { Register, NoKey, NotGet, NotOk, NoSeq, NoDeps, BadDeps };
+Decision decide_registration(const PageFacts& f);
+std::string_view to_string(Decision d);
+
+// "app1 1234 987654321": home node, slot and version in decimal.
+std::string format_tag(std::string_view home, uint64_t slot, uint64_t version);
+
+// A refusal reason from the home, sorted for the counters.
+enum class Refusal { Race, Log, Unreachable, Other };
+Refusal classify_refusal(std::string_view reason);
+
+// ---- counters (shared by all children through anonymous shared memory) ----------------------
+
+// Invalidation wait histogram: bucket i counts waits in [2^(i-1), 2^i) microseconds (bucket 0:
+// below 1 µs); the last bucket collects everything longer.
+inline constexpr size_t kWaitBuckets = 32;
+size_t wait_bucket(uint64_t micros);
+// Upper bound (µs) of the bucket holding the p-th quantile (0 < p <= 1); 0 when empty.
+uint64_t wait_quantile(const std::array<uint64_t, kWaitBuckets>& counts, double p);
+
+struct Counters {
+  std::atomic<uint64_t> requests_keyed{0};       // requests with a valid Tierce-Key
+  std::atomic<uint64_t> bad_keys{0};             // Tierce-Key present but malformed
+  std::atomic<uint64_t> seq_failures{0};         // home sequence not read: page not cacheable
+  std::atomic<uint64_t> registrations{0};        // registered and tagged
+  std::atomic<uint64_t> refused_race{0};         // refused: overlapping invalidation since seq
+  std::atomic<uint64_t> refused_log{0};          // refused: the log no longer reaches back
+  std::atomic<uint64_t> refused_other{0};        // refused otherwise (home unreachable, ...)
+  std::atomic<uint64_t> not_registered{0};       // keyed pages not registered (status, deps...)
+  std::atomic<uint64_t> invalidations{0};        // invalidations sent
+  std::atomic<uint64_t> invalidations_incomplete{0};  // some home did not ack in time
+  std::atomic<uint64_t> acks_received{0};
+  std::atomic<uint64_t> acks_missing{0};
+  std::atomic<uint64_t> bad_dependency_lists{0};
+  std::atomic<uint64_t> wait_buckets[kWaitBuckets]{};
+  std::atomic<uint64_t> wait_max_us{0};
+
+  void record_wait(uint64_t micros);
+  // "key value" lines, as memd's coherence.status does.
+  std::string text() const;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters live in shared memory");
+
+}  // namespace tierce::appversion
