@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""Coherence check of a whole local cluster: tools/tierce-cluster up (fresh temporary directory),
+tierce-check against it (readers through the proxies, writers on the app nodes), tierce-cluster
+down (always). Prints the checker's summary.
+
+  coherence_check.py --checker PATH [--build DIR] --cache tierce|none|mod_cache
+                     [--transport tcp|shm] [--scheme dependency-lists|invalidate-all] [--ttl S]
+                     [--ops 100000] [--readers 8] [--writers 2] [--hot 100]
+                     [--restart app1@5] ... [--max-error-ratio 0.01] [--expect-stale]
+                     [--checker-timeout 780] [--keep]
+
+--restart NODE@SECONDS runs `tierce-cluster restart-node NODE --dir D` that many seconds into the
+run (repeatable). --expect-stale is the negative control: the test passes only when the checker
+FAILS with stale reads (exit 1, stale_reads > 0), e.g. against mod_cache with a long TTL.
+Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
+
+
+class Terminated(Exception):
+    pass
+
+
+def _term(signum, frame):
+    raise Terminated(f"signal {signum}")
+
+
+def say(msg):
+    print(f"coherence_check: {msg}", flush=True)
+
+
+def skip_reason(a):
+    if os.geteuid() != 0:
+        return "needs root (private MariaDB and httpd as www-data)"
+    for exe in ("/usr/sbin/apache2", "/usr/sbin/mariadbd", "/usr/lib/apache2/modules/libphp8.2.so"):
+        if not os.path.exists(exe):
+            return f"{exe} missing (tools/deps.sh installs it)"
+    if not any(os.access(os.path.join(a.build, p), os.X_OK)
+               for p in ("sample/tierce-datagen", "sample/datagen/tierce-datagen")):
+        return f"tierce-datagen not built under {a.build}/sample"
+    if not os.access(a.checker, os.X_OK):
+        return f"checker {a.checker} not built"
+    if a.cache == "tierce":
+        for p in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd"):
+            if not os.path.exists(os.path.join(a.build, p)):
+                return f"--cache tierce needs {os.path.join(a.build, p)} (not built yet)"
+    return None
+
+
+def run_checker(a, d):
+    """Runs tierce-check in its own session (so a timeout kills its --during children too);
+    returns (exit code, result dict or None)."""
+    result = os.path.join(d, "tierce-check.json")
+    argv = [a.checker, "--cluster", os.path.join(d, "cluster.json"), "--ops", str(a.ops),
+            "--readers", str(a.readers), "--writers", str(a.writers), "--hot", str(a.hot),
+            "--seed", str(a.seed), "--max-error-ratio", str(a.max_error_ratio), "--json", result]
+    for spec in a.restart:
+        node, _, at = spec.partition("@")
+        argv += ["--during", f"{CLUSTER} restart-node {node} --dir {d}@{at or '5'}"]
+    say("running: " + " ".join(f"'{x}'" if " " in x else x for x in argv))
+    p = subprocess.Popen(argv, start_new_session=True)
+    try:
+        rc = p.wait(timeout=a.checker_timeout)
+    except BaseException:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        raise
+    res = None
+    try:
+        with open(result) as f:
+            res = json.load(f)
+    except (OSError, ValueError) as e:
+        say(f"no checker result in {result}: {e}")
+    return rc, res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--checker", required=True, help="the tierce-check executable")
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--cache", required=True, choices=["tierce", "none", "mod_cache"])
+    ap.add_argument("--transport", choices=["tcp", "shm"])
+    ap.add_argument("--scheme", choices=["dependency-lists", "invalidate-all"])
+    ap.add_argument("--ttl", type=int)
+    ap.add_argument("--ops", type=int, default=100000)
+    ap.add_argument("--readers", type=int, default=8)
+    ap.add_argument("--writers", type=int, default=2)
+    ap.add_argument("--hot", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--restart", action="append", default=[], metavar="NODE@SECONDS")
+    ap.add_argument("--max-error-ratio", type=float, default=0.01)
+    ap.add_argument("--expect-stale", action="store_true")
+    ap.add_argument("--checker-timeout", type=float, default=780.0)
+    ap.add_argument("--keep", action="store_true", help="keep the state directory")
+    a = ap.parse_args()
+    a.build = os.path.abspath(a.build)
+
+    why = skip_reason(a)
+    if why:
+        print(f"SKIP: {why}")
+        return 77
+
+    signal.signal(signal.SIGTERM, _term)
+    d = tempfile.mkdtemp(prefix="tierce-cc.", dir="/tmp")
+    rc = 0
+    try:
+        up = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", a.cache]
+        for opt in ("transport", "scheme", "ttl"):
+            if getattr(a, opt) is not None:
+                up += [f"--{opt}", str(getattr(a, opt))]
+        say("running: " + " ".join(up))
+        r = subprocess.run(up, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            print(f"FAIL: tierce-cluster up exited {r.returncode}")
+            rc = 1
+        else:
+            crc, res = run_checker(a, d)
+            stale = res.get("stale_reads") if res else None
+            if a.expect_stale:
+                if crc == 1 and stale:
+                    say(f"negative control: the checker failed as expected with {stale} stale read(s)")
+                else:
+                    print(f"FAIL: negative control: expected the checker to exit 1 with stale reads, "
+                          f"got exit {crc}, stale_reads {stale}")
+                    rc = 1
+            elif crc != 0:
+                print(f"FAIL: tierce-check exited {crc}"
+                      + (f" ({'; '.join(res.get('failures', []))})" if res else ""))
+                rc = 1
+    except subprocess.TimeoutExpired:
+        print(f"FAIL: tierce-check did not finish within {a.checker_timeout:.0f} s (killed)")
+        rc = 1
+    except (Terminated, KeyboardInterrupt) as e:
+        print(f"FAIL: interrupted ({e})")
+        rc = 1
+    except Exception as e:  # noqa: BLE001 — report anything as a failure, still clean up
+        print(f"FAIL: unexpected {type(e).__name__}: {e}")
+        rc = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let down finish
+        r = subprocess.run([CLUSTER, "down", "--dir", d], stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            print(f"FAIL: tierce-cluster down exited {r.returncode}")
+            rc = 1
+        if rc != 0 or a.keep:
+            print(f"state directory kept (logs under nodes/*/logs): {d}")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+    if rc == 0:
+        print("PASS")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
