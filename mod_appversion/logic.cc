@@ -120,8 +120,9 @@ std::string collect_values(const HeaderList& headers, const std::vector<std::str
   std::string out;
   bool any = false;
   for (const auto& [k, v] : headers) {
+    const auto& key = k;  // clang 14 cannot capture a structured binding
     bool wanted = std::any_of(names.begin(), names.end(),
-                              [&](const std::string& n) { return iequals(n, k); });
+                              [&](const std::string& n) { return iequals(n, key); });
     if (!wanted) continue;
     any = true;
     std::string_view t = trim(v);

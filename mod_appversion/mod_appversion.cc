@@ -250,7 +250,7 @@ const command_rec kCommands[] = {
                   "ms an update's response waits for every home's ack (default 2000)"),
     AP_INIT_TAKE1("AppVersionOpTimeout", as_cmd(cmd_op_timeout), nullptr,
                   RSRC_CONF, "ms for one sequence read or registration call (default 200)"),
-    {nullptr, {nullptr}, nullptr, 0, RAW_ARGS, nullptr},
+    {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr},
 };
 
 // ---- lifecycle -------------------------------------------------------------------------------

@@ -235,7 +235,7 @@ const command_rec rcache_cmds[] = {
                  RSRC_CONF, "On|Off: serve and store requests with Authorization (default Off)"),
     AP_INIT_FLAG("RCacheRequireTag", RC_FN(set_flag_member), reinterpret_cast<void*>(3),
                  RSRC_CONF, "On|Off: only cache responses with a Tierce-Tag (default On)"),
-    {nullptr, {nullptr}, nullptr, 0, RAW_ARGS, nullptr}};
+    {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr}};
 
 // ---- helpers -----------------------------------------------------------------------------------
 
