@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "http.h"
-#include "json.h"
+#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -201,40 +201,45 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
+std::string json_escape(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 // Fills URLs / sizes / cache kind from cluster.json where the command line left them out.
 void load_cluster(Options& o) {
   std::ifstream f(o.cluster_path);
   if (!f) usage_error("cannot read --cluster file '" + o.cluster_path + "'");
   std::stringstream ss;
   ss << f.rdbuf();
-  Json j;
-  std::string err;
-  if (!json_parse(ss.str(), j, err)) usage_error(o.cluster_path + ": not valid JSON: " + err);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    usage_error(o.cluster_path + ": not valid JSON: " + e.what());
+  }
   std::vector<std::string> proxies, apps;
-  if (const Json* nodes = j.get("nodes"); nodes && nodes->type == Json::Array) {
-    for (const Json& n : nodes->arr) {
-      const Json* role = n.get("role");
-      const Json* url = n.get("url");
-      if (!role || !url || role->type != Json::String || url->type != Json::String) continue;
-      if (role->str == "proxy") proxies.push_back(url->str);
-      else if (role->str == "app") apps.push_back(url->str);
+  if (auto nodes = j.find("nodes"); nodes != j.end() && nodes->is_array()) {
+    for (const auto& n : *nodes) {
+      if (!n.is_object()) continue;
+      auto role = n.find("role"), url = n.find("url");
+      if (role == n.end() || url == n.end() || !role->is_string() || !url->is_string()) continue;
+      if (*role == "proxy") proxies.push_back(url->get<std::string>());
+      else if (*role == "app") apps.push_back(url->get<std::string>());
     }
   }
   if (o.proxies.empty()) o.proxies = proxies;
   if (o.apps.empty()) o.apps = apps;
-  if (const Json* opts = j.get("options")) {
+  if (auto opts = j.find("options"); opts != j.end() && opts->is_object()) {
     auto num = [&](const char* k, std::optional<int>& dst) {
-      const Json* v = opts->get(k);
-      if (!dst && v && v->type == Json::Number) dst = int(v->num);
+      auto v = opts->find(k);
+      if (!dst && v != opts->end() && v->is_number_integer()) dst = v->get<int>();
     };
     num("items", o.items);
     num("users", o.users);
     num("categories", o.categories);
-    if (const Json* c = opts->get("cache"); c && c->type == Json::String) o.cache = c->str;
+    if (auto c = opts->find("cache"); c != opts->end() && c->is_string()) o.cache = c->get<std::string>();
   }
-  if (const Json* st = j.get("state"); st && st->type == Json::String && st->str != "up")
+  if (auto st = j.find("state"); st != j.end() && st->is_string() && *st != "up")
     std::fprintf(stderr, "tierce-check: warning: %s says state '%s', not 'up'\n", o.cluster_path.c_str(),
-                 st->str.c_str());
+                 st->get<std::string>().c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
