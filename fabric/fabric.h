@@ -107,6 +107,10 @@ struct ClientOptions {
   Millis connect_timeout{2000};
   Millis op_timeout{
       1000};  // deadline of every operation: a dead or silent peer is an error by then
+  // tcp / shm control channel: poll the socket this long for a reply before sleeping in poll(2).
+  // An idle CPU woken by the reply costs tens of microseconds on VMs (a halted vCPU needs an
+  // IPI); a short spin keeps the waiting core awake for the usual round trip. 0 = never spin.
+  std::chrono::microseconds spin{50};
 };
 
 // A client's link to one Server. Not thread-safe: one per thread, or guard it.
@@ -177,6 +181,10 @@ struct ServerOptions {
   Millis lease{500};                // shm peers fail an op once the lease is this old
   Millis auth_timeout{5000};        // a peer must authenticate within this
   Millis idle_timeout{0};           // 0 = connections may idle forever
+  // tcp / shm control channel: after serving a request, a connection's responder polls for the
+  // next one this long before sleeping (see ClientOptions::spin). Costs target CPU, at most this
+  // much per request. 0 = never spin.
+  std::chrono::microseconds spin{50};
   size_t max_connections = 4096;
   LogSink log;  // defaults to stderr
 };

@@ -244,6 +244,19 @@ size_t recv_some(int fd, void* buf, size_t len, Deadline d) {
   }
 }
 
+std::optional<size_t> recv_spin(int fd, void* buf, size_t len, std::chrono::microseconds spin) {
+  auto until = std::chrono::steady_clock::now() + spin;
+  for (int i = 0;; ++i) {
+    ssize_t n = ::recv(fd, buf, len, MSG_DONTWAIT);
+    if (n >= 0) return size_t(n);
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return std::nullopt;
+    if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until) return std::nullopt;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 bool recv_exact(int fd, void* buf, size_t len, Deadline d, bool eof_ok) {
   auto* p = static_cast<uint8_t*>(buf);
   size_t got = 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -55,6 +56,9 @@ void send_all(int fd, const void* buf, size_t len, Deadline d);
 bool recv_exact(int fd, void* buf, size_t len, Deadline d, bool eof_ok = false);
 // Receives up to len bytes (0 = EOF).
 size_t recv_some(int fd, void* buf, size_t len, Deadline d);
+// Polls the socket without sleeping for up to `spin` (see ClientOptions::spin): the bytes read,
+// or nullopt when nothing came (or on an error, which a following recv_some reports).
+std::optional<size_t> recv_spin(int fd, void* buf, size_t len, std::chrono::microseconds spin);
 
 // Unix sockets: a message of `len` bytes carrying one file descriptor (SCM_RIGHTS).
 void send_with_fd(int sock, const void* buf, size_t len, int fd_to_pass, Deadline d);

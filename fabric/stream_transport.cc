@@ -81,7 +81,18 @@ bool FrameReader::header(Header* h, Deadline d) {
       end_ -= begin_;
       begin_ = 0;
     }
-    size_t n = recv_some(fd_, buf_.data() + end_, buf_.size() - end_, d);
+    // Adaptive spin: poll briefly before sleeping, as long as polling pays off. When a spin comes
+    // back empty (the peer is slow, or shares this CPU and cannot run while we poll) the next
+    // waits sleep at once, for a doubling number of waits (up to 64).
+    std::optional<size_t> got;
+    if (spin_.count() > 0 && skip_ == 0) {
+      got = recv_spin(fd_, buf_.data() + end_, buf_.size() - end_, spin_);
+      backoff_ = got ? 0 : std::min(backoff_ * 2 + 1, 64u);
+      skip_ = backoff_;
+    } else if (skip_ > 0) {
+      --skip_;
+    }
+    size_t n = got ? *got : recv_some(fd_, buf_.data() + end_, buf_.size() - end_, d);
     if (n == 0) {
       if (buffered() == 0) return false;
       throw FabricError(Errc::PeerClosed, "peer closed the connection mid-frame");
@@ -166,7 +177,7 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
     // 3. Requests.
     Responder responder(*ctx.regions, *ctx.services, *ctx.counters);
     Reply reply;
-    FrameReader reader(fd.get());
+    FrameReader reader(fd.get(), o.spin);
     std::vector<uint8_t> out;  // replies held back while more requests are already buffered
     auto flush = [&](Deadline d) {
       if (!out.empty()) send_all(fd.get(), out.data(), out.size(), d);
@@ -278,7 +289,7 @@ StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
   Deadline d = deadline_in(opts_.connect_timeout);
   fd_ = open_socket(d);
   peer_name_ = client_handshake(fd_.get(), opts_.secret, d);
-  reader_ = std::make_unique<FrameReader>(fd_.get());
+  reader_ = std::make_unique<FrameReader>(fd_.get(), opts_.spin);
 }
 
 Fd StreamConnection::open_socket(Deadline d) const {

@@ -37,7 +37,8 @@ class SocketStream final : public Stream {
 class FrameReader {
  public:
   static constexpr size_t kBufferSize = 64 * 1024;
-  explicit FrameReader(int fd) : fd_(fd), buf_(kBufferSize) {}
+  explicit FrameReader(int fd, std::chrono::microseconds spin = {})
+      : fd_(fd), spin_(spin), buf_(kBufferSize) {}
   // Next header; false on a clean EOF between frames. Throws Protocol on a malformed header.
   bool header(wire::Header* h, Deadline d);
   // Exactly n bytes of the current frame's payload.
@@ -46,6 +47,8 @@ class FrameReader {
 
  private:
   int fd_;
+  std::chrono::microseconds spin_;  // poll this long before sleeping for the next header
+  unsigned backoff_ = 0, skip_ = 0;   // adaptive spin: waits to sleep at once after a failed spin
   std::vector<uint8_t> buf_;
   size_t begin_ = 0, end_ = 0;
 };

@@ -207,7 +207,7 @@ class Checker {
 
 const std::vector<std::string_view> kMemdKeys = {
     "node",      "listen",       "secret_file", "pid_file",        "ready_file", "log",
-    "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms"};
+    "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms", "spin_us"};
 const std::vector<std::string_view> kRegionKeys = {"name", "segment", "follow_owner"};
 
 std::string default_node_name() {
@@ -332,6 +332,7 @@ void parse_memd_table(Checker& c, const toml::table& m, Config& cfg) {
                   " ms), or shm peers see it lapse between renewals; write e.g. lease_ms = " +
                   std::to_string(cfg.heartbeat.count() * 10));
   }
+  if (auto v = c.integer(m, W, "spin_us", 0, 10000, 50)) cfg.spin = std::chrono::microseconds(*v);
   if (auto v = c.integer(m, W, "max_connections", 1, Limits::kMaxMaxConnections,
                          Limits::kDefaultMaxConnections))
     cfg.max_connections = size_t(*v);

@@ -15,6 +15,7 @@
 //   lease_ms = 500                              # shm peers fail an op once the lease is this old
 //   max_connections = 4096
 //   rescan_ms = 1000                            # how often missing/changed segments are checked
+//   spin_us = 50                                # responders poll this long before sleeping
 //
 //   [[region]]                                  # any number of these
 //   name = "versions"                           # the directory name peers look up
@@ -87,6 +88,7 @@ struct Config {
   std::chrono::milliseconds lease{Limits::kDefaultLeaseMs};
   std::chrono::milliseconds rescan{Limits::kDefaultRescanMs};
   size_t max_connections = Limits::kDefaultMaxConnections;
+  std::chrono::microseconds spin{50};  // fabric ServerOptions::spin (tcp/shm responders)
   std::vector<RegionConfig> regions;
   CoherenceConfig coherence;
 };

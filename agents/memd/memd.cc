@@ -138,6 +138,7 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
   o.secret = secret_;
   o.listen = cfg_.listen;
   o.heartbeat = cfg_.heartbeat;
+  o.spin = cfg_.spin;
   o.lease = cfg_.lease;
   o.max_connections = cfg_.max_connections;
   o.log = log_;
@@ -501,6 +502,7 @@ ReloadOutcome Memd::reload(Config next) {
     restart("heartbeat_ms", next.heartbeat != cfg_.heartbeat);
     restart("lease_ms", next.lease != cfg_.lease);
     restart("max_connections", next.max_connections != cfg_.max_connections);
+    restart("spin_us", next.spin != cfg_.spin);
     cfg_.rescan = next.rescan;
     cfg_.log_level = next.log_level;
 
