@@ -36,6 +36,9 @@ APP_CPU, PROXY_CPU = 1, 0
 CONFIGS = {  # name -> tierce-cluster up options
     "none": {"cache": "none"},
     "mod_cache": {"cache": "mod_cache"},
+    # mod_cache at its best: a TTL longer than the run, so nothing expires while it is measured
+    # (pure hit-serving speed; as stale as it gets: writes never reach it)
+    "mod_cache-1h": {"cache": "mod_cache", "ttl": 3600},
     "tierce-tcp": {"cache": "tierce", "transport": "tcp"},
     "tierce-shm": {"cache": "tierce", "transport": "shm"},
 }
@@ -317,8 +320,10 @@ def main():
                 continue
             log(f"=== {cfg}, app load {load}: up")
             try:
+                up_opts = dict(opts)
+                ttl = up_opts.pop("ttl", a.ttl)
                 st = cluster.up(a.dir, app_nodes=2, proxy_nodes=2, items=prof["db_items"], bids=prof["db_bids"],
-                                build=build, app_load=load, ttl=a.ttl, **opts)
+                                build=build, app_load=load, ttl=ttl, **up_opts)
             except cluster.ClusterError as e:
                 if str(e) == "interrupted":
                     raise KeyboardInterrupt from None
@@ -392,7 +397,7 @@ def report(out, meta, rows, upd, deps, skipped, prof):
       f"(70/10/20% item/category/user GETs); mod_cache TTL {meta['mod_cache_ttl']} s; loaded = "
       f"--app-load {prof['app_load']} busy threads per app node.")
     p("")
-    hdr = f"{'config':<11} {'load':>4} {'req/s':>8} {'vs none':>8} {'vs mod_cache':>12} {'hit ratio':>9} " \
+    hdr = f"{'config':<12} {'load':>4} {'req/s':>8} {'vs none':>8} {'vs mod_cache':>12} {'hit ratio':>9} " \
           f"{'vc p50 us':>9} {'vc p99 us':>9} {'idle p50':>8} {'idle p99':>8} {'errors':>6}"
     p(hdr)
     p("-" * len(hdr))
@@ -401,7 +406,7 @@ def report(out, meta, rows, upd, deps, skipped, prof):
         mc = by.get(("mod_cache", r["app_load"]))
         r["vs_none"] = ratio(r["read_rps"], base and base["read_rps"])
         r["vs_mod_cache"] = ratio(r["read_rps"], mc and mc["read_rps"])
-        p(f"{r['config']:<11} {r['app_load']:>4} {r['read_rps']:>8.0f} {fmt(r['vs_none'], '.2f', '-') + ('x' if r['vs_none'] else ''):>8} "
+        p(f"{r['config']:<12} {r['app_load']:>4} {r['read_rps']:>8.0f} {fmt(r['vs_none'], '.2f', '-') + ('x' if r['vs_none'] else ''):>8} "
           f"{fmt(r['vs_mod_cache'], '.2f', '-') + ('x' if r['vs_mod_cache'] else ''):>12} {r['hit_ratio']:>9.3f} {fmt(r.get('vc_p50_us'), '.2f'):>9} "
           f"{fmt(r.get('vc_p99_us'), '.2f'):>9} {fmt(r.get('probe_p50_us'), '.2f'):>8} "
           f"{fmt(r.get('probe_p99_us'), '.2f'):>8} {r['errors']:>6}")
@@ -414,22 +419,22 @@ def report(out, meta, rows, upd, deps, skipped, prof):
     if upd:
         p("")
         p("Update-rate sweep (Fig. 6.6): POST bid.php through the proxies as a fraction of requests")
-        h2 = f"{'config':<11} {'writes':>6} {'reads/s':>8} {'writes/s':>8} {'hit ratio':>9} {'stale':>7} {'errors':>6}"
+        h2 = f"{'config':<12} {'writes':>6} {'reads/s':>8} {'writes/s':>8} {'hit ratio':>9} {'stale':>7} {'errors':>6}"
         p(h2)
         p("-" * len(h2))
         for r in upd:
-            p(f"{r['config']:<11} {r['write_frac']:>6.0%} {r['read_rps']:>8.0f} {r['write_rps']:>8.1f} "
+            p(f"{r['config']:<12} {r['write_frac']:>6.0%} {r['read_rps']:>8.0f} {r['write_rps']:>8.1f} "
               f"{r['hit_ratio']:>9.3f} {fmt(r.get('stale'), 'd'):>7} {r['errors']:>6}")
         p("(stale: cached entries found invalidated by their version check during the window)")
     if deps:
         p("")
         p(f"Dependencies-per-page sweep (Fig. 6.9): deps.php?id=N&k=K over items 1..{prof['items']}, "
           f"{prof['deps_rate']:.0%} writes (POST bid.php)")
-        h3 = f"{'config':<11} {'K':>3} {'reads/s':>8} {'writes/s':>8} {'hit ratio':>9} {'stale':>7} {'errors':>6}"
+        h3 = f"{'config':<12} {'K':>3} {'reads/s':>8} {'writes/s':>8} {'hit ratio':>9} {'stale':>7} {'errors':>6}"
         p(h3)
         p("-" * len(h3))
         for r in deps:
-            p(f"{r['config']:<11} {r['k']:>3} {r['read_rps']:>8.0f} {r['write_rps']:>8.1f} {r['hit_ratio']:>9.3f} "
+            p(f"{r['config']:<12} {r['k']:>3} {r['read_rps']:>8.0f} {r['write_rps']:>8.1f} {r['hit_ratio']:>9.3f} "
               f"{fmt(r.get('stale'), 'd'):>7} {r['errors']:>6}")
     p("")
     p("Targets (from the numbers above):")
@@ -444,6 +449,9 @@ def report(out, meta, rows, upd, deps, skipped, prof):
     target("Tierce shm / mod_cache >= 0.9 (unloaded, loaded)",
            [ratio(g("tierce-shm", 0), g("mod_cache", 0)), ratio(g("tierce-shm", L), g("mod_cache", L))],
            lambda v: min(v) >= 0.9)
+    target("Tierce shm / mod_cache-1h (all hits) >= 0.9 (unloaded, loaded)",
+           [ratio(g("tierce-shm", 0), g("mod_cache-1h", 0)), ratio(g("tierce-shm", L), g("mod_cache-1h", L))],
+           lambda v: min(v) >= 0.9)
     target("Tierce shm / no cache >= 5x unloaded", [ratio(g("tierce-shm", 0), g("none", 0))], lambda v: v[0] >= 5)
     target("Tierce shm / no cache >= 10x loaded", [ratio(g("tierce-shm", L), g("none", L))], lambda v: v[0] >= 10)
     target("Tierce tcp / no cache >= 5x unloaded", [ratio(g("tierce-tcp", 0), g("none", 0))], lambda v: v[0] >= 5)
@@ -457,7 +465,7 @@ def report(out, meta, rows, upd, deps, skipped, prof):
     target("version check p50 <= 50 us tcp (idle probe: unloaded, loaded)",
            [g("tierce-tcp", 0, "probe_p50_us"), g("tierce-tcp", L, "probe_p50_us")], lambda v: max(v) <= 50)
     for r in rows:
-        if r["config"] == "mod_cache" and r["hit_ratio"] < 0.9:
+        if r["config"].startswith("mod_cache") and r["hit_ratio"] < 0.9:
             n = 2 * (prof["items"] + prof["cats"] + prof["users"])
             p(f"NOTE: mod_cache load={r['app_load']} hit ratio {r['hit_ratio']:.2f}: its entries expire every "
               f"{meta['mod_cache_ttl']} s and the {n} hot URLs (both proxies) are then fetched again from the app tier.")

@@ -42,7 +42,7 @@ DEFAULTS = {
     "build": os.path.join(REPO, "build"),
     "app_load": 0,              # busy-spinning processes per app node
     "app_workers": 48,          # prefork MaxRequestWorkers per app node
-    "mod_cache_bytes": 1 << 30,  # shmcb size (anonymous shm: only touched as used)
+    "mod_cache_bytes": (4 << 30) - 4096,  # shmcb size: its maximum (< 4 GiB); only touched as used
     "timeout": 60.0,            # seconds to wait for the whole cluster to answer
 }
 
