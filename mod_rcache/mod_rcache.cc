@@ -36,7 +36,7 @@
 #include <httpd.h>
 #include <util_filter.h>
 
-extern "C" module AP_MODULE_DECLARE_DATA rcache_module;
+extern "C" __attribute__((visibility("default"))) module AP_MODULE_DECLARE_DATA rcache_module;
 #ifdef APLOG_USE_MODULE
 static int* const aplog_module_index = &(rcache_module.module_index);
 #endif
