@@ -84,12 +84,13 @@ namespace {
 std::unique_ptr<ClusterClient::Node::Conn> borrow(ClusterClient::Node& n,
                                                   const fabric::Secret& secret,
                                                   const ClientTuning& t,
-                                                  const fabric::LogSink& log) {
+                                                  const fabric::LogSink& log,
+                                                  bool ignore_down = false) {
   {
     std::unique_lock lk(n.mu);
     auto deadline = Clock::now() + t.op_timeout;
     for (;;) {
-      if (Clock::now() < n.down_until) return nullptr;
+      if (!ignore_down && Clock::now() < n.down_until) return nullptr;
       if (!n.idle.empty()) {
         auto c = std::move(n.idle.back());
         n.idle.pop_back();
@@ -283,6 +284,24 @@ InvalidateOutcome ClusterClient::invalidate(const std::string& self,
   } catch (const std::exception&) {
   }
   return finish();
+}
+
+void ClusterClient::acknowledge(const std::string& origin, uint32_t slot) {
+  Node& n = node(origin);
+  std::string why = "unreachable";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto c = borrow(n, secret_, tuning_, log_, attempt > 0);
+    if (!c) continue;
+    Lease l(n, std::move(c), tuning_.retry_after);
+    try {
+      l->c->faa64(region(*l, true), ack_counter_offset(slot), 1);
+      l.done();
+      return;
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  throw std::runtime_error(why);
 }
 
 }  // namespace tierce::coherence

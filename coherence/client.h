@@ -62,6 +62,10 @@ class ClusterClient {
   // still validate a page against the missing home's (possibly stale) version table.
   InvalidateOutcome invalidate(const std::string& self, std::span<const uint64_t> deps,
                                Scheme scheme, std::chrono::milliseconds deadline);
+  // A home's acknowledgement: fetch-and-add 1 on ack counter `slot` of `origin`'s "acks" region.
+  // A pooled connection that fails (the origin's memd restarted) is replaced once at once, even
+  // while the node is marked down. Throws on failure (the message says why).
+  void acknowledge(const std::string& origin, uint32_t slot);
 
   struct Node;  // a node's connection pool (client.cc)
 

@@ -8,12 +8,6 @@
 
 namespace tierce::coherence {
 
-struct HomeService::Peer {
-  std::mutex mu;
-  std::unique_ptr<fabric::Connection> conn;
-  std::optional<fabric::RemoteRegion> acks;
-};
-
 HomeService::HomeService(fabric::Server& server, Topology topo, std::string node,
                          fabric::Secret secret, HomeServiceOptions opts, fabric::LogSink log)
     : server_(server),
@@ -34,6 +28,10 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
   word_at(acks_->data(), 0).store(kAcksMagic);
   word_at(acks_->data(), 8).store(opts_.ack_slots);
   state_ = std::make_unique<HomeState>(versions_->data(), topo_.version_slots, opts_.limits, true);
+  ClientTuning t;
+  t.op_timeout = opts_.ack_op_timeout;
+  t.connect_timeout = opts_.ack_op_timeout;
+  peers_ = std::make_unique<ClusterClient>(topo_, secret_, t, log_);
   server_.export_region(kVersionsRegion, versions_);
   server_.export_region(kAcksRegion, acks_);
   server_.on_call(kRegisterService, [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
@@ -110,38 +108,14 @@ void HomeService::ack(const std::string& origin, uint32_t slot) {
                                        "\" applied but not acknowledged (topologies differ?)");
     return;
   }
-  Peer* p;
-  {
-    std::lock_guard lk(peers_mu_);
-    auto& slot_ptr = peers_[origin];
-    if (!slot_ptr) slot_ptr = std::make_unique<Peer>();
-    p = slot_ptr.get();
-  }
-  std::lock_guard lk(p->mu);
-  for (int attempt = 0; attempt < 2; ++attempt) {  // a restarted origin: reconnect once
-    try {
-      if (!p->conn) {
-        fabric::ClientOptions co;
-        co.secret = secret_;
-        co.op_timeout = opts_.ack_op_timeout;
-        co.connect_timeout = opts_.ack_op_timeout;
-        p->conn = fabric::connect(topo_.uri_of(*o), co);
-        p->acks.reset();
-      }
-      if (!p->acks) p->acks = p->conn->lookup(kAcksRegion);
-      p->conn->faa64(*p->acks, ack_counter_offset(slot), 1);
-      acks_sent_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    } catch (const std::exception& e) {
-      p->conn.reset();
-      p->acks.reset();
-      if (attempt == 1) {
-        ack_failures_.fetch_add(1, std::memory_order_relaxed);
-        if (log_)
-          log_(fabric::LogLevel::Warn, "COH0204 cannot acknowledge an invalidation to " + origin +
-                                           ": " + e.what());
-      }
-    }
+  try {
+    peers_->acknowledge(origin, slot);
+    acks_sent_.fetch_add(1, std::memory_order_relaxed);
+  } catch (const std::exception& e) {
+    ack_failures_.fetch_add(1, std::memory_order_relaxed);
+    if (log_)
+      log_(fabric::LogLevel::Warn,
+           "COH0204 cannot acknowledge an invalidation to " + origin + ": " + e.what());
   }
 }
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "coherence/client.h"
 #include "coherence/home.h"
 #include "coherence/topology.h"
 #include "fabric/fabric.h"
@@ -48,9 +49,7 @@ class HomeService {
   fabric::LogSink log_;
   std::shared_ptr<fabric::SharedSegment> versions_, acks_;
   std::unique_ptr<HomeState> state_;
-  struct Peer;
-  std::mutex peers_mu_;
-  std::map<std::string, std::unique_ptr<Peer>> peers_;
+  std::unique_ptr<ClusterClient> peers_;  // acks to the other app nodes
   std::atomic<uint64_t> acks_sent_{0}, ack_failures_{0}, bad_messages_{0};
 };
 

@@ -206,6 +206,8 @@ BOOST_AUTO_TEST_CASE(dead_home_fails_closed_and_restart_is_a_new_incarnation) {
   auto reg = cl.register_page("app2", k, slot, *cl.read_seq("app2"), deps({"item:5"}));
   BOOST_REQUIRE(reg.cacheable);
   BOOST_REQUIRE(*cl.read_version("app2", slot) == reg.version);
+  // app1 now keeps a connection to app2 for its acks...
+  BOOST_REQUIRE(cl.invalidate("app2", deps({"item:6"}), Scheme::DependencyLists, 2000ms).complete());
 
   c.memd[1].kill_now();  // SIGKILL: no clean unexport
   // Reads of the dead home fail (tcp at once; shm once the lease lapses) — never a hang.
@@ -223,4 +225,6 @@ BOOST_AUTO_TEST_CASE(dead_home_fails_closed_and_restart_is_a_new_incarnation) {
   auto again = cl.register_page("app2", k, slot, *cl.read_seq("app2"), deps({"item:5"}));
   BOOST_TEST(again.cacheable);
   BOOST_TEST(cl.invalidate("app1", deps({"item:5"}), Scheme::DependencyLists, 2000ms).complete());
+  // ...which died with the old app2: the first ack to the new app2 replaces it at once.
+  BOOST_TEST(cl.invalidate("app2", deps({"item:6"}), Scheme::DependencyLists, 2000ms).complete());
 }
