@@ -1,15 +1,19 @@
 // coherence/key.h — what every tier must compute the same way: the cache key of a request, its
-// 64-bit hash, and the hash of a dependency name. Stable across hosts, builds and restarts
-// (FNV-1a 64 over the bytes, then the splitmix64 finaliser to spread the bits).
+// 64-bit hash (cluster/hash.h), and the hash of a dependency name. Stable across hosts, builds
+// and restarts.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "cluster/hash.h"
+
 namespace tierce::coherence {
 
-uint64_t hash64(std::string_view bytes);
+using cluster::hash64;
+using cluster::parse_hex;
+using cluster::to_hex;
 
 // The base key of a cacheable request: "host" "\n" "uri" with the host lower-cased and without a
 // default port; uri is the request target as received (path + "?" + query). GET and HEAD share
@@ -26,9 +30,5 @@ inline uint64_t slot_of(uint64_t key_hash, uint64_t slots) {
 
 // A dependency ("item:42") as the home node keeps it. Names are trimmed; case matters.
 inline uint64_t dependency_hash(std::string_view name) { return hash64(name); }
-
-// 16 lower-case hex digits, and back (nullopt on anything else).
-std::string to_hex(uint64_t v);
-std::optional<uint64_t> parse_hex(std::string_view s);
 
 }  // namespace tierce::coherence

@@ -305,6 +305,7 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   try {
     // Loaded again: the file may have changed since the directive read it (graceful restart).
     rt->topology = co::Topology::load(sc->topology_path);
+    rt->topology.require_app_nodes();
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "APPVER0001 cannot load the topology %s: %s",
                  sc->topology_path, e.what());

@@ -348,6 +348,7 @@ int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
   g.node = c->node;
   try {
     g.topo = co::Topology::load(g.topology_path);
+    g.topo.require_app_nodes();
   } catch (const std::exception& e) {
     return fail(std::string("RCACHE0003: RCacheTopology ") + g.topology_path +
                 ": cannot load the topology: " + e.what());

@@ -161,6 +161,7 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
   if (cfg_.coherence.enabled) {
     // The home role: a fresh version table (new random bases) on every start.
     auto topo = coherence::Topology::load(cfg_.coherence.topology);
+    topo.require_app_nodes();
     coherence::HomeServiceOptions ho;
     ho.limits.max_keys = cfg_.coherence.max_keys;
     ho.limits.log_entries = cfg_.coherence.log_entries;

@@ -117,8 +117,22 @@ BOOST_AUTO_TEST_CASE(errors_name_the_line) {
   bad.replace(bad.find("version_slots"), 13, "version_slot");
   BOOST_TEST(err(bad).find("c.toml:6: [cluster] version_slot: unknown key") != std::string::npos);
   BOOST_TEST(err("[cluster]\nsecret_file=\"/s\"\n").find("no [[node]]") != std::string::npos);
-  BOOST_TEST(err("[cluster]\nsecret_file=\"/s\"\n[[node]]\nname=\"p\"\nrole=\"proxy\"\nmemd=[\"tcp://h:1\"]\n")
-                 .find("no node has role") != std::string::npos);
+  {
+    auto proxies_only = Topology::parse(
+        "[cluster]\nsecret_file=\"/s\"\n[[node]]\nname=\"p\"\nrole=\"proxy\"\nmemd=[\"tcp://h:1\"]\n", "c.toml");
+    try {
+      proxies_only.require_app_nodes();
+      BOOST_FAIL("a topology without app nodes must be refused by the page caches");
+    } catch (const TopologyError& e) {
+      BOOST_TEST(std::string(e.what()).find("no node has role") != std::string::npos);
+    }
+  }
+  BOOST_TEST(err("[cluster]\nsecret_file=\"/s\"\n[[node]]\nname=\"a\"\n").find("memd = ") !=
+             std::string::npos);
+  BOOST_TEST(err("[cluster]\nsecret_file=\"/s\"\n[dlm]\nalgorithm=\"paxos\"\n[[node]]\nname=\"a\"\n"
+                 "lockd=[\"tcp://h:1\"]\n").find("c.toml:4: [dlm] algorithm") != std::string::npos);
+  BOOST_TEST(err("[cluster]\nsecret_file=\"/s\"\n[dlm]\nheartbeat_ms=100\nlease_ms=200\n[[node]]\n"
+                 "name=\"a\"\nlockd=[\"tcp://h:1\"]\n").find("3 x heartbeat_ms") != std::string::npos);
   BOOST_TEST(err("[cluster]\nsecret_file=\"/s\"\n[[node]]\nname=\"a\"\nmemd=[\"udp://h:1\"]\n")
                  .find("c.toml:5") != std::string::npos);
   BOOST_TEST(err("[cluster]\nsecret_file=\"/s\"\n[[node]]\nname=\"a\"\nmemd=[\"tcp://h:1\"]\n"

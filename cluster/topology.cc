@@ -1,5 +1,5 @@
-// coherence/topology.cc — reading and checking the cluster topology file (see topology.h).
-#include "coherence/topology.h"
+// cluster/topology.cc — reading and checking the cluster topology file (see topology.h).
+#include "cluster/topology.h"
 
 #include <toml++/toml.h>
 
@@ -8,9 +8,9 @@
 #include <set>
 #include <sstream>
 
-#include "coherence/key.h"
+#include "cluster/hash.h"
 
-namespace tierce::coherence {
+namespace tierce::cluster {
 namespace {
 
 class Reader {
@@ -90,7 +90,7 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
   }
   Reader r(origin);
   Topology t;
-  r.only(root, "topology", {"cluster", "node"});
+  r.only(root, "topology", {"cluster", "dlm", "node"});
   const toml::table* c = root["cluster"].as_table();
   if (!c) throw TopologyError(origin + ": missing [cluster] table (name, secret_file, transport)");
   r.only(*c, "[cluster]",
@@ -112,13 +112,39 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
     t.version_slots = uint64_t(*v);
   if (auto v = r.integer(*c, "[cluster]", "op_timeout_ms", 1, 60000)) t.op_timeout_ms = uint32_t(*v);
 
+  if (const toml::node* dn = root.get("dlm")) {
+    if (!dn->is_table()) r.fail(dn, "[dlm] must be a table");
+    const toml::table& d = *dn->as_table();
+    r.only(d, "[dlm]", {"algorithm", "transport", "heartbeat_ms", "lease_ms", "lock_slots"});
+    if (auto a = r.str(d, "[dlm]", "algorithm")) {
+      if (*a == "ncosed") t.dlm.algorithm = LockAlgorithm::NCoSED;
+      else if (*a == "dqnl") t.dlm.algorithm = LockAlgorithm::DQNL;
+      else if (*a == "srsl") t.dlm.algorithm = LockAlgorithm::SRSL;
+      else r.fail(d.get("algorithm"), "[dlm] algorithm: \"" + *a + "\" is not ncosed, dqnl or srsl");
+    }
+    if (auto tr = r.str(d, "[dlm]", "transport")) {
+      try {
+        t.dlm.transport = fabric::parse_transport(*tr);
+      } catch (const std::exception& e) {
+        r.fail(d.get("transport"), std::string("[dlm] transport: ") + e.what());
+      }
+    }
+    if (auto v = r.integer(d, "[dlm]", "heartbeat_ms", 1, 60000)) t.dlm.heartbeat_ms = uint32_t(*v);
+    if (auto v = r.integer(d, "[dlm]", "lease_ms", 10, 600000)) t.dlm.lease_ms = uint32_t(*v);
+    if (t.dlm.lease_ms < 3 * t.dlm.heartbeat_ms)
+      r.fail(d.get("lease_ms") ? d.get("lease_ms") : dn,
+             "[dlm] lease_ms must be at least 3 x heartbeat_ms (" +
+                 std::to_string(t.dlm.heartbeat_ms) + "), or one late heartbeat kills a node");
+    if (auto v = r.integer(d, "[dlm]", "lock_slots", 16, int64_t(1) << 24)) t.dlm.lock_slots = uint32_t(*v);
+  }
+
   const toml::node* nodes = root.get("node");
   if (!nodes || !nodes->is_array_of_tables())
     throw TopologyError(origin + ": no [[node]] tables: name at least one app node");
   std::set<std::string> names;
   for (const auto& el : *nodes->as_array()) {
     const toml::table& nt = *el.as_table();
-    r.only(nt, "[[node]]", {"name", "role", "memd", "segment_prefix"});
+    r.only(nt, "[[node]]", {"name", "role", "memd", "lockd", "segment_prefix"});
     NodeInfo n;
     auto name = r.str(nt, "[[node]]", "name");
     if (!name || !valid_name(*name))
@@ -129,20 +155,29 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
     if (role == "app") n.role = Role::App;
     else if (role == "proxy") n.role = Role::Proxy;
     else r.fail(nt.get("role"), "[[node]] role: \"" + role + "\" is not app or proxy");
-    const toml::node* m = nt.get("memd");
-    if (!m || !m->is_array() || m->as_array()->empty())
-      r.fail(&el, "[[node]] " + n.name +
-                      ": memd = [\"tcp://HOST:PORT\", \"shm:///path.sock\"] is required");
-    for (const auto& u : *m->as_array()) {
-      if (!u.is_string()) r.fail(&u, "[[node]] memd: URIs are strings");
-      std::string uri = u.as_string()->get();
-      try {
-        (void)fabric::parse_address(uri);
-      } catch (const std::exception& e) {
-        r.fail(&u, "[[node]] " + n.name + " memd: " + e.what());
+    auto uris = [&](std::string_view key, std::vector<std::string>* out) {
+      const toml::node* m = nt.get(key);
+      if (!m) return;
+      if (!m->is_array() || m->as_array()->empty())
+        r.fail(m, "[[node]] " + n.name + " " + std::string(key) +
+                      ": a list of URIs, e.g. [\"tcp://HOST:PORT\", \"shm:///path.sock\"]");
+      for (const auto& u : *m->as_array()) {
+        if (!u.is_string()) r.fail(&u, "[[node]] " + std::string(key) + ": URIs are strings");
+        std::string uri = u.as_string()->get();
+        try {
+          (void)fabric::parse_address(uri);
+        } catch (const std::exception& e) {
+          r.fail(&u, "[[node]] " + n.name + " " + std::string(key) + ": " + e.what());
+        }
+        out->push_back(uri);
       }
-      n.memd.push_back(uri);
-    }
+    };
+    uris("memd", &n.memd);
+    uris("lockd", &n.lockd);
+    if (n.memd.empty() && n.lockd.empty())
+      r.fail(&el, "[[node]] " + n.name +
+                      ": memd = [\"tcp://HOST:PORT\", \"shm:///path.sock\"] is required (or lockd "
+                      "for a lock-manager-only node)");
     n.segment_prefix = r.str(nt, "[[node]]", "segment_prefix").value_or("/tierce." + t.name + "." + n.name);
     if (n.segment_prefix.size() < 2 || n.segment_prefix[0] != '/' ||
         n.segment_prefix.find('/', 1) != std::string::npos)
@@ -150,8 +185,8 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
              "[[node]] segment_prefix: a POSIX shm name: '/' then no other '/'");
     t.nodes.push_back(std::move(n));
   }
-  if (t.app_nodes().empty())
-    throw TopologyError(origin + ": no node has role = \"app\": pages need a home");
+  if (t.lockd_nodes().size() > 1023)
+    throw TopologyError(origin + ": at most 1023 nodes may run a lockd (ranks are 10 bits)");
   return t;
 }
 
@@ -174,31 +209,40 @@ std::vector<const NodeInfo*> Topology::app_nodes() const {
   return v;
 }
 
-const NodeInfo& Topology::home_of(uint64_t key_hash) const {
-  // Rendezvous hashing: the app node with the highest hash(key, node) wins.
+void Topology::require_app_nodes() const {
+  if (app_nodes().empty())
+    throw TopologyError((path.empty() ? std::string("topology") : path) +
+                        ": no node has role = \"app\": pages need a home");
+}
+
+namespace {
+// Rendezvous hashing: the candidate with the highest hash(key, node name) wins.
+const NodeInfo* rendezvous(uint64_t key_hash, const std::vector<const NodeInfo*>& candidates) {
   const NodeInfo* best = nullptr;
   uint64_t best_w = 0;
-  for (const auto& n : nodes) {
-    if (n.role != Role::App) continue;
+  for (const NodeInfo* n : candidates) {
     std::string s = to_hex(key_hash);
     s.push_back('@');
-    s += n.name;
+    s += n->name;
     uint64_t w = hash64(s);
     if (!best || w > best_w) {
-      best = &n;
+      best = n;
       best_w = w;
     }
   }
-  return *best;
+  return best;
 }
 
-std::string Topology::uri_of(const NodeInfo& n) const {
+// The URI among `uris` for transport `want` (auto: verbs when a device is active, else shm when
+// there is one, else tcp).
+std::string pick_uri(const std::vector<std::string>& uris, fabric::Transport configured,
+                     const std::string& file, const std::string& node, const char* agent) {
   auto pick = [&](fabric::Transport want) -> std::optional<std::string> {
-    for (const auto& u : n.memd)
+    for (const auto& u : uris)
       if (fabric::parse_address(u).transport == want) return u;
     return std::nullopt;
   };
-  fabric::Transport want = transport;
+  fabric::Transport want = configured;
   if (want == fabric::Transport::Auto) {
     if (fabric::verbs_device_available())
       if (auto u = pick(fabric::Transport::Verbs)) return *u;
@@ -206,12 +250,66 @@ std::string Topology::uri_of(const NodeInfo& n) const {
     want = fabric::Transport::Tcp;
   }
   if (auto u = pick(want)) return *u;
-  throw TopologyError((path.empty() ? std::string("topology") : path) + ": node " + n.name +
-                      " has no " + std::string(fabric::to_string(want)) +
-                      ":// memd address, but the cluster transport is " +
-                      std::string(fabric::to_string(transport)));
+  throw TopologyError(file + ": node " + node + " has no " + std::string(fabric::to_string(want)) +
+                      ":// " + agent + " address, but the transport is " +
+                      std::string(fabric::to_string(configured)));
+}
+}  // namespace
+
+const NodeInfo& Topology::home_of(uint64_t key_hash) const {
+  auto apps = app_nodes();
+  if (apps.empty()) require_app_nodes();
+  return *rendezvous(key_hash, apps);
+}
+
+std::string Topology::uri_of(const NodeInfo& n) const {
+  return pick_uri(n.memd, transport, path.empty() ? std::string("topology") : path, n.name, "memd");
+}
+
+std::string_view to_string(LockAlgorithm a) {
+  switch (a) {
+    case LockAlgorithm::NCoSED: return "ncosed";
+    case LockAlgorithm::DQNL: return "dqnl";
+    case LockAlgorithm::SRSL: return "srsl";
+  }
+  return "?";
+}
+
+std::vector<const NodeInfo*> Topology::lockd_nodes() const {
+  std::vector<const NodeInfo*> v;
+  for (const auto& n : nodes)
+    if (!n.lockd.empty()) v.push_back(&n);
+  return v;
+}
+
+uint32_t Topology::rank_of(std::string_view node) const {
+  auto members = lockd_nodes();
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i]->name == node) return uint32_t(i + 1);
+  throw TopologyError((path.empty() ? std::string("topology") : path) + ": node \"" +
+                      std::string(node) + "\" has no lockd = [...] entry (not a lock manager member)");
+}
+
+const NodeInfo& Topology::lock_home_of(uint64_t name_hash) const {
+  auto members = lockd_nodes();
+  if (members.empty())
+    throw TopologyError((path.empty() ? std::string("topology") : path) +
+                        ": no node has lockd = [...]: locks need a home");
+  return *rendezvous(name_hash, members);
+}
+
+std::string Topology::lockd_uri_of(const NodeInfo& n) const {
+  return pick_uri(n.lockd, dlm.transport.value_or(transport),
+                  path.empty() ? std::string("topology") : path, n.name, "lockd");
+}
+
+uint64_t Topology::dlm_digest() const {
+  std::string s = name + "|" + std::string(to_string(dlm.algorithm)) + "|" +
+                  std::to_string(dlm.lease_ms) + "|" + std::to_string(dlm.lock_slots);
+  for (const NodeInfo* n : lockd_nodes()) s += "|" + n->name;
+  return hash64(s);
 }
 
 fabric::Secret Topology::secret() const { return fabric::Secret::from_file(secret_file); }
 
-}  // namespace tierce::coherence
+}  // namespace tierce::cluster

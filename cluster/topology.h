@@ -1,0 +1,103 @@
+// cluster/topology.h — the cluster topology file, shared by both Apache modules and the agents
+// (memd, lockd) and the tools.
+//
+//   [cluster]
+//   name = "demo"                       # used in log lines and segment names
+//   secret_file = "/etc/tierce/secret"  # the fabric secret (>= 16 bytes, not world-readable)
+//   transport = "shm"                   # auto | tcp | shm | verbs: how peers reach memd
+//   version_slots = 262144              # slots of each app node's version table
+//   op_timeout_ms = 50                  # default deadline of one version read (modules may override)
+//
+//   [dlm]                               # optional: the lock manager (docs/dlm.md)
+//   algorithm = "ncosed"                # ncosed | dqnl | srsl (the baselines, for comparison)
+//   transport = "shm"                   # how lockds reach each other (default: [cluster] transport)
+//   heartbeat_ms = 100                  # lockd -> lockd heartbeat period
+//   lease_ms = 1000                     # a node silent this long is dead: its locks are released
+//   lock_slots = 65536                  # lock words each lockd's home table holds
+//
+//   [[node]]                            # one per node, any order; names unique
+//   name = "app1"
+//   role = "app"                        # app (has a version table: a home) | proxy
+//   memd = ["tcp://127.0.0.1:7101", "shm:///run/tierce/app1-memd.sock"]
+//   lockd = ["tcp://127.0.0.1:7301", "shm:///run/tierce/app1-lockd.sock"]   # optional
+//   segment_prefix = "/tierce.demo.app1"
+//
+// A page's home is chosen among the app nodes, a lock's home among the nodes with a lockd, by
+// rendezvous hashing on (key hash, node name): every reader of the same file picks the same
+// home, and adding a node moves only its share. A node needs memd, lockd or both. Unknown keys
+// are errors (with the file and line).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fabric/fabric.h"
+
+namespace tierce::cluster {
+
+enum class Role : uint8_t { App, Proxy };
+
+struct NodeInfo {
+  std::string name;
+  Role role = Role::App;
+  std::vector<std::string> memd;   // URIs of its memd (may be empty when it runs only a lockd)
+  std::vector<std::string> lockd;  // URIs of its lockd (empty: not a lock manager member)
+  std::string segment_prefix;     // "/tierce.demo.app1"
+};
+
+enum class LockAlgorithm : uint8_t { NCoSED, DQNL, SRSL };
+std::string_view to_string(LockAlgorithm a);
+
+struct DlmSettings {
+  LockAlgorithm algorithm = LockAlgorithm::NCoSED;
+  std::optional<fabric::Transport> transport;  // unset: the cluster's
+  uint32_t heartbeat_ms = 100;
+  uint32_t lease_ms = 1000;
+  uint32_t lock_slots = 65536;
+};
+
+struct Topology {
+  std::string path;  // the file it was loaded from
+  std::string name;
+  std::string secret_file;
+  fabric::Transport transport = fabric::Transport::Auto;
+  uint64_t version_slots = 262144;
+  uint32_t op_timeout_ms = 50;
+  DlmSettings dlm;
+  std::vector<NodeInfo> nodes;
+
+  // Throws TopologyError naming file:line and the key.
+  static Topology load(const std::string& path);
+  static Topology parse(std::string_view toml_text, const std::string& origin);
+
+  const NodeInfo* find(std::string_view node) const;
+  const NodeInfo& node(std::string_view name) const;  // throws TopologyError
+  std::vector<const NodeInfo*> app_nodes() const;
+  // Throws TopologyError when no node has role = "app" (the page caches need a home).
+  void require_app_nodes() const;
+  const NodeInfo& home_of(uint64_t key_hash) const;  // throws TopologyError without app nodes
+
+  // Lock manager members (nodes with a lockd), in file order; rank = index + 1 (1..1023).
+  std::vector<const NodeInfo*> lockd_nodes() const;
+  uint32_t rank_of(std::string_view node) const;  // throws TopologyError when not a member
+  const NodeInfo& lock_home_of(uint64_t name_hash) const;  // throws without lockd nodes
+  // The lockd URI of `n` under the dlm transport (same rules as uri_of).
+  std::string lockd_uri_of(const NodeInfo& n) const;
+  // A digest of what every lockd must agree on (members, ranks, algorithm, lease): heartbeats
+  // carry it, so a node started from another file is refused instead of corrupting locks.
+  uint64_t dlm_digest() const;
+  // The memd URI of `n` to use under the cluster's transport (auto: shm when it has one and
+  // verbs is absent, else tcp). Throws TopologyError when the node has none of that kind.
+  std::string uri_of(const NodeInfo& n) const;
+  fabric::Secret secret() const;  // reads secret_file
+};
+
+class TopologyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace tierce::cluster
