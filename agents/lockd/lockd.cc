@@ -1,0 +1,405 @@
+// agents/lockd/lockd.cc — the lockd agent: fabric server, peers, heartbeats, recovery (lockd.h).
+#include "agents/lockd/lockd.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cluster/hash.h"
+#include "dlm/messages.h"
+#include "fabric/random.h"
+
+namespace tierce::lockd {
+
+using Clock = std::chrono::steady_clock;
+
+struct Lockd::Peer {
+  uint32_t rank = 0;
+  std::string name;
+  std::string uri;
+  // Three connections, one per use, so that none waits behind another: one-sided operations
+  // (under the engine's mutex), one-way messages (any thread), calls (heartbeat, resolve,
+  // recovery).
+  std::mutex ops_mu, msg_mu, call_mu;
+  std::unique_ptr<fabric::Connection> ops, msg, calls;
+  fabric::RemoteRegion table;
+  Clock::time_point msg_retry_at{};
+  // Liveness (under Lockd::mu_).
+  Clock::time_point last_heard{};   // it called our heartbeat
+  Clock::time_point last_answer{};  // send time of our heartbeat that it answered
+  uint64_t incarnation = 0;         // as last seen
+  bool up = false;
+  std::string why_down = "not heard from yet";
+  uint64_t send_failures = 0;
+};
+
+namespace {
+
+fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t) {
+  fabric::ClientOptions o;
+  o.secret = s;
+  o.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(100, t.dlm.heartbeat_ms * 2));
+  o.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(50, t.dlm.lease_ms / 4));
+  return o;
+}
+
+}  // namespace
+
+uint64_t Lockd::next_epoch(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw std::runtime_error("LOCKD0010 cannot create the state directory " + dir + ": " +
+                             ec.message() + " (give --state-dir a writable directory)");
+  const std::string path = dir + "/epoch";
+  uint64_t old = 0;
+  {
+    std::ifstream in(path);
+    if (in && !(in >> old))
+      throw std::runtime_error("LOCKD0011 " + path +
+                               " does not hold a number: it is lockd's restart counter; remove "
+                               "it only if no lock token of this node may still be in use");
+  }
+  const uint64_t epoch = old + 1;
+  if (epoch >= (1ull << (64 - dlm::kEpochShift)))
+    throw std::runtime_error("LOCKD0012 " + path + ": the epoch is exhausted");
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw std::runtime_error("LOCKD0010 cannot write " + tmp + ": " + std::strerror(errno));
+  std::string text = std::to_string(epoch) + "\n";
+  bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("LOCKD0010 cannot write " + path + ": " + std::strerror(errno));
+  return epoch;
+}
+
+Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, LockdOptions opts)
+    : topo_(std::move(topo)), node_(std::move(node)), secret_(std::move(secret)),
+      opts_(std::move(opts)) {
+  rank_ = topo_.rank_of(node_);  // throws: not a member
+  const auto members = topo_.lockd_nodes();
+  epoch_ = next_epoch(opts_.state_dir);
+  incarnation_ = fabric::random_u64() | 1;
+  digest_ = topo_.dlm_digest();
+  auto log = [this](fabric::LogLevel l, const std::string& s) {
+    if (opts_.log) opts_.log(l, s);
+  };
+
+  peers_.resize(members.size() + 1);
+  for (size_t i = 0; i < members.size(); ++i) {
+    auto p = std::make_unique<Peer>();
+    p->rank = uint32_t(i + 1);
+    p->name = members[i]->name;
+    p->uri = topo_.lockd_uri_of(*members[i]);
+    peers_[i + 1] = std::move(p);
+  }
+
+  const size_t table_bytes = size_t(topo_.dlm.lock_slots) * dlm::kSlotBytes;
+  table_ = std::make_shared<fabric::SharedSegment>(
+      fabric::SharedSegment::create_anonymous("tierce-dlm-" + node_, table_bytes));
+
+  fabric::ServerOptions so;
+  so.name = node_;
+  so.secret = secret_;
+  so.listen = topo_.node(node_).lockd;
+  so.log = opts_.log;
+  server_ = std::make_unique<fabric::Server>(so);
+  server_->export_region("dlm.table", table_);
+
+  dlm::EngineOptions eo;
+  eo.algorithm = topo_.dlm.algorithm;
+  eo.self_rank = rank_;
+  eo.members = uint32_t(members.size());
+  eo.lock_slots = topo_.dlm.lock_slots;
+  eo.epoch = epoch_;
+  eo.incarnation = incarnation_;
+  eo.home_of = [this](const std::string& name) {
+    return topo_.rank_of(topo_.lock_home_of(cluster::hash64(name)).name);
+  };
+  eo.log = opts_.log;
+  engine_ = std::make_unique<dlm::LockEngine>(eo, std::span(table_->data(), table_bytes), *this);
+  for (uint32_t r = 1; r < peers_.size(); ++r)
+    if (r != rank_) engine_->member_down(r, "not heard from yet");
+
+  server_->on_call("dlm.msg", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
+    if (auto m = dlm::Msg::decode(b); m && m->sender > 0 && m->sender < peers_.size() &&
+                                        m->sender != rank_)
+      note_incarnation(m->sender, m->from);
+    engine_->on_message(b);
+    return std::vector<uint8_t>{};
+  });
+  server_->on_call("dlm.resolve", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
+    return engine_->on_resolve(b);
+  });
+  server_->on_call("dlm.recover", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
+    return engine_->on_recover(b);
+  });
+  server_->on_call("dlm.heartbeat", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
+    return on_heartbeat(b);
+  });
+  server_->on_call("dlm.status", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
+    std::string s = status_text();
+    return std::vector<uint8_t>(s.begin(), s.end());
+  });
+
+  ipc_ = std::make_unique<IpcServer>(opts_.socket_path, *engine_, opts_.log, opts_.ipc);
+  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  recovery_ = std::thread([this] { recovery_loop(); });
+  log(fabric::LogLevel::Info,
+      "LOCKD0001 node " + node_ + " is lock manager member " + std::to_string(rank_) + " of " +
+          std::to_string(members.size()) + " (" + std::string(cluster::to_string(topo_.dlm.algorithm)) +
+          ", epoch " + std::to_string(epoch_) + "), clients on " + opts_.socket_path);
+}
+
+Lockd::~Lockd() { stop(); }
+
+void Lockd::stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (ipc_) ipc_->stop();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (recovery_.joinable()) recovery_.join();
+  if (server_) server_->stop();
+}
+
+std::vector<std::string> Lockd::bound_uris() const { return server_->bound_uris(); }
+
+Lockd::Peer& Lockd::peer(uint32_t rank) {
+  if (rank == 0 || rank >= peers_.size())
+    throw std::runtime_error("no lock manager member of rank " + std::to_string(rank));
+  return *peers_[rank];
+}
+
+size_t Lockd::members_up() const {
+  size_t n = 1;
+  for (uint32_t r = 1; r < peers_.size(); ++r)
+    if (r != rank_ && engine_->member_alive(r)) ++n;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// dlm::Network
+
+void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
+  Peer& p = peer(home);
+  std::lock_guard lk(p.ops_mu);
+  try {
+    if (!p.ops) {
+      p.ops = fabric::connect(p.uri, client_options(secret_, topo_));
+      p.table = p.ops->lookup("dlm.table");
+    }
+    for (auto& op : ops) op.region = &p.table;
+    p.ops->execute(ops);
+  } catch (...) {
+    p.ops.reset();  // reconnect and look the table up again next time (the home may restart)
+    throw;
+  }
+}
+
+void Lockd::send(uint32_t rank, const std::vector<uint8_t>& msg) {
+  Peer& p = peer(rank);
+  std::lock_guard lk(p.msg_mu);
+  try {
+    if (!p.msg) {
+      if (Clock::now() < p.msg_retry_at) throw std::runtime_error("reconnect backoff");
+      p.msg = fabric::connect(p.uri, client_options(secret_, topo_));
+    }
+    p.msg->send("dlm.msg", msg);
+  } catch (const std::exception& e) {
+    p.msg.reset();
+    p.msg_retry_at = Clock::now() + std::chrono::milliseconds(100);
+    if (p.send_failures++ % 100 == 0 && opts_.log)
+      opts_.log(fabric::LogLevel::Warn,
+                "LOCKD0020 cannot send to member " + std::to_string(rank) + " (" + p.name + ", " +
+                    p.uri + "): " + e.what() + "; lost messages are repaired by its home's "
+                    "recovery once it is declared dead");
+  }
+}
+
+std::vector<uint8_t> Lockd::call(uint32_t rank, std::string_view service,
+                                 std::span<const uint8_t> body) {
+  Peer& p = peer(rank);
+  std::lock_guard lk(p.call_mu);
+  try {
+    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_));
+    return p.calls->call(service, body);
+  } catch (...) {
+    p.calls.reset();
+    throw;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Heartbeats
+
+std::vector<uint8_t> Lockd::on_heartbeat(std::span<const uint8_t> body) {
+  auto hb = dlm::Heartbeat::decode(body);
+  if (!hb || hb->rank == 0 || hb->rank >= peers_.size() || hb->rank == rank_)
+    throw std::runtime_error("malformed heartbeat (or a rank that is not a member)");
+  if (hb->digest != digest_) {
+    if (opts_.log)
+      opts_.log(fabric::LogLevel::Error,
+                "LOCKD0030 member " + std::to_string(hb->rank) +
+                    " runs with another topology (members, algorithm, lease or lock_slots "
+                    "differ): refused; give every lockd the same file");
+    throw std::runtime_error("topology mismatch: members, algorithm, lease or lock_slots differ");
+  }
+  note_incarnation(hb->rank, hb->incarnation);
+  {
+    std::lock_guard lk(mu_);
+    Peer& p = *peers_[hb->rank];
+    p.last_heard = Clock::now();
+  }
+  dlm::Heartbeat me{rank_, digest_, incarnation_, epoch_};
+  return me.encode();
+}
+
+void Lockd::heartbeat_loop() {
+  const auto period = std::chrono::milliseconds(topo_.dlm.heartbeat_ms);
+  const auto lease = std::chrono::milliseconds(topo_.dlm.lease_ms);
+  const auto guard = lease / 4;
+  const auto started = Clock::now();
+  auto log = [this](fabric::LogLevel l, const std::string& s) {
+    if (opts_.log) opts_.log(l, s);
+  };
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    lk.unlock();
+    for (uint32_t r = 1; r < peers_.size(); ++r) {
+      if (r == rank_) continue;
+      Peer& p = *peers_[r];
+      const auto sent = Clock::now();
+      std::optional<dlm::Heartbeat> answer;
+      std::string err;
+      try {
+        dlm::Heartbeat me{rank_, digest_, incarnation_, epoch_};
+        auto reply = call(r, "dlm.heartbeat", me.encode());
+        answer = dlm::Heartbeat::decode(reply);
+        if (!answer || answer->rank != r) err = "malformed heartbeat answer";
+        else if (answer->digest != digest_) err = "topology mismatch";
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+      if (err.empty()) note_incarnation(r, answer->incarnation);
+      std::lock_guard plk(mu_);
+      const auto now = Clock::now();
+      if (err.empty()) p.last_answer = sent;
+      // Grace at our own start: peers get one lease to show up before they count as down.
+      auto heard = std::max(p.last_heard, started);
+      auto answered = p.last_answer;
+      bool fresh = now - heard <= lease && answered != Clock::time_point{} &&
+                   now - answered <= lease - guard;
+      if (p.up && !fresh) {
+        std::string why = now - heard > lease
+                              ? "no heartbeat from it for " + std::to_string(topo_.dlm.lease_ms) + " ms"
+                              : "it has not answered our heartbeats for " +
+                                    std::to_string((lease - guard).count()) + " ms" +
+                                    (err.empty() ? "" : " (" + err + ")");
+        p.up = false;
+        p.why_down = why;
+        reset_connections(p);
+        log(fabric::LogLevel::Warn, "LOCKD0031 member " + std::to_string(r) + " (" + p.name +
+                                        ") is down: " + why +
+                                        "; its holds are released and the locks it was home of "
+                                        "fail with HomeDown until it is back");
+        engine_->member_down(r, why);
+        recovery_needed_ = true;
+        cv_.notify_all();
+      }
+      if (!p.up && fresh) {
+        p.up = true;
+        engine_->member_up(r);
+        log(fabric::LogLevel::Info,
+            "LOCKD0032 member " + std::to_string(r) + " (" + p.name + ") is up");
+      }
+    }
+    lk.lock();
+    cv_.wait_for(lk, period, [this] { return stopping_; });
+  }
+}
+
+void Lockd::reset_connections(Peer& p) {
+  {
+    std::lock_guard lk(p.msg_mu);
+    p.msg.reset();
+    p.msg_retry_at = {};
+  }
+  {
+    std::lock_guard lk(p.ops_mu);
+    p.ops.reset();
+  }
+}
+
+bool Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) {
+  if (incarnation == 0) return false;
+  std::lock_guard lk(mu_);
+  Peer& p = *peers_[rank];
+  if (p.incarnation == incarnation) return false;
+  const bool restart = p.incarnation != 0;
+  p.incarnation = incarnation;
+  if (!restart) return false;
+  reset_connections(p);
+  const std::string why = "it restarted (new incarnation)";
+  if (opts_.log)
+    opts_.log(fabric::LogLevel::Warn,
+              "LOCKD0033 member " + std::to_string(rank) + " (" + p.name + ") " + why +
+                  ": its old holds are released, the holds on locks it was home of are revoked");
+  engine_->member_down(rank, why);
+  p.up = false;
+  p.why_down = why;
+  // Up again at the next heartbeat round, once both directions are fresh.
+  recovery_needed_ = true;
+  cv_.notify_all();
+  return true;
+}
+
+void Lockd::recovery_loop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    cv_.wait(lk, [this] { return stopping_ || recovery_needed_; });
+    if (stopping_) break;
+    recovery_needed_ = false;
+    lk.unlock();
+    engine_->recover_all([this](uint32_t r) { return engine_->member_alive(r); });
+    lk.lock();
+  }
+}
+
+std::string Lockd::status_text() {
+  std::ostringstream o;
+  o << "tierce-lockd node " << node_ << " (member " << rank_ << "), clients on "
+    << opts_.socket_path << "\n";
+  {
+    std::lock_guard lk(mu_);
+    const auto now = Clock::now();
+    for (uint32_t r = 1; r < peers_.size(); ++r) {
+      if (r == rank_) continue;
+      const Peer& p = *peers_[r];
+      o << "peer " << r << " " << p.name << " " << p.uri << ": " << (p.up ? "up" : "DOWN");
+      if (!p.up) o << " (" << p.why_down << ")";
+      if (p.last_heard != Clock::time_point{})
+        o << ", heard "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(now - p.last_heard).count()
+          << " ms ago";
+      o << "\n";
+    }
+  }
+  o << engine_->status_text();
+  if (ipc_) o << "local clients: " << ipc_->clients() << "\n";
+  return o.str();
+}
+
+}  // namespace tierce::lockd

@@ -1,0 +1,101 @@
+// agents/lockd/lockd.h — one node's lock manager agent, as a class that runs without a process
+// around it (main.cc adds the daemon: options, pid file, signals, logging). docs/dlm.md is the
+// protocol and the user's reference.
+//
+//   fabric::Server     listens on this node's `lockd = [...]` URIs; exports `dlm.table` (the
+//                      lock words this node is home of) and the services dlm.msg (one-way
+//                      protocol messages), dlm.resolve, dlm.recover, dlm.heartbeat, dlm.status
+//   dlm::LockEngine    the protocol (N-CoSED / DQNL / SRSL, from [dlm] algorithm)
+//   IpcServer          local clients on a unix socket
+//   heartbeat thread   calls every member's dlm.heartbeat each heartbeat_ms; decides who is up
+//   recovery thread    runs the home's recovery after a member went down or restarted
+//
+// Liveness (docs/dlm.md "Failures"): member P is up while (a) P called our dlm.heartbeat within
+// lease_ms (P sees us) and (b) a heartbeat we sent to P was answered, counted from when we sent
+// it, within lease_ms - guard (we see P; guard = lease_ms / 4). When (b) lapses we revoke our
+// holds on P's locks before P, which stops hearing from us at the same time or later, can give
+// them away at (a)'s lapse.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agents/lockd/ipc_server.h"
+#include "cluster/topology.h"
+#include "dlm/engine.h"
+#include "fabric/fabric.h"
+
+namespace tierce::lockd {
+
+struct LockdOptions {
+  std::string socket_path;  // the local IPC socket
+  std::string state_dir;    // holds `epoch` (persisted, +1 per start)
+  IpcOptions ipc;
+  fabric::LogSink log;
+};
+
+class Lockd final : public dlm::Network {
+ public:
+  // Starts everything. Throws std::runtime_error / fabric::FabricError with a message that says
+  // what to fix (node not a member, address in use, state dir not writable, ...).
+  Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, LockdOptions opts);
+  ~Lockd() override;
+  Lockd(const Lockd&) = delete;
+  Lockd& operator=(const Lockd&) = delete;
+
+  void stop();
+  std::string status_text();
+  std::vector<std::string> bound_uris() const;
+  uint64_t epoch() const { return epoch_; }
+  uint32_t rank() const { return rank_; }
+  dlm::LockEngine& engine() { return *engine_; }
+  // Members currently up (this node included).
+  size_t members_up() const;
+
+  // dlm::Network
+  void table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) override;
+  void send(uint32_t rank, const std::vector<uint8_t>& msg) override;
+  std::vector<uint8_t> call(uint32_t rank, std::string_view service,
+                            std::span<const uint8_t> body) override;
+
+  struct Peer;
+
+ private:
+  void heartbeat_loop();
+  void recovery_loop();
+  std::vector<uint8_t> on_heartbeat(std::span<const uint8_t> body);
+  // A member's incarnation as seen in a heartbeat or a message. A new one means it restarted:
+  // its old state is dropped (engine.member_down) *before* anything of the new one is handled,
+  // and the connections to it are replaced (a write to the old one could vanish silently).
+  // Returns true when it was a restart. Takes mu_.
+  bool note_incarnation(uint32_t rank, uint64_t incarnation);
+  void reset_connections(Peer& p);
+  Peer& peer(uint32_t rank);
+  static uint64_t next_epoch(const std::string& state_dir);
+
+  cluster::Topology topo_;
+  std::string node_;
+  fabric::Secret secret_;
+  LockdOptions opts_;
+  uint32_t rank_ = 0;
+  uint64_t epoch_ = 0;
+  uint64_t incarnation_ = 0;
+  uint64_t digest_ = 0;
+  std::shared_ptr<fabric::SharedSegment> table_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by rank (index 0 unused)
+  std::unique_ptr<fabric::Server> server_;
+  std::unique_ptr<dlm::LockEngine> engine_;
+  std::unique_ptr<IpcServer> ipc_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool recovery_needed_ = false;
+  std::thread heartbeat_, recovery_;
+};
+
+}  // namespace tierce::lockd

@@ -1,0 +1,231 @@
+// agents/lockd/main.cc — tierce-lockd, the process: command line, daemon start, pid file,
+// signals. The agent itself is agents/lockd/lockd.h; docs/dlm.md is the user's reference.
+#include <getopt.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "agents/lockd/lockd.h"
+#include "agents/memd/daemon.h"
+#include "cluster/topology.h"
+#include "fabric/auth.h"
+
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"
+#endif
+
+namespace tierce::lockd {
+namespace {
+
+constexpr const char* kProgram = "tierce-lockd";
+using memd::kExitFailure;
+using memd::kExitOk;
+using memd::kExitRunning;
+using memd::kExitUsage;
+
+void usage(FILE* out) {
+  std::fprintf(
+      out,
+      "Usage: %s -t TOPOLOGY -n NODE [options]\n"
+      "The node's lock manager agent: serves local clients (tierce-lock, the C/C++ APIs) on a\n"
+      "unix socket and runs the distributed lock protocol with the other lockds (docs/dlm.md).\n"
+      "\n"
+      "  -t, --topology FILE   cluster topology (members: the [[node]]s with lockd = [...];\n"
+      "                        algorithm, lease and heartbeat: its [dlm] table)\n"
+      "  -n, --node NAME       this node's name in the topology\n"
+      "  -s, --socket PATH     local client socket (default /run/tierce/lockd.sock)\n"
+      "  -d, --state-dir DIR   where the restart counter (epoch) lives; keep it across restarts:\n"
+      "                        fencing tokens stay increasing only with it\n"
+      "                        (default /var/lib/tierce/lockd-NODE)\n"
+      "  -p, --pid-file FILE   write and lock a pid file\n"
+      "      --socket-mode OCT permissions of the socket (default 0660)\n"
+      "  -f, --foreground      stay in the foreground, log to stderr\n"
+      "  -v, --verbose         log debug lines too\n"
+      "      --check           validate the topology, the node and the secret, then exit\n"
+      "  -V, --version         print the version and exit\n"
+      "  -h, --help            print this help and exit\n"
+      "\n"
+      "Signals: TERM/INT stop (local holds are released, peers see the node leave),\n"
+      "         USR1 logs the status.\n"
+      "Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration,\n"
+      "            3 another tierce-lockd holds the pid file.\n",
+      kProgram);
+}
+
+struct Options {
+  std::string topology, node, socket = "/run/tierce/lockd.sock", state_dir, pid_file;
+  mode_t socket_mode = 0660;
+  bool foreground = false, verbose = false, check = false;
+};
+
+std::optional<int> parse(int argc, char** argv, Options* o) {
+  static const option longopts[] = {
+      {"topology", required_argument, nullptr, 't'}, {"node", required_argument, nullptr, 'n'},
+      {"socket", required_argument, nullptr, 's'},   {"state-dir", required_argument, nullptr, 'd'},
+      {"pid-file", required_argument, nullptr, 'p'}, {"socket-mode", required_argument, nullptr, 'm'},
+      {"foreground", no_argument, nullptr, 'f'},     {"verbose", no_argument, nullptr, 'v'},
+      {"check", no_argument, nullptr, 'k'},          {"version", no_argument, nullptr, 'V'},
+      {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":t:n:s:d:p:fvVh", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 't': o->topology = optarg; break;
+      case 'n': o->node = optarg; break;
+      case 's': o->socket = optarg; break;
+      case 'd': o->state_dir = optarg; break;
+      case 'p': o->pid_file = optarg; break;
+      case 'm': {
+        char* end = nullptr;
+        unsigned long m = std::strtoul(optarg, &end, 8);
+        if (!*optarg || *end || m > 0777) {
+          std::fprintf(stderr, "%s: --socket-mode wants an octal mode like 0660, not '%s'\n",
+                       kProgram, optarg);
+          return kExitUsage;
+        }
+        o->socket_mode = mode_t(m);
+        break;
+      }
+      case 'f': o->foreground = true; break;
+      case 'v': o->verbose = true; break;
+      case 'k': o->check = true; break;
+      case 'V': std::printf("%s %s\n", kProgram, TIERCE_VERSION); return kExitOk;
+      case 'h': usage(stdout); return kExitOk;
+      case ':':
+        std::fprintf(stderr, "%s: option %s needs a value; see %s --help\n", kProgram,
+                     argv[optind - 1], kProgram);
+        return kExitUsage;
+      default:
+        std::fprintf(stderr, "%s: unknown option '%s'; see %s --help\n", kProgram,
+                     argv[optind - 1], kProgram);
+        return kExitUsage;
+    }
+  }
+  if (optind < argc) {
+    std::fprintf(stderr, "%s: unexpected argument '%s'\n", kProgram, argv[optind]);
+    return kExitUsage;
+  }
+  if (o->topology.empty() || o->node.empty()) {
+    std::fprintf(stderr, "%s: -t TOPOLOGY and -n NODE are required; see %s --help\n", kProgram,
+                 kProgram);
+    return kExitUsage;
+  }
+  if (o->state_dir.empty()) o->state_dir = "/var/lib/tierce/lockd-" + o->node;
+  return std::nullopt;
+}
+
+int run(const Options& o) {
+  cluster::Topology topo;
+  fabric::Secret secret;
+  try {
+    topo = cluster::Topology::load(o.topology);
+    (void)topo.rank_of(o.node);
+    for (const auto* n : topo.lockd_nodes()) (void)topo.lockd_uri_of(*n);
+    secret = topo.secret();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
+    return kExitUsage;
+  }
+  if (o.check) {
+    std::printf("%s: %s is fine: node %s is member %u of %zu (%s)\n", kProgram, o.topology.c_str(),
+                o.node.c_str(), topo.rank_of(o.node), topo.lockd_nodes().size(),
+                std::string(cluster::to_string(topo.dlm.algorithm)).c_str());
+    return kExitOk;
+  }
+  memd::StartupReport report;
+  if (!o.foreground) {
+    try {
+      report = memd::daemonize(false);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
+                   e.what());
+      return kExitFailure;
+    }
+  }
+  auto level = std::make_shared<std::atomic<fabric::LogLevel>>(o.verbose ? fabric::LogLevel::Debug
+                                                                         : fabric::LogLevel::Info);
+  fabric::LogSink log = memd::level_filter(
+      o.foreground ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug)
+                   : memd::syslog_sink(kProgram),
+      level);
+  auto fail = [&](int code, const std::string& line) {
+    log(fabric::LogLevel::Error, line);
+    if (report.detached()) report.failed(code, line);
+    return code;
+  };
+  memd::PidFile pid;
+  if (!o.pid_file.empty()) {
+    pid_t stale = 0;
+    try {
+      pid = memd::PidFile::acquire(o.pid_file, &stale);
+    } catch (const memd::AlreadyRunning& e) {
+      return fail(kExitRunning, "LOCKD0006 another tierce-lockd holds " + o.pid_file +
+                                    (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : ""));
+    } catch (const std::exception& e) {
+      return fail(kExitFailure, std::string("LOCKD0008 cannot write the pid file: ") + e.what());
+    }
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&set, s);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  int sigfd = ::signalfd(-1, &set, SFD_CLOEXEC);
+  if (sigfd < 0)
+    return fail(kExitFailure, std::string("LOCKD0007 signalfd: ") + std::strerror(errno));
+
+  std::unique_ptr<Lockd> lockd;
+  try {
+    LockdOptions lo;
+    lo.socket_path = o.socket;
+    lo.state_dir = o.state_dir;
+    lo.ipc.socket_mode = o.socket_mode;
+    lo.log = log;
+    lockd = std::make_unique<Lockd>(topo, o.node, secret, lo);
+  } catch (const std::exception& e) {
+    return fail(kExitFailure, std::string("LOCKD0005 cannot start: ") + e.what());
+  }
+  report.ready();
+  memd::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
+  for (;;) {
+    signalfd_siginfo si;
+    ssize_t n = ::read(sigfd, &si, sizeof si);
+    if (n != ssize_t(sizeof si)) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (si.ssi_signo == SIGUSR1) {
+      log(fabric::LogLevel::Info, "LOCKD0004 status:\n" + lockd->status_text());
+      continue;
+    }
+    if (si.ssi_signo == SIGHUP) {
+      log(fabric::LogLevel::Info,
+          "LOCKD0009 SIGHUP: tierce-lockd has nothing to reload; membership changes need a "
+          "restart of every lockd with the new topology");
+      continue;
+    }
+    log(fabric::LogLevel::Info, std::string("LOCKD0003 received ") +
+                                    (si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                    ": stopping");
+    break;
+  }
+  lockd->stop();
+  ::close(sigfd);
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace tierce::lockd
+
+int main(int argc, char** argv) {
+  tierce::lockd::Options o;
+  if (auto code = tierce::lockd::parse(argc, argv, &o)) return *code;
+  return tierce::lockd::run(o);
+}

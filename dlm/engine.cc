@@ -1,0 +1,1152 @@
+// dlm/engine.cc — the lock manager's protocol state machine (engine.h; protocol in docs/dlm.md).
+#include "dlm/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "fabric/errors.h"
+
+namespace tierce::dlm {
+
+using Clock = std::chrono::steady_clock;
+
+// A local request: from acquire() until its release (HoldId == id).
+struct LockEngine::Request {
+  enum class State {
+    Starting,  // not in the queue (yet, or again after a fence/recovery): the timer (re)starts it
+    Waiting,   // in the queue, waiting for a grant
+    Held,      // granted to the client
+    Ghost,     // withdrawn (timeout, client gone, internal) while in the queue: released on grant
+  };
+  uint64_t id = 0;
+  OwnerId owner = 0;
+  std::string name;
+  Mode mode = Mode::Exclusive;  // as the client asked
+  bool exclusive = true;        // as the protocol runs it (DQNL: always)
+  uint32_t home = 0, slot = 0;
+  uint64_t gen = 0;
+  State state = State::Starting;
+  Ticket ticket = 0;        // exclusive: its queue entry
+  Ticket group_owner = 0;   // shared: T of G(T)
+  uint32_t k = 0;           // shared: member index
+  bool recovered = false;   // a hold adopted by a recovery: releases with RecoveredRel
+  Token token = 0;
+  bool try_only = false;
+  bool has_deadline = false;
+  Clock::time_point deadline{};
+  Clock::time_point retry_at{};
+  std::function<void(const Grant&)> done;
+};
+
+// An exclusive queue entry owned by this node (or a home ticket: R0, recovery tickets).
+struct LockEngine::Record {
+  uint32_t home = 0, slot = 0;
+  Ticket ticket = 0;
+  uint64_t gen = 0;
+  uint64_t request = 0;  // the local request; 0 for a home ticket
+  bool granted = false, released = false;
+  Token token = 0;
+  struct Waiter {
+    uint32_t rank;
+    uint64_t request;
+    uint32_t k;
+  };
+  std::vector<Waiter> waiting;  // SHARED_REQs of G(ticket) before the release
+  uint32_t rels = 0;            // SHARED_RELs of G(ticket) received
+  bool has_succ = false, succ_pre = false;
+  Ticket succ = 0;
+  uint32_t succ_count = 0;
+  uint32_t holders_outstanding = 0;  // recovery ticket: reported holders still holding
+};
+
+// A lock of this home.
+struct LockEngine::Slot {
+  std::string name;
+  uint64_t gen = 0;
+  uint32_t early_recovered_rels = 0;  // RecoveredRel that beat the recovery record
+  // SRSL state.
+  struct Holder {
+    uint32_t rank;
+    uint64_t request;
+    bool exclusive;
+  };
+  std::vector<Holder> holders;
+  std::deque<Holder> queue;
+  Token next_token = 0;
+};
+
+struct LockEngine::Step {
+  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> out;
+  std::deque<Msg> inbox;
+  std::vector<std::pair<std::function<void(const Grant&)>, Grant>> completions;
+  std::vector<std::tuple<OwnerId, HoldId, std::string>> revocations;
+};
+
+namespace {
+uint64_t key_of(uint32_t home, uint32_t slot) { return (uint64_t(home) << 32) | slot; }
+std::atomic_ref<uint64_t> word_at(std::span<uint8_t> table, uint64_t off) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(table.data() + off));
+}
+void log_line(const fabric::LogSink& log, fabric::LogLevel lv, const std::string& s) {
+  if (log) log(lv, s);
+}
+}  // namespace
+
+LockEngine::LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& net)
+    : opts_(std::move(opts)), table_(table), net_(net), alive_(opts_.members + 1, true) {
+  if (opts_.self_rank == 0 || opts_.self_rank > opts_.members)
+    throw std::invalid_argument("LockEngine: self_rank must be 1..members");
+  if (table_.size() < uint64_t(opts_.lock_slots) * kSlotBytes)
+    throw std::invalid_argument("LockEngine: the table is smaller than lock_slots slots");
+  if (!opts_.home_of) throw std::invalid_argument("LockEngine: home_of is required");
+  timer_ = std::thread([this] { timer_loop(); });
+}
+
+LockEngine::~LockEngine() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  timer_cv_.notify_all();
+  timer_.join();
+}
+
+void LockEngine::set_revoked_callback(RevokedFn fn) {
+  std::lock_guard lk(mu_);
+  revoked_ = std::move(fn);
+}
+
+EngineCounters LockEngine::counters() const {
+  std::lock_guard lk(mu_);
+  return counters_;
+}
+
+bool LockEngine::member_alive(uint32_t rank) const {
+  std::lock_guard lk(mu_);
+  return rank < alive_.size() && alive_[rank];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps
+
+void LockEngine::deliver(Step& st, uint32_t rank, const Msg& m) {
+  if (rank == opts_.self_rank) {
+    st.inbox.push_back(m);
+  } else {
+    Msg copy = m;
+    copy.from = opts_.incarnation;
+    copy.sender = uint16_t(opts_.self_rank);
+    st.out.emplace_back(rank, copy.encode());
+    ++counters_.messages_out;
+  }
+}
+
+void LockEngine::finish(std::unique_lock<std::mutex>& lk, Step& st) {
+  while (!st.inbox.empty()) {
+    Msg m = st.inbox.front();
+    st.inbox.pop_front();
+    handle(st, m);
+  }
+  RevokedFn revoked = revoked_;
+  lk.unlock();
+  for (auto& [rank, bytes] : st.out) net_.send(rank, bytes);
+  for (auto& [fn, g] : st.completions)
+    if (fn) fn(g);
+  if (revoked)
+    for (auto& [owner, hold, why] : st.revocations) revoked(owner, hold, why);
+}
+
+Msg LockEngine::msg(MsgType t, const Request& r) const {
+  Msg m;
+  m.type = t;
+  m.home = r.home;
+  m.slot = r.slot;
+  m.gen = r.gen;
+  return m;
+}
+
+void LockEngine::fail(Step& st, Request& r, Status s, const std::string& why) {
+  Grant g;
+  g.status = s;
+  g.message = why;
+  if (r.done) st.completions.emplace_back(std::move(r.done), std::move(g));
+  r.done = nullptr;
+}
+
+void LockEngine::drop_request(Request& r) {
+  if (r.exclusive && r.ticket) {
+    if (Record* rec = record(r.home, r.slot, r.ticket)) rec->request = 0;
+  }
+  requests_.erase(r.id);
+}
+
+Ticket LockEngine::new_ticket() {
+  for (;;) {
+    uint32_t seq = next_seq_++;
+    if (next_seq_ > kMaxSeq) next_seq_ = 1;
+    Ticket t = make_ticket(opts_.self_rank, seq);
+    bool used = false;
+    for (auto it = records_.begin(); it != records_.end() && !used; ++it)
+      used = std::get<2>(it->first) == t;
+    if (!used) return t;
+  }
+}
+
+LockEngine::Record* LockEngine::record(uint32_t home, uint32_t slot, Ticket t) {
+  auto it = records_.find({home, slot, t});
+  return it == records_.end() ? nullptr : it->second.get();
+}
+
+void LockEngine::erase_record(uint32_t home, uint32_t slot, Ticket t) {
+  records_.erase({home, slot, t});
+}
+
+uint64_t LockEngine::home_gen(uint32_t slot) const {
+  return slot < slots_.size() ? slots_[slot]->gen : 0;
+}
+
+// One atomic on W of (home, slot-offset), batched with a read of K when k_out is given.
+uint64_t LockEngine::atomic_op(uint32_t home, fabric::OpKind kind, uint64_t off, uint64_t a0,
+                               uint64_t a1, uint64_t* k_out) {
+  if (home == opts_.self_rank) {
+    auto w = word_at(table_, off);
+    uint64_t old;
+    if (kind == fabric::OpKind::Cas) {
+      old = a0;
+      w.compare_exchange_strong(old, a1, std::memory_order_acq_rel);
+    } else {
+      old = w.fetch_add(a0, std::memory_order_acq_rel);
+    }
+    if (k_out) *k_out = word_at(table_, off + 8).load(std::memory_order_acquire);
+    return old;
+  }
+  fabric::OneSidedOp ops[2];
+  ops[0].kind = kind;
+  ops[0].offset = off;
+  ops[0].arg0 = a0;
+  ops[0].arg1 = a1;
+  uint64_t k = 0;
+  ops[1].kind = fabric::OpKind::Read;
+  ops[1].offset = off + 8;
+  ops[1].dst = &k;
+  ops[1].len = 8;
+  net_.table_ops(home, std::span(ops, k_out ? 2 : 1));
+  if (k_out) *k_out = k;
+  return ops[0].result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Local API
+
+void LockEngine::acquire(OwnerId owner, const std::string& name, Mode mode,
+                         std::chrono::milliseconds timeout, std::function<void(const Grant&)> done) {
+  auto reply = [&](Status s, const std::string& why) {
+    Grant g;
+    g.status = s;
+    g.message = why;
+    done(g);
+  };
+  if (name.empty() || name.size() > kMaxNameBytes || name.find('\0') != std::string::npos)
+    return reply(Status::BadName, "lock names are 1.." + std::to_string(kMaxNameBytes) +
+                                      " bytes without NUL");
+  uint32_t home = opts_.home_of(name);
+  Cached c;
+  {
+    std::lock_guard lk(mu_);
+    ++counters_.acquires;
+    if (stopping_) return reply(Status::ShuttingDown, "lockd is stopping");
+    if (!alive_[home]) {
+      ++counters_.home_down;
+      return reply(Status::HomeDown, "the home of lock \"" + name + "\" (member " +
+                                         std::to_string(home) +
+                                         ") is not heart-beating; retry when it is back");
+    }
+    if (requests_.size() >= opts_.max_requests)
+      return reply(Status::TooMany, "this lockd has " + std::to_string(requests_.size()) +
+                                        " requests and holds (the limit)");
+    auto it = resolved_.find(name);
+    if (it != resolved_.end()) c = it->second;
+  }
+  if (c.home == 0) {
+    Resolution res;
+    try {
+      std::vector<uint8_t> req(name.begin(), name.end());
+      auto body = home == opts_.self_rank ? on_resolve(req) : net_.call(home, "dlm.resolve", req);
+      auto dec = Resolution::decode(body);
+      if (!dec) throw std::runtime_error("malformed dlm.resolve reply");
+      res = *dec;
+    } catch (const std::exception& e) {
+      std::lock_guard lk(mu_);
+      ++counters_.home_down;
+      return reply(Status::HomeDown, "cannot reach the home of lock \"" + name + "\" (member " +
+                                         std::to_string(home) + "): " + e.what());
+    }
+    if (res.status != Status::Ok) return reply(res.status, res.message);
+    c = Cached{home, res.slot, res.gen};
+    std::lock_guard lk(mu_);
+    // A recovery may have raised the generation meanwhile: keep the newest.
+    auto& slot = resolved_[name];
+    if (slot.home == 0 || slot.gen < c.gen) slot = c;
+    c = slot;
+  }
+  std::unique_lock lk(mu_);
+  Step st;
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->owner = owner;
+  r->name = name;
+  r->mode = mode;
+  r->exclusive = mode == Mode::Exclusive || opts_.algorithm == cluster::LockAlgorithm::DQNL;
+  r->home = c.home;
+  r->slot = c.slot;
+  r->gen = c.gen;
+  r->try_only = timeout.count() == 0;
+  r->has_deadline = timeout.count() > 0;
+  r->deadline = Clock::now() + timeout;
+  r->done = std::move(done);
+  Request& ref = *r;
+  requests_.emplace(r->id, std::move(r));
+  start(st, ref);
+  finish(lk, st);
+  timer_cv_.notify_one();
+}
+
+Status LockEngine::release(OwnerId owner, HoldId hold) {
+  std::unique_lock lk(mu_);
+  auto it = requests_.find(hold);
+  if (it == requests_.end() || it->second->owner != owner ||
+      it->second->state != Request::State::Held)
+    return Status::NotHeld;
+  Step st;
+  ++counters_.releases;
+  release_request(st, *it->second);
+  finish(lk, st);
+  return Status::Ok;
+}
+
+void LockEngine::owner_gone(OwnerId owner) {
+  std::unique_lock lk(mu_);
+  Step st;
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests_)
+    if (r->owner == owner) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    Request& r = *it->second;
+    r.done = nullptr;
+    switch (r.state) {
+      case Request::State::Held: release_request(st, r); break;
+      case Request::State::Waiting: r.state = Request::State::Ghost; break;
+      case Request::State::Starting: drop_request(r); break;
+      case Request::State::Ghost: break;
+    }
+  }
+  finish(lk, st);
+}
+
+// ---------------------------------------------------------------------------------------------
+// N-CoSED / DQNL / SRSL: starting a request
+
+void LockEngine::start(Step& st, Request& r) {
+  r.state = Request::State::Waiting;
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
+    Msg m = msg(MsgType::SrslReq, r);
+    m.a = uint32_t(r.exclusive ? Mode::Exclusive : Mode::Shared);
+    m.b = r.try_only ? 1 : 0;
+    m.c = opts_.self_rank;
+    m.x = r.id;
+    deliver(st, r.home, m);
+    return;
+  }
+  try {
+    if (r.exclusive) start_exclusive(st, r);
+    else start_shared(st, r);
+  } catch (const std::exception& e) {
+    // The home could not be reached: nothing was published (a failed CAS/FAA changed nothing we
+    // rely on), so fail the request; the heartbeat will declare the home down if it is.
+    if (r.exclusive && r.ticket) erase_record(r.home, r.slot, r.ticket);
+    r.ticket = 0;
+    ++counters_.home_down;
+    fail(st, r, Status::HomeDown,
+         "lock \"" + r.name + "\": the home (member " + std::to_string(r.home) +
+             ") did not answer: " + e.what());
+    drop_request(r);
+  }
+}
+
+void LockEngine::start_exclusive(Step& st, Request& r) {
+  const uint64_t off = uint64_t(r.slot) * kSlotBytes;
+  const uint64_t key = key_of(r.home, r.slot);
+  Ticket t = new_ticket();
+  auto rec = std::make_unique<Record>();
+  rec->home = r.home;
+  rec->slot = r.slot;
+  rec->ticket = t;
+  rec->gen = r.gen;
+  rec->request = r.id;
+  // The record exists before the CAS publishes the ticket: messages for it may come at once.
+  records_[{r.home, r.slot, t}] = std::move(rec);
+  r.ticket = t;
+  uint64_t expected = last_word_.count(key) ? last_word_[key] : Word{true, 0, 0}.encode();
+  const uint64_t desired = Word{false, t, 0}.encode();
+  for (int attempt = 0;; ++attempt) {
+    Word cur = Word::decode(expected);
+    if (cur.tail == kFence || (r.try_only && attempt > 0 && !(cur.released && cur.count == 0))) {
+      erase_record(r.home, r.slot, t);
+      r.ticket = 0;
+      if (r.try_only) {
+        ++counters_.would_block;
+        fail(st, r, Status::WouldBlock, "lock \"" + r.name + "\" is held or has waiters");
+        drop_request(r);
+      } else {
+        r.state = Request::State::Starting;  // fenced: the home is recovering it
+        r.retry_at = Clock::now() + opts_.retry_interval;
+      }
+      return;
+    }
+    uint64_t k = 0;
+    uint64_t old = atomic_op(r.home, fabric::OpKind::Cas, off, expected, desired, &k);
+    if (old != expected) {
+      ++counters_.cas_retries;
+      expected = old;
+      if (attempt > 64 && r.try_only) expected = Word{false, kFence, 0}.encode();
+      continue;
+    }
+    last_word_[key] = desired;
+    Word prev = Word::decode(old);
+    Record* me = record(r.home, r.slot, t);
+    Msg m = msg(MsgType::Successor, r);
+    m.a = prev.tail;
+    m.b = t;
+    m.c = prev.count;
+    if (prev.released && prev.count == 0) {
+      m.x = 1;  // granted at once: the predecessor's record may go
+      deliver(st, rank_of(prev.tail), m);
+      me->granted = true;
+      me->token = k + 1;
+      ++counters_.immediate_grants;
+      granted(st, r, k + 1);
+    } else {
+      m.x = 0;
+      deliver(st, rank_of(prev.tail), m);
+    }
+    return;
+  }
+}
+
+void LockEngine::start_shared(Step& st, Request& r) {
+  const uint64_t off = uint64_t(r.slot) * kSlotBytes;
+  if (r.try_only) {
+    // Join only when no exclusive is queued or holding (a race with one joining after this read
+    // is resolved below: the request then waits as a ghost and the client hears WouldBlock).
+    uint64_t k = 0;
+    uint64_t now = atomic_op(r.home, fabric::OpKind::Faa, off, 0, 0, &k);
+    if (!Word::decode(now).released) {
+      ++counters_.would_block;
+      fail(st, r, Status::WouldBlock, "lock \"" + r.name + "\" is held exclusively or has waiters");
+      drop_request(r);
+      return;
+    }
+  }
+  uint64_t k = 0;
+  uint64_t old = atomic_op(r.home, fabric::OpKind::Faa, off, 1, 0, &k);
+  Word prev = Word::decode(old);
+  if (prev.tail == kFence) {
+    r.state = Request::State::Starting;
+    r.retry_at = Clock::now() + opts_.retry_interval;
+    return;
+  }
+  r.group_owner = prev.tail;
+  r.k = prev.count;
+  if (prev.count >= kRenormaliseAt) {
+    // An internal exclusive lock + unlock resets the count (docs/dlm.md).
+    ++counters_.renormalisations;
+    auto n = std::make_unique<Request>();
+    n->id = next_id_++;
+    n->name = r.name;
+    n->exclusive = true;
+    n->home = r.home;
+    n->slot = r.slot;
+    n->gen = r.gen;
+    const uint64_t nid = n->id;
+    n->state = Request::State::Ghost;  // released as soon as it is granted
+    Request& ref = *n;
+    requests_.emplace(nid, std::move(n));
+    start_exclusive(st, ref);  // may grant and release it at once (then it is gone)
+    auto it = requests_.find(nid);
+    if (it != requests_.end() && it->second->state == Request::State::Waiting)
+      it->second->state = Request::State::Ghost;
+  }
+  if (prev.released) {
+    ++counters_.immediate_grants;
+    granted(st, r, k + 1 + prev.count);
+    return;
+  }
+  if (r.try_only) {
+    ++counters_.would_block;
+    fail(st, r, Status::WouldBlock, "lock \"" + r.name + "\" is held exclusively or has waiters");
+    r.state = Request::State::Ghost;
+  }
+  Msg m = msg(MsgType::SharedReq, r);
+  m.a = prev.tail;
+  m.b = prev.count;
+  m.c = opts_.self_rank;
+  m.x = r.id;
+  deliver(st, rank_of(prev.tail), m);
+}
+
+void LockEngine::granted(Step& st, Request& r, Token token) {
+  r.token = token;
+  ++counters_.grants;
+  if (r.state == Request::State::Ghost || r.owner == 0) {
+    r.state = Request::State::Held;
+    release_request(st, r);
+    return;
+  }
+  r.state = Request::State::Held;
+  Grant g;
+  g.status = Status::Ok;
+  g.hold = r.id;
+  g.token = token;
+  if (r.done) st.completions.emplace_back(std::move(r.done), std::move(g));
+  r.done = nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Releases
+
+void LockEngine::release_request(Step& st, Request& r) {
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
+    Msg m = msg(MsgType::SrslRel, r);
+    m.c = opts_.self_rank;
+    m.x = r.id;
+    deliver(st, r.home, m);
+  } else if (r.recovered) {
+    Msg m = msg(MsgType::RecoveredRel, r);
+    deliver(st, r.home, m);
+  } else if (r.exclusive) {
+    Record* rec = record(r.home, r.slot, r.ticket);
+    if (rec) {
+      rec->request = 0;
+      release_record(st, *rec);
+    }
+  } else {
+    Msg m = msg(MsgType::SharedRel, r);
+    m.a = r.group_owner;
+    deliver(st, rank_of(r.group_owner), m);
+  }
+  requests_.erase(r.id);
+}
+
+void LockEngine::release_record(Step& st, Record& rec) {
+  rec.released = true;
+  for (const auto& w : rec.waiting) {
+    Msg g;
+    g.type = MsgType::SharedGrant;
+    g.home = rec.home;
+    g.slot = rec.slot;
+    g.gen = rec.gen;
+    g.x = w.request;
+    g.y = rec.token + 1 + w.k;
+    deliver(st, w.rank, g);
+  }
+  rec.waiting.clear();
+  if (rec.has_succ) return try_handoff(st, rec);
+  // No successor known: publish `released` (K first, in the same ordered batch).
+  const uint64_t off = uint64_t(rec.slot) * kSlotBytes;
+  uint64_t expected = Word{false, rec.ticket, 0}.encode();
+  const uint32_t home = rec.home, slot = rec.slot;
+  const Ticket t = rec.ticket;
+  const Token token = rec.token;
+  try {
+    if (home == opts_.self_rank) {
+      word_at(table_, off + 8).store(token, std::memory_order_release);
+    }
+    bool k_written = home == opts_.self_rank;
+    for (;;) {
+      Word cur = Word::decode(expected);
+      uint64_t desired = Word{true, t, cur.count}.encode();
+      uint64_t old;
+      if (!k_written) {
+        fabric::OneSidedOp ops[2];
+        ops[0].kind = fabric::OpKind::Write;
+        ops[0].offset = off + 8;
+        ops[0].src = &token;
+        ops[0].len = 8;
+        ops[1].kind = fabric::OpKind::Cas;
+        ops[1].offset = off;
+        ops[1].arg0 = expected;
+        ops[1].arg1 = desired;
+        net_.table_ops(home, ops);
+        old = ops[1].result;
+        k_written = true;
+      } else {
+        old = atomic_op(home, fabric::OpKind::Cas, off, expected, desired, nullptr);
+      }
+      if (old == expected) {
+        last_word_[key_of(home, slot)] = desired;
+        return;  // released; the record waits for SHARED_RELs / a successor
+      }
+      Word now = Word::decode(old);
+      if (now.tail != t || now.released) return;  // a successor enqueued: SUCCESSOR is coming
+      ++counters_.cas_retries;
+      expected = old;  // only the count changed
+    }
+  } catch (const std::exception& e) {
+    log_line(opts_.log, fabric::LogLevel::Warn,
+             "DLM0301 cannot publish the release of a lock of member " + std::to_string(home) +
+                 " slot " + std::to_string(slot) + ": " + e.what() +
+                 " (the home's recovery will repair the queue)");
+  }
+}
+
+void LockEngine::try_handoff(Step& st, Record& rec) {
+  if (!rec.released || !rec.has_succ || rec.rels < rec.succ_count) return;
+  if (!rec.succ_pre) {
+    Msg g;
+    g.type = MsgType::ExclGrant;
+    g.home = rec.home;
+    g.slot = rec.slot;
+    g.gen = rec.gen;
+    g.a = rec.succ;
+    g.y = rec.token + rec.succ_count + 1;
+    deliver(st, rank_of(rec.succ), g);
+  }
+  erase_record(rec.home, rec.slot, rec.ticket);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+void LockEngine::on_message(std::span<const uint8_t> body) {
+  auto m = Msg::decode(body);
+  std::unique_lock lk(mu_);
+  if (!m) {
+    ++counters_.bad_messages;
+    lk.unlock();
+    log_line(opts_.log, fabric::LogLevel::Warn,
+             "DLM0302 dropped a malformed dlm.msg of " + std::to_string(body.size()) +
+                 " bytes (a peer of another version, or not a lockd)");
+    return;
+  }
+  Step st;
+  handle(st, *m);
+  finish(lk, st);
+}
+
+void LockEngine::handle(Step& st, const Msg& m) {
+  ++counters_.messages_in;
+  // Generation check: the lock's current generation as this node knows it.
+  uint64_t gen = 0;
+  if (m.home == opts_.self_rank) {
+    gen = home_gen(m.slot);
+    if (m.slot >= slots_.size()) gen = ~0ull;
+  } else {
+    gen = m.gen;  // members check through the record/request below
+  }
+  auto stale = [&] {
+    ++counters_.stale_messages;
+  };
+  switch (m.type) {
+    case MsgType::SharedReq: {
+      Record* rec = record(m.home, m.slot, m.a);
+      if (!rec || rec->gen != m.gen) return stale();
+      if (rec->released) {
+        Msg g;
+        g.type = MsgType::SharedGrant;
+        g.home = m.home;
+        g.slot = m.slot;
+        g.gen = m.gen;
+        g.x = m.x;
+        g.y = rec->token + 1 + m.b;
+        deliver(st, m.c, g);
+      } else {
+        rec->waiting.push_back({m.c, m.x, m.b});
+      }
+      return;
+    }
+    case MsgType::SharedGrant: {
+      auto it = requests_.find(m.x);
+      if (it == requests_.end() || it->second->gen != m.gen || it->second->exclusive ||
+          (it->second->state != Request::State::Waiting &&
+           it->second->state != Request::State::Ghost))
+        return stale();
+      granted(st, *it->second, m.y);
+      return;
+    }
+    case MsgType::SharedRel: {
+      Record* rec = record(m.home, m.slot, m.a);
+      if (!rec || rec->gen != m.gen) return stale();
+      ++rec->rels;
+      try_handoff(st, *rec);
+      return;
+    }
+    case MsgType::Successor: {
+      Record* rec = record(m.home, m.slot, m.a);
+      if (!rec || rec->gen != m.gen) return stale();
+      rec->has_succ = true;
+      rec->succ = m.b;
+      rec->succ_count = m.c;
+      rec->succ_pre = m.x != 0;
+      if (rec->succ_pre) {
+        erase_record(m.home, m.slot, m.a);
+        return;
+      }
+      try_handoff(st, *rec);
+      return;
+    }
+    case MsgType::ExclGrant: {
+      Record* rec = record(m.home, m.slot, m.a);
+      if (!rec || rec->gen != m.gen) return stale();
+      rec->granted = true;
+      rec->token = m.y;
+      if (rec->request == 0) {  // its request is gone: pass the lock on
+        release_record(st, *rec);
+        return;
+      }
+      auto it = requests_.find(rec->request);
+      if (it == requests_.end()) {
+        rec->request = 0;
+        release_record(st, *rec);
+        return;
+      }
+      granted(st, *it->second, m.y);
+      return;
+    }
+    case MsgType::RecoveredRel: {
+      if (m.home != opts_.self_rank || gen != m.gen) return stale();
+      Record* rec = nullptr;
+      for (auto& [k, r] : records_)
+        if (std::get<0>(k) == m.home && std::get<1>(k) == m.slot && r->holders_outstanding > 0)
+          rec = r.get();
+      if (!rec) {
+        ++slots_[m.slot]->early_recovered_rels;
+        return;
+      }
+      if (--rec->holders_outstanding == 0) release_record(st, *rec);
+      return;
+    }
+    case MsgType::Resume: {
+      auto now = Clock::now();
+      for (auto& [id, r] : requests_)
+        if (r->home == m.home && r->slot == m.slot && r->state == Request::State::Starting)
+          r->retry_at = now;
+      timer_cv_.notify_one();
+      return;
+    }
+    case MsgType::SrslReq:
+    case MsgType::SrslRel:
+    case MsgType::SrslCancel:
+      if (m.home != opts_.self_rank || gen != m.gen) return stale();
+      return srsl_home(st, m);
+    case MsgType::SrslGrant: {
+      auto it = requests_.find(m.x);
+      if (it == requests_.end() || it->second->gen != m.gen) return stale();
+      Request& r = *it->second;
+      if (Status(m.a) == Status::Ok) {
+        granted(st, r, m.y);
+      } else if (r.state == Request::State::Ghost) {
+        requests_.erase(it);  // the home confirmed the withdrawal
+      } else {
+        ++counters_.would_block;
+        fail(st, r, Status::WouldBlock, "lock \"" + r.name + "\" is held or has waiters");
+        requests_.erase(it);
+      }
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SRSL: the home's central queue
+
+void LockEngine::srsl_home(Step& st, const Msg& m) {
+  Slot& s = *slots_[m.slot];
+  auto grant = [&](const Slot::Holder& h) {
+    s.holders.push_back(h);
+    Msg g;
+    g.type = MsgType::SrslGrant;
+    g.home = m.home;
+    g.slot = m.slot;
+    g.gen = s.gen;
+    g.a = uint32_t(Status::Ok);
+    g.x = h.request;
+    g.y = ++s.next_token;
+    deliver(st, h.rank, g);
+  };
+  switch (m.type) {
+    case MsgType::SrslReq: {
+      Slot::Holder h{m.c, m.x, Mode(m.a) == Mode::Exclusive};
+      bool excl_held = std::any_of(s.holders.begin(), s.holders.end(),
+                                   [](const Slot::Holder& x) { return x.exclusive; });
+      bool ok = s.queue.empty() && (h.exclusive ? s.holders.empty() : !excl_held);
+      if (ok) {
+        grant(h);
+      } else if (m.b) {
+        Msg g;
+        g.type = MsgType::SrslGrant;
+        g.home = m.home;
+        g.slot = m.slot;
+        g.gen = s.gen;
+        g.a = uint32_t(Status::WouldBlock);
+        g.x = m.x;
+        deliver(st, m.c, g);
+      } else {
+        s.queue.push_back(h);
+      }
+      return;
+    }
+    case MsgType::SrslRel:
+      std::erase_if(s.holders,
+                    [&](const Slot::Holder& x) { return x.rank == m.c && x.request == m.x; });
+      return srsl_grant_waiters(st, m.slot);
+    case MsgType::SrslCancel: {
+      auto before = s.queue.size();
+      std::erase_if(s.queue, [&](const Slot::Holder& x) { return x.rank == m.c && x.request == m.x; });
+      if (s.queue.size() != before) {
+        Msg g;  // confirms the withdrawal (a grant already sent is released by the requester)
+        g.type = MsgType::SrslGrant;
+        g.home = m.home;
+        g.slot = m.slot;
+        g.gen = s.gen;
+        g.a = uint32_t(Status::Timeout);
+        g.x = m.x;
+        deliver(st, m.c, g);
+        srsl_grant_waiters(st, m.slot);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void LockEngine::srsl_grant_waiters(Step& st, uint32_t slot) {
+  Slot& s = *slots_[slot];
+  while (!s.queue.empty()) {
+    Slot::Holder h = s.queue.front();
+    bool excl_held = std::any_of(s.holders.begin(), s.holders.end(),
+                                 [](const Slot::Holder& x) { return x.exclusive; });
+    if (h.exclusive ? !s.holders.empty() : excl_held) return;
+    s.queue.pop_front();
+    s.holders.push_back(h);
+    Msg g;
+    g.type = MsgType::SrslGrant;
+    g.home = opts_.self_rank;
+    g.slot = slot;
+    g.gen = s.gen;
+    g.a = uint32_t(Status::Ok);
+    g.x = h.request;
+    g.y = ++s.next_token;
+    deliver(st, h.rank, g);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The home: name directory
+
+std::vector<uint8_t> LockEngine::on_resolve(std::span<const uint8_t> body) {
+  std::string name(body.begin(), body.end());
+  Resolution res;
+  if (name.empty() || name.size() > kMaxNameBytes || name.find('\0') != std::string::npos) {
+    res.status = Status::BadName;
+    res.message = "lock names are 1.." + std::to_string(kMaxNameBytes) + " bytes without NUL";
+    return res.encode();
+  }
+  std::lock_guard lk(mu_);
+  auto it = directory_.find(name);
+  if (it == directory_.end()) {
+    if (slots_.size() >= opts_.lock_slots) {
+      res.status = Status::TooMany;
+      res.message = "the home's lock table is full (" + std::to_string(opts_.lock_slots) +
+                    " locks): raise [dlm] lock_slots";
+      return res.encode();
+    }
+    uint32_t s = uint32_t(slots_.size());
+    auto slot = std::make_unique<Slot>();
+    slot->name = name;
+    slot->gen = opts_.epoch << 32;
+    const Token k0 = opts_.epoch << kEpochShift;
+    slot->next_token = k0;
+    // The home's virtual ticket R0: granted and released before anyone asked.
+    Ticket r0 = new_ticket();
+    auto rec = std::make_unique<Record>();
+    rec->home = opts_.self_rank;
+    rec->slot = s;
+    rec->ticket = r0;
+    rec->gen = slot->gen;
+    rec->granted = rec->released = true;
+    rec->token = k0;
+    records_[{opts_.self_rank, s, r0}] = std::move(rec);
+    const uint64_t off = uint64_t(s) * kSlotBytes;
+    word_at(table_, off + 8).store(k0, std::memory_order_release);
+    word_at(table_, off).store(Word{true, r0, 0}.encode(), std::memory_order_release);
+    slots_.push_back(std::move(slot));
+    it = directory_.emplace(name, s).first;
+  }
+  res.status = Status::Ok;
+  res.slot = it->second;
+  res.gen = slots_[it->second]->gen;
+  return res.encode();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures
+
+void LockEngine::member_up(uint32_t rank) {
+  std::lock_guard lk(mu_);
+  if (rank < alive_.size()) alive_[rank] = true;
+}
+
+void LockEngine::member_down(uint32_t rank, const std::string& why) {
+  std::unique_lock lk(mu_);
+  if (rank >= alive_.size() || rank == opts_.self_rank) return;
+  alive_[rank] = false;
+  Step st;
+  // This node's requests on locks homed at the dead member.
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests_)
+    if (r->home == rank) ids.push_back(id);
+  for (uint64_t id : ids) {
+    Request& r = *requests_[id];
+    if (r.state == Request::State::Held && r.owner != 0) {
+      ++counters_.revoked;
+      st.revocations.emplace_back(r.owner, r.id,
+                                  "the home of lock \"" + r.name + "\" (member " +
+                                      std::to_string(rank) + ") is gone: " + why);
+    } else if (r.state != Request::State::Ghost && r.owner != 0) {
+      ++counters_.home_down;
+      fail(st, r, Status::HomeDown,
+           "the home of lock \"" + r.name + "\" (member " + std::to_string(rank) + ") is gone: " + why);
+    }
+    requests_.erase(id);
+  }
+  std::erase_if(records_, [&](const auto& kv) { return std::get<0>(kv.first) == rank; });
+  std::erase_if(resolved_, [&](const auto& kv) { return kv.second.home == rank; });
+  std::erase_if(last_word_, [&](const auto& kv) { return uint32_t(kv.first >> 32) == rank; });
+  // SRSL homes forget the dead member's holders and waiters at once.
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
+    for (uint32_t s = 0; s < slots_.size(); ++s) {
+      std::erase_if(slots_[s]->holders, [&](const Slot::Holder& h) { return h.rank == rank; });
+      std::erase_if(slots_[s]->queue, [&](const Slot::Holder& h) { return h.rank == rank; });
+      srsl_grant_waiters(st, s);
+    }
+  }
+  finish(lk, st);
+}
+
+std::vector<uint8_t> LockEngine::on_recover(std::span<const uint8_t> body) {
+  auto q = RecoverRequest::decode(body);
+  if (!q) throw std::runtime_error("malformed dlm.recover request");
+  std::unique_lock lk(mu_);
+  Step st;
+  std::vector<ReportedHold> holds;
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests_)
+    if (r->home == q->home && r->slot == q->slot) ids.push_back(id);
+  for (uint64_t id : ids) {
+    Request& r = *requests_[id];
+    switch (r.state) {
+      case Request::State::Held:
+        if (r.recovered && r.gen == q->new_gen) break;  // a repeated call: already adopted
+        holds.push_back({r.exclusive ? Mode::Exclusive : Mode::Shared, r.token});
+        r.recovered = true;
+        r.gen = q->new_gen;
+        break;
+      case Request::State::Waiting:
+        r.state = Request::State::Starting;  // re-requested after the recovery
+        r.ticket = 0;
+        r.gen = q->new_gen;
+        r.retry_at = Clock::now() + opts_.retry_interval;
+        break;
+      case Request::State::Starting:
+        r.gen = q->new_gen;
+        break;
+      case Request::State::Ghost:
+        requests_.erase(id);
+        break;
+    }
+  }
+  std::erase_if(records_, [&](const auto& kv) {
+    return std::get<0>(kv.first) == q->home && std::get<1>(kv.first) == q->slot;
+  });
+  for (auto& [name, c] : resolved_)
+    if (c.home == q->home && c.slot == q->slot) c.gen = q->new_gen;
+  last_word_.erase(key_of(q->home, q->slot));
+  finish(lk, st);
+  return encode_report(holds);
+}
+
+void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) return;  // done in member_down
+  size_t n;
+  {
+    std::lock_guard lk(mu_);
+    n = slots_.size();
+  }
+  for (uint32_t s = 0; s < n; ++s) {
+    const uint64_t off = uint64_t(s) * kSlotBytes;
+    auto w = word_at(table_, off);
+    // A quiescent lock (released, no shared member, tail on a live node) needs nothing.
+    Word cur = Word::decode(w.load());
+    if (cur.tail != kFence && cur.released && cur.count == 0 && alive(rank_of(cur.tail))) continue;
+    // 1. Fence: nobody may enqueue until the queue is rebuilt.
+    uint64_t old = w.load();
+    while (!w.compare_exchange_weak(old, Word{false, kFence, 0}.encode())) {
+    }
+    RecoverRequest q;
+    q.home = opts_.self_rank;
+    q.slot = s;
+    q.incarnation = opts_.incarnation;
+    {
+      std::lock_guard lk(mu_);
+      q.old_gen = slots_[s]->gen;
+      q.new_gen = q.old_gen + 1;
+      slots_[s]->gen = q.new_gen;
+      slots_[s]->early_recovered_rels = 0;
+      ++counters_.recoveries;
+    }
+    // 2. Ask every live member (this node too) what it holds; their waiters step back.
+    std::vector<ReportedHold> holds;
+    for (uint32_t rank = 1; rank <= opts_.members; ++rank) {
+      for (;;) {
+        if (rank != opts_.self_rank && !alive(rank)) break;
+        try {
+          auto body = q.encode();
+          auto reply = rank == opts_.self_rank ? on_recover(body)
+                                               : net_.call(rank, "dlm.recover", body);
+          auto rep = decode_report(reply);
+          if (!rep) throw std::runtime_error("malformed dlm.recover reply");
+          holds.insert(holds.end(), rep->begin(), rep->end());
+          break;
+        } catch (const std::exception& e) {
+          log_line(opts_.log, fabric::LogLevel::Warn,
+                   "DLM0303 recovery of slot " + std::to_string(s) + ": member " +
+                       std::to_string(rank) + " did not answer (" + e.what() +
+                       "); asking again until it answers or is declared dead");
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+    }
+    // 3. A home ticket R becomes the tail; it counts as held until every reported holder released.
+    std::unique_lock lk(mu_);
+    Step st;
+    Token top = word_at(table_, off + 8).load();
+    for (const auto& h : holds) top = std::max(top, h.token);
+    Ticket r = new_ticket();
+    auto rec = std::make_unique<Record>();
+    rec->home = opts_.self_rank;
+    rec->slot = s;
+    rec->ticket = r;
+    rec->gen = q.new_gen;
+    rec->granted = true;
+    rec->token = top + kRecoveryTokenJump;
+    uint32_t early = slots_[s]->early_recovered_rels;
+    rec->holders_outstanding = holds.size() > early ? uint32_t(holds.size() - early) : 0;
+    bool free_now = rec->holders_outstanding == 0;
+    rec->released = free_now;
+    if (free_now) word_at(table_, off + 8).store(rec->token, std::memory_order_release);
+    records_[{opts_.self_rank, s, r}] = std::move(rec);
+    uint64_t fenced = w.load();
+    while (!w.compare_exchange_weak(fenced, Word{free_now, r, 0}.encode())) {
+    }
+    last_word_[key_of(opts_.self_rank, s)] = Word{free_now, r, 0}.encode();
+    // 4. Resume the members' waiters.
+    Msg m;
+    m.type = MsgType::Resume;
+    m.home = opts_.self_rank;
+    m.slot = s;
+    m.gen = q.new_gen;
+    for (uint32_t rank = 1; rank <= opts_.members; ++rank)
+      if (rank == opts_.self_rank || alive_[rank]) deliver(st, rank, m);
+    log_line(opts_.log, fabric::LogLevel::Info,
+             "DLM0304 recovered lock \"" + slots_[s]->name + "\" (slot " + std::to_string(s) +
+                 "): " + std::to_string(holds.size()) + " holder(s) kept, tokens continue above " +
+                 std::to_string(top + kRecoveryTokenJump));
+    finish(lk, st);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deadlines and retries
+
+void LockEngine::timer_loop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    auto now = Clock::now();
+    Step st;
+    bool retrying = false;
+    std::vector<uint64_t> ids;
+    for (auto& [id, r] : requests_) ids.push_back(id);
+    for (uint64_t id : ids) {
+      auto it = requests_.find(id);
+      if (it == requests_.end()) continue;
+      Request& r = *it->second;
+      bool expired = r.has_deadline && now >= r.deadline && r.owner != 0;
+      if (r.state == Request::State::Waiting && expired) {
+        ++counters_.timeouts;
+        fail(st, r, Status::Timeout,
+             "lock \"" + r.name + "\" was not granted within the timeout");
+        r.state = Request::State::Ghost;
+        if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
+          Msg m = msg(MsgType::SrslCancel, r);
+          m.c = opts_.self_rank;
+          m.x = r.id;
+          deliver(st, r.home, m);
+        }
+      } else if (r.state == Request::State::Starting) {
+        if (expired) {
+          ++counters_.timeouts;
+          fail(st, r, Status::Timeout, "lock \"" + r.name + "\" was not granted within the timeout");
+          drop_request(r);
+        } else if (now >= r.retry_at) {
+          start(st, r);
+        } else {
+          retrying = true;
+        }
+        if (requests_.count(id) && requests_[id]->state == Request::State::Starting)
+          retrying = true;
+      }
+    }
+    // finish() unlocks; take the lock again for the wait.
+    finish(lk, st);
+    lk.lock();
+    if (stopping_) break;
+    timer_cv_.wait_for(lk, retrying ? opts_.retry_interval : std::chrono::milliseconds(5));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::string LockEngine::status_text() {
+  std::lock_guard lk(mu_);
+  std::ostringstream o;
+  o << "algorithm " << cluster::to_string(opts_.algorithm) << ", member " << opts_.self_rank
+    << " of " << opts_.members << ", epoch " << opts_.epoch << "\n";
+  o << "members:";
+  for (uint32_t r = 1; r <= opts_.members; ++r) o << " " << r << (alive_[r] ? "(up)" : "(DOWN)");
+  o << "\n";
+  o << "home locks: " << slots_.size() << " of " << opts_.lock_slots << " slots\n";
+  size_t held = 0, waiting = 0;
+  for (auto& [id, r] : requests_) {
+    if (r->state == Request::State::Held) ++held;
+    else ++waiting;
+  }
+  o << "local holds: " << held << ", waiting/withdrawn: " << waiting
+    << ", queue records: " << records_.size() << "\n";
+  const auto& c = counters_;
+  o << "counters: acquires " << c.acquires << ", grants " << c.grants << " (immediate "
+    << c.immediate_grants << "), releases " << c.releases << ", timeouts " << c.timeouts
+    << ", would_block " << c.would_block << ", home_down " << c.home_down << ", revoked "
+    << c.revoked << ", cas_retries " << c.cas_retries << ", messages in/out " << c.messages_in
+    << "/" << c.messages_out << ", stale " << c.stale_messages << ", malformed "
+    << c.bad_messages << ", recoveries " << c.recoveries << ", renormalisations "
+    << c.renormalisations << "\n";
+  return o.str();
+}
+
+}  // namespace tierce::dlm

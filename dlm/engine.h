@@ -1,0 +1,167 @@
+// dlm/engine.h — one lockd's share of the lock manager: the protocol state machine of N-CoSED
+// (and DQNL, which is N-CoSED with every request exclusive) and of SRSL, the home's table and
+// name directory, and the local requests and holds. The protocol is docs/dlm.md.
+//
+// Threads: every entry point takes the engine's mutex. Remote atomics run under it (the target's
+// fabric responder or NIC performs them: no lockd mutex is needed on the other side, so no
+// cycle); messages and client completions are collected under it and delivered after it is
+// released, so a slow peer never holds the engine. Messages to this node itself are processed in
+// the same step (an inbox drained before the mutex is released).
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster/topology.h"
+#include "dlm/messages.h"
+#include "dlm/service.h"
+#include "dlm/word.h"
+#include "fabric/fabric.h"
+
+namespace tierce::dlm {
+
+// How the engine reaches the other lockds (lockd implements it over the fabric; tests may too).
+class Network {
+ public:
+  virtual ~Network() = default;
+  // One-sided operations on `home`'s lock table (`home` may be this node). Offsets are table
+  // offsets (slot * kSlotBytes + 0 for W, + 8 for K). Throws on failure (the message says why).
+  virtual void table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) = 0;
+  // One-way message to a member's dlm.msg service. Best effort: a failure is logged; the
+  // recovery after the peer is declared dead repairs what was lost.
+  virtual void send(uint32_t rank, const std::vector<uint8_t>& msg) = 0;
+  // A call to a member's service (dlm.resolve, dlm.recover). Throws on failure or timeout.
+  virtual std::vector<uint8_t> call(uint32_t rank, std::string_view service,
+                                    std::span<const uint8_t> body) = 0;
+};
+
+struct EngineOptions {
+  cluster::LockAlgorithm algorithm = cluster::LockAlgorithm::NCoSED;
+  uint32_t self_rank = 0;
+  uint32_t members = 0;   // ranks 1..members
+  uint32_t lock_slots = 65536;
+  uint64_t epoch = 1;     // this incarnation's persisted epoch (tokens start at epoch << 48)
+  uint64_t incarnation = 0;
+  // Which member is the home of a lock name (rendezvous over the topology).
+  std::function<uint32_t(const std::string&)> home_of;
+  std::chrono::milliseconds retry_interval{1};  // back-off while a lock is fenced
+  size_t max_requests = 1u << 20;               // local requests + holds
+  fabric::LogSink log;
+};
+
+struct EngineCounters {
+  uint64_t acquires = 0, grants = 0, immediate_grants = 0, releases = 0, timeouts = 0,
+           would_block = 0, home_down = 0, revoked = 0, cas_retries = 0, messages_in = 0,
+           messages_out = 0, stale_messages = 0, bad_messages = 0, recoveries = 0,
+           renormalisations = 0;
+};
+
+class LockEngine final : public LocalLockService {
+ public:
+  LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& net);
+  ~LockEngine() override;
+  LockEngine(const LockEngine&) = delete;
+  LockEngine& operator=(const LockEngine&) = delete;
+
+  // LocalLockService
+  void acquire(OwnerId owner, const std::string& name, Mode mode, std::chrono::milliseconds timeout,
+               std::function<void(const Grant&)> done) override;
+  Status release(OwnerId owner, HoldId hold) override;
+  void owner_gone(OwnerId owner) override;
+  void set_revoked_callback(RevokedFn fn) override;
+  std::string status_text() override;
+
+  // From the fabric services.
+  void on_message(std::span<const uint8_t> body);
+  std::vector<uint8_t> on_resolve(std::span<const uint8_t> body);
+  std::vector<uint8_t> on_recover(std::span<const uint8_t> body);
+
+  // From the heartbeat logic. A member that went down, or came back as a new incarnation:
+  // - its locks (this node's requests on locks homed there) fail: holds revoked (LeaseLost),
+  //   waiters HomeDown, cached resolutions dropped;
+  // - as a home, this node recovers every lock of its table that may involve the member
+  //   (run by recover_all() on the caller's thread: it makes calls to the members).
+  void member_down(uint32_t rank, const std::string& why);
+  void member_up(uint32_t rank);
+  bool member_alive(uint32_t rank) const;
+  // Recovers every allocated slot of this home (docs/dlm.md "Recovery"). Calls the live
+  // members; `alive` says whether to keep waiting for a member's answer.
+  void recover_all(const std::function<bool(uint32_t)>& alive);
+
+  EngineCounters counters() const;
+  const EngineOptions& options() const { return opts_; }
+
+  struct Request;
+  struct Record;
+  struct Slot;
+
+ private:
+  struct Step;  // what one locked step produced: messages, completions, revocations
+  void finish(std::unique_lock<std::mutex>& lk, Step& st);
+  void timer_loop();
+
+  // N-CoSED / DQNL
+  void start(Step& st, Request& r);
+  void start_exclusive(Step& st, Request& r);
+  void start_shared(Step& st, Request& r);
+  void granted(Step& st, Request& r, Token token);
+  void release_request(Step& st, Request& r);
+  void release_record(Step& st, Record& rec);
+  void try_handoff(Step& st, Record& rec);
+  void handle(Step& st, const Msg& m);
+  void deliver(Step& st, uint32_t rank, const Msg& m);
+  Ticket new_ticket();
+  Record* record(uint32_t home, uint32_t slot, Ticket t);
+  void erase_record(uint32_t home, uint32_t slot, Ticket t);
+  uint64_t atomic_op(uint32_t home, fabric::OpKind kind, uint64_t off, uint64_t a0, uint64_t a1,
+                     uint64_t* k_out);
+
+  // SRSL
+  void srsl_home(Step& st, const Msg& m);
+  void srsl_grant_waiters(Step& st, uint32_t slot);
+
+  void fail(Step& st, Request& r, Status s, const std::string& why);
+  void drop_request(Request& r);
+  uint64_t home_gen(uint32_t slot) const;
+  Msg msg(MsgType t, const Request& r) const;
+
+  EngineOptions opts_;
+  std::span<uint8_t> table_;  // this home's W/K words (exported as dlm.table)
+  Network& net_;
+  RevokedFn revoked_;
+
+  mutable std::mutex mu_;
+  std::condition_variable timer_cv_;
+  bool stopping_ = false;
+  uint32_t next_seq_ = 1;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // by request id
+  std::map<std::tuple<uint32_t, uint32_t, Ticket>, std::unique_ptr<Record>> records_;
+  // Resolution cache: name -> (home, slot, gen).
+  struct Cached {
+    uint32_t home = 0;
+    uint32_t slot = 0;
+    uint64_t gen = 0;
+  };
+  std::unordered_map<std::string, Cached> resolved_;
+  std::unordered_map<uint64_t, uint64_t> last_word_;  // (home << 32 | slot) -> last W seen
+  // Home side.
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::unordered_map<std::string, uint32_t> directory_;
+  std::vector<bool> alive_;      // by rank
+  EngineCounters counters_;
+  std::thread timer_;
+};
+
+}  // namespace tierce::dlm

@@ -1,0 +1,105 @@
+// dlm/messages.h — what lockds say to each other over the fabric (service "dlm.msg", one-way),
+// plus the bodies of the calls dlm.resolve, dlm.heartbeat and dlm.recover.
+//
+// dlm.msg body: one fixed 56-byte frame, little-endian:
+//
+//   offset size field   meaning per type (see docs/dlm.md)
+//   0      1    magic   0xD1
+//   1      1    type    MsgType
+//   2      2    sender  the sending lockd's rank
+//   4      4    home    rank of the lock's home
+//   8      4    slot    the lock's slot at its home
+//   12     4    a       ticket (T or E)            | SRSL: mode   | recovery: ticket R
+//   16     8    gen     the lock's generation (epoch << 32 | recoveries): stale ones are dropped
+//   24     4    b       successor ticket / member k | SRSL: try(1)
+//   28     4    c       requester rank / count
+//   32     8    x       request id / pre-granted flag
+//   40     8    y       token
+//   48     8    from    sender's incarnation (a restarted sender's old messages are dropped)
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dlm/types.h"
+
+namespace tierce::dlm {
+
+enum class MsgType : uint8_t {
+  SharedReq = 1,    // to T's node: member b of G(a) on rank c, request x, waits for a grant
+  SharedGrant = 2,  // to the member's node: request x granted with token y
+  SharedRel = 3,    // to T's node: one member of G(a) released
+  Successor = 4,    // to T's node: a's successor is b, |G(a)| = c; x = 1: b was granted at once
+  ExclGrant = 5,    // to E's node: ticket a granted with token y
+  RecoveredRel = 6, // to the home: a holder reported in the recovery of ticket a released
+  Resume = 7,       // home to members: the recovery of the lock ended, generation gen
+  SrslReq = 8,      // to the home: rank c, request x, mode a, try b
+  SrslGrant = 9,    // to the requester: request x -> status a (Ok: token y; WouldBlock)
+  SrslRel = 10,     // to the home: rank c releases request x
+  SrslCancel = 11,  // to the home: rank c withdraws waiting request x
+};
+inline constexpr uint8_t kMsgMagic = 0xD1;
+inline constexpr size_t kMsgBytes = 56;
+
+struct Msg {
+  MsgType type = MsgType::SharedReq;
+  uint32_t home = 0;
+  uint32_t slot = 0;
+  uint32_t a = 0;
+  uint64_t gen = 0;
+  uint32_t b = 0;
+  uint32_t c = 0;
+  uint64_t x = 0;
+  uint64_t y = 0;
+  uint64_t from = 0;    // the sender's incarnation
+  uint16_t sender = 0;  // the sender's rank
+
+  std::vector<uint8_t> encode() const;
+  // nullopt on anything malformed (wrong size, magic, type).
+  static std::optional<Msg> decode(std::span<const uint8_t> bytes);
+};
+std::string_view to_string(MsgType t);
+
+// dlm.resolve: request = the lock name; reply = status u8, slot u32, gen u64 (Status::Ok), or
+// status + message (TooMany: the home's table is full; BadName).
+struct Resolution {
+  Status status = Status::Internal;
+  uint32_t slot = 0;
+  uint64_t gen = 0;
+  std::string message;
+  std::vector<uint8_t> encode() const;
+  static std::optional<Resolution> decode(std::span<const uint8_t> bytes);
+};
+
+// dlm.heartbeat: both ways the same body: rank u32, digest u64, incarnation u64, epoch u64.
+struct Heartbeat {
+  uint32_t rank = 0;
+  uint64_t digest = 0;
+  uint64_t incarnation = 0;
+  uint64_t epoch = 0;
+  std::vector<uint8_t> encode() const;
+  static std::optional<Heartbeat> decode(std::span<const uint8_t> bytes);
+};
+
+// dlm.recover: request = home u32, slot u32, old gen u64, new gen u64, home incarnation u64.
+// Reply = count u32, then per holder: mode u8, token u64. The member drops its waiting entries
+// of the lock (re-requested on Resume) and reports what it holds.
+struct RecoverRequest {
+  uint32_t home = 0;
+  uint32_t slot = 0;
+  uint64_t old_gen = 0;
+  uint64_t new_gen = 0;
+  uint64_t incarnation = 0;
+  std::vector<uint8_t> encode() const;
+  static std::optional<RecoverRequest> decode(std::span<const uint8_t> bytes);
+};
+struct ReportedHold {
+  Mode mode = Mode::Shared;
+  Token token = 0;
+};
+std::vector<uint8_t> encode_report(const std::vector<ReportedHold>& holds);
+std::optional<std::vector<ReportedHold>> decode_report(std::span<const uint8_t> bytes);
+
+}  // namespace tierce::dlm

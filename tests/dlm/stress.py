@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""tests/dlm/stress.py — the lock manager's multi-process stress test.
+
+Starts NODES real tierce-lockd processes on 127.0.0.1 (a private directory, free ports), and
+stress_worker client processes on every node, in two groups: group A on a lock homed at node 1,
+group B on a lock homed at the last node. Each group checks mutual exclusion and fencing tokens on
+its own shared state file (see stress_worker.cc). During the run:
+
+  1. a holder process is SIGKILLed while it holds group A's lock exclusively and others queue
+     behind it: its lockd must release the lock (the connection closed) and the queue go on;
+  2. (--kill-node) the last node dies — its lockd and its workers SIGKILLed together, like a
+     crashed machine: it is the home of group B's lock and a member of group A's queue. Group A
+     must go on after the lease; group B gets HomeDown until the node is back; then the node is
+     restarted (same state directory: a higher epoch) with fresh workers.
+
+Passes when every surviving worker finished its iterations, no worker saw a violation, and each
+group's counter equals its completed exclusive sections (up to one per worker killed inside one).
+Everything started is stopped, also on failure.
+"""
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SLOTS = 64
+STATE_BYTES = 40 + 16 * SLOTS
+
+
+def hash64(data: bytes) -> int:
+    """cluster/hash.h: FNV-1a 64, then the splitmix64 finaliser."""
+    m = (1 << 64) - 1
+    h = 0xCBF29CE484222325
+    for c in data:
+        h ^= c
+        h = (h * 0x100000001B3) & m
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & m
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & m
+    h ^= h >> 31
+    return h
+
+
+def home_of(name: str, nodes):
+    """cluster::Topology::lock_home_of: rendezvous over the lockd members."""
+    key = "%016x" % hash64(name.encode())
+    return max(nodes, key=lambda n: hash64((key + "@" + n).encode()))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Run:
+    def __init__(self, a):
+        self.a = a
+        self.dir = tempfile.mkdtemp(prefix="tierce-dlm-stress-")
+        self.procs = []  # every process started, for the final cleanup
+        self.lockd = {}
+        self.nodes = ["n%d" % i for i in range(1, a.nodes + 1)]
+
+    def log(self, *msg):
+        print("[%7.2f]" % (time.monotonic() - self.t0), *msg, flush=True)
+
+    def write_topology(self):
+        secret = os.path.join(self.dir, "secret")
+        with open(secret, "w") as f:
+            f.write("stress-secret-0123456789abcdef\n")
+        os.chmod(secret, 0o600)
+        lines = ['[cluster]', 'name = "stress"', 'secret_file = "%s"' % secret,
+                 'transport = "%s"' % self.a.transport, '[dlm]',
+                 'algorithm = "%s"' % self.a.algorithm, 'heartbeat_ms = 50',
+                 'lease_ms = %d' % self.a.lease_ms]
+        for n in self.nodes:
+            if self.a.transport == "shm":
+                uri = "shm://" + os.path.join(self.dir, n + "-lockd.sock")
+            else:
+                uri = "tcp://127.0.0.1:%d" % free_port()
+            lines += ["[[node]]", 'name = "%s"' % n, 'lockd = ["%s"]' % uri]
+        self.topology = os.path.join(self.dir, "cluster.toml")
+        with open(self.topology, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def sock(self, node):
+        return os.path.join(self.dir, node + "-ipc.sock")
+
+    def start_lockd(self, node):
+        logf = open(os.path.join(self.dir, node + ".log"), "a")
+        p = subprocess.Popen([self.a.lockd, "-t", self.topology, "-n", node, "-s", self.sock(node),
+                              "-d", os.path.join(self.dir, node + "-state"), "-f"],
+                             stdout=logf, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        self.lockd[node] = p
+        return p
+
+    def wait_members_up(self, timeout=15):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ok = True
+            for n in self.nodes:
+                r = subprocess.run([self.a.cli, "--status", "--socket", self.sock(n)],
+                                   capture_output=True, text=True)
+                if r.returncode != 0 or "DOWN" in r.stdout:
+                    ok = False
+                    break
+            if ok:
+                return
+            time.sleep(0.05)
+        raise SystemExit("FAIL: the lockds did not all see each other within %d s (logs in %s)"
+                         % (timeout, self.dir))
+
+    def new_state(self, name):
+        path = os.path.join(self.dir, name + ".state")
+        with open(path, "wb") as f:
+            f.write(b"\0" * STATE_BYTES)
+        return path
+
+    def read_state(self, path):
+        with open(path, "rb") as f:
+            b = f.read(40)
+        vals = [int.from_bytes(b[i:i + 8], "little") for i in range(0, 40, 8)]
+        return {"counter": vals[0], "max_token": vals[1], "violations": vals[2],
+                "sections": vals[3]}
+
+    def worker(self, node, state, slot, lock, iterations, hold=False):
+        args = [self.a.worker, self.sock(node), state, str(slot), lock, str(iterations),
+                str(1000 + slot)]
+        if hold:
+            args.append("--hold-forever")
+        p = subprocess.Popen(args, stdout=subprocess.PIPE if hold else subprocess.DEVNULL,
+                             stderr=open(os.path.join(self.dir, "worker%d.err" % slot), "a"),
+                             text=True)
+        p.node, p.slot, p.state = node, slot, state
+        self.procs.append(p)
+        return p
+
+    def dump_status(self):
+        for n in self.nodes:
+            p = self.lockd.get(n)
+            if p is None or p.poll() is not None:
+                continue
+            r = subprocess.run([self.a.cli, "--status", "--socket", self.sock(n)],
+                               capture_output=True, text=True)
+            print("--- status of %s:\n%s%s" % (n, r.stdout, r.stderr))
+
+    def cleanup(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except Exception:
+                pass
+
+    def run(self):
+        a = self.a
+        self.t0 = time.monotonic()
+        self.write_topology()
+        for n in self.nodes:
+            self.start_lockd(n)
+        self.wait_members_up()
+        self.log("%d lockds up (%s over %s)" % (len(self.nodes), a.algorithm, a.transport))
+        first, last = self.nodes[0], self.nodes[-1]
+        lock_a = next("stress-a-%d" % i for i in range(1000) if home_of("stress-a-%d" % i, self.nodes) == first)
+        lock_b = next("stress-b-%d" % i for i in range(1000) if home_of("stress-b-%d" % i, self.nodes) == last)
+        state_a, state_b = self.new_state("a"), self.new_state("b")
+        workers = []
+        slot = 0
+        for g, (lock, state) in enumerate([(lock_a, state_a), (lock_b, state_b)]):
+            for i in range(a.workers):
+                workers.append(self.worker(self.nodes[i % len(self.nodes)], state, slot, lock,
+                                           a.iterations))
+                slot += 1
+        # 1. A holder killed while it holds group A's lock and others queue behind it.
+        holder = self.worker(self.nodes[1 % len(self.nodes)], state_a, slot, lock_a, 1, hold=True)
+        slot += 1
+        line = holder.stdout.readline().strip()
+        if not line.startswith("HOLDING"):
+            raise SystemExit("FAIL: the holder did not get the lock: %r" % line)
+        self.log("holder pid %d %s; killing it in 0.5 s" % (holder.pid, line))
+        time.sleep(0.5)
+        before = self.read_state(state_a)["sections"]
+        holder.kill()
+        holder.wait()
+        t_kill = time.monotonic()
+        while self.read_state(state_a)["sections"] == before:
+            if time.monotonic() - t_kill > 10:
+                raise SystemExit("FAIL: group A made no progress within 10 s of the holder's death")
+            time.sleep(0.005)
+        self.log("group A went on %.0f ms after the holder was killed"
+                 % ((time.monotonic() - t_kill) * 1000))
+        killed_inside = {state_a: 1, state_b: 0}  # the holder was inside
+        # 2. The last node dies: lockd + its workers.
+        if a.kill_node:
+            time.sleep(0.5)
+            victims = [w for w in workers if w.node == last]
+            self.lockd[last].kill()
+            for w in victims:
+                w.kill()
+            for w in victims + [self.lockd[last]]:
+                w.wait()
+            for w in victims:
+                killed_inside[w.state] += 1  # at most one section each was cut short
+            self.log("killed node %s (lockd + %d workers)" % (last, len(victims)))
+            sa = self.read_state(state_a)["sections"]
+            t_kill = time.monotonic()
+            while self.read_state(state_a)["sections"] == sa:
+                if time.monotonic() - t_kill > 15:
+                    raise SystemExit("FAIL: group A made no progress within 15 s of node %s's death"
+                                     % last)
+                time.sleep(0.005)
+            self.log("group A went on %.0f ms after node %s died"
+                     % ((time.monotonic() - t_kill) * 1000, last))
+            time.sleep(1.0)
+            self.start_lockd(last)
+            self.wait_members_up()
+            self.log("node %s restarted" % last)
+            for w in victims:
+                workers.append(self.worker(last, w.state, slot, lock_a if w.state == state_a else lock_b,
+                                           a.iterations // 2))
+                slot += 1
+            workers = [w for w in workers if w not in victims]
+        deadline = time.monotonic() + a.deadline
+        failed = []
+        for w in workers:
+            try:
+                rc = w.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                failed.append("worker slot %d on %s did not finish within %d s (hang?)"
+                              % (w.slot, w.node, a.deadline))
+                continue
+            if rc != 0:
+                with open(os.path.join(self.dir, "worker%d.err" % w.slot)) as f:
+                    err = f.read().strip()
+                failed.append("worker slot %d on %s exited %d: %s" % (w.slot, w.node, rc, err[-500:]))
+        for name, st in (("A", state_a), ("B", state_b)):
+            s = self.read_state(st)
+            self.log("group %s: %d exclusive sections, counter %d, violations %d, highest token %d"
+                     % (name, s["sections"], s["counter"], s["violations"], s["max_token"]))
+            if s["violations"]:
+                failed.append("group %s: %d mutual exclusion / fencing violations" % (name, s["violations"]))
+            if not (s["sections"] <= s["counter"] <= s["sections"] + killed_inside[st]):
+                failed.append("group %s: counter %d vs %d completed exclusive sections: lost updates"
+                              % (name, s["counter"], s["sections"]))
+            if s["sections"] == 0:
+                failed.append("group %s: no exclusive section ran" % name)
+        if failed:
+            print("FAIL:\n  " + "\n  ".join(failed))
+            self.dump_status()
+            print("logs in", self.dir)
+            return 1
+        print("PASS: %s over %s, %d nodes, %d workers per group x %d iterations, holder killed%s"
+              % (a.algorithm, a.transport, len(self.nodes), a.workers, a.iterations,
+                 ", node killed and restarted" if a.kill_node else ""))
+        return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lockd", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--cli", required=True, help="tierce-lock (for --status)")
+    ap.add_argument("--transport", default="tcp", choices=["tcp", "shm"])
+    ap.add_argument("--algorithm", default="ncosed", choices=["ncosed", "dqnl", "srsl"])
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=6, help="per group")
+    ap.add_argument("--iterations", type=int, default=1000)
+    ap.add_argument("--lease-ms", type=int, default=800)
+    ap.add_argument("--kill-node", action="store_true")
+    ap.add_argument("--deadline", type=int, default=120)
+    ap.add_argument("--keep", action="store_true", help="keep the directory")
+    a = ap.parse_args()
+    if a.nodes < 3:
+        ap.error("--nodes must be at least 3")
+    r = Run(a)
+    rc = 1
+    try:
+        rc = r.run()
+    except SystemExit as e:
+        print(e)
+        r.dump_status()
+        rc = 1
+    finally:
+        r.cleanup()
+        if rc == 0 and not a.keep:
+            shutil.rmtree(r.dir, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())

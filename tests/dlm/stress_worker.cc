@@ -1,0 +1,192 @@
+// tests/dlm/stress_worker.cc — one client process of the lock manager stress test (stress.py):
+// takes a lock through its node's lockd (dlm/client.h) in random modes and checks mutual
+// exclusion on real shared state — a file mapped by every worker on the host:
+//
+//   offset  size  field
+//   0       8     counter: incremented (read, pause, write) by every exclusive section
+//   8       8     highest exclusive fencing token seen
+//   16      8     violations: overlaps and token regressions found by any worker
+//   24      8     exclusive sections completed
+//   32      8     unused
+//   40+16i  16    slot i (one per worker): pid (8), mode inside the lock (8): 0 out, 1 shared,
+//                 2 exclusive
+//
+// A worker entering announces itself in its slot, then looks at every other slot whose process
+// is alive: another exclusive (or, entering exclusively, anyone) inside is a violation. Slots of
+// dead processes are ignored: a node killed mid-section leaves its worker's slot behind, and the
+// next holder may enter once the lock manager has given the lock away (that is the point).
+//
+// Usage: stress_worker SOCKET STATEFILE SLOT LOCKNAME ITERATIONS SEED [--hold-forever]
+// Exit: 0 done, 1 a violation or an unexpected error, 3 the lockd went away (node killed).
+// --hold-forever: takes the lock exclusively, prints "HOLDING <token>" and sleeps (the driver
+// SIGKILLs it: the lock must be released when the holder process dies).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "dlm/client.h"
+
+using tierce::dlm::LockClient;
+using tierce::dlm::LockError;
+using tierce::dlm::Mode;
+using tierce::dlm::Status;
+
+namespace {
+constexpr int kSlots = 64;
+struct Slot {
+  std::atomic<int64_t> pid;
+  std::atomic<int64_t> mode;
+};
+struct State {
+  std::atomic<uint64_t> counter;
+  std::atomic<uint64_t> max_token;
+  std::atomic<uint64_t> violations;
+  std::atomic<uint64_t> sections;
+  uint64_t unused;
+  Slot slots[kSlots];
+};
+static_assert(sizeof(State) == 40 + 16 * kSlots);
+
+// A process counts as alive until it starts exiting: one that is exiting (PF_EXITING, after a
+// SIGKILL: it runs no more user code, and its lockd connection closes during the exit) or a
+// zombie (exited, not reaped by its parent yet) is dead for this purpose.
+bool alive(int64_t pid) {
+  if (pid <= 0) return false;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  char buf[1024] = {};
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* p = std::strrchr(buf, ')');  // "pid (comm) state ppid pgrp session tty tpgid flags"
+  if (n == 0 || !p) return true;
+  char state = 0;
+  unsigned long flags = 0;
+  if (std::sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return true;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state != 'Z' && state != 'X' && !(flags & kPfExiting);
+}
+
+// Announces `mode` in slot `me` and returns how many live others conflict with it.
+int enter(State& st, int me, int64_t mode) {
+  st.slots[me].mode.store(mode);
+  int conflicts = 0;
+  for (int i = 0; i < kSlots; ++i) {
+    if (i == me) continue;
+    int64_t m = st.slots[i].mode.load();
+    if (m == 0 || (mode == 1 && m == 1)) continue;
+    if (alive(st.slots[i].pid.load())) {
+      std::fprintf(stderr, "VIOLATION: slot %d entered %s while slot %d (pid %lld) is inside %s\n", me,
+                   mode == 2 ? "exclusively" : "shared", i,
+                   static_cast<long long>(st.slots[i].pid.load()), m == 2 ? "exclusively" : "shared");
+      ++conflicts;
+    }
+  }
+  return conflicts;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 7) {
+    std::fprintf(stderr, "usage: %s SOCKET STATEFILE SLOT LOCK ITERATIONS SEED [--hold-forever]\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string socket = argv[1], statefile = argv[2], lock = argv[4];
+  const int me = std::atoi(argv[3]);
+  const int iterations = std::atoi(argv[5]);
+  const unsigned seed = unsigned(std::atoi(argv[6]));
+  const bool hold_forever = argc > 7 && std::string(argv[7]) == "--hold-forever";
+  if (me < 0 || me >= kSlots) {
+    std::fprintf(stderr, "SLOT must be 0..%d\n", kSlots - 1);
+    return 2;
+  }
+  int fd = ::open(statefile.c_str(), O_RDWR);
+  if (fd < 0) {
+    std::perror("open state file");
+    return 1;
+  }
+  void* p = ::mmap(nullptr, sizeof(State), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    std::perror("mmap");
+    return 1;
+  }
+  State& st = *static_cast<State*>(p);
+  st.slots[me].mode.store(0);
+  st.slots[me].pid.store(::getpid());
+  std::mt19937 rng(seed);
+  try {
+    LockClient client(socket);
+    if (hold_forever) {
+      auto h = client.lock(lock, Mode::Exclusive, std::chrono::milliseconds(20000));
+      st.violations += uint64_t(enter(st, me, 2));
+      std::printf("HOLDING %llu\n", static_cast<unsigned long long>(h.token()));
+      std::fflush(stdout);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    int done = 0;
+    while (done < iterations) {
+      const bool excl = rng() % 3 == 0;
+      tierce::dlm::HeldLock h;
+      try {
+        h = client.lock(lock, excl ? Mode::Exclusive : Mode::Shared, std::chrono::milliseconds(20000));
+      } catch (const LockError& e) {
+        // A node of the cluster died: its locks are unavailable (HomeDown) until it is back,
+        // or our hold was revoked. Not a violation: retry.
+        if (e.status() == Status::HomeDown || e.status() == Status::Timeout) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          continue;
+        }
+        throw;
+      }
+      if (excl) {
+        st.violations += uint64_t(enter(st, me, 2));
+        uint64_t prev = st.max_token.load();
+        if (h.token() <= prev) {
+          std::fprintf(stderr, "VIOLATION: exclusive token %llu not above %llu\n",
+                       static_cast<unsigned long long>(h.token()), static_cast<unsigned long long>(prev));
+          ++st.violations;
+        }
+        st.max_token.store(std::max(prev, h.token()));
+        uint64_t c = st.counter.load();
+        std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 300));
+        st.counter.store(c + 1);
+        ++st.sections;
+      } else {
+        st.violations += uint64_t(enter(st, me, 1));
+        if (h.token() <= st.max_token.load()) {
+          std::fprintf(stderr, "VIOLATION: shared token %llu not above the last exclusive's\n",
+                       static_cast<unsigned long long>(h.token()));
+          ++st.violations;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100 + rng() % 200));
+      }
+      st.slots[me].mode.store(0);
+      try {
+        h.unlock();
+      } catch (const LockError& e) {
+        if (e.status() != Status::NotHeld) throw;  // revoked meanwhile (a node died): fine
+      }
+      ++done;
+    }
+    return 0;
+  } catch (const LockError& e) {
+    std::fprintf(stderr, "worker: %s (status %d)\n", e.what(), int(e.status()));
+    return e.status() == Status::Internal ? 3 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "worker: %s\n", e.what());
+    return 1;
+  }
+}
