@@ -133,6 +133,10 @@ bool LockEngine::member_alive(uint32_t rank) const {
 // Steps
 
 void LockEngine::deliver(Step& st, uint32_t rank, const Msg& m) {
+  if (rank == 0 || rank > opts_.members) {
+    ++counters_.bad_messages;  // a rank from a corrupt ticket or message: nobody to send to
+    return;
+  }
   if (rank == opts_.self_rank) {
     st.inbox.push_back(m);
   } else {
@@ -641,16 +645,13 @@ void LockEngine::on_message(std::span<const uint8_t> body) {
 void LockEngine::handle(Step& st, const Msg& m) {
   ++counters_.messages_in;
   // Generation check: the lock's current generation as this node knows it.
-  uint64_t gen = 0;
+  auto stale = [&] { ++counters_.stale_messages; };
+  if (m.home == 0 || m.home > opts_.members) return stale();
+  uint64_t gen = m.gen;  // members check through the record/request below
   if (m.home == opts_.self_rank) {
+    if (m.slot >= slots_.size()) return stale();
     gen = home_gen(m.slot);
-    if (m.slot >= slots_.size()) gen = ~0ull;
-  } else {
-    gen = m.gen;  // members check through the record/request below
   }
-  auto stale = [&] {
-    ++counters_.stale_messages;
-  };
   switch (m.type) {
     case MsgType::SharedReq: {
       Record* rec = record(m.home, m.slot, m.a);

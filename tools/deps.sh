@@ -9,6 +9,7 @@ PACKAGES=(
   libapache2-mod-php8.2 php8.2-mysql libphp8.2-embed php8.2-dev
   mariadb-server libmariadb-dev libmysqlcppconn-dev
   python3 python3-matplotlib curl procps iproute2 wrk nlohmann-json3-dev
+  libhiredis-dev redis-server spin
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -21,6 +22,7 @@ if ((${#missing[@]})); then
   fi
   echo "Installing: ${missing[*]}"
   apt-get update -q
-  # Services (apache2, mariadb) must not start by themselves: Tierce runs private instances.
+  # Services (apache2, mariadb, redis-server) must not start by themselves: Tierce runs private
+  # instances.
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi

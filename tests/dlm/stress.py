@@ -243,6 +243,17 @@ class Run:
                 with open(os.path.join(self.dir, "worker%d.err" % w.slot)) as f:
                     err = f.read().strip()
                 failed.append("worker slot %d on %s exited %d: %s" % (w.slot, w.node, rc, err[-500:]))
+        # A clean stop of every lockd (SIGTERM): exit code 0, or it crashed / a sanitizer fired.
+        for n, p in self.lockd.items():
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    rc = p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    failed.append("lockd %s did not stop within 10 s of SIGTERM" % n)
+                    continue
+                if rc != 0:
+                    failed.append("lockd %s exited %d on SIGTERM (see %s.log)" % (n, rc, n))
         for name, st in (("A", state_a), ("B", state_b)):
             s = self.read_state(st)
             self.log("group %s: %d exclusive sections, counter %d, violations %d, highest token %d"

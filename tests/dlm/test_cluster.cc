@@ -16,6 +16,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -356,4 +357,56 @@ BOOST_AUTO_TEST_CASE(dead_home_fails_fast_and_revokes) {
   Grant h = acquire(c.node(2), 2, name, Mode::Exclusive, 5000ms);
   BOOST_REQUIRE_MESSAGE(h.status == Status::Ok, h.message);
   BOOST_TEST(h.token > x.token);
+}
+
+BOOST_AUTO_TEST_CASE(garbage_from_an_authenticated_peer_is_rejected) {
+  Cluster c(3);
+  const std::string name = c.name_homed_at(1, "garbage");
+  Grant x = acquire(c.node(2), 1, name, Mode::Exclusive);
+  BOOST_REQUIRE(x.status == Status::Ok);
+  tierce::fabric::ClientOptions o;
+  o.secret = tierce::fabric::Secret("0123456789abcdef0123456789abcdef");
+  auto conn = tierce::fabric::connect(c.node(1).bound_uris().front(), o);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> body;
+    if (i % 2 == 0) {
+      // Well-framed messages with random fields (magic and type valid, ranks/slots/tickets not).
+      tierce::dlm::Msg m;
+      m.type = tierce::dlm::MsgType(1 + rng() % 11);
+      m.home = uint32_t(rng() % 5);
+      m.slot = uint32_t(rng() % 4);
+      m.a = uint32_t(rng());
+      m.gen = rng() % 3 == 0 ? (uint64_t(1) << 32) : rng();
+      m.b = uint32_t(rng());
+      m.c = uint32_t(rng() % 6);
+      m.x = rng();
+      m.y = rng();
+      m.sender = uint16_t(rng() % 5);
+      body = m.encode();
+    } else {
+      body.resize(rng() % 80);
+      for (auto& b : body) b = uint8_t(rng());
+      if (!body.empty() && rng() % 2) body[0] = tierce::dlm::kMsgMagic;
+    }
+    conn->send("dlm.msg", body);
+    if (i % 500 == 0) {
+      for (const char* svc : {"dlm.resolve", "dlm.recover", "dlm.heartbeat"}) {
+        try {
+          (void)conn->call(svc, body);
+        } catch (const tierce::fabric::FabricError&) {
+          // HandlerFailed: refused, as it should be
+        }
+      }
+    }
+  }
+  conn->ping();  // the server still answers
+  BOOST_TEST(c.node(2).engine().release(1, x.hold) == Status::Ok);
+  // The lock manager still works for everyone.
+  for (int at = 1; at <= 3; ++at) {
+    Grant g = acquire(c.node(at), 9, name, Mode::Exclusive, 5000ms);
+    BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+    BOOST_TEST(c.node(at).engine().release(9, g.hold) == Status::Ok);
+  }
+  BOOST_TEST(c.node(1).engine().counters().bad_messages + c.node(1).engine().counters().stale_messages > 0u);
 }
