@@ -9,7 +9,12 @@
 //
 // A hold ends when it is unlocked, when the client (its process) goes away, or when lockd
 // revokes it (LeaseLost: this node lost contact with the lock's home for a lease): revocations
-// are reported through revoked()/wait_revoked() and event_fd(); docs/dlm.md has the semantics.
+// are reported through revoked()/next_revoked() and event_fd(); docs/dlm.md has the semantics.
+//
+// No thread of its own (cheap in Apache prefork children): a waiting caller reads the socket
+// for everyone (dlm/client.cc). It polls for a reply for 50 us before sleeping, as waking a
+// sleeping thread costs more than a round trip on a VM; $TIERCE_LOCK_SPIN_US changes that
+// (0: never spin, for hosts with one CPU).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -50,7 +55,7 @@ class HeldLock {
   Token token() const { return token_; }
   const std::string& name() const { return name_; }
   Mode mode() const { return mode_; }
-  void unlock();  // throws LockError (NotHeld when lockd revoked it meanwhile)
+  void unlock();  // throws LockError (NotHeld when lockd revoked it meanwhile); see LockClient::unlock
   // Gives up ownership without releasing (the C API keeps the id itself).
   uint64_t release_ownership();
 
@@ -86,7 +91,11 @@ class LockClient {
                 std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
   // Granted at once or nullopt (the lock is held or has waiters). Throws on other errors.
   std::optional<HeldLock> try_lock(const std::string& name, Mode mode);
-  // Release by id (what HeldLock::unlock and the C API use). Throws LockError.
+  // Release by id (what HeldLock::unlock and the C API use). Throws LockError: NotHeld when this
+  // client does not hold it (unlocked already, or a revocation has reached it). One-way: returns
+  // once the release is sent, without waiting for lockd (as docs/dlm.md's shared release); this
+  // client's next request is handled after it, and a revocation crossing it in flight is
+  // reported by revoked().
   void unlock(uint64_t hold);
 
   // Revocations received so far and not yet taken. Reads the frames already waiting on the

@@ -1,0 +1,132 @@
+// tests/dlm/client/test_util.h — what the client/IPC/CLI tests share: a temporary directory, a
+// log capture, an IpcServer over the in-memory TestLockService, raw sockets, polling helpers.
+#pragma once
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agents/lockd/ipc_server.h"
+#include "dlm/ipc.h"
+#include "test_service.h"
+
+namespace dlm_test {
+
+using namespace std::chrono_literals;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/tdlm-XXXXXX";  // short: unix socket paths are limited to 107 bytes
+    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& f) const { return path + "/" + f; }
+};
+
+// Collects log lines so tests can check which LOCKD ids were logged.
+struct LogCapture {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  tierce::fabric::LogSink sink() {
+    return [this](tierce::fabric::LogLevel, std::string_view line) {
+      std::lock_guard g(mu);
+      lines.emplace_back(line);
+    };
+  }
+  size_t count(const std::string& needle) {
+    std::lock_guard g(mu);
+    size_t n = 0;
+    for (auto& l : lines) n += l.find(needle) != std::string::npos;
+    return n;
+  }
+  std::string all() {
+    std::lock_guard g(mu);
+    std::string s;
+    for (auto& l : lines) s += l + "\n";
+    return s;
+  }
+};
+
+// An IpcServer in front of a TestLockService, on a socket in a fresh directory. The service is
+// declared first: it outlives the server.
+struct ServerFixture {
+  TempDir dir;
+  std::string sock = dir / "lockd.sock";
+  LogCapture log;
+  TestLockService svc;
+  std::unique_ptr<tierce::lockd::IpcServer> ipc;
+  explicit ServerFixture(bool async = false, tierce::lockd::IpcOptions o = {}) : svc(async) {
+    ipc = std::make_unique<tierce::lockd::IpcServer>(sock, svc, log.sink(), o);
+  }
+};
+
+// Polls `cond` every millisecond until it holds or `limit` passes.
+inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5s) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return cond();
+}
+
+inline bool readable(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+// A raw SEQPACKET connection to the server, to send what no client library would.
+struct RawConn {
+  int fd = -1;
+  explicit RawConn(const std::string& path) {
+    fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      throw std::runtime_error("connect " + path + ": " + std::strerror(errno));
+  }
+  ~RawConn() {
+    if (fd >= 0) ::close(fd);
+  }
+  void send(const std::vector<uint8_t>& b) {
+    if (::send(fd, b.data(), b.size(), MSG_NOSIGNAL) != ssize_t(b.size()))
+      throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+  }
+  // The next frame from lockd, decoded; nullopt when none came within `ms`.
+  std::optional<tierce::dlm::ipc::Event> recv(int ms = 2000) {
+    if (!readable(fd, ms)) return std::nullopt;
+    uint8_t buf[tierce::dlm::ipc::kMaxFrame];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return std::nullopt;
+    tierce::dlm::ipc::DecodeError err;
+    return tierce::dlm::ipc::decode_event(std::span<const uint8_t>(buf, size_t(n)), &err);
+  }
+};
+
+template <class T>
+std::vector<uint8_t> encoded(const T& x) {
+  tierce::dlm::ipc::Frame f;
+  tierce::dlm::ipc::encode(x, &f);
+  return {f.bytes, f.bytes + f.size};
+}
+
+}  // namespace dlm_test
