@@ -60,6 +60,10 @@ struct LockEngine::Record {
   Ticket succ = 0;
   uint32_t succ_count = 0;
   uint32_t holders_outstanding = 0;  // recovery ticket: reported holders still holding
+  // The release batch (WRITE K; CAS) failed without an answer: it may still execute at the home.
+  // Handing off before it can no longer land would let its WRITE K overwrite a successor's newer
+  // K (found by the spin model, dlm/model/README.md), so the hand-off waits until then.
+  Clock::time_point uncertain_until{};
 };
 
 // A lock of this home.
@@ -601,15 +605,22 @@ void LockEngine::release_record(Step& st, Record& rec) {
       expected = old;  // only the count changed
     }
   } catch (const std::exception& e) {
+    if (Record* r = record(home, slot, t)) {
+      r->uncertain_until = Clock::now() + opts_.uncertain_release_delay;
+      timer_cv_.notify_one();
+    }
     log_line(opts_.log, fabric::LogLevel::Warn,
              "DLM0301 cannot publish the release of a lock of member " + std::to_string(home) +
                  " slot " + std::to_string(slot) + ": " + e.what() +
-                 " (the home's recovery will repair the queue)");
+                 " (the lock passes on by messages; the next holder waits " +
+                 std::to_string(opts_.uncertain_release_delay.count()) +
+                 " ms so that the unanswered write cannot land after its own)");
   }
 }
 
 void LockEngine::try_handoff(Step& st, Record& rec) {
   if (!rec.released || !rec.has_succ || rec.rels < rec.succ_count) return;
+  if (Clock::now() < rec.uncertain_until) return;  // the timer tries again
   if (!rec.succ_pre) {
     Msg g;
     g.type = MsgType::ExclGrant;
@@ -1112,6 +1123,16 @@ void LockEngine::timer_loop() {
         if (requests_.count(id) && requests_[id]->state == Request::State::Starting)
           retrying = true;
       }
+    }
+    std::vector<Record*> late;
+    for (auto& [k, rec] : records_)
+      if (rec->uncertain_until != Clock::time_point{}) {
+        if (now >= rec->uncertain_until) late.push_back(rec.get());
+        else retrying = true;
+      }
+    for (Record* rec : late) {
+      rec->uncertain_until = {};
+      try_handoff(st, *rec);  // may erase it
     }
     // finish() unlocks; take the lock again for the wait.
     finish(lk, st);

@@ -56,6 +56,9 @@ struct EngineOptions {
   // Which member is the home of a lock name (rendezvous over the topology).
   std::function<uint32_t(const std::string&)> home_of;
   std::chrono::milliseconds retry_interval{1};  // back-off while a lock is fenced
+  // After a release batch got no answer (it may still execute), the hand-off waits this long
+  // (lockd: lease_ms — a home that sits on a request longer is declared dead anyway).
+  std::chrono::milliseconds uncertain_release_delay{1000};
   size_t max_requests = 1u << 20;               // local requests + holds
   fabric::LogSink log;
 };

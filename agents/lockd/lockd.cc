@@ -125,6 +125,7 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   eo.home_of = [this](const std::string& name) {
     return topo_.rank_of(topo_.lock_home_of(cluster::hash64(name)).name);
   };
+  eo.uncertain_release_delay = std::chrono::milliseconds(topo_.dlm.lease_ms);
   eo.log = opts_.log;
   engine_ = std::make_unique<dlm::LockEngine>(eo, std::span(table_->data(), table_bytes), *this);
   for (uint32_t r = 1; r < peers_.size(); ++r)
