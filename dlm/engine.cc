@@ -56,6 +56,7 @@ struct LockEngine::Record {
   };
   std::vector<Waiter> waiting;  // SHARED_REQs of G(ticket) before the release
   uint32_t rels = 0;            // SHARED_RELs of G(ticket) received
+  uint32_t count_hint = 0;      // highest k + 1 seen in SHARED_REQs: W's count is at least this
   bool has_succ = false, succ_pre = false;
   Ticket succ = 0;
   uint32_t succ_count = 0;
@@ -64,6 +65,9 @@ struct LockEngine::Record {
   // Handing off before it can no longer land would let its WRITE K overwrite a successor's newer
   // K (found by the spin model, dlm/model/README.md), so the hand-off waits until then.
   Clock::time_point uncertain_until{};
+  // Released, but `released` not yet published in W (done after this step's messages are out):
+  // no hand-off until it is (the model's early hand-off).
+  bool publish_pending = false;
 };
 
 // A lock of this home.
@@ -83,7 +87,8 @@ struct LockEngine::Slot {
 };
 
 struct LockEngine::Step {
-  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> out;
+  std::map<uint32_t, std::vector<uint8_t>> out;  // by rank: messages batched into one body
+  std::vector<std::tuple<uint32_t, uint32_t, Ticket>> publish;  // releases to publish in W
   std::deque<Msg> inbox;
   std::vector<std::pair<std::function<void(const Grant&)>, Grant>> completions;
   std::vector<std::tuple<OwnerId, HoldId, std::string>> revocations;
@@ -147,24 +152,38 @@ void LockEngine::deliver(Step& st, uint32_t rank, const Msg& m) {
     Msg copy = m;
     copy.from = opts_.incarnation;
     copy.sender = uint16_t(opts_.self_rank);
-    st.out.emplace_back(rank, copy.encode());
+    auto bytes = copy.encode();
+    auto& body = st.out[rank];
+    body.insert(body.end(), bytes.begin(), bytes.end());
     ++counters_.messages_out;
   }
 }
 
 void LockEngine::finish(std::unique_lock<std::mutex>& lk, Step& st) {
-  while (!st.inbox.empty()) {
-    Msg m = st.inbox.front();
-    st.inbox.pop_front();
-    handle(st, m);
+  for (;;) {
+    while (!st.inbox.empty()) {
+      Msg m = st.inbox.front();
+      st.inbox.pop_front();
+      handle(st, m);
+    }
+    RevokedFn revoked = revoked_;
+    auto out = std::move(st.out);
+    auto completions = std::move(st.completions);
+    auto revocations = std::move(st.revocations);
+    auto publish = std::move(st.publish);
+    st = Step{};
+    lk.unlock();
+    // Grants first: waiters hear of their grant before the releaser's remote CAS.
+    for (auto& [rank, body] : out) net_.send(rank, body);
+    for (auto& [fn, g] : completions)
+      if (fn) fn(g);
+    if (revoked)
+      for (auto& [owner, hold, why] : revocations) revoked(owner, hold, why);
+    if (publish.empty()) return;
+    lk.lock();
+    for (auto& [home, slot, t] : publish)
+      if (Record* rec = record(home, slot, t); rec && rec->publish_pending) publish_release(st, *rec);
   }
-  RevokedFn revoked = revoked_;
-  lk.unlock();
-  for (auto& [rank, bytes] : st.out) net_.send(rank, bytes);
-  for (auto& [fn, g] : st.completions)
-    if (fn) fn(g);
-  if (revoked)
-    for (auto& [owner, hold, why] : st.revocations) revoked(owner, hold, why);
 }
 
 Msg LockEngine::msg(MsgType t, const Request& r) const {
@@ -564,9 +583,17 @@ void LockEngine::release_record(Step& st, Record& rec) {
   }
   rec.waiting.clear();
   if (rec.has_succ) return try_handoff(st, rec);
-  // No successor known: publish `released` (K first, in the same ordered batch).
+  // No successor known: publish `released` in W once this step's grants are out (finish()).
+  rec.publish_pending = true;
+  st.publish.emplace_back(rec.home, rec.slot, rec.ticket);
+}
+
+// Publishes a release: K first, then the released bit, in one ordered batch.
+void LockEngine::publish_release(Step& st, Record& rec) {
+  rec.publish_pending = false;
   const uint64_t off = uint64_t(rec.slot) * kSlotBytes;
-  uint64_t expected = Word{false, rec.ticket, 0}.encode();
+  // The count is at least the group members already heard of: start the CAS from there.
+  uint64_t expected = Word{false, rec.ticket, rec.count_hint}.encode();
   const uint32_t home = rec.home, slot = rec.slot;
   const Ticket t = rec.ticket;
   const Token token = rec.token;
@@ -597,18 +624,16 @@ void LockEngine::release_record(Step& st, Record& rec) {
       }
       if (old == expected) {
         last_word_[key_of(home, slot)] = desired;
-        return;  // released; the record waits for SHARED_RELs / a successor
+        break;  // released; the record waits for SHARED_RELs / a successor
       }
       Word now = Word::decode(old);
-      if (now.tail != t || now.released) return;  // a successor enqueued: SUCCESSOR is coming
+      if (now.tail != t || now.released) break;  // a successor enqueued: SUCCESSOR is coming
       ++counters_.cas_retries;
       expected = old;  // only the count changed
     }
   } catch (const std::exception& e) {
-    if (Record* r = record(home, slot, t)) {
-      r->uncertain_until = Clock::now() + opts_.uncertain_release_delay;
-      timer_cv_.notify_one();
-    }
+    rec.uncertain_until = Clock::now() + opts_.uncertain_release_delay;
+    timer_cv_.notify_one();
     log_line(opts_.log, fabric::LogLevel::Warn,
              "DLM0301 cannot publish the release of a lock of member " + std::to_string(home) +
                  " slot " + std::to_string(slot) + ": " + e.what() +
@@ -616,10 +641,12 @@ void LockEngine::release_record(Step& st, Record& rec) {
                  std::to_string(opts_.uncertain_release_delay.count()) +
                  " ms so that the unanswered write cannot land after its own)");
   }
+  try_handoff(st, rec);  // a SUCCESSOR may have come while the publication was pending
 }
 
 void LockEngine::try_handoff(Step& st, Record& rec) {
   if (!rec.released || !rec.has_succ || rec.rels < rec.succ_count) return;
+  if (rec.publish_pending) return;                   // after the publication (finish())
   if (Clock::now() < rec.uncertain_until) return;  // the timer tries again
   if (!rec.succ_pre) {
     Msg g;
@@ -638,9 +665,16 @@ void LockEngine::try_handoff(Step& st, Record& rec) {
 // Messages
 
 void LockEngine::on_message(std::span<const uint8_t> body) {
-  auto m = Msg::decode(body);
+  // One body carries one or more 56-byte messages (a step's messages to one member).
+  std::vector<Msg> msgs;
+  bool ok = !body.empty() && body.size() % kMsgBytes == 0;
+  for (size_t off = 0; ok && off < body.size(); off += kMsgBytes) {
+    auto m = Msg::decode(body.subspan(off, kMsgBytes));
+    if (!m) ok = false;
+    else msgs.push_back(*m);
+  }
   std::unique_lock lk(mu_);
-  if (!m) {
+  if (!ok) {
     ++counters_.bad_messages;
     lk.unlock();
     log_line(opts_.log, fabric::LogLevel::Warn,
@@ -649,7 +683,7 @@ void LockEngine::on_message(std::span<const uint8_t> body) {
     return;
   }
   Step st;
-  handle(st, *m);
+  for (const Msg& m : msgs) handle(st, m);
   finish(lk, st);
 }
 
@@ -679,6 +713,7 @@ void LockEngine::handle(Step& st, const Msg& m) {
       } else {
         rec->waiting.push_back({m.c, m.x, m.b});
       }
+      rec->count_hint = std::max(rec->count_hint, m.b + 1);
       return;
     }
     case MsgType::SharedGrant: {

@@ -122,6 +122,7 @@ class LockEngine final : public LocalLockService {
   void release_request(Step& st, Request& r);
   void release_record(Step& st, Record& rec);
   void try_handoff(Step& st, Record& rec);
+  void publish_release(Step& st, Record& rec);
   void handle(Step& st, const Msg& m);
   void deliver(Step& st, uint32_t rank, const Msg& m);
   Ticket new_ticket();

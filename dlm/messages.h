@@ -1,7 +1,8 @@
 // dlm/messages.h — what lockds say to each other over the fabric (service "dlm.msg", one-way),
 // plus the bodies of the calls dlm.resolve, dlm.heartbeat and dlm.recover.
 //
-// dlm.msg body: one fixed 56-byte frame, little-endian:
+// dlm.msg body: one or more fixed 56-byte frames (a step's messages to one member travel
+// together), little-endian:
 //
 //   offset size field   meaning per type (see docs/dlm.md)
 //   0      1    magic   0xD1

@@ -132,7 +132,8 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
     if (r != rank_) engine_->member_down(r, "not heard from yet");
 
   server_->on_call("dlm.msg", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
-    if (auto m = dlm::Msg::decode(b); m && m->sender > 0 && m->sender < peers_.size() &&
+    if (auto m = dlm::Msg::decode(b.first(std::min(b.size(), dlm::kMsgBytes)));
+        m && m->sender > 0 && m->sender < peers_.size() &&
                                         m->sender != rank_)
       note_incarnation(m->sender, m->from);
     engine_->on_message(b);
