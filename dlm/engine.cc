@@ -99,6 +99,19 @@ uint64_t key_of(uint32_t home, uint32_t slot) { return (uint64_t(home) << 32) | 
 std::atomic_ref<uint64_t> word_at(std::span<uint8_t> table, uint64_t off) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(table.data() + off));
 }
+// A grant (or SRSL answer) for `request` on lock (home, slot, gen).
+Msg grant_msg(MsgType t, uint32_t home, uint32_t slot, uint64_t gen, uint64_t request, Token token,
+              Status status = Status::Ok) {
+  Msg g;
+  g.type = t;
+  g.home = home;
+  g.slot = slot;
+  g.gen = gen;
+  g.a = uint32_t(status);
+  g.x = request;
+  g.y = token;
+  return g;
+}
 void log_line(const fabric::LogSink& log, fabric::LogLevel lv, const std::string& s) {
   if (log) log(lv, s);
 }
@@ -571,16 +584,9 @@ void LockEngine::release_request(Step& st, Request& r) {
 
 void LockEngine::release_record(Step& st, Record& rec) {
   rec.released = true;
-  for (const auto& w : rec.waiting) {
-    Msg g;
-    g.type = MsgType::SharedGrant;
-    g.home = rec.home;
-    g.slot = rec.slot;
-    g.gen = rec.gen;
-    g.x = w.request;
-    g.y = rec.token + 1 + w.k;
-    deliver(st, w.rank, g);
-  }
+  for (const auto& w : rec.waiting)
+    deliver(st, w.rank, grant_msg(MsgType::SharedGrant, rec.home, rec.slot, rec.gen, w.request,
+                                  rec.token + 1 + w.k));
   rec.waiting.clear();
   if (rec.has_succ) return try_handoff(st, rec);
   // No successor known: publish `released` in W once this step's grants are out (finish()).
@@ -702,14 +708,8 @@ void LockEngine::handle(Step& st, const Msg& m) {
       Record* rec = record(m.home, m.slot, m.a);
       if (!rec || rec->gen != m.gen) return stale();
       if (rec->released) {
-        Msg g;
-        g.type = MsgType::SharedGrant;
-        g.home = m.home;
-        g.slot = m.slot;
-        g.gen = m.gen;
-        g.x = m.x;
-        g.y = rec->token + 1 + m.b;
-        deliver(st, m.c, g);
+        deliver(st, m.c, grant_msg(MsgType::SharedGrant, m.home, m.slot, m.gen, m.x,
+                                   rec->token + 1 + m.b));
       } else {
         rec->waiting.push_back({m.c, m.x, m.b});
       }
@@ -813,17 +813,8 @@ void LockEngine::handle(Step& st, const Msg& m) {
 
 void LockEngine::srsl_home(Step& st, const Msg& m) {
   Slot& s = *slots_[m.slot];
-  auto grant = [&](const Slot::Holder& h) {
-    s.holders.push_back(h);
-    Msg g;
-    g.type = MsgType::SrslGrant;
-    g.home = m.home;
-    g.slot = m.slot;
-    g.gen = s.gen;
-    g.a = uint32_t(Status::Ok);
-    g.x = h.request;
-    g.y = ++s.next_token;
-    deliver(st, h.rank, g);
+  auto answer = [&](uint32_t rank, uint64_t request, Status status, Token token = 0) {
+    deliver(st, rank, grant_msg(MsgType::SrslGrant, m.home, m.slot, s.gen, request, token, status));
   };
   switch (m.type) {
     case MsgType::SrslReq: {
@@ -832,16 +823,10 @@ void LockEngine::srsl_home(Step& st, const Msg& m) {
                                    [](const Slot::Holder& x) { return x.exclusive; });
       bool ok = s.queue.empty() && (h.exclusive ? s.holders.empty() : !excl_held);
       if (ok) {
-        grant(h);
+        s.holders.push_back(h);
+        answer(h.rank, h.request, Status::Ok, ++s.next_token);
       } else if (m.b) {
-        Msg g;
-        g.type = MsgType::SrslGrant;
-        g.home = m.home;
-        g.slot = m.slot;
-        g.gen = s.gen;
-        g.a = uint32_t(Status::WouldBlock);
-        g.x = m.x;
-        deliver(st, m.c, g);
+        answer(m.c, m.x, Status::WouldBlock);
       } else {
         s.queue.push_back(h);
       }
@@ -855,14 +840,8 @@ void LockEngine::srsl_home(Step& st, const Msg& m) {
       auto before = s.queue.size();
       std::erase_if(s.queue, [&](const Slot::Holder& x) { return x.rank == m.c && x.request == m.x; });
       if (s.queue.size() != before) {
-        Msg g;  // confirms the withdrawal (a grant already sent is released by the requester)
-        g.type = MsgType::SrslGrant;
-        g.home = m.home;
-        g.slot = m.slot;
-        g.gen = s.gen;
-        g.a = uint32_t(Status::Timeout);
-        g.x = m.x;
-        deliver(st, m.c, g);
+        // Confirms the withdrawal (a grant already sent is released by the requester).
+        answer(m.c, m.x, Status::Timeout);
         srsl_grant_waiters(st, m.slot);
       }
       return;
@@ -881,15 +860,8 @@ void LockEngine::srsl_grant_waiters(Step& st, uint32_t slot) {
     if (h.exclusive ? !s.holders.empty() : excl_held) return;
     s.queue.pop_front();
     s.holders.push_back(h);
-    Msg g;
-    g.type = MsgType::SrslGrant;
-    g.home = opts_.self_rank;
-    g.slot = slot;
-    g.gen = s.gen;
-    g.a = uint32_t(Status::Ok);
-    g.x = h.request;
-    g.y = ++s.next_token;
-    deliver(st, h.rank, g);
+    deliver(st, h.rank, grant_msg(MsgType::SrslGrant, opts_.self_rank, slot, s.gen, h.request,
+                                  ++s.next_token));
   }
 }
 
