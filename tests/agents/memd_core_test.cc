@@ -29,29 +29,7 @@ std::ostream& operator<<(std::ostream& o, RegionState s) {
 
 namespace {
 
-// Collects log lines so tests can check which MEMD ids were logged, and how often.
-struct LogCapture {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  fabric::LogSink sink() {
-    return [this](fabric::LogLevel, std::string_view line) {
-      std::lock_guard g(mu);
-      lines.emplace_back(line);
-    };
-  }
-  size_t count(const std::string& needle) {
-    std::lock_guard g(mu);
-    size_t n = 0;
-    for (auto& l : lines) n += l.find(needle) != std::string::npos;
-    return n;
-  }
-  std::string all() {
-    std::lock_guard g(mu);
-    std::string s;
-    for (auto& l : lines) s += l + "\n";
-    return s;
-  }
-};
+using tierce_test::LogCapture;
 
 struct Fixture {
   TempDir dir;

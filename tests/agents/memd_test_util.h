@@ -1,6 +1,5 @@
-// tests/agents/memd_test_util.h — what the memd tests share: a private temp directory, a secret
-// file, unique segment names, RAII owners for segments and child processes, and polling with a
-// deadline (tests wait for events, never for fixed times).
+// tests/agents/memd_test_util.h — what the memd tests share beyond tests/test_util.h: unique
+// segment names, RAII owners for segments and child processes.
 #pragma once
 
 #include <fcntl.h>
@@ -24,63 +23,12 @@
 
 #include "fabric/fabric.h"
 #include "fabric/segment.h"
+#include "tests/test_util.h"
 
 namespace memd_test {
 
 using namespace std::chrono_literals;
-
-inline std::string random_suffix() {
-  std::random_device rd;
-  std::ostringstream o;
-  o << std::hex << ((uint64_t(rd()) << 32) | rd());
-  return o.str();
-}
-
-// A private directory under $TMPDIR (or /tmp), removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/memd-t-XXXXXX";
-    // Unix socket paths are short (108 bytes): fall back to /tmp if TMPDIR is deep.
-    if (tmpl.size() > 60) tmpl = "/tmp/memd-t-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back(0);
-    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-inline void write_file(const std::string& path, const std::string& text, mode_t mode = 0644) {
-  {
-    std::ofstream out(path, std::ios::trunc);
-    out << text;
-  }
-  ::chmod(path.c_str(), mode);
-}
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A fresh secret file (mode 0600) in `dir`; returns its path.
-inline std::string make_secret(const TempDir& dir) {
-  std::string p = dir / "secret";
-  write_file(p, "test-secret-" + random_suffix() + random_suffix() + "\n", 0600);
-  return p;
-}
+using namespace tierce_test;
 
 // A segment name nobody else uses: "/tierce.t<pid>.<random>.<tag>".
 inline std::string unique_segment(const std::string& tag) {
@@ -101,17 +49,6 @@ class SegmentNames {
  private:
   std::vector<std::string> names_;
 };
-
-// Polls `cond` until it holds or `limit` passes.
-inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5000ms,
-                       std::chrono::milliseconds step = 10ms) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    if (cond()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(step);
-  }
-}
 
 // The error code a call throws, or Ok.
 template <class F>

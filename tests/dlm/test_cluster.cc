@@ -23,9 +23,11 @@
 #include "agents/lockd/lockd.h"
 #include "cluster/hash.h"
 #include "cluster/topology.h"
+#include "tests/test_util.h"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using tierce_test::free_port;
 using tierce::dlm::Grant;
 using tierce::dlm::Mode;
 using tierce::dlm::Status;
@@ -45,21 +47,12 @@ std::string arg(const std::string& key, const std::string& def) {
   return def;
 }
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // A cluster of N lockds in this process; each can be stopped and started again.
 struct Cluster {
-  fs::path dir;
+  tierce_test::TempDir dir;
+  std::string secret_path = tierce_test::make_secret(dir);
+  tierce::fabric::Secret secret = tierce::fabric::Secret::from_file(secret_path);
   std::string transport, algorithm;
   tierce::cluster::Topology topo;
   std::vector<std::unique_ptr<tierce::lockd::Lockd>> nodes;  // index = rank - 1
@@ -70,21 +63,13 @@ struct Cluster {
   explicit Cluster(int n, uint32_t lease_ms = 600) {
     transport = arg("transport", "tcp");
     algorithm = arg("algorithm", "ncosed");
-    dir = fs::temp_directory_path() / ("tierce-dlm-test-" + std::to_string(::getpid()) + "-" +
-                                       std::to_string(std::rand()));
-    fs::create_directories(dir);
-    {
-      std::ofstream s(dir / "secret");
-      s << "0123456789abcdef0123456789abcdef\n";
-    }
-    fs::permissions(dir / "secret", fs::perms::owner_read | fs::perms::owner_write);
     std::ostringstream t;
-    t << "[cluster]\nname = \"t\"\nsecret_file = \"" << (dir / "secret").string()
+    t << "[cluster]\nname = \"t\"\nsecret_file = \"" << secret_path
       << "\"\ntransport = \"" << transport << "\"\n[dlm]\nalgorithm = \"" << algorithm
       << "\"\nheartbeat_ms = 50\nlease_ms = " << lease_ms << "\nlock_slots = 1024\n";
     for (int i = 1; i <= n; ++i) {
       t << "[[node]]\nname = \"n" << i << "\"\nlockd = [";
-      if (transport == "shm") t << "\"shm://" << (dir / ("n" + std::to_string(i) + ".sock")).string() << "\"";
+      if (transport == "shm") t << "\"shm://" << (dir / ("n" + std::to_string(i) + ".sock")) << "\"";
       else t << "\"tcp://127.0.0.1:" << free_port() << "\"";
       t << "]\n";
     }
@@ -93,20 +78,16 @@ struct Cluster {
     for (int i = 1; i <= n; ++i) start(i);
     wait_all_up();
   }
-  ~Cluster() {
-    nodes.clear();
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+  ~Cluster() { nodes.clear(); }
   void start(int rank) {
     tierce::lockd::LockdOptions o;
-    o.socket_path = (dir / ("ipc" + std::to_string(rank) + ".sock")).string();
-    o.state_dir = (dir / ("state" + std::to_string(rank))).string();
+    o.socket_path = dir / ("ipc" + std::to_string(rank) + ".sock");
+    o.state_dir = dir / ("state" + std::to_string(rank));
     o.log = [](tierce::fabric::LogLevel l, std::string_view s) {
       if (l >= tierce::fabric::LogLevel::Warn) BOOST_TEST_MESSAGE(std::string(s));
     };
     nodes[size_t(rank - 1)] = std::make_unique<tierce::lockd::Lockd>(
-        topo, "n" + std::to_string(rank), tierce::fabric::Secret("0123456789abcdef0123456789abcdef"), o);
+        topo, "n" + std::to_string(rank), secret, o);
     node(rank).engine().set_revoked_callback([this](uint64_t owner, uint64_t hold, const std::string&) {
       std::lock_guard lk(rev_mu);
       revoked.emplace_back(owner, hold);
@@ -365,7 +346,7 @@ BOOST_AUTO_TEST_CASE(garbage_from_an_authenticated_peer_is_rejected) {
   Grant x = acquire(c.node(2), 1, name, Mode::Exclusive);
   BOOST_REQUIRE(x.status == Status::Ok);
   tierce::fabric::ClientOptions o;
-  o.secret = tierce::fabric::Secret("0123456789abcdef0123456789abcdef");
+  o.secret = c.secret;
   auto conn = tierce::fabric::connect(c.node(1).bound_uris().front(), o);
   std::mt19937_64 rng(7);
   for (int i = 0; i < 20000; ++i) {

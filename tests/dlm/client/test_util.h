@@ -22,48 +22,14 @@
 #include "agents/lockd/ipc_server.h"
 #include "dlm/ipc.h"
 #include "test_service.h"
+#include "tests/test_util.h"
 
 namespace dlm_test {
 
 using namespace std::chrono_literals;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/tdlm-XXXXXX";  // short: unix socket paths are limited to 107 bytes
-    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& f) const { return path + "/" + f; }
-};
-
-// Collects log lines so tests can check which LOCKD ids were logged.
-struct LogCapture {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  tierce::fabric::LogSink sink() {
-    return [this](tierce::fabric::LogLevel, std::string_view line) {
-      std::lock_guard g(mu);
-      lines.emplace_back(line);
-    };
-  }
-  size_t count(const std::string& needle) {
-    std::lock_guard g(mu);
-    size_t n = 0;
-    for (auto& l : lines) n += l.find(needle) != std::string::npos;
-    return n;
-  }
-  std::string all() {
-    std::lock_guard g(mu);
-    std::string s;
-    for (auto& l : lines) s += l + "\n";
-    return s;
-  }
-};
+using tierce_test::LogCapture;
+using tierce_test::TempDir;
 
 // An IpcServer in front of a TestLockService, on a socket in a fresh directory. The service is
 // declared first: it outlives the server.

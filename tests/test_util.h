@@ -1,0 +1,134 @@
+// tests/test_util.h — what every test binary may share: a private temp directory, files, a secret
+// file, a free tcp port, a log capture, and polling with a deadline (tests wait for events, never
+// for fixed times).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "fabric/log.h"
+
+namespace tierce_test {
+
+using namespace std::chrono_literals;
+
+inline std::string random_suffix() {
+  std::random_device rd;
+  std::ostringstream o;
+  o << std::hex << ((uint64_t(rd()) << 32) | rd());
+  return o.str();
+}
+
+// A private directory under $TMPDIR (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/tierce-t-XXXXXX";
+    // Unix socket paths are short (108 bytes): fall back to /tmp if TMPDIR is deep.
+    if (tmpl.size() > 60) tmpl = "/tmp/tierce-t-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back(0);
+    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline void write_file(const std::string& path, const std::string& text, mode_t mode = 0644) {
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+  }
+  ::chmod(path.c_str(), mode);
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh secret file (mode 0600) in `dir`; returns its path.
+inline std::string make_secret(const TempDir& dir) {
+  std::string p = dir / "secret";
+  write_file(p, "test-secret-" + random_suffix() + random_suffix() + "\n", 0600);
+  return p;
+}
+
+// A tcp port on 127.0.0.1 that was free a moment ago (for configurations that must name ports
+// before the servers start).
+inline uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Collects log lines so tests can check which ids were logged, and how often.
+struct LogCapture {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  tierce::fabric::LogSink sink() {
+    return [this](tierce::fabric::LogLevel, std::string_view line) {
+      std::lock_guard g(mu);
+      lines.emplace_back(line);
+    };
+  }
+  size_t count(const std::string& needle) {
+    std::lock_guard g(mu);
+    size_t n = 0;
+    for (auto& l : lines) n += l.find(needle) != std::string::npos;
+    return n;
+  }
+  std::string all() {
+    std::lock_guard g(mu);
+    std::string s;
+    for (auto& l : lines) s += l + "\n";
+    return s;
+  }
+};
+
+// Polls `cond` until it holds or `limit` passes.
+inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5000ms,
+                       std::chrono::milliseconds step = 10ms) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    if (cond()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(step);
+  }
+}
+
+}  // namespace tierce_test
