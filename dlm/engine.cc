@@ -226,8 +226,14 @@ void LockEngine::drop_request(Request& r) {
 Ticket LockEngine::new_ticket() {
   for (;;) {
     uint32_t seq = next_seq_++;
-    if (next_seq_ > kMaxSeq) next_seq_ = 1;
+    if (next_seq_ > kMaxSeq) {
+      next_seq_ = 1;
+      seq_wrapped_ = true;
+    }
     Ticket t = make_ticket(opts_.self_rank, seq);
+    // Unique by construction until the sequence wraps (2^21 tickets); after that, skip one that
+    // an old record (a released tail still waiting for its successor) still holds.
+    if (!seq_wrapped_) return t;
     bool used = false;
     for (auto it = records_.begin(); it != records_.end() && !used; ++it)
       used = std::get<2>(it->first) == t;
@@ -435,7 +441,10 @@ void LockEngine::start_exclusive(Step& st, Request& r) {
   const uint64_t desired = Word{false, t, 0}.encode();
   for (int attempt = 0;; ++attempt) {
     Word cur = Word::decode(expected);
-    if (cur.tail == kFence || (r.try_only && attempt > 0 && !(cur.released && cur.count == 0))) {
+    // A try-lock gives up when the word shows holders or waiters, or when it keeps losing races.
+    const bool give_up =
+        r.try_only && attempt > 0 && (!(cur.released && cur.count == 0) || attempt >= 64);
+    if (cur.tail == kFence || give_up) {
       erase_record(r.home, r.slot, t);
       r.ticket = 0;
       if (r.try_only) {
@@ -453,7 +462,6 @@ void LockEngine::start_exclusive(Step& st, Request& r) {
     if (old != expected) {
       ++counters_.cas_retries;
       expected = old;
-      if (attempt > 64 && r.try_only) expected = Word{false, kFence, 0}.encode();
       continue;
     }
     last_word_[key] = desired;

@@ -149,6 +149,7 @@ class LockEngine final : public LocalLockService {
   std::condition_variable timer_cv_;
   bool stopping_ = false;
   uint32_t next_seq_ = 1;
+  bool seq_wrapped_ = false;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // by request id
   std::map<std::tuple<uint32_t, uint32_t, Ticket>, std::unique_ptr<Record>> records_;
