@@ -505,7 +505,7 @@ LockClient::LockClient(const std::string& socket_path, std::chrono::milliseconds
     if (e == ENOENT || e == ECONNREFUSED)
       hint =
           ": is tierce-lockd running on this node, and is this its socket? (set "
-          "TIERCE_LOCKD_SOCKET, or [lockd] socket in its configuration)";
+          "TIERCE_LOCKD_SOCKET to the path given to tierce-lockd -s)";
     else if (e == EACCES || e == EPERM)
       hint = ": the socket's group may lock; add this user to it (or run as that group)";
     else if (e == EPROTOTYPE)
