@@ -10,6 +10,7 @@ PACKAGES=(
   mariadb-server libmariadb-dev libmysqlcppconn-dev
   python3 python3-matplotlib curl procps iproute2 wrk nlohmann-json3-dev
   libhiredis-dev redis-server spin
+  vsftpd lftp libcrypt-dev openssl
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,141 @@
+// ftp_adts/adts/adts.h — the Advanced Data Transfer Service (seed 000 ch.9): persistent data
+// sessions that move whole transfers (files or memory) over a chosen channel.
+//
+//   Channel     tcp   — one TCP stream: sendfile(2) on send, splice(2) on receive (zero copy
+//                       between page cache and socket; no user-space copy);
+//               ptcp  — N parallel TCP streams, blocks striped across them (long, fat links);
+//               verbs — rdma-core RC send/recv from a pre-registered pool, shared receive queue,
+//                       receiver-side credits (zero copy); needs an RDMA device.
+//   Session     a set of connected streams kept across many transfers (persistent data session,
+//               negotiated by FTP's TPRT); wire format in docs/ftp.md.
+//   BufferPool  pre-allocated aligned buffers with a registration cache (verbs: ibv_reg_mr once
+//               per buffer, reused across transfers and sessions).
+//   Pipeline    a disk thread and a network thread with buffers between them, for the paths where
+//               the kernel cannot move the bytes itself (verbs, TLS, non-regular files).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tierce::adts {
+
+using Millis = std::chrono::milliseconds;
+
+enum class ChannelKind : uint8_t { Tcp, ParallelTcp, Verbs };
+std::string_view to_string(ChannelKind k);  // "TCP", "PTCP", "VERBS" (as in TPRT)
+
+class AdtsError : public std::runtime_error {
+ public:
+  enum class Code {
+    Timeout,     // the peer did not send/accept within the data timeout
+    PeerClosed,  // a stream broke
+    Protocol,    // malformed HELLO or block; the message says what
+    Aborted,     // the sender aborted this transfer (session still usable)
+    LocalIo,     // reading/writing the local file failed (errno text in the message)
+    NoDevice,    // verbs: no RDMA device
+    Config,      // bad parameters
+  };
+  AdtsError(Code c, const std::string& what) : std::runtime_error(what), code_(c) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
+struct SessionParams {
+  ChannelKind kind = ChannelKind::Tcp;
+  unsigned streams = 1;         // ptcp: 1..kMaxStreams; tcp and verbs: 1
+  size_t block = 1 << 20;       // largest DATA block
+  bool zero_copy = true;        // tcp/ptcp: sendfile/splice; false = pipeline through buffers
+  Millis timeout{60000};        // data timeout: no progress for this long is an error
+  uint64_t cookie = 0;          // from the TPRT reply; checked in every HELLO
+};
+constexpr unsigned kMaxStreams = 64;
+
+// What one transfer sends: a region of a file (zero-copy capable) or bytes in memory.
+struct Source {
+  int fd = -1;                         // file to send from (if memory is empty)
+  uint64_t offset = 0;                 // file offset to start at (REST)
+  uint64_t length = 0;                 // bytes to send from the file
+  std::span<const uint8_t> memory;     // or these bytes (LIST output, tests)
+};
+
+// Where one transfer's bytes go: a file at an offset, or a memory buffer.
+struct Sink {
+  int fd = -1;                          // file to write at offset..offset+total
+  uint64_t offset = 0;
+  std::vector<uint8_t>* memory = nullptr;  // or append here
+  uint64_t max_length = UINT64_MAX;     // a larger BEGIN is a Protocol error (nothing written)
+};
+
+// Progress of the transfer in flight: bytes so far, total (called from the calling thread).
+using Progress = std::function<void(uint64_t done, uint64_t total)>;
+
+struct SessionStats {
+  uint64_t transfers = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t zero_copy_bytes = 0;   // moved by sendfile/splice/zero-copy verbs
+  uint64_t copied_bytes = 0;      // moved through user-space buffers
+};
+
+// One persistent data session. Not thread-safe: one transfer at a time, from one thread (the
+// session may use threads of its own inside a transfer).
+class Session {
+ public:
+  virtual ~Session() = default;
+  virtual ChannelKind kind() const = 0;
+  virtual unsigned streams() const = 0;
+  // Sends one transfer (BEGIN, DATA..., END); returns the bytes sent. A local read error sends
+  // ABORT and throws AdtsError{LocalIo}; a stream failure throws and leaves the session broken().
+  virtual uint64_t send(const Source& src, const Progress& progress = {}) = 0;
+  // Receives one transfer; returns its total bytes. ABORT from the sender throws
+  // AdtsError{Aborted} (session still usable).
+  virtual uint64_t receive(const Sink& sink, const Progress& progress = {}) = 0;
+  virtual bool broken() const = 0;
+  virtual SessionStats stats() const = 0;
+  virtual void close() = 0;  // closes every stream; idempotent
+};
+
+// The passive side: listens on `host` (port 0 = any; or a port from [port_min, port_max]) and
+// accepts the HELLOs of one session.
+class Listener {
+ public:
+  // Throws AdtsError{Config} when no port of the range is free.
+  Listener(const std::string& host, uint16_t port_min, uint16_t port_max, const SessionParams& p);
+  ~Listener();
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  uint16_t port() const;
+  // Waits (up to params.timeout) for params.streams streams with the right cookie; streams with a
+  // wrong HELLO are refused (HELLO-ACK status != 0) and logged through `log` if set.
+  std::unique_ptr<Session> accept(const std::function<void(const std::string&)>& log = {});
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The active side: connects params.streams streams to host:port and sends the HELLOs.
+std::unique_ptr<Session> connect(const std::string& host, uint16_t port, const SessionParams& p);
+
+// Plain (non-ADTS) data connections of RFC 959 use these: zero-copy moves between a file and a
+// connected socket, bounded by a timeout of no progress.
+// Sends [offset, offset+length) of fd to sock with sendfile(2); returns bytes sent.
+uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis timeout);
+// Writes what arrives on sock until EOF to fd at offset with splice(2) (read/write when the file
+// does not support splice); returns bytes written.
+uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout);
+
+// Whether the verbs channel can run here; `why` says what was found.
+bool verbs_available(std::string* why = nullptr);
+
+}  // namespace tierce::adts

@@ -1,0 +1,63 @@
+// ftp_adts/ftp/tls.h — FTPS (RFC 4217: AUTH TLS, PBSZ, PROT) on OpenSSL: a context per server or
+// client, and a TLS connection over an already connected socket for the control or data channel.
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace tierce::ftp {
+
+class TlsError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class TlsContext {
+ public:
+  // Server: certificate chain and key in PEM. Throws TlsError naming the file and OpenSSL's reason.
+  static std::shared_ptr<TlsContext> server(const std::string& cert_pem, const std::string& key_pem);
+  // Client: verify=false accepts any certificate (self-signed test servers); otherwise the system
+  // store and the host name are checked.
+  static std::shared_ptr<TlsContext> client(bool verify);
+  ~TlsContext();
+  SSL_CTX* native() const { return ctx_; }
+
+ private:
+  explicit TlsContext(SSL_CTX* c) : ctx_(c) {}
+  SSL_CTX* ctx_;
+};
+
+// A TLS session on a connected socket (the fd stays owned by the caller). Blocking with a
+// deadline: every call throws TlsError on a timeout or a TLS failure.
+class TlsConnection {
+ public:
+  // Server side handshake. `resume_from` (data channel): the control channel's connection, whose
+  // session a client may reuse (curl and lftp do; we accept but do not require reuse).
+  static std::unique_ptr<TlsConnection> accept(std::shared_ptr<TlsContext> ctx, int fd,
+                                               std::chrono::milliseconds timeout);
+  // Client side; `reuse` offers the control channel's session on a data channel.
+  static std::unique_ptr<TlsConnection> connect(std::shared_ptr<TlsContext> ctx, int fd,
+                                                const std::string& sni_host,
+                                                std::chrono::milliseconds timeout,
+                                                const TlsConnection* reuse = nullptr);
+  ~TlsConnection();
+  void write_all(std::span<const uint8_t> bytes);
+  size_t read_some(std::span<uint8_t> buf);  // 0 = clean close_notify or EOF
+  void shutdown();                           // sends close_notify (best effort)
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  int fd() const { return fd_; }
+
+ private:
+  TlsConnection(std::shared_ptr<TlsContext> ctx, SSL* ssl, int fd, std::chrono::milliseconds t);
+  std::shared_ptr<TlsContext> ctx_;
+  SSL* ssl_;
+  int fd_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace tierce::ftp
