@@ -84,6 +84,8 @@ struct SessionStats {
   uint64_t bytes_received = 0;
   uint64_t zero_copy_bytes = 0;   // moved by sendfile/splice/zero-copy verbs
   uint64_t copied_bytes = 0;      // moved through user-space buffers
+  uint64_t registration_hits = 0;    // pool buffers whose registration was cached (reuse)
+  uint64_t registration_misses = 0;  // pool buffers registered for the first time
 };
 
 // One persistent data session. Not thread-safe: one transfer at a time, from one thread (the

@@ -1,0 +1,135 @@
+// ftp_adts/adts/session.cc — the public entry points (Listener, connect) choosing a channel, and
+// the helpers both channels share (session_common.h).
+#include <condition_variable>
+#include <thread>
+#include <vector>
+
+#include "ftp_adts/adts/adts.h"
+#include "ftp_adts/adts/session_common.h"
+
+namespace tierce::adts {
+
+std::string_view to_string(ChannelKind k) {
+  switch (k) {
+    case ChannelKind::Tcp: return "TCP";
+    case ChannelKind::ParallelTcp: return "PTCP";
+    case ChannelKind::Verbs: return "VERBS";
+  }
+  return "?";
+}
+
+void check_params(const SessionParams& p) {
+  auto bad = [](const std::string& s) { throw AdtsError(AdtsError::Code::Config, s); };
+  if (p.kind == ChannelKind::ParallelTcp) {
+    if (p.streams < 1 || p.streams > kMaxStreams)
+      bad("PTCP stream count must be 1.." + std::to_string(kMaxStreams) + ", not " +
+          std::to_string(p.streams));
+  } else if (p.streams != 1) {
+    bad(std::string(to_string(p.kind)) + " uses exactly one stream, not " +
+        std::to_string(p.streams));
+  }
+  if (p.block < 4096 || p.block > (size_t(64) << 20))
+    bad("block size must be 4 KiB .. 64 MiB, not " + std::to_string(p.block));
+  if (p.timeout.count() <= 0) bad("data timeout must be > 0");
+}
+
+void Coverage::claim(uint64_t off, uint64_t len) {
+  auto bad = [&](const std::string& why) {
+    throw AdtsError(AdtsError::Code::Protocol,
+                    "DATA block [" + std::to_string(off) + ", +" + std::to_string(len) + ") " +
+                        why + " (transfer total " + std::to_string(total_) + ")");
+  };
+  if (len == 0) bad("is empty");
+  if (off > total_ || len > total_ - off) bad("is outside the transfer");
+  std::lock_guard g(mu_);
+  uint64_t end = off + len;
+  auto next = spans_.lower_bound(off);  // first span starting at or after off
+  if (next != spans_.end() && next->first < end) bad("overlaps bytes already received");
+  auto prev = next == spans_.begin() ? spans_.end() : std::prev(next);
+  if (prev != spans_.end() && prev->second > off) bad("overlaps bytes already received");
+  // Merge with neighbours so the map stays small for long sequential transfers.
+  uint64_t start = off;
+  if (prev != spans_.end() && prev->second == off) {
+    start = prev->first;
+    spans_.erase(prev);
+  }
+  if (next != spans_.end() && next->first == end) {
+    end = next->second;
+    spans_.erase(next);
+  }
+  spans_[start] = end;
+  covered_ += len;
+}
+
+void run_workers(unsigned n, const std::function<void(unsigned, const std::function<void()>&)>& fn,
+                 const Progress& progress, const std::atomic<uint64_t>& done, uint64_t total) {
+  if (n == 1) {
+    std::function<void()> tick = [&] {
+      if (progress) progress(done.load(std::memory_order_relaxed), total);
+    };
+    fn(0, tick);
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  unsigned finished = 0;
+  std::function<void()> noop = [] {};
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (unsigned i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      fn(i, noop);
+      std::lock_guard g(mu);
+      ++finished;
+      cv.notify_all();
+    });
+  uint64_t last = UINT64_MAX;
+  {
+    std::unique_lock g(mu);
+    while (finished < n) {
+      cv.wait_for(g, std::chrono::milliseconds(50));
+      uint64_t d = done.load(std::memory_order_relaxed);
+      if (progress && d != last && finished < n) {
+        last = d;
+        g.unlock();
+        progress(d, total);  // the callback runs on the calling thread, never under our lock
+        g.lock();
+      }
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (progress) progress(done.load(std::memory_order_relaxed), total);
+}
+
+// ---- Listener / connect -----------------------------------------------------------------------
+
+struct Listener::Impl {
+  std::unique_ptr<ListenerImplBase> chan;
+};
+
+Listener::Listener(const std::string& host, uint16_t port_min, uint16_t port_max,
+                   const SessionParams& p)
+    : impl_(std::make_unique<Impl>()) {
+  check_params(p);
+  if (port_max < port_min)
+    throw AdtsError(AdtsError::Code::Config, "port range " + std::to_string(port_min) + "-" +
+                                                 std::to_string(port_max) + " is empty");
+  impl_->chan = p.kind == ChannelKind::Verbs ? make_verbs_listener(host, port_min, port_max, p)
+                                             : make_tcp_listener(host, port_min, port_max, p);
+}
+
+Listener::~Listener() = default;
+
+uint16_t Listener::port() const { return impl_->chan->port(); }
+
+std::unique_ptr<Session> Listener::accept(const std::function<void(const std::string&)>& log) {
+  return impl_->chan->accept(log);
+}
+
+std::unique_ptr<Session> connect(const std::string& host, uint16_t port, const SessionParams& p) {
+  check_params(p);
+  if (p.kind == ChannelKind::Verbs) return connect_verbs_session(host, port, p);
+  return connect_tcp_session(host, port, p);
+}
+
+}  // namespace tierce::adts

@@ -1,0 +1,750 @@
+// ftp_adts/adts/tcp_session.cc — the tcp and ptcp channels: the HELLO handshake (listener and
+// connector) and TcpSession, which moves transfers as BEGIN / DATA... / END over 1..n streams.
+//
+// Sender: BEGIN on stream 0, then one worker per stream takes blocks dynamically (an atomic block
+// counter, or a queue filled by the disk thread when pipelining) and sends each as a DATA header
+// plus payload (sendfile from the file when zero copy; from memory or a pool buffer otherwise),
+// then END — or ABORT when the local source failed — on its stream.
+// Receiver: BEGIN from stream 0, then one worker per stream reads headers; every DATA is checked
+// (transfer id, in range, no overlap) before a byte of it is written; the payload goes
+// socket -> pipe -> file with splice(2) (zero copy), or into the memory sink, or into pool buffers
+// that the disk thread pwrites (pipeline). The transfer ends when every stream has sent END or
+// ABORT, so every stream is at a transfer boundary again.
+// A stream failure (EOF, reset, timeout, malformed block) shuts every stream down — waking the
+// other workers at once — and leaves the session broken().
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ftp_adts/adts/buffer_pool.h"
+#include "ftp_adts/adts/pipeline.h"
+#include "ftp_adts/adts/session_common.h"
+#include "ftp_adts/adts/wire.h"
+
+namespace tierce::adts {
+namespace {
+
+using wire::BlockType;
+using wire::Fd;
+using Code = AdtsError::Code;
+
+// Pipe capacity for the splice path: one pipe per stream, as large as the kernel allows us
+// (a 1 MiB block then needs few socket->pipe->file rounds).
+constexpr int kPipeSize = 1 << 20;
+// Scratch buffer of the read+pwrite fallback (files that do not support splice).
+constexpr size_t kScratch = 256 << 10;
+
+std::string peer_name(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "?";
+  return std::string(host) + ":" + serv;
+}
+
+class TcpSession final : public Session {
+ public:
+  TcpSession(std::vector<Fd> socks, const SessionParams& p) : socks_(std::move(socks)), p_(p) {
+    pipes_.resize(socks_.size());
+  }
+  ~TcpSession() override { close(); }
+
+  ChannelKind kind() const override { return p_.kind; }
+  unsigned streams() const override { return unsigned(socks_.size()); }
+  bool broken() const override { return broken_; }
+  SessionStats stats() const override {
+    std::lock_guard g(stats_mu_);
+    return stats_;
+  }
+  void close() override {
+    for (auto& s : socks_) s.reset();
+    for (auto& pp : pipes_) {
+      pp.r.reset();
+      pp.w.reset();
+    }
+    closed_ = true;
+  }
+
+  uint64_t send(const Source& src, const Progress& progress) override;
+  uint64_t receive(const Sink& sink, const Progress& progress) override;
+
+ private:
+  struct Pipe {
+    Fd r, w;
+    bool unsupported = false;  // splice refused (EINVAL): this stream uses read+pwrite
+  };
+
+  void usable() const {
+    if (closed_) throw AdtsError(Code::PeerClosed, "session is closed");
+    if (broken_) throw AdtsError(Code::PeerClosed, "session is broken by an earlier error");
+  }
+  // Ends the session after a stream failure: every worker blocked on a stream wakes with an error.
+  void break_session() {
+    broken_ = true;
+    for (auto& s : socks_)
+      if (s) ::shutdown(s.get(), SHUT_RDWR);
+  }
+  void send_header(unsigned i, BlockType t, uint64_t id, uint64_t off, uint64_t len) {
+    uint8_t h[wire::kHeaderSize];
+    wire::encode(wire::Header{wire::kBlockMagic, t, id, off, len}, h);
+    wire::send_all(socks_[i].get(), h, sizeof h, p_.timeout);
+  }
+  wire::Header read_header(unsigned i) {
+    uint8_t h[wire::kHeaderSize];
+    wire::recv_all(socks_[i].get(), h, sizeof h, p_.timeout);
+    return wire::decode_header(h);
+  }
+  // Payload of one DATA into the file at `foff` by splice; false if a local write failed (the
+  // rest of the payload was read and dropped so the stream stays in step).
+  bool splice_to_file(unsigned i, int file, uint64_t foff, uint64_t len, std::string* err,
+                      uint64_t* zc, uint64_t* copied);
+  bool read_pwrite(int sock, int file, uint64_t foff, uint64_t len, std::string* err,
+                   std::vector<uint8_t>& scratch);
+  void add_stats(bool sent, uint64_t bytes, uint64_t zc, uint64_t copied, uint64_t hits,
+                 uint64_t misses) {
+    std::lock_guard g(stats_mu_);
+    stats_.transfers++;
+    (sent ? stats_.bytes_sent : stats_.bytes_received) += bytes;
+    stats_.zero_copy_bytes += zc;
+    stats_.copied_bytes += copied;
+    stats_.registration_hits += hits;
+    stats_.registration_misses += misses;
+  }
+
+  std::vector<Fd> socks_;
+  std::vector<Pipe> pipes_;
+  SessionParams p_;
+  uint64_t last_id_ = 0;  // the last transfer id sent or received (transfers alternate freely)
+  bool broken_ = false;
+  bool closed_ = false;
+  mutable std::mutex stats_mu_;
+  SessionStats stats_;
+};
+
+// ---- send -------------------------------------------------------------------------------------
+
+uint64_t TcpSession::send(const Source& src, const Progress& progress) {
+  usable();
+  const bool from_memory = !src.memory.empty() || src.fd < 0;
+  if (from_memory && src.memory.empty() && src.length != 0)
+    throw AdtsError(Code::Config, "Source has neither a file nor memory but length " +
+                                      std::to_string(src.length));
+  const uint64_t total = from_memory ? src.memory.size() : src.length;
+  const unsigned n = unsigned(socks_.size());
+  const uint64_t block = p_.block;
+  const uint64_t nblocks = (total + block - 1) / block;
+
+  // A file region past the end is a local error known before any DATA: BEGIN + ABORT keeps the
+  // receiver and the session in step.
+  std::optional<AdtsError> early;
+  if (!from_memory) {
+    struct stat st {};
+    if (::fstat(src.fd, &st) != 0)
+      early.emplace(Code::LocalIo, "fstat of the source file: " + wire::errno_text(errno));
+    else if (S_ISREG(st.st_mode) &&
+             (src.offset > uint64_t(st.st_size) || total > uint64_t(st.st_size) - src.offset))
+      early.emplace(Code::LocalIo, "source file has " + std::to_string(st.st_size) +
+                                       " bytes; cannot send " + std::to_string(total) +
+                                       " bytes from offset " + std::to_string(src.offset));
+  }
+
+  const uint64_t id = ++last_id_;
+  try {
+    send_header(0, BlockType::Begin, id, 0, total);
+    if (early) {
+      for (unsigned i = 0; i < n; ++i) send_header(i, BlockType::Abort, id, 0, 0);
+      throw *early;
+    }
+  } catch (const AdtsError& e) {
+    if (e.code() != Code::LocalIo) break_session();
+    throw;
+  }
+
+  const bool pipelined = !from_memory && !p_.zero_copy;
+  std::atomic<uint64_t> next_block{0}, done{0}, zc{0}, copied{0}, hits{0}, misses{0};
+  std::atomic<bool> local_fail{false}, net_fail{false};
+  ErrorSlot local_err, net_err;
+
+  std::shared_ptr<BufferPool> pool;
+  std::unique_ptr<BoundedQueue<Chunk>> queue;
+  std::thread disk;
+  if (pipelined) {
+    pool = BufferPool::shared(block);
+    queue = std::make_unique<BoundedQueue<Chunk>>(2 * n + 2);
+    // Disk thread: reads the blocks in order into pool buffers while the network sends earlier
+    // ones. It closes the queue when done (or failed) so the network side sees the end.
+    disk = std::thread([&] {
+      try {
+        for (uint64_t b = 0; b < nblocks && !net_fail; ++b) {
+          Chunk c;
+          c.offset = b * block;
+          c.length = std::min<uint64_t>(block, total - c.offset);
+          c.buf = pool->acquire(p_.timeout);
+          if (c.buf.pooled()) {
+            uint64_t h0 = pool->tcp_registrations().hits();
+            pool->tcp_registrations().get(c.buf.data(), c.buf.size());
+            (pool->tcp_registrations().hits() > h0 ? hits : misses)++;
+          }
+          uint64_t got = 0;
+          while (got < c.length) {
+            ssize_t r = ::pread(src.fd, c.buf.data() + got, size_t(c.length - got),
+                                off_t(src.offset + c.offset + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0)
+              throw AdtsError(Code::LocalIo, "reading the source file: " + wire::errno_text(errno));
+            if (r == 0)
+              throw AdtsError(Code::LocalIo, "source file ended at offset " +
+                                                 std::to_string(src.offset + c.offset + got));
+            got += uint64_t(r);
+          }
+          if (!queue->push(std::move(c), p_.timeout)) break;
+        }
+      } catch (const AdtsError& e) {
+        (e.code() == Code::LocalIo ? local_err : net_err).set(e);
+        (e.code() == Code::LocalIo ? local_fail : net_fail) = true;
+      } catch (const std::exception& e) {
+        local_err.set(AdtsError(Code::LocalIo, e.what()));
+        local_fail = true;
+      }
+      queue->close();
+    });
+  }
+
+  auto worker = [&](unsigned i, const std::function<void()>& tick) {
+    try {
+      for (;;) {
+        if (net_fail || local_fail) break;
+        if (pipelined) {
+          std::optional<Chunk> c = queue->pop(p_.timeout);
+          if (!c) break;
+          send_header(i, BlockType::Data, id, c->offset, c->length);
+          wire::send_all(socks_[i].get(), c->buf.data(), size_t(c->length), p_.timeout);
+          copied += c->length;
+          done += c->length;
+        } else {
+          uint64_t b = next_block.fetch_add(1);
+          if (b >= nblocks) break;
+          uint64_t off = b * block, len = std::min<uint64_t>(block, total - off);
+          send_header(i, BlockType::Data, id, off, len);
+          if (from_memory) {
+            wire::send_all(socks_[i].get(), src.memory.data() + off, size_t(len), p_.timeout);
+            copied += len;
+          } else {
+            uint64_t sent =
+                wire::sendfile_some(socks_[i].get(), src.fd, src.offset + off, len, p_.timeout);
+            zc += sent;
+            if (sent < len) {
+              // The file shrank under us: the header promised `len` bytes, so pad with zeros to
+              // keep the stream framed, then ABORT the transfer.
+              local_err.set(AdtsError(Code::LocalIo, "source file ended at offset " +
+                                                         std::to_string(src.offset + off + sent)));
+              local_fail = true;
+              static const uint8_t zeros[4096] = {};
+              for (uint64_t left = len - sent; left > 0;) {
+                size_t k = size_t(std::min<uint64_t>(left, sizeof zeros));
+                wire::send_all(socks_[i].get(), zeros, k, p_.timeout);
+                left -= k;
+              }
+            }
+          }
+          done += len;
+        }
+        tick();
+      }
+      if (net_fail) return;
+      // Pipelined: the disk thread sets local_fail before it closes the queue, so a worker that
+      // saw the end of the queue also sees the failure here.
+      send_header(i, local_fail ? BlockType::Abort : BlockType::End, id, 0, 0);
+    } catch (const AdtsError& e) {
+      net_err.set(e);
+      net_fail = true;
+      break_session();
+      if (queue) queue->cancel();
+    } catch (const std::exception& e) {
+      net_err.set(AdtsError(Code::LocalIo, e.what()));
+      net_fail = true;
+      break_session();
+      if (queue) queue->cancel();
+    }
+  };
+  run_workers(n, worker, progress, done, total);
+  if (disk.joinable()) disk.join();
+
+  if (net_fail) {
+    break_session();
+    throw *net_err.get();
+  }
+  add_stats(true, local_fail ? 0 : total, zc, copied, hits, misses);
+  if (local_fail) throw *local_err.get();
+  return total;
+}
+
+// ---- receive ----------------------------------------------------------------------------------
+
+bool TcpSession::read_pwrite(int sock, int file, uint64_t foff, uint64_t len, std::string* err,
+                             std::vector<uint8_t>& scratch) {
+  bool ok = true;
+  if (scratch.empty()) scratch.resize(kScratch);
+  while (len > 0) {
+    size_t k = size_t(std::min<uint64_t>(len, scratch.size()));
+    wire::recv_all(sock, scratch.data(), k, p_.timeout);
+    for (size_t w = 0; ok && w < k;) {
+      ssize_t r = ::pwrite(file, scratch.data() + w, k - w, off_t(foff + w));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        *err = "writing the file: " + wire::errno_text(r < 0 ? errno : EIO);
+        ok = false;
+        break;
+      }
+      w += size_t(r);
+    }
+    foff += k;
+    len -= k;
+  }
+  return ok;
+}
+
+bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t len,
+                                std::string* err, uint64_t* zc, uint64_t* copied) {
+  int sock = socks_[i].get();
+  Pipe& pp = pipes_[i];
+  std::vector<uint8_t> scratch;
+  if (!pp.unsupported && !pp.r) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      pp.unsupported = true;
+    } else {
+      pp.r.reset(fds[0]);
+      pp.w.reset(fds[1]);
+      (void)::fcntl(pp.w.get(), F_SETPIPE_SZ, kPipeSize);  // best effort: the default is 64 KiB
+    }
+  }
+  if (pp.unsupported) {
+    *copied += len;
+    return read_pwrite(sock, file, foff, len, err, scratch);
+  }
+  bool ok = true;
+  while (len > 0) {
+    ssize_t in = ::splice(sock, nullptr, pp.w.get(), nullptr, size_t(std::min<uint64_t>(len, kPipeSize)),
+                          SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (in == 0) throw AdtsError(Code::PeerClosed, "stream closed by the peer in a DATA block");
+    if (in < 0) {
+      int e = errno;
+      if (e == EINTR) continue;
+      if (e == EAGAIN) {
+        wire::wait_fd(sock, POLLIN, p_.timeout, "receiving from the peer");
+        continue;
+      }
+      if (e == EINVAL) {  // this socket/kernel cannot splice: read+pwrite for the rest
+        pp.unsupported = true;
+        *copied += len;
+        return read_pwrite(sock, file, foff, len, err, scratch) && ok;
+      }
+      wire::throw_errno(Code::PeerClosed, "splice from the stream", e);
+    }
+    len -= uint64_t(in);
+    // Drain the pipe into the file. The pipe is private to this stream, so whatever is in it
+    // belongs to this block.
+    size_t left = size_t(in);
+    while (left > 0) {
+      ssize_t out = -1;
+      if (ok) {
+        loff_t o = loff_t(foff);
+        out = ::splice(pp.r.get(), nullptr, file, &o, left, SPLICE_F_MOVE);
+        if (out > 0) {
+          foff += uint64_t(out);
+          left -= size_t(out);
+          *zc += uint64_t(out);
+          continue;
+        }
+        if (out < 0 && errno == EINTR) continue;
+        if (out < 0 && errno != EINVAL) {
+          *err = "writing the file: " + wire::errno_text(errno);
+          ok = false;
+        }
+      }
+      // Splice to this file refused (EINVAL), or a failed write: move the pipe's bytes by hand
+      // (pwrite, or drop them once the write failed) so the stream stays framed.
+      if (scratch.empty()) scratch.resize(kScratch);
+      ssize_t r = ::read(pp.r.get(), scratch.data(), std::min(left, scratch.size()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw AdtsError(Code::LocalIo, "reading the splice pipe: " + wire::errno_text(errno));
+      if (ok) {
+        for (ssize_t w = 0; w < r;) {
+          ssize_t x = ::pwrite(file, scratch.data() + w, size_t(r - w), off_t(foff + uint64_t(w)));
+          if (x < 0 && errno == EINTR) continue;
+          if (x <= 0) {
+            *err = "writing the file: " + wire::errno_text(x < 0 ? errno : EIO);
+            ok = false;
+            break;
+          }
+          w += x;
+        }
+        *copied += uint64_t(r);
+      }
+      foff += uint64_t(r);
+      left -= size_t(r);
+    }
+  }
+  return ok;
+}
+
+uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
+  usable();
+  const unsigned n = unsigned(socks_.size());
+  wire::Header begin;
+  try {
+    begin = read_header(0);
+    if (begin.type != BlockType::Begin)
+      throw AdtsError(Code::Protocol, std::string("expected BEGIN on stream 0, got ") +
+                                          (begin.type == BlockType::Data ? "DATA" :
+                                           begin.type == BlockType::End  ? "END" : "ABORT"));
+    if (begin.transfer_id <= last_id_)
+      throw AdtsError(Code::Protocol, "BEGIN of transfer " + std::to_string(begin.transfer_id) +
+                                          " after transfer " + std::to_string(last_id_));
+    if (begin.offset != 0)
+      throw AdtsError(Code::Protocol, "BEGIN with offset " + std::to_string(begin.offset));
+    if (begin.length > sink.max_length)
+      throw AdtsError(Code::Protocol, "transfer of " + std::to_string(begin.length) +
+                                          " bytes exceeds the limit of " +
+                                          std::to_string(sink.max_length));
+    if (sink.fd < 0 && begin.length > kMaxMemoryTransfer)
+      throw AdtsError(Code::Protocol, "transfer of " + std::to_string(begin.length) +
+                                          " bytes is too large for a memory sink");
+  } catch (const AdtsError&) {
+    break_session();
+    throw;
+  }
+  last_id_ = begin.transfer_id;
+  const uint64_t id = begin.transfer_id, total = begin.length;
+
+  size_t mem_base = 0;
+  if (sink.fd < 0 && sink.memory) {
+    mem_base = sink.memory->size();
+    sink.memory->resize(mem_base + size_t(total));
+  }
+
+  const bool pipelined = sink.fd >= 0 && !p_.zero_copy;
+  Coverage cov(total);
+  std::atomic<uint64_t> done{0}, zc{0}, copied{0}, hits{0}, misses{0};
+  std::atomic<bool> local_fail{false}, net_fail{false}, aborted{false};
+  ErrorSlot local_err, net_err;
+
+  std::shared_ptr<BufferPool> pool;
+  std::unique_ptr<BoundedQueue<Chunk>> queue;
+  std::thread disk;
+  if (pipelined) {
+    pool = BufferPool::shared(p_.block);
+    queue = std::make_unique<BoundedQueue<Chunk>>(2 * n + 2);
+    // Disk thread: pwrites the buffers the network workers filled. After a write error it keeps
+    // draining (dropping) so the network side never stalls on a full queue.
+    disk = std::thread([&] {
+      try {
+        while (std::optional<Chunk> c = queue->pop(p_.timeout)) {
+          if (local_fail) continue;
+          for (uint64_t w = 0; w < c->length;) {
+            ssize_t r = ::pwrite(sink.fd, c->buf.data() + w, size_t(c->length - w),
+                                 off_t(sink.offset + c->offset + w));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+              local_err.set(AdtsError(Code::LocalIo,
+                                      "writing the file: " + wire::errno_text(r < 0 ? errno : EIO)));
+              local_fail = true;
+              break;
+            }
+            w += uint64_t(r);
+          }
+        }
+      } catch (const AdtsError& e) {
+        net_err.set(e);
+        net_fail = true;
+        break_session();
+      }
+    });
+  }
+
+  auto worker = [&](unsigned i, const std::function<void()>& tick) {
+    try {
+      for (;;) {
+        wire::Header h = read_header(i);
+        if (h.transfer_id != id)
+          throw AdtsError(Code::Protocol, "block of transfer " + std::to_string(h.transfer_id) +
+                                              " inside transfer " + std::to_string(id));
+        if (h.type == BlockType::Begin)
+          throw AdtsError(Code::Protocol, "second BEGIN inside transfer " + std::to_string(id));
+        if (h.type == BlockType::End || h.type == BlockType::Abort) {
+          if (h.type == BlockType::Abort) aborted = true;
+          break;
+        }
+        cov.claim(h.offset, h.length);  // before any byte of the block is written
+        int sock = socks_[i].get();
+        if (sink.fd < 0) {
+          if (sink.memory)
+            wire::recv_all(sock, sink.memory->data() + mem_base + h.offset, size_t(h.length),
+                           p_.timeout);
+          else
+            wire::discard(sock, h.length, p_.timeout);
+          copied += h.length;
+        } else if (pipelined) {
+          for (uint64_t got = 0; got < h.length;) {
+            Chunk c;
+            c.buf = pool->acquire(p_.timeout);
+            if (c.buf.pooled()) {
+              uint64_t h0 = pool->tcp_registrations().hits();
+              pool->tcp_registrations().get(c.buf.data(), c.buf.size());
+              (pool->tcp_registrations().hits() > h0 ? hits : misses)++;
+            }
+            c.offset = h.offset + got;
+            c.length = std::min<uint64_t>(h.length - got, c.buf.size());
+            wire::recv_all(sock, c.buf.data(), size_t(c.length), p_.timeout);
+            got += c.length;
+            copied += c.length;
+            if (!queue->push(std::move(c), p_.timeout)) {
+              // cancelled: the disk thread failed fatally; the error is in net_err
+              throw AdtsError(Code::LocalIo, "pipeline cancelled");
+            }
+          }
+        } else if (!local_fail) {
+          std::string err;
+          uint64_t z = 0, c = 0;
+          bool ok = splice_to_file(i, sink.fd, sink.offset + h.offset, h.length, &err, &z, &c);
+          zc += z;
+          copied += c;
+          if (!ok) {
+            local_err.set(AdtsError(Code::LocalIo, err));
+            local_fail = true;
+          }
+        } else {
+          wire::discard(sock, h.length, p_.timeout);
+        }
+        done += h.length;
+        tick();
+      }
+    } catch (const AdtsError& e) {
+      net_err.set(e);
+      net_fail = true;
+      break_session();
+      if (queue) queue->cancel();
+    } catch (const std::exception& e) {
+      net_err.set(AdtsError(Code::LocalIo, e.what()));
+      net_fail = true;
+      break_session();
+      if (queue) queue->cancel();
+    }
+  };
+  run_workers(n, worker, progress, done, total);
+  if (queue) queue->close();
+  if (disk.joinable()) disk.join();
+
+  if (net_fail) {
+    break_session();
+    if (sink.fd < 0 && sink.memory) sink.memory->resize(mem_base);
+    throw *net_err.get();
+  }
+  if (aborted) {
+    if (sink.fd < 0 && sink.memory) sink.memory->resize(mem_base);
+    throw AdtsError(Code::Aborted, "the sender aborted transfer " + std::to_string(id));
+  }
+  if (cov.covered() != total) {
+    break_session();
+    if (sink.fd < 0 && sink.memory) sink.memory->resize(mem_base);
+    throw AdtsError(Code::Protocol, "transfer " + std::to_string(id) + " ended with " +
+                                        std::to_string(cov.covered()) + " of " +
+                                        std::to_string(total) + " bytes");
+  }
+  add_stats(false, total, zc, copied, hits, misses);
+  if (local_fail) throw *local_err.get();
+  return total;
+}
+
+// ---- handshake --------------------------------------------------------------------------------
+
+class TcpListener final : public ListenerImplBase {
+ public:
+  TcpListener(const std::string& host, uint16_t lo, uint16_t hi, const SessionParams& p) : p_(p) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    std::string last = "no address";
+    if (lo == 0) hi = 0;
+    for (uint32_t port = lo; port <= hi; ++port) {
+      addrinfo* res = nullptr;
+      std::string ps = std::to_string(port);
+      int g = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), ps.c_str(), &hints, &res);
+      if (g != 0)
+        throw AdtsError(Code::Config, "cannot resolve listen address " + host + ": " +
+                                          gai_strerror(g));
+      std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
+      for (addrinfo* a = res; a; a = a->ai_next) {
+        Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                       a->ai_protocol));
+        if (!fd) continue;
+        int one = 1;
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 64) != 0) {
+          last = wire::errno_text(errno);
+          continue;
+        }
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+        port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+        fd_ = std::move(fd);
+        return;
+      }
+    }
+    throw AdtsError(Code::Config, "no free data port on " + host + " in " + std::to_string(lo) +
+                                      "-" + std::to_string(hi) + " (" + last + ")");
+  }
+
+  uint16_t port() const override { return port_; }
+
+  // One poll loop over the listening socket and every connection still sending its HELLO, so a
+  // silent or garbage connection never delays the right client.
+  std::unique_ptr<Session> accept(const std::function<void(const std::string&)>& log) override {
+    auto say = [&](const std::string& s) {
+      if (log) log(s);
+    };
+    struct Pending {
+      Fd fd;
+      std::string peer;
+      uint8_t buf[wire::kHelloSize];
+      size_t got = 0;
+    };
+    const unsigned want = p_.streams;
+    std::vector<Fd> streams(want);
+    unsigned have = 0;
+    std::vector<Pending> pending;
+    constexpr size_t kMaxPending = 64;
+    auto deadline = std::chrono::steady_clock::now() + p_.timeout;
+    while (have < want) {
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline)
+        throw AdtsError(Code::Timeout, "data session: " + std::to_string(have) + " of " +
+                                           std::to_string(want) + " streams connected within " +
+                                           std::to_string(p_.timeout.count()) + " ms");
+      std::vector<pollfd> pfds;
+      pfds.push_back({fd_.get(), POLLIN, 0});
+      for (auto& pd : pending) pfds.push_back({pd.fd.get(), POLLIN, 0});
+      int ms = int(std::min<int64_t>(
+          std::chrono::duration_cast<Millis>(deadline - now).count() + 1, INT32_MAX));
+      int r = ::poll(pfds.data(), pfds.size(), ms);
+      if (r < 0 && errno != EINTR) wire::throw_errno(Code::LocalIo, "poll", errno);
+      if (r <= 0) continue;
+      // Existing connections first (their indices match pfds[1..]).
+      std::vector<size_t> drop;
+      for (size_t k = 0; k < pending.size(); ++k) {
+        if (!pfds[k + 1].revents) continue;
+        Pending& pd = pending[k];
+        ssize_t got = ::recv(pd.fd.get(), pd.buf + pd.got, wire::kHelloSize - pd.got, 0);
+        if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (got <= 0) {
+          say("ADT0102 data stream from " + pd.peer + " closed before its HELLO");
+          drop.push_back(k);
+          continue;
+        }
+        pd.got += size_t(got);
+        if (pd.got < wire::kHelloSize) continue;
+        wire::Hello h = wire::decode_hello(pd.buf);
+        wire::HelloStatus st = wire::HelloStatus::Ok;
+        if (h.magic != wire::kHelloMagic) st = wire::HelloStatus::BadMagic;
+        else if (h.version != wire::kVersion) st = wire::HelloStatus::BadVersion;
+        else if (h.cookie != p_.cookie) st = wire::HelloStatus::BadCookie;
+        else if (h.streams != want) st = wire::HelloStatus::BadStreamCount;
+        else if (h.index >= want || streams[h.index]) st = wire::HelloStatus::BadIndex;
+        uint8_t ack[wire::kAckSize];
+        wire::put_u32(ack, wire::kAckMagic);
+        wire::put_u32(ack + 4, uint32_t(st));
+        // The ACK is 8 bytes into an idle socket's empty buffer: it goes out at once.
+        ssize_t w = ::send(pd.fd.get(), ack, sizeof ack, MSG_NOSIGNAL);
+        if (st != wire::HelloStatus::Ok) {
+          say("ADT0101 refused data stream from " + pd.peer + ": " + wire::to_string(st));
+        } else if (w != ssize_t(sizeof ack)) {
+          say("ADT0103 data stream from " + pd.peer + " broke during the handshake");
+        } else {
+          streams[h.index] = std::move(pd.fd);
+          ++have;
+        }
+        drop.push_back(k);
+      }
+      for (auto it = drop.rbegin(); it != drop.rend(); ++it)
+        pending.erase(pending.begin() + long(*it));
+      if (pfds[0].revents & POLLIN) {
+        for (;;) {
+          int c = ::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+          if (c < 0) break;
+          Pending pd;
+          pd.fd.reset(c);
+          pd.peer = peer_name(c);
+          wire::tune_socket(c);
+          if (pending.size() >= kMaxPending) {
+            say("ADT0104 too many data connections without HELLO; dropping the oldest");
+            pending.erase(pending.begin());
+          }
+          pending.push_back(std::move(pd));
+        }
+      }
+    }
+    return std::make_unique<TcpSession>(std::move(streams), p_);
+  }
+
+ private:
+  SessionParams p_;
+  Fd fd_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ListenerImplBase> make_tcp_listener(const std::string& host, uint16_t lo,
+                                                    uint16_t hi, const SessionParams& p) {
+  return std::make_unique<TcpListener>(host, lo, hi, p);
+}
+
+std::unique_ptr<Session> connect_tcp_session(const std::string& host, uint16_t port,
+                                             const SessionParams& p) {
+  std::vector<Fd> socks;
+  for (unsigned i = 0; i < p.streams; ++i) {
+    socks.emplace_back(wire::connect_tcp(host, port, p.timeout));
+    wire::Hello h;
+    h.index = uint16_t(i);
+    h.streams = uint16_t(p.streams);
+    h.cookie = p.cookie;
+    uint8_t buf[wire::kHelloSize];
+    wire::encode(h, buf);
+    wire::send_all(socks.back().get(), buf, sizeof buf, p.timeout);
+  }
+  for (unsigned i = 0; i < p.streams; ++i) {
+    uint8_t ack[wire::kAckSize];
+    try {
+      wire::recv_all(socks[i].get(), ack, sizeof ack, p.timeout);
+    } catch (const AdtsError& e) {
+      throw AdtsError(e.code(), "data stream " + std::to_string(i) + " handshake: " + e.what());
+    }
+    if (wire::get_u32(ack) != wire::kAckMagic)
+      throw AdtsError(Code::Protocol, "data stream " + std::to_string(i) + ": bad HELLO-ACK magic");
+    auto st = static_cast<wire::HelloStatus>(wire::get_u32(ack + 4));
+    if (st != wire::HelloStatus::Ok)
+      throw AdtsError(Code::Protocol, "server refused data stream " + std::to_string(i) + ": " +
+                                          wire::to_string(st));
+  }
+  return std::make_unique<TcpSession>(std::move(socks), p);
+}
+
+}  // namespace tierce::adts
