@@ -35,11 +35,16 @@ struct Reply {
   std::string text() const;  // lines joined with '\n'
 };
 // Formats for the wire: "226 Done\r\n" or "211-Features:\r\n UTF8\r\n211 End\r\n".
+// format_reply turns a text with '\n' into a multi-line reply; CR and NUL in any text become
+// spaces (a peer-chosen file name cannot inject reply lines); middle lines starting with a digit
+// get a space in front (RFC 959 §4.2).
 std::string format_reply(int code, std::string_view text);
 std::string format_multiline(int code, const std::vector<std::string>& lines);
 
 // Incremental reply reader for clients: feed bytes as they arrive; take() returns each complete
-// reply (multi-line replies per RFC 959 §4.2). Garbage (no 3-digit code) sets error().
+// reply (multi-line replies per RFC 959 §4.2). Garbage (no 3-digit code, a code outside
+// 100..599, a line over 64 KiB, a reply over 8 MiB) sets error(), which is final. Middle lines
+// that repeat "ddd-" (some servers do) lose that prefix.
 class ReplyParser {
  public:
   void feed(std::string_view bytes);
@@ -72,6 +77,8 @@ struct TprtRequest {
   enum class Kind { Stream, Tcp, ParallelTcp, Verbs } kind = Kind::Stream;
   unsigned streams = 1;
 };
+// Case-insensitive. "PTCP n" parses any n up to 9 digits (0 included): the server checks the
+// range and answers "501 TPRT PTCP 0: stream count must be 1..16".
 std::optional<TprtRequest> parse_tprt_arg(std::string_view arg);
 // The cookie from "200 TPRT PTCP 8 cookie=<16 hex>".
 std::optional<uint64_t> parse_tprt_cookie(std::string_view reply_text);
@@ -86,7 +93,10 @@ struct Facts {
   std::optional<unsigned> unix_mode;
 };
 std::string format_facts(const Facts& f);                 // one line without CRLF
-std::optional<Facts> parse_facts(std::string_view line);  // nullopt on malformed
+// nullopt on malformed (a fact without '=', a bad size/modify/UNIX.mode value, control characters
+// or no "; name"). Unknown facts are ignored; a trailing CR is dropped; a line starting with one
+// space is read as an MLST reply line (indented) when the rest is facts + name.
+std::optional<Facts> parse_facts(std::string_view line);
 std::string format_time_val(std::time_t t);               // YYYYMMDDHHMMSS (UTC), MDTM/modify
 std::optional<std::time_t> parse_time_val(std::string_view s);  // accepts a .sss fraction
 

@@ -32,8 +32,10 @@ class TlsContext {
   SSL_CTX* ctx_;
 };
 
-// A TLS session on a connected socket (the fd stays owned by the caller). Blocking with a
-// deadline: every call throws TlsError on a timeout or a TLS failure.
+// A TLS session on a connected socket (the fd stays owned by the caller and keeps its blocking
+// mode: the connection uses recv/send with MSG_DONTWAIT | MSG_NOSIGNAL and waits in poll).
+// Blocking with a deadline: every call throws TlsError on a timeout or a TLS failure; each call
+// gets the whole timeout (a timeout of 0 means no deadline).
 class TlsConnection {
  public:
   // Server side handshake. `resume_from` (data channel): the control channel's connection, whose
@@ -49,6 +51,8 @@ class TlsConnection {
   void write_all(std::span<const uint8_t> bytes);
   size_t read_some(std::span<uint8_t> buf);  // 0 = clean close_notify or EOF
   void shutdown();                           // sends close_notify (best effort)
+  // True when the handshake resumed a session (client: the one offered with `reuse`).
+  bool session_reused() const;
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   int fd() const { return fd_; }
 
@@ -58,6 +62,7 @@ class TlsConnection {
   SSL* ssl_;
   int fd_;
   std::chrono::milliseconds timeout_;
+  bool failed_ = false;  // a fatal error happened: OpenSSL forbids SSL_shutdown afterwards
 };
 
 }  // namespace tierce::ftp
