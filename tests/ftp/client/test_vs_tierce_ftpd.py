@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""tests/ftp/client/test_vs_tierce_ftpd.py — tierce-ftp against tierce-ftpd: the ADTS data path
+(TPRT TCP persistent session with pipelined RETR/STOR, PTCP, and --adts off for plain EPSV),
+MLSD listings with exact times (a second --only-newer mirror moves nothing, -R uses MFMT), -P 4,
+and get/put resume over ADTS.
+
+    test_vs_tierce_ftpd.py --build BUILD_DIR"""
+import argparse
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import ftpenv  # noqa: E402
+from ftpenv import Checks, TempDir, TierceFtpd, make_tree, run, sha256  # noqa: E402
+from test_vs_vsftpd import mirror_files, tree_digest  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    args = ap.parse_args()
+    ftp = ftpenv.find_binary(args.build, "tierce-ftp")
+    ftpd = ftpenv.find_binary(args.build, "tierce-ftpd")
+    c = Checks("ftp_client_vs_tierce_ftpd")
+
+    def tf(*argv):
+        return run([ftp, "--timeout", "20", *argv], timeout=180)
+
+    with TempDir() as tmp:
+        root = os.path.join(tmp, "srv")
+        files = {"tree/d%d/s%d/f%03d.bin" % (i % 5, i % 2, i): (i * 7919) % 30000
+                 for i in range(200)}
+        files["tree/large.bin"] = 4 << 20
+        files["big.bin"] = (6 << 20) + 77
+        make_tree(root, files)
+        want = tree_digest(os.path.join(root, "tree"))
+        with TierceFtpd(ftpd, root) as s:
+            for n, extra in enumerate((["--adts", "tcp"], ["--adts", "ptcp:4"], ["--adts", "off"],
+                                       ["-P", "4"])):
+                dst = os.path.join(tmp, "m%d" % n)
+                r = tf("mirror", *extra, s.url("/tree"), dst)
+                c.check(r.returncode == 0 and tree_digest(dst) == want,
+                        "mirror %s: trees identical" % " ".join(extra), r.stdout + r.stderr)
+                if extra[0] == "--adts" and extra[1] != "off":
+                    c.check(b"[ADTS " in r.stdout, "mirror %s used ADTS" % " ".join(extra),
+                            r.stdout)
+            r = tf("mirror", "--only-newer", s.url("/tree"), os.path.join(tmp, "m0"))
+            c.check(r.returncode == 0 and mirror_files(r.stdout) == (0, 0),
+                    "second mirror --only-newer (MLSD times) moves nothing", r.stdout + r.stderr)
+
+            r = tf("mirror", "-R", s.url("/rev"), os.path.join(tmp, "m0"))
+            c.check(r.returncode == 0 and tree_digest(os.path.join(root, "rev")) == want,
+                    "mirror -R over ADTS: remote tree identical", r.stdout + r.stderr)
+            r = tf("mirror", "-R", "--only-newer", s.url("/rev"), os.path.join(tmp, "m0"))
+            c.check(r.returncode == 0 and mirror_files(r.stdout) == (0, 0),
+                    "second mirror -R --only-newer (MFMT) moves nothing", r.stdout + r.stderr)
+
+            part = os.path.join(tmp, "part.bin")
+            with open(os.path.join(root, "big.bin"), "rb") as f:
+                data = f.read()
+            with open(part, "wb") as f:
+                f.write(data[:len(data) // 3])
+            r = tf("get", "-c", s.url("/big.bin"), part)
+            c.check(r.returncode == 0 and sha256(part) == sha256(os.path.join(root, "big.bin")),
+                    "get -c over ADTS: sha256 identical", r.stderr)
+            with open(os.path.join(root, "rpart.bin"), "wb") as f:
+                f.write(data[:len(data) // 2])
+            r = tf("put", "-c", part, s.url("/rpart.bin"))
+            c.check(r.returncode == 0 and sha256(os.path.join(root, "rpart.bin")) == sha256(part),
+                    "put -c over ADTS (APPE): sha256 identical", r.stderr)
+            r = tf("get", s.url("/missing.bin"), os.path.join(tmp, "x"))
+            c.equal(r.returncode, 4, "get of a missing file over ADTS: exit 4")
+            r = tf("ls", s.url("/"))
+            c.check(r.returncode == 0 and re.search(rb"^- +%d " % len(data), r.stdout, re.M),
+                    "ls over ADTS shows big.bin with its size", r.stdout + r.stderr)
+            c.check(not s.crash_report(), "no crash in the server log", s.crash_report())
+    return c.exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
