@@ -1,0 +1,72 @@
+// ftp_adts/server/config.h — tierce-ftpd's configuration (ftpd.toml, docs/ftp.md "tierce-ftpd"):
+// the parsed, checked form every other part of the server reads. Loading collects every problem of
+// the file; each message names the file and the key ("ftpd.toml:3:1: workers: ...").
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fabric/log.h"
+
+namespace tierce::ftpd {
+
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(std::vector<std::string> problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+struct UserConfig {
+  std::string name;
+  std::string password_hash;  // crypt(3): "$y$..." (yescrypt) or "$6$..." (sha512crypt)
+  std::string root;           // absolute host directory: the user's "/"
+  bool write = false;         // STOR/APPE/STOU/DELE/MKD/RMD/RNFR/MFMT/SITE CHMOD
+};
+
+struct Config {
+  std::string source;  // the file it came from (absolute)
+
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 2121;
+  unsigned workers = 4;             // idle pre-forked workers kept ready
+  unsigned max_sessions = 64;       // busy workers at most
+  unsigned worker_sessions = 0;     // a worker exits after this many sessions (0 = never)
+  uint16_t pasv_min = 0, pasv_max = 0;  // 0-0 = any ephemeral port
+  std::string pasv_address;         // announced in 227; "" = the control socket's address
+  unsigned idle_timeout_s = 300;
+  unsigned data_timeout_s = 60;
+  unsigned login_timeout_s = 30;
+  unsigned login_fail_delay_ms = 1000;  // pause after a failed PASS (slows password guessing)
+  unsigned max_login_failures = 3;      // then 421 and close
+  std::string xferlog;
+  fabric::LogLevel log_level = fabric::LogLevel::Info;
+  std::string ready_file;
+  std::string banner = "Tierce FTP server ready";
+
+  bool anonymous = false;
+  std::string anonymous_root;
+
+  bool tls = false;
+  std::string tls_cert, tls_key;
+  bool tls_require = false;
+
+  bool adts_enable = true;
+  unsigned adts_max_streams = 16;
+  unsigned adts_block_kib = 1024;
+  bool adts_zero_copy = true;
+
+  std::vector<UserConfig> users;
+
+  const UserConfig* find_user(const std::string& name) const;
+};
+
+// Parses and checks; throws ConfigError listing every problem.
+Config parse_config(const std::string& text, const std::string& source_name);
+Config load_config(const std::string& path);
+
+}  // namespace tierce::ftpd

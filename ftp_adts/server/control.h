@@ -1,0 +1,66 @@
+// ftp_adts/server/control.h — the control connection of one session: command lines in (plain or
+// inside TLS after AUTH TLS), replies out. Replies are buffered and flushed when the session is
+// about to wait (no complete command left in the input), before a data transfer, or when the
+// buffer grows: a client that pipelines commands gets its replies in a few segments instead of one
+// per command.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ftp_adts/ftp/tls.h"
+
+namespace tierce::ftpd {
+
+using Millis = std::chrono::milliseconds;
+
+class Control {
+ public:
+  explicit Control(int fd);  // takes ownership of fd
+  ~Control();
+  Control(const Control&) = delete;
+  Control& operator=(const Control&) = delete;
+
+  int fd() const { return fd_; }
+  bool closed() const { return closed_; }
+
+  enum class Read { Line, TooLong, Closed, Timeout };
+  // The next command line without CR LF. Flushes pending replies before it blocks. TooLong: a line
+  // longer than ftp::kMaxCommandLine was discarded (up to its LF).
+  Read read_line(std::string* line, Millis timeout);
+  // Whether a whole line is already buffered (pipelined commands).
+  bool line_buffered() const;
+  // Reads what is available without blocking (a transfer checks for ABOR between chunks).
+  // Returns false when the peer closed.
+  bool poll_input();
+  // Takes the buffered line if it is ABOR (a client's abort during a transfer). Other lines stay.
+  bool take_abort();
+
+  void reply(int code, std::string_view text);
+  void reply_multi(int code, const std::vector<std::string>& lines);
+  // Writes the pending replies; false if the peer is gone (the session then ends).
+  bool flush();
+
+  // AUTH TLS: the handshake on the control connection (after the 234 was flushed).
+  void start_tls(std::shared_ptr<ftp::TlsContext> ctx, Millis timeout);
+  bool tls() const { return tls_ != nullptr; }
+  ftp::TlsConnection* tls_connection() { return tls_.get(); }
+
+ private:
+  // Reads once (blocking up to timeout); 0 = EOF, -1 = timeout; throws nothing.
+  long read_some(Millis timeout);
+  // Finds the first LF in in_ (beyond the part already scanned).
+  bool extract(std::string* line, bool* too_long);
+
+  int fd_;
+  bool closed_ = false;
+  std::string in_;
+  bool discarding_ = false;  // inside an over-long line: drop up to the next LF
+  std::string out_;
+  std::unique_ptr<ftp::TlsConnection> tls_;
+};
+
+}  // namespace tierce::ftpd

@@ -1,0 +1,574 @@
+// ftp_adts/server/data.cc
+//
+// Why not adts::send_file/receive_file for the plain paths: those run a whole transfer in one call,
+// and an FTP server must notice ABOR on the control connection between chunks. The loops here poll
+// the data socket and the control socket together; the zero-copy system calls are the same.
+#include "ftp_adts/server/data.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace tierce::ftpd {
+
+namespace {
+
+constexpr size_t kZeroCopyChunk = 1 << 20;  // bytes per sendfile/splice call (ABOR granularity)
+constexpr size_t kBufferChunk = 256 << 10;  // user-buffer paths
+
+using Clock = std::chrono::steady_clock;
+
+int to_poll_ms(Millis m) {
+  return int(std::clamp<long long>(m.count(), 0, INT32_MAX));
+}
+
+void set_nonblocking(int fd, bool on) {
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
+}
+
+bool peer_errno(int e) {
+  return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ETIMEDOUT || e == EHOSTUNREACH;
+}
+
+enum class Wait { Ready, Abort, Timeout };
+
+// Waits until the data socket is ready for `events`, watching the control socket for ABOR.
+Wait wait_for(int fd, short events, const TransferOptions& o) {
+  pollfd p[2] = {{fd, events, 0}, {o.control_fd, POLLIN, 0}};
+  nfds_t n = o.control_fd >= 0 ? 2 : 1;
+  auto deadline = Clock::now() + o.timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) return Wait::Timeout;
+    int r = ::poll(p, n, to_poll_ms(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) return Wait::Timeout;
+    if (n == 2 && p[1].revents) {
+      if (o.abort && o.abort()) return Wait::Abort;
+      // Not ABOR (a pipelined command, now buffered by the session): keep going. Stop watching
+      // the control socket if it keeps signalling without being consumed (HUP).
+      if (p[1].revents & (POLLHUP | POLLERR)) n = 1;
+      p[1].revents = 0;
+    }
+    if (p[0].revents) return Wait::Ready;
+  }
+}
+
+// For the blocking TLS paths: an ABOR waiting on the control socket?
+bool abort_pending(const TransferOptions& o) {
+  if (o.control_fd < 0) return false;
+  pollfd p{o.control_fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && o.abort && o.abort();
+}
+
+TransferResult fail(TransferResult r, TransferResult::Status s, std::string what) {
+  r.status = s;
+  r.error = std::move(what);
+  return r;
+}
+
+// Writes all of `bytes` to the data connection (plain or TLS).
+TransferResult::Status write_all(DataConn& c, std::string_view bytes, const TransferOptions& o,
+                                 std::string* err) {
+  if (auto* t = c.tls()) {
+    if (abort_pending(o)) return TransferResult::Status::Aborted;
+    try {
+      t->set_timeout(o.timeout);
+      t->write_all({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    } catch (const ftp::TlsError& e) {
+      *err = e.what();
+      return TransferResult::Status::PeerError;
+    }
+    return TransferResult::Status::Ok;
+  }
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(c.fd(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += size_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      Wait w = wait_for(c.fd(), POLLOUT, o);
+      if (w == Wait::Abort) return TransferResult::Status::Aborted;
+      if (w == Wait::Timeout) {
+        *err = "no progress on the data connection";
+        return TransferResult::Status::Timeout;
+      }
+      continue;
+    }
+    *err = std::strerror(errno);
+    return TransferResult::Status::PeerError;
+  }
+  return TransferResult::Status::Ok;
+}
+
+}  // namespace
+
+// ---- SockAddr ----
+
+uint16_t SockAddr::port() const {
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+  return 0;
+}
+
+void SockAddr::set_port(uint16_t p) {
+  if (ss.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(p);
+  if (ss.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(p);
+}
+
+std::string SockAddr::host() const {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  } else if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      inet_ntop(AF_INET, &a.s6_addr[12], buf, sizeof buf);
+    else
+      inet_ntop(AF_INET6, &a, buf, sizeof buf);
+  }
+  return buf;
+}
+
+bool SockAddr::same_host(const SockAddr& o) const {
+  return host() == o.host();
+}
+
+SockAddr SockAddr::local_of(int fd) {
+  SockAddr a;
+  a.len = sizeof a.ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a.ss), &a.len) != 0) a.len = 0;
+  return a;
+}
+
+SockAddr SockAddr::peer_of(int fd) {
+  SockAddr a;
+  a.len = sizeof a.ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a.ss), &a.len) != 0) a.len = 0;
+  return a;
+}
+
+bool SockAddr::parse(const std::string& host, uint16_t port, SockAddr* out) {
+  SockAddr a;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.ss);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    a.len = sizeof *v4;
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    a.len = sizeof *v6;
+  } else {
+    return false;
+  }
+  *out = a;
+  return true;
+}
+
+// ---- DataConn ----
+
+DataConn::~DataConn() {
+  tls_.reset();
+  ::close(fd_);
+}
+
+void DataConn::start_tls(std::shared_ptr<ftp::TlsContext> ctx, Millis timeout) {
+  tls_ = ftp::TlsConnection::accept(std::move(ctx), fd_, timeout);
+}
+
+void DataConn::finish() {
+  if (tls_) {
+    try {
+      tls_->shutdown();
+    } catch (...) {
+    }
+  }
+}
+
+// ---- DataPort ----
+
+DataPort::~DataPort() {
+  reset();
+}
+
+void DataPort::reset() {
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+  active_ = false;
+}
+
+int DataPort::listen_passive(const SockAddr& local, uint16_t lo, uint16_t hi) {
+  reset();
+  int fd = ::socket(local.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  SockAddr a = local;
+  int err = EADDRINUSE;
+  if (lo == 0) {
+    a.set_port(0);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len) != 0) err = errno;
+    else err = 0;
+  } else {
+    // Start at a random port of the range so concurrent sessions rarely collide.
+    static thread_local std::mt19937 rng{std::random_device{}()};
+    unsigned span = unsigned(hi - lo) + 1;
+    unsigned start = rng() % span;
+    for (unsigned i = 0; i < span; ++i) {
+      a.set_port(uint16_t(lo + (start + i) % span));
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len) == 0) {
+        err = 0;
+        break;
+      }
+      if (errno != EADDRINUSE) {
+        err = errno;
+        break;
+      }
+    }
+  }
+  if (err != 0 || ::listen(fd, 4) != 0) {
+    if (err == 0) err = errno;
+    ::close(fd);
+    return -err;
+  }
+  listen_fd_ = fd;
+  return SockAddr::local_of(fd).port();
+}
+
+void DataPort::set_active(const SockAddr& target) {
+  reset();
+  target_ = target;
+  active_ = true;
+}
+
+std::unique_ptr<DataConn> DataPort::open(const SockAddr& peer, Millis timeout, std::string* err,
+                                         const std::function<void(const std::string&)>& log) {
+  auto deadline = Clock::now() + timeout;
+  if (listen_fd_ >= 0) {
+    for (;;) {
+      auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      pollfd p{listen_fd_, POLLIN, 0};
+      int r = left.count() > 0 ? ::poll(&p, 1, to_poll_ms(left)) : 0;
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) {
+        *err = "the client did not connect to the passive port in time";
+        reset();
+        return nullptr;
+      }
+      SockAddr from;
+      from.len = sizeof from.ss;
+      int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from.ss), &from.len,
+                         SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+        *err = std::string("accept: ") + std::strerror(errno);
+        reset();
+        return nullptr;
+      }
+      if (!from.same_host(peer)) {
+        // Someone else raced for the port (passive-mode hijack): drop, keep waiting.
+        if (log) log("data connection from " + from.host() + " dropped: not the control peer " +
+                     peer.host());
+        ::close(fd);
+        continue;
+      }
+      reset();  // one connection per PASV
+      return std::make_unique<DataConn>(fd);
+    }
+  }
+  if (active_) {
+    SockAddr t = target_;
+    reset();
+    int fd = ::socket(t.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      *err = std::string("socket: ") + std::strerror(errno);
+      return nullptr;
+    }
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&t.ss), t.len) != 0 && errno != EINPROGRESS) {
+      *err = "connect to " + t.host() + ":" + std::to_string(t.port()) + ": " + std::strerror(errno);
+      ::close(fd);
+      return nullptr;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    int r;
+    do {
+      auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      r = left.count() > 0 ? ::poll(&p, 1, to_poll_ms(left)) : 0;
+    } while (r < 0 && errno == EINTR);
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    if (r > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+    if (r <= 0 || soerr != 0) {
+      *err = "connect to " + t.host() + ":" + std::to_string(t.port()) + ": " +
+             (r <= 0 ? "timed out" : std::strerror(soerr));
+      ::close(fd);
+      return nullptr;
+    }
+    set_nonblocking(fd, false);
+    return std::make_unique<DataConn>(fd);
+  }
+  *err = "use PORT or PASV first";
+  return nullptr;
+}
+
+// ---- TYPE A ----
+
+std::string to_crlf(std::string_view in, bool* prev_cr) {
+  std::string out;
+  out.reserve(in.size() + in.size() / 16);
+  for (char c : in) {
+    if (c == '\n' && !*prev_cr) out.push_back('\r');
+    out.push_back(c);
+    *prev_cr = c == '\r';
+  }
+  return out;
+}
+
+std::string from_crlf(std::string_view in, bool* held_cr) {
+  std::string out;
+  out.reserve(in.size() + 1);
+  for (char c : in) {
+    if (*held_cr) {
+      *held_cr = false;
+      if (c != '\n') out.push_back('\r');  // a lone CR is data
+    }
+    if (c == '\r') {
+      *held_cr = true;
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+// ---- transfers ----
+
+TransferResult send_file(DataConn& c, int file_fd, uint64_t offset, const TransferOptions& o) {
+  TransferResult r;
+  struct stat st;
+  if (::fstat(file_fd, &st) != 0)
+    return fail(r, TransferResult::Status::LocalError, std::strerror(errno));
+  uint64_t size = uint64_t(st.st_size);
+  if (o.zero_copy && !o.ascii && !c.tls() && S_ISREG(st.st_mode)) {
+    r.zero_copy = true;
+    set_nonblocking(c.fd(), true);
+    off_t off = off_t(offset);
+    while (uint64_t(off) < size) {
+      size_t want = size_t(std::min<uint64_t>(size - uint64_t(off), kZeroCopyChunk));
+      ssize_t n = ::sendfile(c.fd(), file_fd, &off, want);
+      if (n > 0) {
+        r.bytes += uint64_t(n);
+        continue;
+      }
+      if (n == 0) break;  // the file shrank under us: send what there was
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        Wait w = wait_for(c.fd(), POLLOUT, o);
+        if (w == Wait::Abort) return fail(r, TransferResult::Status::Aborted, "aborted");
+        if (w == Wait::Timeout)
+          return fail(r, TransferResult::Status::Timeout, "no progress on the data connection");
+        continue;
+      }
+      int e = errno;
+      return fail(r, peer_errno(e) ? TransferResult::Status::PeerError
+                                   : TransferResult::Status::LocalError,
+                  std::string("sendfile: ") + std::strerror(e));
+    }
+    set_nonblocking(c.fd(), false);
+    return r;
+  }
+  if (!c.tls()) set_nonblocking(c.fd(), true);
+  std::vector<char> buf(kBufferChunk);
+  uint64_t off = offset;
+  bool prev_cr = false;
+  for (;;) {
+    ssize_t n = ::pread(file_fd, buf.data(), buf.size(), off_t(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(r, TransferResult::Status::LocalError, std::strerror(errno));
+    if (n == 0) break;
+    off += uint64_t(n);
+    std::string_view chunk(buf.data(), size_t(n));
+    std::string converted;
+    if (o.ascii) {
+      converted = to_crlf(chunk, &prev_cr);
+      chunk = converted;
+    }
+    std::string err;
+    auto s = write_all(c, chunk, o, &err);
+    if (s != TransferResult::Status::Ok) return fail(r, s, err.empty() ? "aborted" : err);
+    r.bytes += chunk.size();
+  }
+  if (!c.tls()) set_nonblocking(c.fd(), false);
+  return r;
+}
+
+TransferResult send_bytes(DataConn& c, std::string_view bytes, const TransferOptions& o) {
+  TransferResult r;
+  if (!c.tls()) set_nonblocking(c.fd(), true);
+  std::string err;
+  auto s = write_all(c, bytes, o, &err);
+  if (!c.tls()) set_nonblocking(c.fd(), false);
+  if (s != TransferResult::Status::Ok) return fail(r, s, err.empty() ? "aborted" : err);
+  r.bytes = bytes.size();
+  return r;
+}
+
+namespace {
+
+struct Pipe {
+  int r = -1, w = -1;
+  ~Pipe() {
+    if (r >= 0) ::close(r);
+    if (w >= 0) ::close(w);
+  }
+};
+
+// Writes buf at *off; false with *err on failure.
+bool pwrite_all(int fd, const char* p, size_t n, uint64_t* off, std::string* err) {
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, n, off_t(*off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      *err = std::string("write: ") + (w < 0 ? std::strerror(errno) : "no space");
+      return false;
+    }
+    p += w;
+    n -= size_t(w);
+    *off += uint64_t(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+TransferResult receive_file(DataConn& c, int file_fd, uint64_t offset, const TransferOptions& o) {
+  TransferResult r;
+  uint64_t off = offset;
+  bool zero_copy = o.zero_copy && !o.ascii && !c.tls();
+  Pipe pipe;
+  if (zero_copy) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+      zero_copy = false;
+    } else {
+      pipe.r = p[0];
+      pipe.w = p[1];
+      ::fcntl(pipe.w, F_SETPIPE_SZ, int(kZeroCopyChunk));  // best effort (pipe-max-size)
+    }
+  }
+  if (!c.tls()) set_nonblocking(c.fd(), true);
+  std::vector<char> buf;
+  bool held_cr = false;
+  r.zero_copy = zero_copy;
+  for (;;) {
+    if (zero_copy) {
+      ssize_t n = ::splice(c.fd(), nullptr, pipe.w, nullptr, kZeroCopyChunk,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n == 0) break;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          Wait w = wait_for(c.fd(), POLLIN, o);
+          if (w == Wait::Abort) return fail(r, TransferResult::Status::Aborted, "aborted");
+          if (w == Wait::Timeout)
+            return fail(r, TransferResult::Status::Timeout, "no progress on the data connection");
+          continue;
+        }
+        int e = errno;
+        if (e == EINVAL && r.bytes == 0) {  // this socket cannot splice: use the buffer path
+          zero_copy = r.zero_copy = false;
+          continue;
+        }
+        return fail(r, TransferResult::Status::PeerError, std::string("splice: ") + std::strerror(e));
+      }
+      r.bytes += uint64_t(n);
+      size_t left = size_t(n);
+      while (left > 0) {
+        loff_t lo = loff_t(off);
+        ssize_t m = ::splice(pipe.r, nullptr, file_fd, &lo, left, SPLICE_F_MOVE);
+        if (m > 0) {
+          off += uint64_t(m);
+          left -= size_t(m);
+          continue;
+        }
+        if (m < 0 && errno == EINTR) continue;
+        if (m < 0 && errno == EINVAL) {
+          // The file system does not take splice: empty the pipe by hand and go on buffered.
+          buf.resize(kBufferChunk);
+          while (left > 0) {
+            ssize_t k = ::read(pipe.r, buf.data(), std::min(left, buf.size()));
+            if (k <= 0) return fail(r, TransferResult::Status::LocalError, "pipe read failed");
+            std::string err;
+            if (!pwrite_all(file_fd, buf.data(), size_t(k), &off, &err))
+              return fail(r, TransferResult::Status::LocalError, err);
+            left -= size_t(k);
+          }
+          zero_copy = r.zero_copy = false;
+          break;
+        }
+        return fail(r, TransferResult::Status::LocalError,
+                    std::string("write: ") + (m < 0 ? std::strerror(errno) : "no space"));
+      }
+      continue;
+    }
+    if (buf.size() < kBufferChunk) buf.resize(kBufferChunk);
+    size_t got = 0;
+    if (auto* t = c.tls()) {
+      if (abort_pending(o)) return fail(r, TransferResult::Status::Aborted, "aborted");
+      try {
+        t->set_timeout(o.timeout);
+        got = t->read_some({reinterpret_cast<uint8_t*>(buf.data()), buf.size()});
+      } catch (const ftp::TlsError& e) {
+        return fail(r, TransferResult::Status::PeerError, e.what());
+      }
+      if (got == 0) break;
+    } else {
+      ssize_t n = ::recv(c.fd(), buf.data(), buf.size(), 0);
+      if (n == 0) break;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          Wait w = wait_for(c.fd(), POLLIN, o);
+          if (w == Wait::Abort) return fail(r, TransferResult::Status::Aborted, "aborted");
+          if (w == Wait::Timeout)
+            return fail(r, TransferResult::Status::Timeout, "no progress on the data connection");
+          continue;
+        }
+        return fail(r, TransferResult::Status::PeerError, std::strerror(errno));
+      }
+      got = size_t(n);
+    }
+    r.bytes += got;
+    std::string err;
+    if (o.ascii) {
+      std::string conv = from_crlf({buf.data(), got}, &held_cr);
+      if (!pwrite_all(file_fd, conv.data(), conv.size(), &off, &err))
+        return fail(r, TransferResult::Status::LocalError, err);
+    } else if (!pwrite_all(file_fd, buf.data(), got, &off, &err)) {
+      return fail(r, TransferResult::Status::LocalError, err);
+    }
+  }
+  if (held_cr) {
+    std::string err;
+    if (!pwrite_all(file_fd, "\r", 1, &off, &err))
+      return fail(r, TransferResult::Status::LocalError, err);
+  }
+  return r;
+}
+
+}  // namespace tierce::ftpd

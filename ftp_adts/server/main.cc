@@ -1,0 +1,259 @@
+// ftp_adts/server/main.cc — tierce-ftpd, the process: command line, configuration, daemon start,
+// pid file, the control socket, signals; then the pre-forking master (master.h). docs/ftp.md
+// "tierce-ftpd" is the user's reference.
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "agents/memd/daemon.h"
+#include "ftp_adts/ftp/tls.h"
+#include "ftp_adts/server/config.h"
+#include "ftp_adts/server/data.h"
+#include "ftp_adts/server/master.h"
+#include "ftp_adts/server/password.h"
+#include "ftp_adts/server/xferlog.h"
+
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"
+#endif
+
+namespace tierce::ftpd {
+namespace {
+
+constexpr const char* kProgram = "tierce-ftpd";
+constexpr const char* kDefaultConfig = "/etc/tierce/ftpd.toml";
+using memd::kExitFailure;
+using memd::kExitOk;
+using memd::kExitUsage;
+
+void usage(FILE* out) {
+  std::fprintf(
+      out,
+      "Usage: %s [-c FILE] [--foreground] [--check] [--pid-file FILE]\n"
+      "       %s --hash-password < password\n"
+      "FTP server (RFC 959, 2228/4217 FTPS, 2428, 3659) with ADTS data sessions (TPRT);\n"
+      "see docs/ftp.md.\n"
+      "\n"
+      "  -c, --config FILE    configuration (default %s)\n"
+      "  -f, --foreground     stay in the foreground, log to stderr\n"
+      "      --check          validate the configuration, then exit\n"
+      "  -p, --pid-file FILE  write and lock a pid file\n"
+      "      --hash-password  read a password on stdin, print its crypt(3) hash ($y$ yescrypt)\n"
+      "  -V, --version        print the version and exit\n"
+      "  -h, --help           print this help and exit\n"
+      "\n"
+      "Signals: TERM/INT stop (workers are terminated).\n"
+      "Exit codes: 0 clean stop or --check ok, 1 runtime failure, 2 bad usage or configuration,\n"
+      "            3 another tierce-ftpd holds the pid file.\n",
+      kProgram, kProgram, kDefaultConfig);
+}
+
+struct Options {
+  std::string config = kDefaultConfig;
+  std::string pid_file;
+  bool foreground = false, check = false, hash = false;
+};
+
+std::optional<int> parse(int argc, char** argv, Options* o) {
+  static const option longopts[] = {{"config", required_argument, nullptr, 'c'},
+                                    {"foreground", no_argument, nullptr, 'f'},
+                                    {"check", no_argument, nullptr, 'k'},
+                                    {"pid-file", required_argument, nullptr, 'p'},
+                                    {"hash-password", no_argument, nullptr, 'H'},
+                                    {"version", no_argument, nullptr, 'V'},
+                                    {"help", no_argument, nullptr, 'h'},
+                                    {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":c:fp:Vh", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 'c': o->config = optarg; break;
+      case 'f': o->foreground = true; break;
+      case 'k': o->check = true; break;
+      case 'p': o->pid_file = optarg; break;
+      case 'H': o->hash = true; break;
+      case 'V': std::printf("%s %s\n", kProgram, TIERCE_VERSION); return kExitOk;
+      case 'h': usage(stdout); return kExitOk;
+      case ':':
+        std::fprintf(stderr, "%s: option %s needs a value; see %s --help\n", kProgram,
+                     argv[optind - 1], kProgram);
+        return kExitUsage;
+      default:
+        std::fprintf(stderr, "%s: unknown option '%s'; see %s --help\n", kProgram,
+                     argv[optind - 1], kProgram);
+        return kExitUsage;
+    }
+  }
+  if (optind < argc) {
+    std::fprintf(stderr, "%s: unexpected argument '%s'; see %s --help\n", kProgram, argv[optind],
+                 kProgram);
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+int hash_from_stdin() {
+  std::string pw;
+  if (!std::getline(std::cin, pw) && pw.empty()) {
+    std::fprintf(stderr, "%s: --hash-password reads the password on stdin; got nothing\n",
+                 kProgram);
+    return kExitUsage;
+  }
+  if (!pw.empty() && pw.back() == '\r') pw.pop_back();
+  if (pw.empty()) {
+    std::fprintf(stderr, "%s: empty password refused\n", kProgram);
+    return kExitUsage;
+  }
+  try {
+    std::printf("%s\n", hash_password(pw).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+// The control socket: bound, listening, non-blocking (workers poll it; see master.h).
+int bind_control(const Config& cfg, std::string* err, SockAddr* bound) {
+  SockAddr a;
+  if (!SockAddr::parse(cfg.listen_host, cfg.listen_port, &a)) {
+    *err = "bad listen address " + cfg.listen_host;
+    return -1;
+  }
+  int fd = ::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    *err = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len) != 0 || ::listen(fd, 128) != 0) {
+    *err = "cannot listen on " + cfg.listen_host + ":" + std::to_string(cfg.listen_port) + ": " +
+           std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  *bound = SockAddr::local_of(fd);
+  return fd;
+}
+
+int run(const Options& o) {
+  if (o.hash) return hash_from_stdin();
+  Config cfg;
+  try {
+    cfg = load_config(o.config);
+  } catch (const ConfigError& e) {
+    for (auto& p : e.problems()) std::fprintf(stderr, "%s: %s\n", kProgram, p.c_str());
+    return kExitUsage;
+  }
+  std::shared_ptr<ftp::TlsContext> tls;
+  if (cfg.tls) {
+    try {
+      tls = ftp::TlsContext::server(cfg.tls_cert, cfg.tls_key);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: %s: tls.cert/tls.key: %s\n", kProgram, cfg.source.c_str(),
+                   e.what());
+      return kExitUsage;
+    }
+  }
+  if (o.check) {
+    std::printf("%s: %s is fine: %zu user(s)%s, %u workers, max %u sessions\n", kProgram,
+                cfg.source.c_str(), cfg.users.size(), cfg.anonymous ? " + anonymous" : "",
+                cfg.workers, cfg.max_sessions);
+    return kExitOk;
+  }
+
+  memd::StartupReport report;
+  if (!o.foreground) {
+    try {
+      report = memd::daemonize(false);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
+                   e.what());
+      return kExitFailure;
+    }
+  }
+  auto level = std::make_shared<std::atomic<fabric::LogLevel>>(cfg.log_level);
+  fabric::LogSink log = memd::level_filter(
+      o.foreground ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug)
+                   : memd::syslog_sink(kProgram),
+      level);
+  auto fail = [&](int code, const std::string& line) {
+    log(fabric::LogLevel::Error, line);
+    if (report.detached()) report.failed(code, line);
+    return code;
+  };
+  memd::PidFile pid;
+  if (!o.pid_file.empty()) {
+    pid_t stale = 0;
+    try {
+      pid = memd::PidFile::acquire(o.pid_file, &stale);
+    } catch (const memd::AlreadyRunning& e) {
+      return fail(memd::kExitRunning,
+                  "FTPD0011 another tierce-ftpd holds " + o.pid_file +
+                      (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : ""));
+    } catch (const std::exception& e) {
+      return fail(kExitFailure, std::string("FTPD0011 cannot write the pid file: ") + e.what());
+    }
+  }
+  std::unique_ptr<Xferlog> xferlog;
+  try {
+    xferlog = std::make_unique<Xferlog>(cfg.xferlog);
+  } catch (const std::exception& e) {
+    return fail(kExitFailure, std::string("FTPD0012 cannot open the xferlog: ") + e.what());
+  }
+
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&set, s);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  int sigfd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sigfd < 0) return fail(kExitFailure, std::string("FTPD0007 signalfd: ") + std::strerror(errno));
+
+  std::string err;
+  SockAddr bound;
+  int lfd = bind_control(cfg, &err, &bound);
+  if (lfd < 0) return fail(kExitFailure, "FTPD0009 " + err);
+  std::string host = bound.host();
+  std::string where = (bound.family() == AF_INET6 ? "[" + host + "]" : host) + ":" +
+                      std::to_string(bound.port());
+  if (!cfg.ready_file.empty()) {
+    try {
+      memd::write_file_atomically(cfg.ready_file, std::to_string(bound.port()) + "\n");
+    } catch (const std::exception& e) {
+      return fail(kExitFailure, std::string("FTPD0013 cannot write the ready file: ") + e.what());
+    }
+  }
+  log(fabric::LogLevel::Info, "FTPD0001 listening on " + where + ", " +
+                                  std::to_string(cfg.workers) + " workers, max " +
+                                  std::to_string(cfg.max_sessions) + " sessions");
+  if (o.foreground) {
+    std::printf("%s: listening on %s\n", kProgram, where.c_str());
+    std::fflush(stdout);
+  }
+  report.ready();
+  memd::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
+  MasterEnv env{&cfg, log, tls, xferlog.get()};
+  return run_master(env, lfd, sigfd);
+}
+
+}  // namespace
+}  // namespace tierce::ftpd
+
+int main(int argc, char** argv) {
+  tierce::ftpd::Options o;
+  if (auto code = tierce::ftpd::parse(argc, argv, &o)) return *code;
+  return tierce::ftpd::run(o);
+}

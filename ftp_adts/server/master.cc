@@ -1,0 +1,294 @@
+// ftp_adts/server/master.cc
+//
+// Log ids: FTPD00xx (master and workers).
+#include "ftp_adts/server/master.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ftp_adts/server/session.h"
+
+namespace tierce::ftpd {
+
+namespace {
+
+using fabric::LogLevel;
+
+constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q';
+constexpr const char* kTooMany = "421 Too many sessions, try later\r\n";
+
+struct Worker {
+  enum class State { Idle, Busy, Retiring } state = State::Idle;
+  int ctl = -1;  // master's end of the pair; -1 once the worker closed it
+};
+
+[[noreturn]] void worker_main(const MasterEnv& env, int listen_fd, int ctl, pid_t master) {
+  // Die with the master (kill -9 of the master must not leave orphans serving the port).
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != master) ::_exit(0);
+  sigset_t all;
+  sigemptyset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);  // the master's blocked set is for its signalfd
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGHUP, SIG_IGN);
+  SessionEnv senv{env.cfg, env.log, env.xferlog, env.tls};
+  unsigned served = 0;
+  for (;;) {
+    pollfd p[2] = {{listen_fd, POLLIN, 0}, {ctl, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      ::_exit(1);
+    }
+    if (p[1].revents) {
+      char c = 0;
+      ssize_t n = ::read(ctl, &c, 1);
+      if (n <= 0 || c == kQuit) ::_exit(0);
+    }
+    if (!(p[0].revents & POLLIN)) continue;
+    // Several idle workers wake for one connection; the losers get EAGAIN (the socket is
+    // non-blocking) and go back to poll.
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    if (::write(ctl, &kBusy, 1) != 1) ::_exit(0);
+    serve_session(senv, fd);
+    ++served;
+    if (env.cfg->worker_sessions && served >= env.cfg->worker_sessions) ::_exit(0);
+    if (::write(ctl, &kIdle, 1) != 1) ::_exit(0);
+  }
+}
+
+class Master {
+ public:
+  Master(const MasterEnv& env, int listen_fd, int sigfd)
+      : env_(env), cfg_(*env.cfg), listen_fd_(listen_fd), sigfd_(sigfd) {}
+  int run();
+
+ private:
+  void log(LogLevel l, const std::string& s) {
+    if (env_.log) env_.log(l, s);
+  }
+  void spawn();
+  void maintain();
+  void reap();
+  void turn_away();
+  void stop();
+  size_t count(Worker::State s) const {
+    size_t n = 0;
+    for (auto& [pid, w] : workers_) n += w.state == s;
+    return n;
+  }
+
+  const MasterEnv& env_;
+  const Config& cfg_;
+  int listen_fd_;
+  int sigfd_;
+  std::map<pid_t, Worker> workers_;
+  bool stopping_ = false;
+  unsigned spawn_failures_ = 0;
+};
+
+void Master::spawn() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    log(LogLevel::Error, std::string("FTPD0006 socketpair: ") + std::strerror(errno));
+    ++spawn_failures_;
+    return;
+  }
+  pid_t master = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    log(LogLevel::Error, std::string("FTPD0006 fork: ") + std::strerror(errno));
+    ::close(sv[0]);
+    ::close(sv[1]);
+    ++spawn_failures_;
+    return;
+  }
+  if (pid == 0) {
+    // The child keeps only what a worker needs: no other worker's pipe, no signalfd.
+    for (auto& [p, w] : workers_)
+      if (w.ctl >= 0) ::close(w.ctl);
+    ::close(sigfd_);
+    ::close(sv[0]);
+    worker_main(env_, listen_fd_, sv[1], master);
+  }
+  ::close(sv[1]);
+  workers_[pid] = Worker{Worker::State::Idle, sv[0]};
+  spawn_failures_ = 0;
+  log(LogLevel::Debug, "FTPD0002 worker " + std::to_string(pid) + " started");
+}
+
+void Master::maintain() {
+  if (stopping_) return;
+  size_t idle = count(Worker::State::Idle);
+  // Keep `workers` idle ones, but never more live workers than max_sessions (so never more than
+  // max_sessions busy). A failing fork is retried on the next event, not in a tight loop.
+  while (idle < cfg_.workers && workers_.size() < cfg_.max_sessions && spawn_failures_ < 3) {
+    size_t before = workers_.size();
+    spawn();
+    if (workers_.size() == before) break;
+    ++idle;
+  }
+  for (auto& [pid, w] : workers_) {
+    if (idle <= cfg_.workers) break;
+    if (w.state == Worker::State::Idle && w.ctl >= 0) {
+      (void)!::write(w.ctl, &kQuit, 1);
+      w.state = Worker::State::Retiring;
+      --idle;
+    }
+  }
+}
+
+void Master::reap() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    auto it = workers_.find(pid);
+    if (it == workers_.end()) continue;
+    bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (clean || stopping_) {
+      log(LogLevel::Debug, "FTPD0003 worker " + std::to_string(pid) + " exited");
+    } else {
+      std::string how = WIFSIGNALED(status)
+                            ? "killed by signal " + std::to_string(WTERMSIG(status))
+                            : "exit status " + std::to_string(WEXITSTATUS(status));
+      log(LogLevel::Warn, "FTPD0004 worker " + std::to_string(pid) + " died (" + how +
+                              ") while " +
+                              (it->second.state == Worker::State::Busy ? "serving a session"
+                                                                       : "idle") +
+                              "; replacing it");
+    }
+    if (it->second.ctl >= 0) ::close(it->second.ctl);
+    workers_.erase(it);
+  }
+}
+
+void Master::turn_away() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    // Best effort: a fresh socket's send buffer always takes these few bytes.
+    (void)!::send(fd, kTooMany, std::strlen(kTooMany), MSG_NOSIGNAL);
+    ::shutdown(fd, SHUT_WR);
+    ::close(fd);
+    log(LogLevel::Warn, "FTPD0005 too many sessions (" + std::to_string(cfg_.max_sessions) +
+                            " busy): connection turned away with 421");
+  }
+}
+
+void Master::stop() {
+  stopping_ = true;
+  for (auto& [pid, w] : workers_) ::kill(pid, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!workers_.empty() && std::chrono::steady_clock::now() < deadline) {
+    reap();
+    if (workers_.empty()) break;
+    pollfd p{sigfd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) {
+      signalfd_siginfo si;
+      (void)!::read(sigfd_, &si, sizeof si);
+    }
+  }
+  for (auto& [pid, w] : workers_) ::kill(pid, SIGKILL);
+  while (!workers_.empty()) {
+    int status;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    auto it = workers_.find(pid);
+    if (it != workers_.end()) {
+      if (it->second.ctl >= 0) ::close(it->second.ctl);
+      workers_.erase(it);
+    }
+  }
+}
+
+int Master::run() {
+  maintain();
+  std::vector<pollfd> fds;
+  std::vector<pid_t> owners;
+  for (;;) {
+    fds.clear();
+    owners.clear();
+    fds.push_back({sigfd_, POLLIN, 0});
+    owners.push_back(0);
+    for (auto& [pid, w] : workers_)
+      if (w.ctl >= 0) {
+        fds.push_back({w.ctl, POLLIN, 0});
+        owners.push_back(pid);
+      }
+    bool full = count(Worker::State::Idle) == 0 && workers_.size() >= cfg_.max_sessions;
+    if (full) {
+      fds.push_back({listen_fd_, POLLIN, 0});
+      owners.push_back(-1);
+    }
+    // A failed fork is retried after a pause rather than never.
+    int timeout = spawn_failures_ ? 1000 : -1;
+    int n = ::poll(fds.data(), fds.size(), timeout);
+    if (n < 0 && errno != EINTR) {
+      log(LogLevel::Error, std::string("FTPD0007 poll: ") + std::strerror(errno));
+      stop();
+      return 1;
+    }
+    if (n == 0) spawn_failures_ = 0;
+    // Worker messages first, so a worker that just went idle is counted before the master
+    // considers turning a connection away.
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!fds[i].revents || owners[i] <= 0) continue;
+      auto it = workers_.find(owners[i]);
+      if (it == workers_.end()) continue;
+      char buf[16];
+      ssize_t r = ::read(it->second.ctl, buf, sizeof buf);
+      if (r <= 0) {
+        ::close(it->second.ctl);
+        it->second.ctl = -1;  // dying; reaped on SIGCHLD
+        if (it->second.state == Worker::State::Idle) it->second.state = Worker::State::Retiring;
+        continue;
+      }
+      for (ssize_t k = 0; k < r; ++k) {
+        if (it->second.state == Worker::State::Retiring) continue;
+        if (buf[k] == kBusy) it->second.state = Worker::State::Busy;
+        if (buf[k] == kIdle) it->second.state = Worker::State::Idle;
+      }
+    }
+    if (fds[0].revents) {
+      signalfd_siginfo si;
+      while (::read(sigfd_, &si, sizeof si) == ssize_t(sizeof si)) {
+        if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+          log(LogLevel::Info, std::string("FTPD0008 ") + strsignal(int(si.ssi_signo)) +
+                                  ": stopping " + std::to_string(workers_.size()) + " workers");
+          ::close(listen_fd_);
+          stop();
+          return 0;
+        }
+        if (si.ssi_signo == SIGCHLD) reap();
+        if (si.ssi_signo == SIGHUP)
+          log(LogLevel::Info, "FTPD0010 SIGHUP: reload is not supported; restart to apply changes");
+      }
+    }
+    if (full && fds.back().revents) turn_away();
+    reap();
+    maintain();
+  }
+}
+
+}  // namespace
+
+int run_master(const MasterEnv& env, int listen_fd, int sigfd) {
+  Master m(env, listen_fd, sigfd);
+  return m.run();
+}
+
+}  // namespace tierce::ftpd

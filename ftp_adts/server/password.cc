@@ -1,0 +1,46 @@
+// ftp_adts/server/password.cc — crypt_gensalt_ra/crypt_ra (thread-safe, heap scratch space).
+#include "ftp_adts/server/password.h"
+
+#include <crypt.h>
+#include <openssl/crypto.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+namespace tierce::ftpd {
+
+namespace {
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+}  // namespace
+
+std::string hash_password(const std::string& password) {
+  // nullptr random bytes: libcrypt takes them from the kernel (getentropy).
+  std::unique_ptr<char, FreeDeleter> salt(crypt_gensalt_ra("$y$", 0, nullptr, 0));
+  if (!salt) throw std::runtime_error(std::string("crypt_gensalt: ") + std::strerror(errno));
+  void* data = nullptr;
+  int size = 0;
+  char* h = crypt_ra(password.c_str(), salt.get(), &data, &size);
+  std::unique_ptr<void, FreeDeleter> scratch(data);
+  if (!h || h[0] == '*') throw std::runtime_error("crypt: cannot hash with yescrypt");
+  return h;
+}
+
+bool verify_password(const std::string& password, const std::string& hash) {
+  if (hash.empty() || hash[0] != '$') return false;
+  void* data = nullptr;
+  int size = 0;
+  char* h = crypt_ra(password.c_str(), hash.c_str(), &data, &size);
+  std::unique_ptr<void, FreeDeleter> scratch(data);
+  // A failure is "*0"/"*1" (or nullptr), never equal to a real hash.
+  if (!h || h[0] == '*') return false;
+  size_t n = std::strlen(h);
+  if (n != hash.size()) return false;
+  return CRYPTO_memcmp(h, hash.data(), n) == 0;
+}
+
+}  // namespace tierce::ftpd

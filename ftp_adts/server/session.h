@@ -1,0 +1,28 @@
+// ftp_adts/server/session.h — one FTP session, from the 220 banner to QUIT: login, the command
+// table (one handler per verb, with its preconditions declared beside it), path confinement through
+// ftp::Root, and the data transfers (plain in data.h, ADTS in adts_channel.h). A worker process
+// runs one Session at a time; nothing here is shared between sessions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "fabric/log.h"
+#include "ftp_adts/ftp/tls.h"
+#include "ftp_adts/server/config.h"
+#include "ftp_adts/server/xferlog.h"
+
+namespace tierce::ftpd {
+
+struct SessionEnv {
+  const Config* cfg = nullptr;
+  fabric::LogSink log;
+  Xferlog* xferlog = nullptr;
+  std::shared_ptr<ftp::TlsContext> tls;  // nullptr: no [tls], AUTH TLS is refused
+};
+
+// Serves the session on the accepted control socket `fd` (owned) until QUIT, a timeout or the
+// client going away. Never throws.
+void serve_session(const SessionEnv& env, int fd);
+
+}  // namespace tierce::ftpd

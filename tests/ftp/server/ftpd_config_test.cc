@@ -1,0 +1,130 @@
+// tests/ftp/server/ftpd_config_test.cc — tierce-ftpd's configuration checks and password hashes:
+// the real binary with --check (exit 2 and a message naming the key for every bad file) and
+// --hash-password, and the parser and verifier directly.
+#define BOOST_TEST_MODULE ftpd_config
+#include <crypt.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include "ftp_adts/server/config.h"
+#include "ftp_adts/server/password.h"
+#include "tests/ftp/server/ftpd_harness.h"
+
+using namespace ftpd_test;
+using tierce_test::TempDir;
+
+namespace {
+
+// A valid file around one changed line.
+std::string base_config(const TempDir& d, const std::string& extra_top,
+                        const std::string& user_extra = "") {
+  return extra_top + "\n[[user]]\nname = \"alice\"\npassword = \"$6$abcdefgh$x\"\nroot = \"" +
+         d.path() + "\"\n" + user_extra;
+}
+
+RunResult check(const TempDir& d, const std::string& text) {
+  tierce_test::write_file(d / "ftpd.toml", text);
+  return run_ftpd({"-c", d / "ftpd.toml", "--check"});
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(valid_config_passes_check) {
+  TempDir d;
+  auto r = check(d, base_config(d, "listen = \"127.0.0.1:2121\"\nworkers = 2\n"
+                                   "pasv_ports = \"30000-30010\"\n[adts]\nmax_streams = 8\n"));
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("is fine") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_exit_2_naming_the_key) {
+  TempDir d;
+  struct Case {
+    std::string text;
+    std::string key;
+  };
+  std::vector<Case> cases = {
+      {base_config(d, "workers = 0"), "workers"},
+      {base_config(d, "workers = \"four\""), "workers"},
+      {base_config(d, "max_sessions = -1"), "max_sessions"},
+      {base_config(d, "listen = \"localhost\""), "listen"},
+      {base_config(d, "listen = \"127.0.0.1:70000\""), "listen"},
+      {base_config(d, "pasv_ports = \"20-10\""), "pasv_ports"},
+      {base_config(d, "pasv_address = \"not-an-ip\""), "pasv_address"},
+      {base_config(d, "log_level = \"loud\""), "log_level"},
+      {base_config(d, "wrokers = 3"), "wrokers"},
+      {base_config(d, "[adts]\nmax_streams = 1000"), "adts.max_streams"},
+      {base_config(d, "[adts]\nturbo = true"), "adts.turbo"},
+      {base_config(d, "[anonymous]\nroot = \"/nonexistent/dir/x\""), "anonymous.root"},
+      {base_config(d, "[tls]\ncert = \"/nonexistent.pem\"\nkey = \"/nonexistent.key\""),
+       "tls.cert"},
+      {"[[user]]\nname = \"bob\"\npassword = \"plaintext\"\nroot = \"" + d.path() + "\"\n",
+       "user.password"},
+      {"[[user]]\nname = \"bob\"\npassword = \"$6$a$b\"\nroot = \"/nonexistent/x\"\n",
+       "user.root"},
+      {"[[user]]\nname = \"bob\"\npassword = \"$6$a$b\"\nroot = \"" + d.path() +
+           "\"\nsudo = true\n",
+       "user.sudo"},
+      {"workers = 2\n", "user"},  // nobody could log in
+      {"listen = \n", "not valid TOML"},
+  };
+  for (auto& c : cases) {
+    auto r = check(d, c.text);
+    BOOST_TEST(r.code == 2, "config:\n" << c.text << "\nexit " << r.code << " " << r.err);
+    BOOST_TEST(r.err.find(c.key) != std::string::npos,
+               "message should name " << c.key << ": " << r.err);
+    BOOST_TEST(r.err.find("ftpd.toml") != std::string::npos, "message names the file: " << r.err);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(missing_file_and_bad_options_exit_2) {
+  BOOST_TEST(run_ftpd({"-c", "/nonexistent/ftpd.toml", "--check"}).code == 2);
+  BOOST_TEST(run_ftpd({"--bogus"}).code == 2);
+  BOOST_TEST(run_ftpd({"-c"}).code == 2);
+}
+
+BOOST_AUTO_TEST_CASE(parser_reads_every_key) {
+  TempDir d;
+  std::string text = "listen = \"[::1]:0\"\nworkers = 3\nmax_sessions = 9\npasv_ports = \"0\"\n"
+                     "idle_timeout_s = 7\ndata_timeout_s = 8\nlogin_timeout_s = 9\n"
+                     "banner = \"hi\"\n[anonymous]\nroot = \"" + d.path() + "\"\n"
+                     "[adts]\nenable = false\nblock_kib = 64\n"
+                     "[[user]]\nname = \"a\"\npassword = \"$y$x$y\"\nroot = \"" + d.path() +
+                     "\"\nwrite = true\n";
+  auto c = tierce::ftpd::parse_config(text, d / "x.toml");
+  BOOST_TEST(c.listen_host == "::1");
+  BOOST_TEST(c.listen_port == 0);
+  BOOST_TEST(c.workers == 3u);
+  BOOST_TEST(c.max_sessions == 9u);
+  BOOST_TEST(c.idle_timeout_s == 7u);
+  BOOST_TEST(c.anonymous);
+  BOOST_TEST(!c.adts_enable);
+  BOOST_TEST(c.adts_block_kib == 64u);
+  BOOST_REQUIRE(c.find_user("a"));
+  BOOST_TEST(c.find_user("a")->write);
+  BOOST_TEST(!c.find_user("b"));
+}
+
+BOOST_AUTO_TEST_CASE(hash_password_round_trip) {
+  std::string h = hash_of("correct horse");
+  BOOST_TEST(h.rfind("$y$", 0) == 0, h);
+  BOOST_TEST(tierce::ftpd::verify_password("correct horse", h));
+  BOOST_TEST(!tierce::ftpd::verify_password("correct horsE", h));
+  BOOST_TEST(!tierce::ftpd::verify_password("", h));
+  // Salted: two hashes of one password differ.
+  BOOST_TEST(hash_of("correct horse") != h);
+  // An empty stdin is refused.
+  BOOST_TEST(run_ftpd({"--hash-password"}, "").code == 2);
+}
+
+BOOST_AUTO_TEST_CASE(sha512crypt_hashes_verify) {
+  struct crypt_data cd {};
+  const char* h6 = crypt_r("s3cret", "$6$saltsaltsalt$", &cd);
+  BOOST_REQUIRE(h6 && h6[0] == '$');
+  std::string hash = h6;
+  BOOST_TEST(tierce::ftpd::verify_password("s3cret", hash));
+  BOOST_TEST(!tierce::ftpd::verify_password("s3cre", hash));
+  BOOST_TEST(!tierce::ftpd::verify_password("s3cret", "$6$saltsaltsalt$garbage"));
+  BOOST_TEST(!tierce::ftpd::verify_password("s3cret", "plain"));
+  BOOST_TEST(!tierce::ftpd::verify_password("s3cret", ""));
+}

@@ -1,0 +1,277 @@
+// tests/ftp/server/ftpd_harness.cc
+#include "tests/ftp/server/ftpd_harness.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+namespace ftpd_test {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int st = 0;
+    pid_t r = ::waitpid(pid, &st, WNOHANG);
+    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (r < 0) return -1;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      return -2;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+pid_t spawn(const std::vector<std::string>& args, int in_fd, int out_fd, int err_fd) {
+  std::vector<char*> argv;
+  std::string bin = TIERCE_FTPD_BIN;
+  argv.push_back(bin.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in_fd, 0);
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+RunResult run_ftpd(const std::vector<std::string>& args, const std::string& input) {
+  tierce_test::TempDir d;
+  tierce_test::write_file(d / "in", input);
+  int in = ::open((d / "in").c_str(), O_RDONLY);
+  int out = ::open((d / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int err = ::open((d / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = spawn(args, in, out, err);
+  ::close(in);
+  ::close(out);
+  ::close(err);
+  RunResult r;
+  r.code = wait_exit(pid, 60s);
+  r.out = tierce_test::read_file(d / "out");
+  r.err = tierce_test::read_file(d / "err");
+  return r;
+}
+
+std::string hash_of(const std::string& password) {
+  RunResult r = run_ftpd({"--hash-password"}, password + "\n");
+  if (r.code != 0) throw std::runtime_error("--hash-password failed: " + r.err);
+  std::string h = r.out;
+  while (!h.empty() && (h.back() == '\n' || h.back() == '\r')) h.pop_back();
+  return h;
+}
+
+Server::Server(const tierce_test::TempDir& dir, const std::string& config_body) {
+  std::string cfg = dir / "ftpd.toml";
+  std::string ready = dir / "ready";
+  ::unlink(ready.c_str());
+  tierce_test::write_file(cfg, "listen = \"127.0.0.1:0\"\nready_file = \"" + ready + "\"\n" +
+                                   config_body);
+  err_path_ = dir / "ftpd.err";
+  int in = ::open("/dev/null", O_RDONLY);
+  int out = ::open((dir / "ftpd.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_ = spawn({"-c", cfg, "--foreground"}, in, out, err);
+  ::close(in);
+  ::close(out);
+  ::close(err);
+  bool up = tierce_test::eventually(
+      [&] {
+        std::string s = tierce_test::read_file(ready);
+        if (s.empty() || s.back() != '\n') return false;
+        port_ = uint16_t(std::stoul(s));
+        return true;
+      },
+      30s);
+  if (!up) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    throw std::runtime_error("tierce-ftpd did not start: " + tierce_test::read_file(err_path_));
+  }
+}
+
+Server::~Server() {
+  if (pid_ > 0) stop();
+}
+
+int Server::stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int code = wait_exit(pid_, 20s);
+  pid_ = -1;
+  return code;
+}
+
+std::string Server::log() const {
+  return tierce_test::read_file(err_path_);
+}
+
+std::vector<pid_t> Server::workers() const {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(in, line);
+    // pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+    size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
+    if (ppid == pid_ && state != 'Z') out.push_back(pid_t(std::stol(e->d_name)));
+  }
+  ::closedir(d);
+  return out;
+}
+
+Client::Client(uint16_t port) {
+  fd_ = data_connect(port);
+  if (fd_ < 0) throw std::runtime_error("cannot connect to the server");
+}
+
+Client::~Client() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+tierce::ftp::Reply Client::reply() {
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    if (auto r = parser_.take()) return *r;
+    if (parser_.error()) return {};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return {};
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, int(left.count())) <= 0) return {};
+    char buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return {};
+    parser_.feed({buf, size_t(n)});
+  }
+}
+
+void Client::send_raw(const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += size_t(n);
+  }
+}
+
+tierce::ftp::Reply Client::cmd(const std::string& line) {
+  send_raw(line + "\r\n");
+  return reply();
+}
+
+bool Client::login(const std::string& user, const std::string& pass) {
+  if (cmd("USER " + user).code != 331) return false;
+  return cmd("PASS " + pass).code == 230;
+}
+
+uint16_t Client::pasv() {
+  auto r = cmd("PASV");
+  if (r.code != 227) return 0;
+  auto hp = tierce::ftp::parse_pasv_reply(r.text());
+  return hp ? hp->port : 0;
+}
+
+uint16_t Client::epsv() {
+  auto r = cmd("EPSV");
+  if (r.code != 229) return 0;
+  auto p = tierce::ftp::parse_epsv_reply(r.text());
+  return p ? *p : 0;
+}
+
+int Client::data_connect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+std::string Client::read_all(int fd) {
+  std::string s;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    s.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return s;
+}
+
+void Client::write_all_close(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    off += size_t(n);
+  }
+  ::close(fd);
+}
+
+std::string Client::retrieve(const std::string& command, int* final_code) {
+  *final_code = 0;
+  uint16_t port = pasv();
+  if (!port) return {};
+  int d = data_connect(port);
+  auto r = cmd(command);
+  if (r.code != 150) {
+    if (d >= 0) ::close(d);
+    *final_code = r.code;
+    return {};
+  }
+  std::string data = read_all(d);
+  *final_code = reply().code;
+  return data;
+}
+
+int Client::store(const std::string& command, const std::string& bytes) {
+  uint16_t port = pasv();
+  if (!port) return 0;
+  int d = data_connect(port);
+  auto r = cmd(command);
+  if (r.code != 150) {
+    if (d >= 0) ::close(d);
+    return r.code;
+  }
+  write_all_close(d, bytes);
+  return reply().code;
+}
+
+}  // namespace ftpd_test

@@ -1,0 +1,76 @@
+// tests/ftp/server/ftpd_harness.h — what the tierce-ftpd tests share: running the real binary
+// (once, or as a server in the foreground on an ephemeral port), and a raw FTP client over plain
+// sockets that shows every reply as the server sent it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "ftp_adts/ftp/protocol.h"
+#include "tests/test_util.h"
+
+namespace ftpd_test {
+
+struct RunResult {
+  int code = -1;  // exit code; 128+n when killed by signal n
+  std::string out, err;
+};
+// Runs tierce-ftpd with `args`, feeding `input` on stdin; bounded by 60 s.
+RunResult run_ftpd(const std::vector<std::string>& args, const std::string& input = "");
+
+// A crypt(3) hash made by the binary (--hash-password).
+std::string hash_of(const std::string& password);
+
+// tierce-ftpd --foreground on 127.0.0.1:0 with `config_body` (listen/ready_file are added), in its
+// own temp dir. Stopped (SIGTERM) by stop() or the destructor.
+class Server {
+ public:
+  Server(const tierce_test::TempDir& dir, const std::string& config_body);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  int stop();  // SIGTERM; the exit code
+  std::string log() const;  // its stderr so far
+  // Its worker processes (children), from /proc.
+  std::vector<pid_t> workers() const;
+
+ private:
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+  std::string err_path_;
+};
+
+// A raw FTP client.
+class Client {
+ public:
+  explicit Client(uint16_t port);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  int fd() const { return fd_; }
+  // The next reply (up to 30 s); code 0 when the connection closed first.
+  tierce::ftp::Reply reply();
+  tierce::ftp::Reply cmd(const std::string& line);
+  void send_raw(const std::string& bytes);
+  bool login(const std::string& user, const std::string& pass);
+  uint16_t pasv();  // PASV; 0 on failure
+  uint16_t epsv();  // EPSV; 0 on failure
+  // Opens a data connection to the given port on 127.0.0.1.
+  static int data_connect(uint16_t port);
+  static std::string read_all(int fd);  // until EOF, closes fd
+  static void write_all_close(int fd, const std::string& bytes);
+  // RETR/LIST... over PASV: the bytes and the final reply code.
+  std::string retrieve(const std::string& command, int* final_code);
+  int store(const std::string& command, const std::string& bytes);
+
+ private:
+  int fd_ = -1;
+  tierce::ftp::ReplyParser parser_;
+};
+
+}  // namespace ftpd_test
