@@ -65,12 +65,12 @@ struct HostPort {
   std::string host;
   uint16_t port = 0;
 };
-std::optional<HostPort> parse_port_arg(std::string_view arg);       // "h1,h2,h3,h4,p1,p2"
-std::string format_port_arg(const HostPort& hp);                    // inverse (IPv4 only)
-std::optional<HostPort> parse_pasv_reply(std::string_view text);    // finds "(h1,...,p2)" in 227
-std::optional<HostPort> parse_eprt_arg(std::string_view arg);       // "|1|132.235.1.2|6275|"
+std::optional<HostPort> parse_port_arg(std::string_view arg);     // "h1,h2,h3,h4,p1,p2"
+std::string format_port_arg(const HostPort& hp);                  // inverse (IPv4 only)
+std::optional<HostPort> parse_pasv_reply(std::string_view text);  // finds "(h1,...,p2)" in 227
+std::optional<HostPort> parse_eprt_arg(std::string_view arg);     // "|1|132.235.1.2|6275|"
 std::string format_eprt_arg(const HostPort& hp);
-std::optional<uint16_t> parse_epsv_reply(std::string_view text);    // "(|||6446|)" in 229
+std::optional<uint16_t> parse_epsv_reply(std::string_view text);  // "(|||6446|)" in 229
 
 // TPRT (docs/ftp.md): "TCP", "PTCP <n>", "VERBS", "STREAM".
 struct TprtRequest {
@@ -86,18 +86,18 @@ std::optional<uint64_t> parse_tprt_cookie(std::string_view reply_text);
 // MLST/MLSD facts (RFC 3659 §7): "type=file;size=123;modify=20261121093000;perm=r; name".
 struct Facts {
   std::string name;
-  std::string type;       // file, dir, cdir, pdir, OS.unix=symlink ...
+  std::string type;  // file, dir, cdir, pdir, OS.unix=symlink ...
   std::optional<uint64_t> size;
   std::optional<std::time_t> modify;  // UTC seconds
-  std::string perm;       // e.g. "adfrw", "elcmp"
+  std::string perm;                   // e.g. "adfrw", "elcmp"
   std::optional<unsigned> unix_mode;
 };
-std::string format_facts(const Facts& f);                 // one line without CRLF
+std::string format_facts(const Facts& f);  // one line without CRLF
 // nullopt on malformed (a fact without '=', a bad size/modify/UNIX.mode value, control characters
 // or no "; name"). Unknown facts are ignored; a trailing CR is dropped; a line starting with one
 // space is read as an MLST reply line (indented) when the rest is facts + name.
 std::optional<Facts> parse_facts(std::string_view line);
-std::string format_time_val(std::time_t t);               // YYYYMMDDHHMMSS (UTC), MDTM/modify
+std::string format_time_val(std::time_t t);                     // YYYYMMDDHHMMSS (UTC), MDTM/modify
 std::optional<std::time_t> parse_time_val(std::string_view s);  // accepts a .sss fraction
 
 }  // namespace tierce::ftp

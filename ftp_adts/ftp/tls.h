@@ -20,7 +20,8 @@ class TlsError : public std::runtime_error {
 class TlsContext {
  public:
   // Server: certificate chain and key in PEM. Throws TlsError naming the file and OpenSSL's reason.
-  static std::shared_ptr<TlsContext> server(const std::string& cert_pem, const std::string& key_pem);
+  static std::shared_ptr<TlsContext> server(const std::string& cert_pem,
+                                            const std::string& key_pem);
   // Client: verify=false accepts any certificate (self-signed test servers); otherwise the system
   // store and the host name are checked.
   static std::shared_ptr<TlsContext> client(bool verify);
@@ -38,8 +39,9 @@ class TlsContext {
 // gets the whole timeout (a timeout of 0 means no deadline).
 class TlsConnection {
  public:
-  // Server side handshake. `resume_from` (data channel): the control channel's connection, whose
-  // session a client may reuse (curl and lftp do; we accept but do not require reuse).
+  // Server side handshake. On a data channel a client may resume the control channel's session
+  // (curl and lftp do; we accept but do not require reuse): any context made by
+  // TlsContext::server() allows it, and a resumed handshake sends no new TLS 1.3 tickets.
   static std::unique_ptr<TlsConnection> accept(std::shared_ptr<TlsContext> ctx, int fd,
                                                std::chrono::milliseconds timeout);
   // Client side; `reuse` offers the control channel's session on a data channel.
