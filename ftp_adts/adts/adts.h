@@ -130,12 +130,30 @@ class Listener {
 std::unique_ptr<Session> connect(const std::string& host, uint16_t port, const SessionParams& p);
 
 // Plain (non-ADTS) data connections of RFC 959 use these: zero-copy moves between a file and a
-// connected socket, bounded by a timeout of no progress.
+// connected socket, bounded by a timeout of no progress. tierce-ftpd and tierce-ftp both move their
+// TYPE I, non-TLS data with them; the socket may be blocking or not.
+struct PlainOptions {
+  // Called after every chunk (at most 1 MiB) with the bytes moved so far; returning false stops
+  // the move with AdtsError{Aborted}. Client: progress; server: the ABOR check.
+  std::function<bool(uint64_t done)> on_chunk;
+  // Polled along with the data socket while a move waits; when it turns readable on_chunk is
+  // asked too, so a stalled data connection still notices (server: the control connection).
+  // Not watched any more once it reports POLLHUP/POLLERR and on_chunk said go on.
+  int watch_fd = -1;
+  // send_file: a file that ends before `length` ends the move (returns the bytes sent) instead of
+  // AdtsError{LocalIo}.
+  bool short_file_ok = false;
+  // Out, if set: how many of the bytes moved went through a user-space buffer (a file or socket
+  // that refuses sendfile/splice, a non-seekable file); 0 = all zero copy.
+  uint64_t* copied = nullptr;
+};
 // Sends [offset, offset+length) of fd to sock with sendfile(2); returns bytes sent.
-uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis timeout);
+uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis timeout,
+                   const PlainOptions& o = {});
 // Writes what arrives on sock until EOF to fd at offset with splice(2) (read/write when the file
-// does not support splice); returns bytes written.
-uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout);
+// does not support splice; write(2) when it is not seekable, e.g. a pipe); returns bytes written.
+uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout,
+                      const PlainOptions& o = {});
 
 // Whether the verbs channel can run here; `why` says what was found.
 bool verbs_available(std::string* why = nullptr);

@@ -1,12 +1,16 @@
 // ftp_adts/adts/plain.cc — zero-copy moves for plain RFC 959 data connections (no ADTS framing):
 // sendfile(2) from a file region to the socket, splice(2) from the socket into a file until EOF.
-// The socket may be blocking or not; every wait is a poll bounded by the no-progress timeout.
+// The one implementation tierce-ftpd and tierce-ftp use for TYPE I without TLS; their callers
+// hook in per chunk (PlainOptions: progress, ABOR). The socket may be blocking or not; every wait
+// is a poll bounded by the no-progress timeout. Files or sockets that refuse sendfile/splice, and
+// files that are not seekable, are moved through a buffer instead.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -17,121 +21,196 @@ namespace tierce::adts {
 
 using Code = AdtsError::Code;
 
-uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis timeout) {
-  wire::SigpipeGuard no_sigpipe;
-  uint64_t done = 0;
-  while (done < length) {
-    // Poll first so a blocking socket never blocks past the timeout inside sendfile.
-    wire::wait_fd(sock, POLLOUT, timeout, "sending to the peer");
-    off_t o = off_t(offset + done);
-    size_t want = size_t(std::min<uint64_t>(length - done, 1u << 20));
-    ssize_t w = ::sendfile(sock, fd, &o, want);
-    if (w > 0) {
-      done += uint64_t(w);
-      continue;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kChunk = 1 << 20;         // per sendfile/splice call: the on_chunk granularity
+constexpr size_t kCopyBuffer = 256 << 10;  // the buffered fallbacks
+
+// One move in progress: its socket, options and the bytes moved so far.
+class Move {
+ public:
+  Move(int sock, Millis timeout, const PlainOptions& o)
+      : sock_(sock), timeout_(timeout), o_(o), watch_fd_(o.on_chunk ? o.watch_fd : -1) {}
+
+  int sock() const { return sock_; }
+  uint64_t done() const { return done_; }
+
+  // Waits until the data socket is ready for `events`; throws Timeout after no progress for the
+  // timeout. With a watch fd, its turning readable asks on_chunk (Aborted when it says stop); the
+  // deadline is not moved by it.
+  void wait(short events, const char* what) {
+    if (watch_fd_ < 0) {
+      wire::wait_fd(sock_, events, timeout_, what);
+      return;
     }
-    if (w == 0)
-      throw AdtsError(Code::LocalIo, "file ended at offset " + std::to_string(offset + done) +
-                                         " before the " + std::to_string(length) + " bytes to send");
-    int e = errno;
-    if (e == EINTR || e == EAGAIN) continue;
-    if (e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ETIMEDOUT)
-      wire::throw_errno(Code::PeerClosed, "sendfile", e);
-    if (e == EINVAL || e == ENOSYS) {
-      // The file cannot be mmapped/spliced (e.g. some FUSE or /proc files): copy by hand.
-      std::vector<uint8_t> buf(256 << 10);
-      while (done < length) {
-        ssize_t r = ::pread(fd, buf.data(), size_t(std::min<uint64_t>(length - done, buf.size())),
-                            off_t(offset + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) wire::throw_errno(Code::LocalIo, "reading the file", errno);
-        if (r == 0)
-          throw AdtsError(Code::LocalIo, "file ended at offset " + std::to_string(offset + done));
-        for (ssize_t s = 0; s < r;) {
-          wire::wait_fd(sock, POLLOUT, timeout, "sending to the peer");
-          ssize_t k = ::send(sock, buf.data() + s, size_t(r - s), MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-          if (k <= 0) wire::throw_errno(Code::PeerClosed, "send", k < 0 ? errno : EPIPE);
-          s += k;
-        }
-        done += uint64_t(r);
+    pollfd p[2] = {{sock_, events, 0}, {watch_fd_, POLLIN, 0}};
+    auto deadline = Clock::now() + timeout_;
+    for (;;) {
+      auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      if (left.count() <= 0) wire::throw_no_progress(what, timeout_);
+      int r = ::poll(p, 2, int(std::min<int64_t>(left.count(), INT32_MAX)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) wire::throw_errno(Code::LocalIo, "poll", errno);
+      if (r == 0) wire::throw_no_progress(what, timeout_);
+      if (p[1].revents) {
+        ask();
+        // Still going (e.g. a pipelined command, consumed by the caller). A fd that keeps
+        // signalling without being consumed (HUP) would spin: stop watching it.
+        if (p[1].revents & (POLLHUP | POLLERR)) p[1].fd = watch_fd_ = -1;
+        p[1].revents = 0;
       }
-      return done;
+      if (p[0].revents) return;
     }
-    wire::throw_errno(Code::LocalIo, "sendfile (reading the file)", e);
   }
-  return done;
+
+  // Counts n bytes moved (copied: through a user buffer), then asks on_chunk.
+  void moved(uint64_t n, bool copied) {
+    done_ += n;
+    if (copied && o_.copied) *o_.copied += n;
+    ask();
+  }
+
+  // send_file: the file ended before `length`.
+  uint64_t file_ended(uint64_t offset, uint64_t length) const {
+    if (o_.short_file_ok) return done_;
+    throw AdtsError(Code::LocalIo, "file ended at offset " + std::to_string(offset + done_) +
+                                       " before the " + std::to_string(length) + " bytes to send");
+  }
+
+ private:
+  void ask() {
+    if (o_.on_chunk && !o_.on_chunk(done_)) throw AdtsError(Code::Aborted, "transfer stopped");
+  }
+
+  int sock_;
+  Millis timeout_;
+  const PlainOptions& o_;
+  int watch_fd_;
+  uint64_t done_ = 0;
+};
+
+// Writes all of [p, p+n) at off; appends with write(2) when fd is not seekable.
+void write_at(int fd, const uint8_t* p, size_t n, uint64_t off) {
+  while (n > 0) {
+    ssize_t k = ::pwrite(fd, p, n, off_t(off));
+    if (k < 0 && errno == ESPIPE) k = ::write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) wire::throw_errno(Code::LocalIo, "writing the file", k < 0 ? errno : EIO);
+    p += k;
+    n -= size_t(k);
+    off += uint64_t(k);
+  }
 }
 
-namespace {
-// read+pwrite for files that refuse splice.
-uint64_t copy_in(int sock, int fd, uint64_t offset, Millis timeout) {
-  std::vector<uint8_t> buf(256 << 10);
-  uint64_t done = 0;
+// pread + send, for files sendfile cannot read (e.g. some FUSE or /proc files).
+uint64_t copy_out(Move& m, int fd, uint64_t offset, uint64_t length) {
+  std::vector<uint8_t> buf(kCopyBuffer);
+  while (m.done() < length) {
+    ssize_t r = ::pread(fd, buf.data(), size_t(std::min<uint64_t>(length - m.done(), buf.size())),
+                        off_t(offset + m.done()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) wire::throw_errno(Code::LocalIo, "reading the file", errno);
+    if (r == 0) return m.file_ended(offset, length);
+    for (ssize_t s = 0; s < r;) {
+      m.wait(POLLOUT, "sending to the peer");
+      ssize_t k = ::send(m.sock(), buf.data() + s, size_t(r - s), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (k <= 0) wire::throw_errno(Code::PeerClosed, "send", k < 0 ? errno : EPIPE);
+      s += k;
+    }
+    m.moved(uint64_t(r), true);
+  }
+  return m.done();
+}
+
+// recv + write, for sockets or files that refuse splice, until EOF.
+uint64_t copy_in(Move& m, int fd, uint64_t offset) {
+  std::vector<uint8_t> buf(kCopyBuffer);
   for (;;) {
-    wire::wait_fd(sock, POLLIN, timeout, "receiving from the peer");
-    ssize_t r = ::recv(sock, buf.data(), buf.size(), MSG_DONTWAIT);
+    m.wait(POLLIN, "receiving from the peer");
+    ssize_t r = ::recv(m.sock(), buf.data(), buf.size(), MSG_DONTWAIT);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (r < 0) wire::throw_errno(Code::PeerClosed, "recv", errno);
-    if (r == 0) return done;
-    for (ssize_t w = 0; w < r;) {
-      ssize_t k = ::pwrite(fd, buf.data() + w, size_t(r - w), off_t(offset + done + uint64_t(w)));
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) wire::throw_errno(Code::LocalIo, "writing the file", k < 0 ? errno : EIO);
-      w += k;
-    }
-    done += uint64_t(r);
+    if (r == 0) return m.done();
+    write_at(fd, buf.data(), size_t(r), offset + m.done());
+    m.moved(uint64_t(r), true);
   }
 }
+
+// Moves the n bytes waiting in the pipe into the file. False when the file refuses splice (e.g. a
+// terminal or a pipe): those bytes were then moved by hand, and the rest should be copied.
+bool splice_to_file(Move& m, int pipe_r, size_t n, int fd, uint64_t offset) {
+  while (n > 0) {
+    loff_t at = loff_t(offset + m.done());
+    ssize_t out = ::splice(pipe_r, nullptr, fd, &at, n, SPLICE_F_MOVE);
+    if (out > 0) {
+      n -= size_t(out);
+      m.moved(uint64_t(out), false);
+      continue;
+    }
+    if (out < 0 && errno == EINTR) continue;
+    if (out == 0 || (errno != EINVAL && errno != ESPIPE))
+      wire::throw_errno(Code::LocalIo, "writing the file", out < 0 ? errno : EIO);
+    std::vector<uint8_t> buf(std::min(n, kCopyBuffer));
+    while (n > 0) {
+      ssize_t r = ::read(pipe_r, buf.data(), std::min(n, buf.size()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) wire::throw_errno(Code::LocalIo, "reading the splice pipe", r < 0 ? errno : EIO);
+      write_at(fd, buf.data(), size_t(r), offset + m.done());
+      n -= size_t(r);
+      m.moved(uint64_t(r), true);
+    }
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout) {
+uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis timeout,
+                   const PlainOptions& o) {
+  wire::SigpipeGuard no_sigpipe;
+  Move m(sock, timeout, o);
+  while (m.done() < length) {
+    // Poll first so a blocking socket never blocks past the timeout inside sendfile.
+    m.wait(POLLOUT, "sending to the peer");
+    off_t at = off_t(offset + m.done());
+    ssize_t w = ::sendfile(sock, fd, &at, size_t(std::min<uint64_t>(length - m.done(), kChunk)));
+    if (w > 0) {
+      m.moved(uint64_t(w), false);
+      continue;
+    }
+    if (w == 0) return m.file_ended(offset, length);
+    int e = errno;
+    if (e == EINTR || e == EAGAIN) continue;
+    if (wire::is_peer_gone(e)) wire::throw_errno(Code::PeerClosed, "sendfile", e);
+    if (e == EINVAL || e == ENOSYS) return copy_out(m, fd, offset, length);
+    wire::throw_errno(Code::LocalIo, "sendfile (reading the file)", e);
+  }
+  return m.done();
+}
+
+uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout, const PlainOptions& o) {
+  Move m(sock, timeout, o);
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return copy_in(sock, fd, offset, timeout);
+  if (::pipe2(p, O_CLOEXEC) != 0) return copy_in(m, fd, offset);
   wire::Fd pr(p[0]), pw(p[1]);
-  (void)::fcntl(pw.get(), F_SETPIPE_SZ, 1 << 20);
-  uint64_t done = 0;
-  std::vector<uint8_t> scratch;
+  (void)::fcntl(pw.get(), F_SETPIPE_SZ, int(kChunk));  // best effort (pipe-max-size)
   for (;;) {
-    wire::wait_fd(sock, POLLIN, timeout, "receiving from the peer");
-    ssize_t in = ::splice(sock, nullptr, pw.get(), nullptr, 1 << 20,
+    m.wait(POLLIN, "receiving from the peer");
+    // The pipe is empty here (each chunk is moved on whole), so the splice in never blocks on it.
+    ssize_t in = ::splice(sock, nullptr, pw.get(), nullptr, kChunk,
                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (in == 0) return done;
+    if (in == 0) return m.done();
     if (in < 0) {
       int e = errno;
       if (e == EINTR || e == EAGAIN) continue;
-      if (e == EINVAL) return done + copy_in(sock, fd, offset + done, timeout);
+      if (e == EINVAL) return copy_in(m, fd, offset);  // this socket cannot splice
       wire::throw_errno(Code::PeerClosed, "splice from the data connection", e);
     }
-    size_t left = size_t(in);
-    bool use_pwrite = false;
-    while (left > 0) {
-      if (!use_pwrite) {
-        loff_t o = loff_t(offset + done);
-        ssize_t out = ::splice(pr.get(), nullptr, fd, &o, left, SPLICE_F_MOVE);
-        if (out > 0) {
-          done += uint64_t(out);
-          left -= size_t(out);
-          continue;
-        }
-        if (out < 0 && errno == EINTR) continue;
-        if (out == 0 || errno != EINVAL)
-          wire::throw_errno(Code::LocalIo, "writing the file", out < 0 ? errno : EIO);
-        use_pwrite = true;  // the file refuses splice: move the pipe's bytes by hand
-      }
-      if (scratch.empty()) scratch.resize(256 << 10);
-      ssize_t r = ::read(pr.get(), scratch.data(), std::min(left, scratch.size()));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) wire::throw_errno(Code::LocalIo, "reading the splice pipe", r < 0 ? errno : EIO);
-      for (ssize_t w = 0; w < r;) {
-        ssize_t k = ::pwrite(fd, scratch.data() + w, size_t(r - w), off_t(offset + done + uint64_t(w)));
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) wire::throw_errno(Code::LocalIo, "writing the file", k < 0 ? errno : EIO);
-        w += k;
-      }
-      done += uint64_t(r);
-      left -= size_t(r);
-    }
+    if (!splice_to_file(m, pr.get(), size_t(in), fd, offset)) return copy_in(m, fd, offset);
   }
 }
 

@@ -113,6 +113,11 @@ void throw_errno(AdtsError::Code c, const std::string& what, int e) {
   throw AdtsError(c, what + ": " + errno_text(e));
 }
 
+void throw_no_progress(const char* what, Millis timeout) {
+  throw AdtsError(AdtsError::Code::Timeout, std::string("no progress ") + what + " within " +
+                                                std::to_string(timeout.count()) + " ms");
+}
+
 void Fd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
@@ -131,7 +136,7 @@ void tune_socket(int fd) {
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-static bool is_peer_gone(int e) {
+bool is_peer_gone(int e) {
   return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ECONNABORTED || e == ETIMEDOUT ||
          e == EHOSTUNREACH || e == ENETUNREACH || e == ESHUTDOWN;
 }
@@ -142,9 +147,7 @@ short wait_fd(int fd, short events, Millis timeout, const char* what) {
     int ms = timeout.count() > INT32_MAX ? INT32_MAX : int(timeout.count());
     int r = ::poll(&p, 1, ms);
     if (r > 0) return p.revents;
-    if (r == 0)
-      throw AdtsError(AdtsError::Code::Timeout, std::string("no progress ") + what + " within " +
-                                                    std::to_string(timeout.count()) + " ms");
+    if (r == 0) throw_no_progress(what, timeout);
     if (errno != EINTR) throw_errno(AdtsError::Code::LocalIo, "poll", errno);
   }
 }

@@ -70,6 +70,10 @@ uint64_t get_u64(const uint8_t* p);
 
 std::string errno_text(int e);
 [[noreturn]] void throw_errno(AdtsError::Code c, const std::string& what, int e);
+// AdtsError{Timeout}: "no progress <what> within <timeout> ms".
+[[noreturn]] void throw_no_progress(const char* what, Millis timeout);
+// Whether a socket errno means the peer or the path to it is gone (PeerClosed, not LocalIo).
+bool is_peer_gone(int e);
 
 void set_nonblocking(int fd);
 void tune_socket(int fd);  // TCP_NODELAY off, large buffers left to autotuning; SIGPIPE-free I/O

@@ -1,8 +1,8 @@
-// ftp_adts/client/dataconn.cc — plain data connections (dataconn.h).
+// ftp_adts/client/dataconn.cc — plain data connections (dataconn.h). Without TLS the bytes move
+// with adts::send_file/receive_file (zero copy, progress per chunk); under TLS through a buffer.
 #include "ftp_adts/client/dataconn.h"
 
 #include <fcntl.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,12 +10,13 @@
 #include <cstring>
 #include <vector>
 
+#include "ftp_adts/adts/adts.h"
 #include "ftp_adts/client/errors.h"
 
 namespace tierce::ftpc {
 namespace {
 
-constexpr size_t kChunk = 1 << 20;  // per splice/sendfile call; also the buffer of copy paths
+constexpr size_t kChunk = 1 << 20;  // the buffer of the TLS paths
 
 [[noreturn]] void timeout_error(Millis t) {
   throw ClientError(Exit::Network,
@@ -29,6 +30,30 @@ constexpr size_t kChunk = 1 << 20;  // per splice/sendfile call; also the buffer
 
 [[noreturn]] void local_error(const char* what) {
   throw ClientError(Exit::Local, std::string(what) + ": " + std::strerror(errno));
+}
+
+// An adts plain move with progress reported to p (total: the expected size, 0 = unknown); its
+// AdtsError becomes the ClientError with the exit code of docs/ftp.md.
+template <typename MoveFn>
+uint64_t plain_move(Millis timeout, const ProgressFn& p, uint64_t total, MoveFn&& move) {
+  adts::PlainOptions o;
+  o.short_file_ok = true;  // send: the caller reports a short file in its own words
+  if (p) o.on_chunk = [&](uint64_t done) {
+    p(done, total);
+    return true;
+  };
+  try {
+    return move(o);
+  } catch (const adts::AdtsError& e) {
+    switch (e.code()) {
+      case adts::AdtsError::Code::Timeout:
+        timeout_error(timeout);
+      case adts::AdtsError::Code::PeerClosed:
+        throw ClientError(Exit::Transfer, std::string("data connection: ") + e.what());
+      default:
+        throw ClientError(Exit::Local, e.what());
+    }
+  }
 }
 
 }  // namespace
@@ -94,61 +119,12 @@ void PlainData::write_all(const uint8_t* buf, size_t n) {
 
 uint64_t PlainData::receive_to_file(int fd, uint64_t offset, uint64_t total_hint,
                                     const ProgressFn& p) {
-  uint64_t done = 0;
   if (!tls_) {
-    // Zero copy: socket -> pipe -> file. Falls back to the copy loop below when the file
-    // does not take splice (EINVAL: e.g. a terminal), before any byte moved.
-    int pipefd[2];
-    if (::pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) == 0) {
-      Fd pr(pipefd[0]), pw(pipefd[1]);
-      bool fallback = false;
-      for (;;) {
-        ssize_t in = ::splice(sock_.get(), nullptr, pw.get(), nullptr, kChunk,
-                              SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (in == 0) return done;
-        if (in < 0) {
-          if (errno == EINTR) continue;
-          if (errno == EAGAIN) {
-            if (!wait_fd(sock_.get(), false, timeout_)) timeout_error(timeout_);
-            continue;
-          }
-          if (errno == EINVAL && done == 0) {
-            fallback = true;
-            break;
-          }
-          net_error("receive");
-        }
-        size_t left = size_t(in);
-        while (left > 0) {
-          loff_t off = loff_t(offset + done);
-          ssize_t out = ::splice(pr.get(), nullptr, fd, &off, left, SPLICE_F_MOVE);
-          if (out < 0 && errno == EINTR) continue;
-          if (out < 0 && (errno == EINVAL || errno == ESPIPE) && done == 0) {
-            // The bytes are in the pipe already: move them by hand, then copy from now on.
-            std::vector<uint8_t> buf(left);
-            size_t got = 0;
-            while (got < left) {
-              ssize_t r = ::read(pr.get(), buf.data() + got, left - got);
-              if (r <= 0) net_error("pipe");
-              got += size_t(r);
-            }
-            ssize_t w = ::pwrite(fd, buf.data(), left, off_t(offset));
-            if (w < 0 && errno == ESPIPE) w = ::write(fd, buf.data(), left);
-            if (w != ssize_t(left)) local_error("write");
-            done += left;
-            left = 0;
-            fallback = true;
-            break;
-          }
-          if (out <= 0) local_error("write");
-          left -= size_t(out);
-          done += uint64_t(out);
-        }
-        if (p) p(done, total_hint);
-        if (fallback) break;
-      }
-    }
+    return plain_move(timeout_, p, total_hint, [&](const adts::PlainOptions& o) {
+      return adts::receive_file(sock_.get(), fd, offset, timeout_, o);
+    });
   }
+  uint64_t done = 0;
   std::vector<uint8_t> buf(kChunk);
   bool seekable = ::lseek(fd, 0, SEEK_CUR) >= 0;
   for (;;) {
@@ -185,25 +161,11 @@ uint64_t PlainData::send_from_file(int fd, uint64_t offset, uint64_t length,
                                    const ProgressFn& p) {
   uint64_t done = 0;
   if (!tls_) {
-    while (done < length) {
-      off_t off = off_t(offset + done);
-      size_t want = size_t(std::min<uint64_t>(kChunk, length - done));
-      ssize_t n = ::sendfile(sock_.get(), fd, &off, want);
-      if (n > 0) {
-        done += uint64_t(n);
-        if (p) p(done, length);
-        continue;
-      }
-      if (n == 0) throw ClientError(Exit::Local, "local file shrank while sending it");
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        if (!wait_fd(sock_.get(), true, timeout_)) timeout_error(timeout_);
-        continue;
-      }
-      if (errno == EINVAL || errno == ENOSYS) break;  // copy loop below
-      if (errno == EPIPE || errno == ECONNRESET) net_error("send");
-      local_error("read");
-    }
+    done = plain_move(timeout_, p, length, [&](const adts::PlainOptions& o) {
+      return adts::send_file(sock_.get(), fd, offset, length, timeout_, o);
+    });
+    if (done < length) throw ClientError(Exit::Local, "local file shrank while sending it");
+    return done;
   }
   std::vector<uint8_t> buf(kChunk);
   while (done < length) {

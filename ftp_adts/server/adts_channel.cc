@@ -135,72 +135,65 @@ void AdtsChannel::reset() {
 }
 
 
-TransferResult AdtsChannel::send_file(int fd, uint64_t offset, uint64_t length) {
+namespace {
+
+// Runs one transfer on the session (accepted on first use): `move` sets the result; an AdtsError
+// becomes its status; a session that broke is dropped.
+template <typename MoveFn>
+TransferResult run_transfer(AdtsChannel::Impl& impl,
+                            const std::function<void(const std::string&)>& log, MoveFn&& move) {
   TransferResult r;
-  adts::Session* s = session_of(*impl_, &r, log_);
+  adts::Session* s = session_of(impl, &r, log);
   if (!s) return r;
   try {
+    move(*s, r);
+  } catch (const adts::AdtsError& e) {
+    r = from_error(e, 0);
+  }
+  drop_if_broken(impl);
+  return r;
+}
+
+}  // namespace
+
+TransferResult AdtsChannel::send_file(int fd, uint64_t offset, uint64_t length) {
+  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
     adts::Source src;
     src.fd = fd;
     src.offset = offset;
     src.length = length;
-    r.bytes = s->send(src);
+    r.bytes = s.send(src);
     r.zero_copy = impl_->params.zero_copy;
-  } catch (const adts::AdtsError& e) {
-    r = from_error(e, 0);
-  }
-  drop_if_broken(*impl_);
-  return r;
+  });
 }
 
 TransferResult AdtsChannel::send_bytes(std::string_view bytes) {
-  TransferResult r;
-  adts::Session* s = session_of(*impl_, &r, log_);
-  if (!s) return r;
-  try {
+  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
     adts::Source src;
     src.memory = {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
-    r.bytes = s->send(src);
-  } catch (const adts::AdtsError& e) {
-    r = from_error(e, 0);
-  }
-  drop_if_broken(*impl_);
-  return r;
+    r.bytes = s.send(src);
+  });
 }
 
 TransferResult AdtsChannel::receive_file(int fd, uint64_t offset) {
-  TransferResult r;
-  adts::Session* s = session_of(*impl_, &r, log_);
-  if (!s) return r;
-  try {
+  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
     adts::Sink sink;
     sink.fd = fd;
     sink.offset = offset;
-    r.bytes = s->receive(sink);
+    r.bytes = s.receive(sink);
     r.zero_copy = impl_->params.zero_copy;
-  } catch (const adts::AdtsError& e) {
-    r = from_error(e, 0);
-  }
-  drop_if_broken(*impl_);
-  return r;
+  });
 }
 
 TransferResult AdtsChannel::receive_bytes(std::string* out, uint64_t max) {
-  TransferResult r;
-  adts::Session* s = session_of(*impl_, &r, log_);
-  if (!s) return r;
-  try {
+  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
     std::vector<uint8_t> mem;
     adts::Sink sink;
     sink.memory = &mem;
     sink.max_length = max;
-    r.bytes = s->receive(sink);
+    r.bytes = s.receive(sink);
     out->assign(mem.begin(), mem.end());
-  } catch (const adts::AdtsError& e) {
-    r = from_error(e, 0);
-  }
-  drop_if_broken(*impl_);
-  return r;
+  });
 }
 
 #else  // no tierce::adts: TPRT is not offered

@@ -1,8 +1,6 @@
-// ftp_adts/server/data.cc
-//
-// Why not adts::send_file/receive_file for the plain paths: those run a whole transfer in one call,
-// and an FTP server must notice ABOR on the control connection between chunks. The loops here poll
-// the data socket and the control socket together; the zero-copy system calls are the same.
+// ftp_adts/server/data.cc — plain data connections (data.h). The zero-copy paths (TYPE I without
+// TLS) are adts::send_file/receive_file with the control connection as their watch fd and the ABOR
+// check as their per-chunk hook; the TYPE A and TLS paths go through a buffer here.
 #include "ftp_adts/server/data.h"
 
 #include <arpa/inet.h>
@@ -19,11 +17,12 @@
 #include <random>
 #include <vector>
 
+#include "ftp_adts/adts/adts.h"
+
 namespace tierce::ftpd {
 
 namespace {
 
-constexpr size_t kZeroCopyChunk = 1 << 20;  // bytes per sendfile/splice call (ABOR granularity)
 constexpr size_t kBufferChunk = 256 << 10;  // user-buffer paths
 
 using Clock = std::chrono::steady_clock;
@@ -35,10 +34,6 @@ int to_poll_ms(Millis m) {
 void set_nonblocking(int fd, bool on) {
   int fl = ::fcntl(fd, F_GETFL);
   if (fl >= 0) ::fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
-}
-
-bool peer_errno(int e) {
-  return e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ETIMEDOUT || e == EHOSTUNREACH;
 }
 
 enum class Wait { Ready, Abort, Timeout };
@@ -75,6 +70,43 @@ bool abort_pending(const TransferOptions& o) {
 TransferResult fail(TransferResult r, TransferResult::Status s, std::string what) {
   r.status = s;
   r.error = std::move(what);
+  return r;
+}
+
+// Runs one zero-copy move (adts::send_file/receive_file) on the non-blocking data socket: r.bytes
+// follows its progress, an ABOR between chunks or while it waits stops it, and its AdtsError
+// becomes the transfer's status.
+template <typename MoveFn>
+TransferResult zero_copy_move(DataConn& c, const TransferOptions& o, MoveFn&& move) {
+  TransferResult r;
+  r.zero_copy = true;
+  uint64_t copied = 0;
+  adts::PlainOptions po;
+  po.on_chunk = [&](uint64_t done) {
+    r.bytes = done;
+    return !abort_pending(o);
+  };
+  po.watch_fd = o.control_fd;
+  po.short_file_ok = true;  // a file that shrank under us: send what there was
+  po.copied = &copied;
+  set_nonblocking(c.fd(), true);
+  try {
+    r.bytes = move(po);
+  } catch (const adts::AdtsError& e) {
+    using Code = adts::AdtsError::Code;
+    switch (e.code()) {
+      case Code::Aborted:
+        return fail(r, TransferResult::Status::Aborted, "aborted");
+      case Code::Timeout:
+        return fail(r, TransferResult::Status::Timeout, "no progress on the data connection");
+      case Code::PeerClosed:
+        return fail(r, TransferResult::Status::PeerError, e.what());
+      default:
+        return fail(r, TransferResult::Status::LocalError, e.what());
+    }
+  }
+  set_nonblocking(c.fd(), false);
+  r.zero_copy = copied == 0;
   return r;
 }
 
@@ -365,32 +397,10 @@ TransferResult send_file(DataConn& c, int file_fd, uint64_t offset, const Transf
     return fail(r, TransferResult::Status::LocalError, std::strerror(errno));
   uint64_t size = uint64_t(st.st_size);
   if (o.zero_copy && !o.ascii && !c.tls() && S_ISREG(st.st_mode)) {
-    r.zero_copy = true;
-    set_nonblocking(c.fd(), true);
-    off_t off = off_t(offset);
-    while (uint64_t(off) < size) {
-      size_t want = size_t(std::min<uint64_t>(size - uint64_t(off), kZeroCopyChunk));
-      ssize_t n = ::sendfile(c.fd(), file_fd, &off, want);
-      if (n > 0) {
-        r.bytes += uint64_t(n);
-        continue;
-      }
-      if (n == 0) break;  // the file shrank under us: send what there was
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        Wait w = wait_for(c.fd(), POLLOUT, o);
-        if (w == Wait::Abort) return fail(r, TransferResult::Status::Aborted, "aborted");
-        if (w == Wait::Timeout)
-          return fail(r, TransferResult::Status::Timeout, "no progress on the data connection");
-        continue;
-      }
-      int e = errno;
-      return fail(r, peer_errno(e) ? TransferResult::Status::PeerError
-                                   : TransferResult::Status::LocalError,
-                  std::string("sendfile: ") + std::strerror(e));
-    }
-    set_nonblocking(c.fd(), false);
-    return r;
+    uint64_t length = size > offset ? size - offset : 0;
+    return zero_copy_move(c, o, [&](const adts::PlainOptions& po) {
+      return adts::send_file(c.fd(), file_fd, offset, length, o.timeout, po);
+    });
   }
   if (!c.tls()) set_nonblocking(c.fd(), true);
   std::vector<char> buf(kBufferChunk);
@@ -430,14 +440,6 @@ TransferResult send_bytes(DataConn& c, std::string_view bytes, const TransferOpt
 
 namespace {
 
-struct Pipe {
-  int r = -1, w = -1;
-  ~Pipe() {
-    if (r >= 0) ::close(r);
-    if (w >= 0) ::close(w);
-  }
-};
-
 // Writes buf at *off; false with *err on failure.
 bool pwrite_all(int fd, const char* p, size_t n, uint64_t* off, std::string* err) {
   while (n > 0) {
@@ -457,76 +459,17 @@ bool pwrite_all(int fd, const char* p, size_t n, uint64_t* off, std::string* err
 }  // namespace
 
 TransferResult receive_file(DataConn& c, int file_fd, uint64_t offset, const TransferOptions& o) {
+  if (o.zero_copy && !o.ascii && !c.tls()) {
+    return zero_copy_move(c, o, [&](const adts::PlainOptions& po) {
+      return adts::receive_file(c.fd(), file_fd, offset, o.timeout, po);
+    });
+  }
   TransferResult r;
   uint64_t off = offset;
-  bool zero_copy = o.zero_copy && !o.ascii && !c.tls();
-  Pipe pipe;
-  if (zero_copy) {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
-      zero_copy = false;
-    } else {
-      pipe.r = p[0];
-      pipe.w = p[1];
-      ::fcntl(pipe.w, F_SETPIPE_SZ, int(kZeroCopyChunk));  // best effort (pipe-max-size)
-    }
-  }
   if (!c.tls()) set_nonblocking(c.fd(), true);
-  std::vector<char> buf;
+  std::vector<char> buf(kBufferChunk);
   bool held_cr = false;
-  r.zero_copy = zero_copy;
   for (;;) {
-    if (zero_copy) {
-      ssize_t n = ::splice(c.fd(), nullptr, pipe.w, nullptr, kZeroCopyChunk,
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-      if (n == 0) break;
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) {
-          Wait w = wait_for(c.fd(), POLLIN, o);
-          if (w == Wait::Abort) return fail(r, TransferResult::Status::Aborted, "aborted");
-          if (w == Wait::Timeout)
-            return fail(r, TransferResult::Status::Timeout, "no progress on the data connection");
-          continue;
-        }
-        int e = errno;
-        if (e == EINVAL && r.bytes == 0) {  // this socket cannot splice: use the buffer path
-          zero_copy = r.zero_copy = false;
-          continue;
-        }
-        return fail(r, TransferResult::Status::PeerError, std::string("splice: ") + std::strerror(e));
-      }
-      r.bytes += uint64_t(n);
-      size_t left = size_t(n);
-      while (left > 0) {
-        loff_t lo = loff_t(off);
-        ssize_t m = ::splice(pipe.r, nullptr, file_fd, &lo, left, SPLICE_F_MOVE);
-        if (m > 0) {
-          off += uint64_t(m);
-          left -= size_t(m);
-          continue;
-        }
-        if (m < 0 && errno == EINTR) continue;
-        if (m < 0 && errno == EINVAL) {
-          // The file system does not take splice: empty the pipe by hand and go on buffered.
-          buf.resize(kBufferChunk);
-          while (left > 0) {
-            ssize_t k = ::read(pipe.r, buf.data(), std::min(left, buf.size()));
-            if (k <= 0) return fail(r, TransferResult::Status::LocalError, "pipe read failed");
-            std::string err;
-            if (!pwrite_all(file_fd, buf.data(), size_t(k), &off, &err))
-              return fail(r, TransferResult::Status::LocalError, err);
-            left -= size_t(k);
-          }
-          zero_copy = r.zero_copy = false;
-          break;
-        }
-        return fail(r, TransferResult::Status::LocalError,
-                    std::string("write: ") + (m < 0 ? std::strerror(errno) : "no space"));
-      }
-      continue;
-    }
-    if (buf.size() < kBufferChunk) buf.resize(kBufferChunk);
     size_t got = 0;
     if (auto* t = c.tls()) {
       if (abort_pending(o)) return fail(r, TransferResult::Status::Aborted, "aborted");

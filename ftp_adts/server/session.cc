@@ -166,9 +166,18 @@ class Session {
 
   // helpers
   std::string vpath(const std::string& arg) const { return ftp::join_virtual(cwd_, arg); }
+  // For a Root call's result (rc = -errno): on failure replies "550 <arg>: <reason>" (the client's
+  // argument, at most 256 bytes of it; `if_empty` when it is empty) and returns true.
+  bool failed(int rc, const std::string& arg, const std::string& if_empty = {});
   bool data_policy_ok();  // 521 when [tls] require and PROT C
   bool data_channel_ready();
   void accept_adts();  // after the 227/229 of an ADTS session
+  bool active_mode_allowed();  // PORT/EPRT: 501 under EPSV ALL or an ADTS session
+  // PORT/EPRT: the control peer's host and a port >= 1024 only (500: no bounce), then 200.
+  void set_active_target(const std::string& verb, const SockAddr& target);
+  // PASV/EPSV: a listener (the ADTS session's when one is configured) on `host`; its port, or
+  // <= 0 after the 425 reply.
+  int listen_passive(const std::string& host);
   enum class StoreKind { Stor, Appe, Stou };
   void store(const std::string& arg, StoreKind kind);
   enum class ListKind { List, Nlst, Mlsd };
@@ -562,10 +571,7 @@ void Session::cmd_cwd(const std::string& arg) {
   std::string v = vpath(arg);
   struct stat st;
   int rc = root_->stat(v, &st);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   if (!S_ISDIR(st.st_mode)) {
     ctl_.reply(550, arg.substr(0, 256) + ": Not a directory");
     return;
@@ -613,42 +619,18 @@ void Session::cmd_rest(const std::string& arg) {
 // ---- data port ----
 
 void Session::cmd_port(const std::string& arg) {
-  if (epsv_all_) {
-    ctl_.reply(501, "EPSV ALL in effect: only EPSV");
-    return;
-  }
-  if (adts_.configured()) {
-    ctl_.reply(501, "Active mode is not offered for ADTS sessions; use EPSV or TPRT STREAM");
-    return;
-  }
+  if (!active_mode_allowed()) return;
   auto hp = ftp::parse_port_arg(arg);
   SockAddr target;
   if (!hp || !SockAddr::parse(hp->host, hp->port, &target)) {
     ctl_.reply(501, "PORT wants h1,h2,h3,h4,p1,p2");
     return;
   }
-  if (!target.same_host(peer_)) {
-    log(LogLevel::Warn, "FTPD0104 " + who() + ": PORT to " + target.host() + " refused (bounce)");
-    ctl_.reply(500, "PORT refused: the address must be the control connection's (no bounce)");
-    return;
-  }
-  if (hp->port < 1024) {
-    ctl_.reply(500, "PORT refused: port below 1024 (no bounce)");
-    return;
-  }
-  port_.set_active(target);
-  ctl_.reply(200, "PORT command successful");
+  set_active_target("PORT", target);
 }
 
 void Session::cmd_eprt(const std::string& arg) {
-  if (epsv_all_) {
-    ctl_.reply(501, "EPSV ALL in effect: only EPSV");
-    return;
-  }
-  if (adts_.configured()) {
-    ctl_.reply(501, "Active mode is not offered for ADTS sessions; use EPSV or TPRT STREAM");
-    return;
-  }
+  if (!active_mode_allowed()) return;
   // The protocol number between the first two delimiters: 1 IPv4, 2 IPv6.
   if (arg.size() >= 3) {
     char d = arg[0];
@@ -665,17 +647,7 @@ void Session::cmd_eprt(const std::string& arg) {
     ctl_.reply(501, "EPRT wants |1|a.b.c.d|port| or |2|v6addr|port|");
     return;
   }
-  if (!target.same_host(peer_)) {
-    log(LogLevel::Warn, "FTPD0104 " + who() + ": EPRT to " + target.host() + " refused (bounce)");
-    ctl_.reply(500, "EPRT refused: the address must be the control connection's (no bounce)");
-    return;
-  }
-  if (hp->port < 1024) {
-    ctl_.reply(500, "EPRT refused: port below 1024 (no bounce)");
-    return;
-  }
-  port_.set_active(target);
-  ctl_.reply(200, "EPRT command successful");
+  set_active_target("EPRT", target);
 }
 
 void Session::cmd_pasv(const std::string&) {
@@ -689,6 +661,42 @@ void Session::cmd_pasv(const std::string&) {
     ctl_.reply(522, "PASV needs IPv4; use EPSV");
     return;
   }
+  int port = listen_passive(host);
+  if (port <= 0) return;
+  std::string announced = cfg_.pasv_address.empty() ? host : cfg_.pasv_address;
+  ctl_.reply(227, "Entering Passive Mode (" +
+                      ftp::format_port_arg({announced, uint16_t(port)}) + ")");
+  if (adts_.configured()) accept_adts();
+}
+
+bool Session::active_mode_allowed() {
+  if (epsv_all_) {
+    ctl_.reply(501, "EPSV ALL in effect: only EPSV");
+    return false;
+  }
+  if (adts_.configured()) {
+    ctl_.reply(501, "Active mode is not offered for ADTS sessions; use EPSV or TPRT STREAM");
+    return false;
+  }
+  return true;
+}
+
+void Session::set_active_target(const std::string& verb, const SockAddr& target) {
+  if (!target.same_host(peer_)) {
+    log(LogLevel::Warn,
+        "FTPD0104 " + who() + ": " + verb + " to " + target.host() + " refused (bounce)");
+    ctl_.reply(500, verb + " refused: the address must be the control connection's (no bounce)");
+    return;
+  }
+  if (target.port() < 1024) {
+    ctl_.reply(500, verb + " refused: port below 1024 (no bounce)");
+    return;
+  }
+  port_.set_active(target);
+  ctl_.reply(200, verb + " command successful");
+}
+
+int Session::listen_passive(const std::string& host) {
   int port;
   std::string err;
   if (adts_.configured()) {
@@ -700,12 +708,8 @@ void Session::cmd_pasv(const std::string&) {
   if (port <= 0) {
     log(LogLevel::Warn, "FTPD0105 " + who() + ": no passive port: " + err);
     ctl_.reply(425, "Cannot open a passive port: " + err);
-    return;
   }
-  std::string announced = cfg_.pasv_address.empty() ? host : cfg_.pasv_address;
-  ctl_.reply(227, "Entering Passive Mode (" +
-                      ftp::format_port_arg({announced, uint16_t(port)}) + ")");
-  if (adts_.configured()) accept_adts();
+  return port;
 }
 
 void Session::accept_adts() {
@@ -735,19 +739,8 @@ void Session::cmd_epsv(const std::string& arg) {
       return;
     }
   }
-  int port;
-  std::string err;
-  if (adts_.configured()) {
-    port = adts_.listen(host, cfg_.pasv_min, cfg_.pasv_max, &err);
-  } else {
-    port = port_.listen_passive(local_, cfg_.pasv_min, cfg_.pasv_max);
-    if (port < 0) err = std::strerror(-port);
-  }
-  if (port <= 0) {
-    log(LogLevel::Warn, "FTPD0105 " + who() + ": no passive port: " + err);
-    ctl_.reply(425, "Cannot open a passive port: " + err);
-    return;
-  }
+  int port = listen_passive(host);
+  if (port <= 0) return;
   ctl_.reply(229, "Entering Extended Passive Mode (|||" + std::to_string(port) + "|)");
   if (adts_.configured()) accept_adts();
 }
@@ -1006,10 +999,7 @@ void Session::cmd_retr(const std::string& arg) {
   if (!data_policy_ok()) return;
   // O_NONBLOCK: a FIFO planted in the tree must not hang the open; regular files ignore it.
   int fd = root_->open(v, O_RDONLY | O_NONBLOCK);
-  if (fd < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(fd));
-    return;
-  }
+  if (failed(fd, arg)) return;
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -1055,10 +1045,7 @@ void Session::store(const std::string& arg, StoreKind kind) {
     if (kind == StoreKind::Stor && offset == 0) flags |= O_TRUNC;
     fd = root_->open(v, flags, 0644);
   }
-  if (fd < 0) {
-    ctl_.reply(550, (arg.empty() ? v : arg.substr(0, 256)) + ": " + errno_text(fd));
-    return;
-  }
+  if (failed(fd, arg, v)) return;
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -1096,10 +1083,7 @@ void Session::listing(const std::string& arg, ListKind kind) {
   std::string v = vpath(a);
   struct stat st;
   int rc = root_->stat(v, &st);
-  if (rc < 0) {
-    ctl_.reply(550, (a.empty() ? v : a.substr(0, 256)) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, a, v)) return;
   std::string out;
   std::time_t now = std::time(nullptr);
   if (S_ISDIR(st.st_mode)) {
@@ -1141,13 +1125,16 @@ void Session::listing(const std::string& arg, ListKind kind) {
 
 // ---- files ----
 
+bool Session::failed(int rc, const std::string& arg, const std::string& if_empty) {
+  if (rc >= 0) return false;
+  ctl_.reply(550, (arg.empty() ? if_empty : arg.substr(0, 256)) + ": " + errno_text(rc));
+  return true;
+}
+
 void Session::cmd_size(const std::string& arg) {
   struct stat st;
   int rc = root_->stat(vpath(arg), &st);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   if (!S_ISREG(st.st_mode)) {
     ctl_.reply(550, arg.substr(0, 256) + ": Not a plain file");
     return;
@@ -1158,10 +1145,7 @@ void Session::cmd_size(const std::string& arg) {
 void Session::cmd_mdtm(const std::string& arg) {
   struct stat st;
   int rc = root_->stat(vpath(arg), &st);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   ctl_.reply(213, ftp::format_time_val(st.st_mtime));
 }
 
@@ -1178,10 +1162,7 @@ void Session::cmd_mfmt(const std::string& arg) {
   }
   std::string path = arg.substr(sp + 1);
   int rc = root_->utime(vpath(path), *t);
-  if (rc < 0) {
-    ctl_.reply(550, path.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, path)) return;
   ctl_.reply(213, "Modify=" + ftp::format_time_val(*t) + "; " + path);
 }
 
@@ -1189,20 +1170,14 @@ void Session::cmd_mlst(const std::string& arg) {
   std::string v = vpath(arg);
   struct stat st;
   int rc = root_->stat(v, &st);
-  if (rc < 0) {
-    ctl_.reply(550, (arg.empty() ? v : arg.substr(0, 256)) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg, v)) return;
   ctl_.reply_multi(250, {"Listing " + v, " " + mlsx_line(v, st, facts_, writable_), "End"});
 }
 
 void Session::cmd_dele(const std::string& arg) {
   std::string v = vpath(arg);
   int rc = root_->unlink(v);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   log(LogLevel::Info, "FTPD0303 " + who() + ": deleted " + v);
   ctl_.reply(250, "Deleted " + v);
 }
@@ -1210,10 +1185,7 @@ void Session::cmd_dele(const std::string& arg) {
 void Session::cmd_mkd(const std::string& arg) {
   std::string v = vpath(arg);
   int rc = root_->mkdir(v);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   ctl_.reply(257, quote_path(v) + " created");
 }
 
@@ -1224,10 +1196,7 @@ void Session::cmd_rmd(const std::string& arg) {
     return;
   }
   int rc = root_->rmdir(v);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   ctl_.reply(250, "Removed " + v);
 }
 
@@ -1235,10 +1204,7 @@ void Session::cmd_rnfr(const std::string& arg) {
   std::string v = vpath(arg);
   struct stat st;
   int rc = root_->lstat(v, &st);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   if (v == "/") {
     ctl_.reply(550, "Cannot rename the root directory");
     return;
@@ -1251,10 +1217,7 @@ void Session::cmd_rnfr(const std::string& arg) {
 void Session::cmd_rnto(const std::string& arg) {
   std::string v = vpath(arg);
   int rc = root_->rename(rnfr_, v);
-  if (rc < 0) {
-    ctl_.reply(550, arg.substr(0, 256) + ": " + errno_text(rc));
-    return;
-  }
+  if (failed(rc, arg)) return;
   log(LogLevel::Info, "FTPD0304 " + who() + ": renamed " + rnfr_ + " to " + v);
   ctl_.reply(250, "Renamed to " + v);
 }
@@ -1286,17 +1249,11 @@ void Session::cmd_site(const std::string& arg) {
   unsigned mode = unsigned(std::stoul(mode_s, nullptr, 8)) & 0777;  // no setuid/setgid/sticky
   std::string path = rest.substr(sp2 + 1);
   int fd = root_->open(vpath(path), O_RDONLY | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    ctl_.reply(550, path.substr(0, 256) + ": " + errno_text(fd));
-    return;
-  }
+  if (failed(fd, path)) return;
   int rc = ::fchmod(fd, mode);
   int e = errno;
   ::close(fd);
-  if (rc != 0) {
-    ctl_.reply(550, path.substr(0, 256) + ": " + errno_text(-e));
-    return;
-  }
+  if (failed(rc != 0 ? -e : 0, path)) return;
   ctl_.reply(200, "SITE CHMOD command ok");
 }
 
