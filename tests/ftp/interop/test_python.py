@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""ftp_interop_python — Python's ftplib (another independent client) against tierce-ftpd.
+
+FEAT, PWD/CWD/CDUP, MLSD facts (type, size, modify), MLST, NLST, SIZE, MDTM, RETR/STOR/APPE,
+REST + RETR, RNFR/RNTO, MKD/RMD/DELE, the 5xx replies for missing files, then FTP_TLS with PROT P
+for listings and files, and PROT C when TLS is not required.
+
+    test_python.py --build BUILD_DIR   (--vsftpd: the same checks against vsftpd; vsftpd has no
+                                        MLSD, so those checks are left out there)
+"""
+import argparse
+import ftplib
+import io
+import os
+import ssl
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import ftpenv  # noqa: E402
+
+
+def expect_error(fn, *args):
+    """The reply code of the error_perm/error_temp fn raises, or None if it succeeded."""
+    try:
+        fn(*args)
+    except ftplib.all_errors as e:
+        return str(e)[:3]
+    return None
+
+
+def retr(ftp, name, rest=None):
+    buf = io.BytesIO()
+    ftp.retrbinary("RETR " + name, buf.write, rest=rest)
+    return buf.getvalue()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--vsftpd", action="store_true")
+    a = ap.parse_args()
+    ftpenv.which_or_skip("openssl")
+    ck = ftpenv.Checks("ftp_interop_python")
+    with ftpenv.TempDir("tierce-interop-python-") as tmp:
+        root = os.path.join(tmp, "root")
+        ftpenv.make_tree(root, {"a.bin": 2 * 1024 * 1024 + 5, "d/x.txt": b"x-content\n",
+                                "d/e/": None, "b.txt": b"bee\n"})
+        os.utime(os.path.join(root, "b.txt"), (1600000000, 1600000000))  # 2020-09-13 12:26:40
+        a_data = open(os.path.join(root, "a.bin"), "rb").read()
+        cert, key = ftpenv.make_cert(os.path.join(tmp, "cert"))
+        if a.vsftpd:
+            srv = ftpenv.Vsftpd(root, local_user=ftpenv.TEST_USER, anonymous=False,
+                                tls=(cert, key))
+        else:
+            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+                                    users=(("dave", "pw-dave", None, True),), tls=(cert, key))
+        with srv:
+            ftpenv.run_body(ck, srv, body, a, ck, srv, root, cert, a_data)
+        if not a.vsftpd:  # [tls] require = true: docs/ftp.md says 530 / 521
+            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+                                    users=(("dave", "pw-dave", None, True),), tls=(cert, key),
+                                    tls_require=True)
+            with srv:
+                ftpenv.run_body(ck, srv, require_tls_body, ck, srv, cert, a_data)
+            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+                                    users=(("dave", "pw-dave", None, True),), workers=2)
+            with srv:
+                ftpenv.run_body(ck, srv, parallel_body, ck, srv, a_data)
+    return ck.exit_code()
+
+
+def body(a, ck, srv, root, cert, a_data):
+    ftp = ftplib.FTP()
+    ftp.connect(srv.host, srv.port, timeout=20)
+    ck.check(ftp.getwelcome().startswith("220"), "220 greeting")
+    ck.equal(expect_error(ftp.login, srv.user, "bad-password"), "530",
+             "bad password: 530")
+    ftp.close()
+    ftp = ftplib.FTP()
+    ftp.connect(srv.host, srv.port, timeout=20)
+    ck.check(ftp.login(srv.user, srv.password).startswith("230"), "login: 230")
+    feat = ftp.sendcmd("FEAT")
+    ck.check(feat.startswith("211"), "FEAT answers 211", feat)
+    for f in ("EPSV", "SIZE", "MDTM", "REST STREAM") + (
+            () if a.vsftpd else ("UTF8", "MLST", "AUTH TLS", "TPRT")):
+        ck.check(f in feat, "FEAT lists %s" % f, feat)
+    ck.equal(ftp.pwd(), "/", "PWD is /")
+    ftp.cwd("d")
+    ck.equal(ftp.pwd(), "/d", "CWD d -> /d")
+    ftp.sendcmd("CDUP")
+    ck.equal(ftp.pwd(), "/", "CDUP -> /")
+    ck.equal(expect_error(ftp.cwd, "no-such-dir"), "550", "CWD to a missing dir: 550")
+    ck.equal(expect_error(ftp.cwd, "b.txt"), "550", "CWD to a file: 550")
+
+    ck.equal(sorted(ftp.nlst()), ["a.bin", "b.txt", "d"], "NLST /")
+    ck.equal(sorted(os.path.basename(n) for n in ftp.nlst("d")), ["e", "x.txt"], "NLST d")
+    ftp.voidcmd("TYPE I")
+    ck.equal(ftp.size("a.bin"), len(a_data), "SIZE a.bin")
+    ck.equal(expect_error(ftp.size, "missing.bin"), "550", "SIZE of a missing file: 550")
+    mdtm = ftp.sendcmd("MDTM b.txt")
+    ck.equal(mdtm, "213 20200913122640", "MDTM b.txt")
+
+    if not a.vsftpd:
+        facts = {n: f for n, f in ftp.mlsd("/", facts=["type", "size", "modify"])}
+        ck.check(facts.get("a.bin", {}).get("type") == "file" and
+                 facts["a.bin"].get("size") == str(len(a_data)), "MLSD: a.bin file+size",
+                 facts)
+        ck.check(facts.get("d", {}).get("type") == "dir", "MLSD: d is a dir", facts)
+        ck.check(facts.get("b.txt", {}).get("modify", "").startswith("20200913122640"),
+                 "MLSD: modify fact of b.txt", facts.get("b.txt"))
+        ck.check(all(n not in facts or facts[n].get("type") in ("cdir", "pdir")
+                     for n in (".", "..")), "MLSD: . and .. only as cdir/pdir", facts)
+        mlst = ftp.sendcmd("MLST d/x.txt")
+        ck.check(mlst.startswith("250") and "size=10;" in mlst.lower() and
+                 "type=file;" in mlst.lower(), "MLST d/x.txt", mlst)
+
+    ck.check(retr(ftp, "a.bin") == a_data, "RETR a.bin (binary) byte-identical")
+    ck.check(retr(ftp, "a.bin", rest=1000000) == a_data[1000000:],
+             "REST 1000000 + RETR returns the tail")
+    ck.equal(expect_error(retr, ftp, "missing.bin"), "550", "RETR of a missing file: 550")
+
+    up = os.urandom(777777)
+    ftp.storbinary("STOR up.bin", io.BytesIO(up))
+    ck.check(open(os.path.join(root, "up.bin"), "rb").read() == up, "STOR up.bin")
+    ftp.storbinary("APPE up.bin", io.BytesIO(b"tail"))
+    ck.check(open(os.path.join(root, "up.bin"), "rb").read() == up + b"tail", "APPE")
+    ftp.storbinary("STOR up.bin", io.BytesIO(b"short"))
+    ck.check(open(os.path.join(root, "up.bin"), "rb").read() == b"short",
+             "STOR over an existing file truncates it")
+    ftp.storlines("STOR lines.txt", io.BytesIO(b"l1\nl2\n"))
+    ck.check(open(os.path.join(root, "lines.txt"), "rb").read() in (b"l1\nl2\n", b"l1\r\nl2\r\n"),
+             "STOR in TYPE A: the lines arrive (CRLF translated or kept as sent)",
+             open(os.path.join(root, "lines.txt"), "rb").read())
+    ftp.voidcmd("TYPE I")
+
+    ftp.rename("up.bin", "d/moved.bin")
+    ck.check(not os.path.exists(os.path.join(root, "up.bin")) and
+             os.path.exists(os.path.join(root, "d/moved.bin")), "RNFR/RNTO into a subdir")
+    ck.equal(expect_error(ftp.rename, "nope.bin", "x.bin")[:1], "5", "RNFR of a missing file")
+    ck.equal(expect_error(ftp.sendcmd, "RNTO x.bin"), "503", "RNTO without RNFR: 503")
+    ck.check(ftp.mkd("newd").endswith("/newd") or "newd" in ftp.mkd("newd2"), "MKD")
+    ck.check(os.path.isdir(os.path.join(root, "newd")), "MKD made the directory")
+    ck.check(expect_error(ftp.mkd, "newd") == "550", "MKD of an existing dir: 550")
+    ftp.rmd("newd")
+    ck.check(not os.path.exists(os.path.join(root, "newd")), "RMD")
+    ck.equal(expect_error(ftp.rmd, "d"), "550", "RMD of a non-empty dir: 550")
+    ftp.delete("d/moved.bin")
+    ck.check(not os.path.exists(os.path.join(root, "d/moved.bin")), "DELE")
+    ck.equal(expect_error(ftp.delete, "d/moved.bin"), "550", "DELE of a missing file: 550")
+    ck.equal(expect_error(ftp.delete, "d"), "550", "DELE of a directory: 550")
+    ck.check(ftp.sendcmd("NOOP").startswith("200"), "NOOP")
+    ck.check(ftp.sendcmd("SYST").startswith("215"), "SYST")
+    ck.check(ftp.sendcmd("OPTS UTF8 ON").startswith("2"), "OPTS UTF8 ON")
+    uname = "ünïcode-файл.txt"
+    ftp.encoding = "utf-8"
+    ftp.storbinary("STOR " + uname, io.BytesIO(b"u"))
+    ck.check(os.path.exists(os.path.join(root, uname)) and uname in ftp.nlst(),
+             "UTF-8 file name round trip")
+    ftp.quit()
+
+    # FTPS: AUTH TLS, PROT P.
+    ctx = ssl.create_default_context(cafile=cert)
+    tls = ftplib.FTP_TLS(context=ctx, timeout=20)
+    tls.connect(srv.host, srv.port)
+    tls.login(srv.user, srv.password)  # FTP_TLS.login sends AUTH TLS first
+    ck.check(isinstance(tls.sock, ssl.SSLSocket), "FTP_TLS: control channel is TLS")
+    tls.prot_p()
+    ck.check(retr(tls, "a.bin") == a_data, "FTP_TLS PROT P: RETR byte-identical")
+    tls.storbinary("STOR tls.bin", io.BytesIO(up))
+    ck.check(open(os.path.join(root, "tls.bin"), "rb").read() == up, "FTP_TLS: STOR")
+    ck.check("tls.bin" in tls.nlst(), "FTP_TLS: NLST")
+    if not a.vsftpd:
+        ck.check("tls.bin" in [n for n, _ in tls.mlsd()], "FTP_TLS: MLSD")
+    tls.prot_c()
+    ck.check(retr(tls, "b.txt") == b"bee\n", "FTP_TLS PROT C (clear data): RETR")
+    tls.quit()
+
+
+def require_tls_body(ck, srv, cert, a_data):
+    ftp = ftplib.FTP()
+    ftp.connect(srv.host, srv.port, timeout=20)
+    ck.equal(expect_error(ftp.login, srv.user, srv.password), "530",
+             "require=true: USER before AUTH TLS -> 530")
+    ftp.close()
+    tls = ftplib.FTP_TLS(context=ssl.create_default_context(cafile=cert), timeout=20)
+    tls.connect(srv.host, srv.port)
+    ck.check(tls.login(srv.user, srv.password).startswith("230"), "require=true: TLS login")
+    tls.voidcmd("PBSZ 0")  # RFC 4217: PBSZ before PROT (ftplib's prot_c() does not send it)
+    tls.prot_c()
+    ck.equal(expect_error(retr, tls, "b.txt"), "521", "require=true: PROT C data -> 521")
+    tls.prot_p()
+    ck.check(retr(tls, "a.bin") == a_data, "require=true: PROT P RETR works")
+    tls.quit()
+
+
+def parallel_body(ck, srv, a_data):
+    """16 sessions at once (more than the 2 pre-forked workers), each downloading a.bin."""
+    import threading
+    results = []
+
+    def one(i):
+        try:
+            f = ftplib.FTP()
+            f.connect(srv.host, srv.port, timeout=30)
+            f.login(srv.user, srv.password)
+            f.voidcmd("TYPE I")
+            results.append(retr(f, "a.bin") == a_data)
+            f.quit()
+        except Exception as e:  # a failure to report, not to crash the thread
+            results.append("session %d: %r" % (i, e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    ck.check(results == [True] * 16, "16 parallel sessions all download a.bin intact",
+             [r for r in results if r is not True])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
