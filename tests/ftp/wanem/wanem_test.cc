@@ -1,0 +1,575 @@
+// tests/ftp/wanem/wanem_test.cc — tierce-wanem, the WAN emulator relay, run as a real process
+// (docs/ftp.md "tierce-wanem"): bytes arrive intact both ways, FIN and resets propagate, the
+// delay, rate and window bound what a connection can do (lower bounds on time only: a relay
+// that is slower than configured on a busy machine is not a failure, one that is faster is),
+// port ranges map in order, bad arguments exit 2 and a busy port exits 1.
+//
+// One executable; ctest runs each test case as its own test (wanem_<case>).
+#define BOOST_TEST_MODULE wanem
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/test_util.h"
+
+#ifndef TIERCE_WANEM_BINARY
+#error "TIERCE_WANEM_BINARY must name the tierce-wanem executable"
+#endif
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using tierce_test::TempDir;
+
+// ---- sockets ------------------------------------------------------------------------------------
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    reset();
+    fd = o.fd;
+    o.fd = -1;
+    return *this;
+  }
+  ~Fd() { reset(); }
+  void reset() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  int get() const { return fd; }
+};
+
+void set_timeouts(int fd, std::chrono::seconds s = 30s) {
+  timeval tv{};
+  tv.tv_sec = s.count();
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+// A listener on 127.0.0.1:port (0 = any); returns an invalid Fd if the port is taken.
+Fd listen_on(uint16_t port) {
+  Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return Fd();
+  if (::listen(s.get(), 64) != 0) return Fd();
+  return s;
+}
+
+uint16_t port_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+// Accepts one connection, waiting at most 30 s.
+Fd accept_one(int lfd) {
+  pollfd p{lfd, POLLIN, 0};
+  if (::poll(&p, 1, 30000) != 1) return Fd();
+  Fd c(::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC));
+  if (c.get() >= 0) set_timeouts(c.get());
+  return c;
+}
+
+Fd connect_to(uint16_t port) {
+  Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  set_timeouts(s.get());
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return Fd();
+  return s;
+}
+
+bool send_all(int fd, const uint8_t* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+bool send_str(int fd, const std::string& s) {
+  return send_all(fd, reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+// Reads until EOF (or an error, or `limit` bytes); `err` gets errno of a failed read (0 = EOF).
+std::vector<uint8_t> recv_all(int fd, size_t limit = SIZE_MAX, int* err = nullptr) {
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> buf(1 << 18);
+  if (err) *err = 0;
+  while (out.size() < limit) {
+    ssize_t r = ::recv(fd, buf.data(), std::min(buf.size(), limit - out.size()), 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      if (err) *err = errno;
+      break;
+    }
+    if (r == 0) break;
+    out.insert(out.end(), buf.begin(), buf.begin() + r);
+  }
+  return out;
+}
+std::string recv_str(int fd, size_t limit = SIZE_MAX, int* err = nullptr) {
+  auto v = recv_all(fd, limit, err);
+  return std::string(v.begin(), v.end());
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t x = rng();
+    std::memcpy(&v[i], &x, 8);
+  }
+  for (size_t i = n & ~size_t(7); i < n; ++i) v[i] = uint8_t(rng());
+  return v;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- the relay process ----------------------------------------------------------------------------
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal or did not finish
+  std::string output;  // stdout + stderr
+};
+
+// Runs tierce-wanem with `args` to completion (for the argument checks), at most 20 s.
+RunResult run_wanem(const std::vector<std::string>& args) {
+  TempDir dir;
+  std::string out = dir / "out";
+  std::vector<std::string> argv{TIERCE_WANEM_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  RunResult r;
+  if (rc != 0) return r;
+  int status = 0;
+  bool done = tierce_test::eventually(
+      [&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 20000ms);
+  if (!done) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  } else if (WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+  }
+  r.output = tierce_test::read_file(out);
+  return r;
+}
+
+// A running relay; stopped with SIGTERM by stop() or the destructor. stop() returns the exit code.
+class Wanem {
+ public:
+  explicit Wanem(std::vector<std::string> args) {
+    std::string ready = dir_ / "ready";
+    log_ = dir_ / "log";
+    args.push_back("--ready-file");
+    args.push_back(ready);
+    std::vector<std::string> argv{TIERCE_WANEM_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    int rc = posix_spawn(&pid_, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    BOOST_REQUIRE_MESSAGE(rc == 0, "cannot start " << argv[0] << ": " << std::strerror(rc));
+    bool ok = tierce_test::eventually(
+        [&] {
+          struct stat st{};
+          return ::stat(ready.c_str(), &st) == 0 || ::waitpid(pid_, &status_, WNOHANG) == pid_;
+        },
+        15000ms);
+    struct stat st{};
+    BOOST_REQUIRE_MESSAGE(ok && ::stat(ready.c_str(), &st) == 0,
+                          "tierce-wanem did not get ready:\n" << log());
+    BOOST_CHECK(log().find("tierce-wanem: ready") != std::string::npos);
+  }
+  ~Wanem() {
+    if (pid_ > 0) stop();
+  }
+  Wanem(const Wanem&) = delete;
+  Wanem& operator=(const Wanem&) = delete;
+
+  int stop() {
+    if (pid_ <= 0) return exit_code_;
+    ::kill(pid_, SIGTERM);
+    bool done = tierce_test::eventually(
+        [&] { return ::waitpid(pid_, &status_, WNOHANG) == pid_; }, 10000ms);
+    if (!done) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status_, 0);
+    }
+    exit_code_ = done && WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+    pid_ = -1;
+    return exit_code_;
+  }
+  std::string log() const { return tierce_test::read_file(log_); }
+
+ private:
+  TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int status_ = 0;
+  int exit_code_ = -1;
+};
+
+std::string fwd(uint16_t listen, uint16_t target) {
+  return "127.0.0.1:" + std::to_string(listen) + "=127.0.0.1:" + std::to_string(target);
+}
+
+// A target server in a thread; `serve` gets each accepted connection (one at a time).
+class Target {
+ public:
+  template <class F>
+  Target(F serve, int connections = 1) : lfd_(listen_on(0)) {
+    BOOST_REQUIRE(lfd_.get() >= 0);
+    port_ = port_of(lfd_.get());
+    thread_ = std::thread([this, serve, connections] {
+      for (int i = 0; i < connections; ++i) {
+        Fd c = accept_one(lfd_.get());
+        if (c.get() < 0) return;
+        serve(c);
+      }
+    });
+  }
+  ~Target() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  Fd lfd_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// 20 MB of random bytes each way at once through a small, odd-sized window (the ring wraps at
+// unaligned offsets) with a delay: what the echo server sends back is exactly what was sent.
+BOOST_AUTO_TEST_CASE(intact) {
+  constexpr size_t kBytes = 20'000'000;
+  const auto data = random_bytes(kBytes, 42);
+  Target echo([](Fd& c) {
+    std::vector<uint8_t> buf(1 << 16);
+    for (;;) {
+      ssize_t r = ::recv(c.get(), buf.data(), buf.size(), 0);
+      if (r <= 0) break;
+      if (!send_all(c.get(), buf.data(), size_t(r))) break;
+    }
+    ::shutdown(c.get(), SHUT_WR);
+  });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, echo.port()), "--delay-us", "200", "--window", "100003"});
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  std::atomic<bool> sent_ok{false};
+  std::thread sender([&] {
+    sent_ok = send_all(c.get(), data.data(), data.size());
+    ::shutdown(c.get(), SHUT_WR);
+  });
+  auto back = recv_all(c.get());
+  sender.join();
+  BOOST_CHECK(sent_ok);
+  BOOST_REQUIRE_EQUAL(back.size(), data.size());
+  BOOST_CHECK(back == data);
+  echo.join();
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+  BOOST_CHECK(relay.log().find("20000000 bytes to targets, 20000000 bytes to clients") !=
+              std::string::npos);
+}
+
+// The client half-closes: the target sees its bytes and then EOF, and can still answer over the
+// other direction, which the client reads to the target's own EOF.
+BOOST_AUTO_TEST_CASE(half_close) {
+  std::string got_by_target;
+  Target t([&](Fd& c) {
+    got_by_target = recv_str(c.get());  // to EOF: only possible if the FIN came through
+    send_str(c.get(), "answer after your FIN");
+    ::shutdown(c.get(), SHUT_WR);
+    recv_str(c.get());
+  });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", "1000"});
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  BOOST_REQUIRE(send_str(c.get(), "question"));
+  ::shutdown(c.get(), SHUT_WR);
+  int err = -1;
+  BOOST_CHECK_EQUAL(recv_str(c.get(), SIZE_MAX, &err), "answer after your FIN");
+  BOOST_CHECK_EQUAL(err, 0);  // a clean EOF, not a timeout or reset
+  c.reset();
+  t.join();
+  BOOST_CHECK_EQUAL(got_by_target, "question");
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// A 1-byte ping-pong: every round trip takes at least 2 x the one-way delay.
+BOOST_AUTO_TEST_CASE(delay) {
+  constexpr int kDelayUs = 20000;
+  constexpr int kRounds = 5;
+  Target t([&](Fd& c) {
+    char b;
+    for (int i = 0; i < kRounds; ++i) {
+      if (::recv(c.get(), &b, 1, 0) != 1) return;
+      if (::send(c.get(), &b, 1, MSG_NOSIGNAL) != 1) return;
+    }
+  });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", std::to_string(kDelayUs)});
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  double min_rtt = 1e9;
+  for (int i = 0; i < kRounds; ++i) {
+    char b = char('a' + i);
+    auto t0 = Clock::now();
+    BOOST_REQUIRE_EQUAL(::send(c.get(), &b, 1, MSG_NOSIGNAL), 1);
+    char r = 0;
+    BOOST_REQUIRE_EQUAL(::recv(c.get(), &r, 1, 0), 1);
+    min_rtt = std::min(min_rtt, seconds_since(t0));
+    BOOST_CHECK_EQUAL(r, b);
+  }
+  BOOST_TEST_MESSAGE("smallest round trip " << min_rtt * 1e6 << " us");
+  BOOST_CHECK_GE(min_rtt, 2 * kDelayUs / 1e6);
+  c.reset();
+  t.join();
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// --rate: N bytes cannot arrive in less than N / rate (the token bucket starts empty).
+BOOST_AUTO_TEST_CASE(rate) {
+  constexpr size_t kBytes = 2'000'000;
+  constexpr double kRate = 5'000'000;  // bytes/s -> at least 0.4 s
+  const auto data = random_bytes(kBytes, 7);
+  std::vector<uint8_t> got;
+  Clock::time_point done;
+  Target t([&](Fd& c) {
+    got = recv_all(c.get());
+    done = Clock::now();
+  });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", "0", "--rate", "5M"});
+  auto t0 = Clock::now();
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  BOOST_REQUIRE(send_all(c.get(), data.data(), data.size()));
+  ::shutdown(c.get(), SHUT_WR);
+  t.join();
+  double secs = std::chrono::duration<double>(done - t0).count();
+  BOOST_TEST_MESSAGE(kBytes << " bytes in " << secs << " s");
+  BOOST_CHECK(got == data);
+  BOOST_CHECK_GE(secs, kBytes / kRate);
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// --window: one connection gets at most window / (2 x delay); N bytes take at least
+// (N / window - 1) round trips (the first window goes at once).
+BOOST_AUTO_TEST_CASE(window) {
+  constexpr size_t kWindow = 64 << 10;
+  constexpr size_t kBytes = 32 * kWindow;  // 2 MiB
+  constexpr int kDelayUs = 5000;           // round trip 10 ms -> >= 0.31 s
+  const auto data = random_bytes(kBytes, 9);
+  std::vector<uint8_t> got;
+  Clock::time_point done;
+  Target t([&](Fd& c) {
+    got = recv_all(c.get());
+    done = Clock::now();
+  });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", std::to_string(kDelayUs),
+               "--window", std::to_string(kWindow)});
+  auto t0 = Clock::now();
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  BOOST_REQUIRE(send_all(c.get(), data.data(), data.size()));
+  ::shutdown(c.get(), SHUT_WR);
+  t.join();
+  double secs = std::chrono::duration<double>(done - t0).count();
+  double bound = (double(kBytes) / kWindow - 1) * 2 * kDelayUs / 1e6;
+  BOOST_TEST_MESSAGE(kBytes << " bytes in " << secs << " s (bound " << bound << " s)");
+  BOOST_CHECK(got == data);
+  BOOST_CHECK_GE(secs, bound);
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// A port range is listened on port by port and mapped in order onto the target range.
+BOOST_AUTO_TEST_CASE(range) {
+  constexpr int kPorts = 4;
+  // Two runs of kPorts consecutive free ports: targets (held open) and the relay's (probed).
+  std::vector<Fd> targets;
+  uint16_t tbase = 0, lbase = 0;
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 200 && !lbase; ++attempt) {
+    uint16_t base = uint16_t(20000 + rng() % 30000);
+    std::vector<Fd> held;
+    for (int i = 0; i < kPorts; ++i) {
+      Fd f = listen_on(uint16_t(base + i));
+      if (f.get() < 0) break;
+      held.push_back(std::move(f));
+    }
+    if (int(held.size()) != kPorts) continue;
+    if (!tbase) {
+      tbase = base;
+      targets = std::move(held);
+    } else if (base + kPorts <= tbase || base >= tbase + kPorts) {
+      lbase = base;  // `held` closes here; the relay binds them right after
+    }
+  }
+  BOOST_REQUIRE_MESSAGE(lbase, "no run of free ports found");
+  std::vector<std::thread> servers;
+  for (int i = 0; i < kPorts; ++i) {
+    servers.emplace_back([&, i] {
+      Fd c = accept_one(targets[i].get());
+      if (c.get() >= 0) send_str(c.get(), "target " + std::to_string(i));
+    });
+  }
+  auto range = [](uint16_t b) {
+    return std::to_string(b) + "-" + std::to_string(b + kPorts - 1);
+  };
+  Wanem relay({"--forward", "127.0.0.1:" + range(lbase) + "=127.0.0.1:" + range(tbase),
+               "--delay-us", "100"});
+  for (int i = kPorts - 1; i >= 0; --i) {
+    Fd c = connect_to(uint16_t(lbase + i));
+    BOOST_REQUIRE(c.get() >= 0);
+    BOOST_CHECK_EQUAL(recv_str(c.get()), "target " + std::to_string(i));
+  }
+  for (auto& s : servers) s.join();
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// The target resets the connection after a last message: the client still gets the message,
+// then loses the connection (EOF or reset), and does not hang.
+BOOST_AUTO_TEST_CASE(reset) {
+  Target t([](Fd& c) {
+    char b[16];
+    (void)!::recv(c.get(), b, sizeof b, 0);
+    send_str(c.get(), "last words");
+    linger lg{1, 0};
+    ::setsockopt(c.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    c.reset();  // RST
+  });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", "2000"});
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  BOOST_REQUIRE(send_str(c.get(), "hello"));
+  t.join();
+  int err = -1;
+  BOOST_CHECK_EQUAL(recv_str(c.get(), SIZE_MAX, &err), "last words");
+  BOOST_CHECK_MESSAGE(err == 0 || err == ECONNRESET, "read ended with " << std::strerror(err));
+  // Whatever the client sends now does not go anywhere: sooner or later it fails.
+  bool failed = tierce_test::eventually(
+      [&] { return ::send(c.get(), "x", 1, MSG_NOSIGNAL) < 0; }, 5000ms, 20ms);
+  BOOST_CHECK(failed);
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// Nothing listens at the target: the accepted client connection is closed, not left hanging.
+BOOST_AUTO_TEST_CASE(refused) {
+  uint16_t dead = tierce_test::free_port();
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, dead), "--delay-us", "0"});
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  int err = -1;
+  BOOST_CHECK_EQUAL(recv_str(c.get(), SIZE_MAX, &err), "");
+  BOOST_CHECK_MESSAGE(err == 0 || err == ECONNRESET, "read ended with " << std::strerror(err));
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+  BOOST_CHECK(relay.log().find("failed: Connection refused") != std::string::npos);
+}
+
+// Bad command lines exit 2 with a message naming the problem; a port that is taken exits 1.
+BOOST_AUTO_TEST_CASE(bad_args) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::string ok = "127.0.0.1:40000=127.0.0.1:40001";
+  const std::vector<Case> cases = {
+      {{}, "--forward"},
+      {{"--delay-us", "10"}, "at least one --forward"},
+      {{"--forward", ok}, "--delay-us is required"},
+      {{"--forward", "127.0.0.1:40000", "--delay-us", "0"}, "LISTEN=TARGET"},
+      {{"--forward", "127.0.0.1:70000=127.0.0.1:1", "--delay-us", "0"}, "not in 1..65535"},
+      {{"--forward", "127.0.0.1:0=127.0.0.1:1", "--delay-us", "0"}, "not in 1..65535"},
+      {{"--forward", "127.0.0.1:x=127.0.0.1:1", "--delay-us", "0"}, "bad port"},
+      {{"--forward", "127.0.0.1:100-90=127.0.0.1:1-11", "--delay-us", "0"}, "ends before"},
+      {{"--forward", "127.0.0.1:100-110=127.0.0.1:200-205", "--delay-us", "0"}, "equal length"},
+      {{"--forward", "no-such-host.invalid:1=127.0.0.1:2", "--delay-us", "0"}, "cannot resolve"},
+      {{"--forward", ok, "--delay-us", "abc"}, "not a non-negative number"},
+      {{"--forward", ok, "--delay-us", "-5"}, "not a non-negative number"},
+      {{"--forward", ok, "--delay-us", "99999999999"}, "60 s"},
+      {{"--forward", ok, "--delay-us", "0", "--rate", "0"}, "--rate"},
+      {{"--forward", ok, "--delay-us", "0", "--window", "5X"}, "unknown suffix"},
+      {{"--forward", ok, "--delay-us", "0", "--window", "99999999999999999999999"}, "too large"},
+      {{"--forward", ok, "--delay-us"}, "needs a value"},
+      {{"--forward", ok, "--delay-us", "0", "--bogus"}, "unknown argument"},
+  };
+  for (const auto& c : cases) {
+    RunResult r = run_wanem(c.args);
+    std::string line;
+    for (auto& a : c.args) line += a + " ";
+    BOOST_CHECK_MESSAGE(r.exit_code == 2, "'" << line << "' exited " << r.exit_code);
+    BOOST_CHECK_MESSAGE(r.output.find(c.says) != std::string::npos,
+                        "'" << line << "' said: " << r.output << " (expected '" << c.says << "')");
+  }
+  RunResult help = run_wanem({"--help"});
+  BOOST_CHECK_EQUAL(help.exit_code, 0);
+  BOOST_CHECK(help.output.find("--window") != std::string::npos);
+
+  Fd busy = listen_on(0);
+  BOOST_REQUIRE(busy.get() >= 0);
+  RunResult r = run_wanem({"--forward", fwd(port_of(busy.get()), 1), "--delay-us", "0"});
+  BOOST_CHECK_EQUAL(r.exit_code, 1);
+  BOOST_CHECK_MESSAGE(r.output.find("cannot bind") != std::string::npos, r.output);
+}

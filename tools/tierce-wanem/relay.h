@@ -1,0 +1,80 @@
+// tools/tierce-wanem/relay.h — the relay of tierce-wanem: one thread, one epoll set, a timerfd for
+// release times. Each accepted connection gets a connection to its target and two Directions
+// (client->target, target->client), each a delay line:
+//
+//   read from src ──► ring buffer (window bytes) ──► written to dst when due and paced
+//                     release marks: (end offset, due = read time + D)
+//                     credits:       (bytes, back = write time + D)
+//
+// * Delay: bytes read at t are written no earlier than t + D (steady clock, microseconds; the
+//   thread's timer slack is set to 1 ns so a 10 us delay is not rounded up to 50 us).
+// * Window: bytes count against the window from the read until D after they are written — the
+//   moment the receiver's ACK would be back at the sender on a real link. The relay stops
+//   reading while the window is full, which is backpressure into the sender's TCP. A single
+//   stream therefore gets at most window / (2D), as docs/ftp.md says.
+// * Rate: a token bucket per direction (empty at start, holding at most 10 ms of tokens), so N
+//   bytes never take less than N / rate.
+// * FIN: the source's EOF is passed on (shutdown(SHUT_WR)) D after it was seen, once every queued
+//   byte is out. A reset or error on one side: what is queued for the other side is still
+//   delivered, then the other side is shut down too; the connection is closed when both
+//   directions are finished.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tools/tierce-wanem/options.h"
+
+namespace tierce::wanem {
+
+using Clock = std::chrono::steady_clock;
+
+// A failure to start (bind/listen); main() exits 1 with the message.
+class StartError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RelayStats {
+  uint64_t accepted = 0;
+  uint64_t connect_failures = 0;
+  uint64_t bytes_to_target = 0;   // client -> target
+  uint64_t bytes_to_client = 0;   // target -> client
+};
+
+class Relay {
+ public:
+  // Binds and listens on every port of every --forward; throws StartError.
+  explicit Relay(const Options& opts);
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  // Runs until `stop_fd` (a signalfd, or any fd) becomes readable.
+  void run(int stop_fd);
+  const RelayStats& stats() const { return stats_; }
+  size_t listener_count() const { return listeners_.size(); }
+
+  struct Conn;
+  struct Listener;
+
+ private:
+  void accept_from(Listener& l);
+  void service(Conn& c, Clock::time_point now, Clock::time_point& next, bool& busy);
+  void arm_timer(Clock::time_point when);
+
+  Options opts_;
+  int epfd_ = -1;
+  int timerfd_ = -1;
+  int spare_fd_ = -1;  // closed to accept-and-drop a connection when out of descriptors
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::list<std::unique_ptr<Conn>> conns_;
+  Clock::time_point armed_{};
+  RelayStats stats_;
+};
+
+}  // namespace tierce::wanem
