@@ -208,13 +208,18 @@ def hash_password(password):
 
 
 def ensure_local_user(name=TEST_USER, password=TEST_PASSWORD):
-    """A real account for vsftpd local logins (PAM): created once, password (re)set each time."""
-    if subprocess.run(["id", "-u", name], capture_output=True).returncode != 0:
-        # home "/": vsftpd chdirs to the home before local_root, and "/" always exists
-        subprocess.run(["useradd", "-M", "-d", "/", "-s", "/bin/bash", name],
+    """A real account for vsftpd local logins (PAM): created once, password (re)set each time.
+    Tests run in parallel (ctest -j): a lock file keeps two of them from racing on useradd and
+    /etc/shadow."""
+    import fcntl
+    with open("/tmp/tierce-ftpenv-useradd.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run(["id", "-u", name], capture_output=True).returncode != 0:
+            # home "/": vsftpd chdirs to the home before local_root, and "/" always exists
+            subprocess.run(["useradd", "-M", "-d", "/", "-s", "/bin/bash", name],
+                           check=True, capture_output=True, timeout=30)
+        subprocess.run(["chpasswd"], input=("%s:%s\n" % (name, password)).encode(),
                        check=True, capture_output=True, timeout=30)
-    subprocess.run(["chpasswd"], input=("%s:%s\n" % (name, password)).encode(), check=True,
-                   capture_output=True, timeout=30)
     import pwd
     pw = pwd.getpwnam(name)
     return pw.pw_uid, pw.pw_gid
