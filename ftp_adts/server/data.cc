@@ -248,36 +248,37 @@ void DataPort::reset() {
 
 int DataPort::listen_passive(const SockAddr& local, uint16_t lo, uint16_t hi) {
   reset();
-  int fd = ::socket(local.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  SockAddr a = local;
-  int err = EADDRINUSE;
+  // Tries one port: a fresh socket, SO_REUSEADDR, bind, listen. Without SO_REUSEADDR a port whose
+  // last data connection is in TIME_WAIT (the server closed it first, as after every RETR) cannot
+  // be bound for 60 s: a mirror of a few thousand files would walk the whole range on every PASV
+  // and then fail. With it, two sessions may bind the same port and the second one's listen()
+  // fails with EADDRINUSE: that is one more port to skip, not an error.
+  auto try_port = [&](uint16_t port) -> int {
+    int fd = ::socket(local.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    SockAddr a = local;
+    a.set_port(port);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len) != 0 || ::listen(fd, 4) != 0) {
+      int err = errno;
+      ::close(fd);
+      return -err;
+    }
+    return fd;
+  };
+  int fd = -EADDRINUSE;
   if (lo == 0) {
-    a.set_port(0);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len) != 0) err = errno;
-    else err = 0;
+    fd = try_port(0);
   } else {
     // Start at a random port of the range so concurrent sessions rarely collide.
     static thread_local std::mt19937 rng{std::random_device{}()};
     unsigned span = unsigned(hi - lo) + 1;
     unsigned start = rng() % span;
-    for (unsigned i = 0; i < span; ++i) {
-      a.set_port(uint16_t(lo + (start + i) % span));
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len) == 0) {
-        err = 0;
-        break;
-      }
-      if (errno != EADDRINUSE) {
-        err = errno;
-        break;
-      }
-    }
+    for (unsigned i = 0; i < span && fd == -EADDRINUSE; ++i)
+      fd = try_port(uint16_t(lo + (start + i) % span));
   }
-  if (err != 0 || ::listen(fd, 4) != 0) {
-    if (err == 0) err = errno;
-    ::close(fd);
-    return -err;
-  }
+  if (fd < 0) return fd;
   listen_fd_ = fd;
   return SockAddr::local_of(fd).port();
 }
