@@ -2,6 +2,7 @@
 // ADTS and plain data paths, pipelined batches.
 #include "ftp_adts/client/control.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -555,12 +556,37 @@ BatchResult FtpClient::adts_retr_one(const BatchItem& it, bool rest_sent) {
     res.error = what + ": " + one_line(r);
     return res;
   }
+  // The server accepted the RETR: only now is the local file opened (created, truncated).
+  int fd = it.fd;
+  std::string open_err;
+  Fd drain;
+  if (fd < 0 && it.open_local) {
+    fd = it.open_local(&open_err);
+    if (fd < 0) {
+      // The transfer is coming anyway: drain it so the session stays in step, then report.
+      if (open_err.empty()) open_err = "cannot open the local file";
+      drain.reset(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+      fd = drain.get();
+      offset = 0;
+    }
+  }
+  if (fd < 0) {
+    // Nothing to write to: a drain that cannot even open /dev/null leaves the session unusable.
+    fail_network(Exit::Local, what + ": " + open_err);
+  }
   adts::Sink sink;
-  sink.fd = it.fd;
+  sink.fd = fd;
   sink.offset = offset;
   try {
     res.bytes = adts_->receive(sink, progress_ ? adts::Progress(progress_) : adts::Progress());
   } catch (const adts::AdtsError& e) {
+    if (drain) {
+      if (adts_->broken()) fail_network(Exit::Local, what + ": " + open_err);
+      read_final_reply();
+      res.code = Exit::Local;
+      res.error = what + ": " + open_err;
+      return res;
+    }
     if (adts_->broken()) fail_network(exit_for_adts(e.code()), what + ": ADTS: " + e.what());
     ftp::Reply f = read_final_reply();
     res.code = exit_for_adts(e.code());
@@ -568,6 +594,11 @@ BatchResult FtpClient::adts_retr_one(const BatchItem& it, bool rest_sent) {
     return res;
   }
   ftp::Reply f = read_final_reply();
+  if (drain) {
+    res.code = Exit::Local;
+    res.error = what + ": " + open_err;
+    return res;
+  }
   if (f.code != 226 && f.code != 250) {
     res.code = f.code >= 500 ? exit_for_reply(f.code) : Exit::Transfer;
     res.error = what + ": " + one_line(f);
@@ -577,17 +608,16 @@ BatchResult FtpClient::adts_retr_one(const BatchItem& it, bool rest_sent) {
   return res;
 }
 
-uint64_t FtpClient::retr(const std::string& remote, int fd, uint64_t offset, uint64_t total_hint,
-                         const ProgressFn& p) {
+uint64_t FtpClient::retr(const BatchItem& it, uint64_t total_hint, const ProgressFn& p) {
   if (adts_) {
     std::string lines;
-    if (offset > 0) lines += "REST " + std::to_string(offset) + "\r\n";
-    lines += "RETR " + remote + "\r\n";
+    if (it.offset > 0) lines += "REST " + std::to_string(it.offset) + "\r\n";
+    lines += "RETR " + it.remote + "\r\n";
     send_lines(lines);
     progress_ = p;
     BatchResult r;
     try {
-      r = adts_retr_one(BatchItem{remote, fd, offset, 0, false}, offset > 0);
+      r = adts_retr_one(it, it.offset > 0);
     } catch (...) {
       progress_ = nullptr;
       throw;
@@ -596,12 +626,30 @@ uint64_t FtpClient::retr(const std::string& remote, int fd, uint64_t offset, uin
     if (!r.ok) throw ClientError(r.code, r.error);
     return r.bytes;
   }
-  std::string rest = offset > 0 ? "REST " + std::to_string(offset) : "";
-  auto pd = start_plain("RETR " + remote, rest, nullptr);
-  if (!pd) return 0;
+  const std::string what = "RETR " + it.remote;
+  std::string rest = it.offset > 0 ? "REST " + std::to_string(it.offset) : "";
+  // A refused RETR (55x) throws here, before the local file is touched.
+  auto pd = start_plain(what, rest, nullptr);
+  int fd = it.fd;
+  if (fd < 0 && it.open_local) {
+    std::string err;
+    fd = it.open_local(&err);
+    if (fd < 0) {
+      if (pd) {
+        pd->close();  // the server sees the data connection go and ends the transfer (426)
+        try {
+          read_final_reply();
+        } catch (...) {
+        }
+      }
+      if (err.empty()) err = "cannot open the local file";
+      throw ClientError(Exit::Local, what + ": " + err);
+    }
+  }
+  if (!pd) return 0;  // 226 without a 150: nothing was sent
   uint64_t n = 0;
   try {
-    n = pd->receive_to_file(fd, offset, total_hint, p);
+    n = pd->receive_to_file(fd, it.offset, total_hint, p);
   } catch (...) {
     pd->close();
     try {
@@ -611,7 +659,7 @@ uint64_t FtpClient::retr(const std::string& remote, int fd, uint64_t offset, uin
     throw;
   }
   pd->close();
-  finish_plain_reply("RETR " + remote);
+  finish_plain_reply(what);
   return n;
 }
 
@@ -622,7 +670,7 @@ uint64_t FtpClient::stor(const std::string& remote, int fd, uint64_t offset, uin
     progress_ = p;
     BatchResult res;
     try {
-      stor_many({BatchItem{remote, fd, offset, length, append}},
+      stor_many({BatchItem{remote, fd, offset, length, append, {}}},
                 [&](size_t, const BatchResult& r) { res = r; });
     } catch (...) {
       progress_ = nullptr;
@@ -655,7 +703,7 @@ void FtpClient::retr_many(const std::vector<BatchItem>& items, const BatchDone& 
     for (size_t i = 0; i < items.size(); ++i) {
       BatchResult r;
       try {
-        r.bytes = retr(items[i].remote, items[i].fd, items[i].offset, 0, {});
+        r.bytes = retr(items[i], 0, {});
         r.ok = true;
       } catch (const ClientError& e) {
         if (broken_) throw;

@@ -60,6 +60,10 @@ struct BatchItem {
   uint64_t offset = 0;      // REST offset (get) / source offset (put)
   uint64_t length = 0;      // put: bytes to send
   bool append = false;      // put: APPE instead of STOR
+  // get with fd == -1: opens the local file only once the server has accepted the RETR (its
+  // 150/125), so a refused RETR (55x) creates and truncates nothing. Returns the fd (still owned
+  // by the caller) or -1 with *err set; the transfer is then drained and reported as Exit::Local.
+  std::function<int(std::string* err)> open_local = {};
 };
 struct BatchResult {
   bool ok = false;
@@ -99,9 +103,9 @@ class FtpClient {
   // Is `path` a directory? (CWD there and back.) Used by `rm -r` and `ls` on a file.
   bool is_dir(const std::string& path);
 
-  // Single transfers. retr writes to fd at offset.. (REST offset when offset > 0).
-  uint64_t retr(const std::string& remote, int fd, uint64_t offset, uint64_t total_hint,
-                const ProgressFn& p);
+  // Single transfers. retr writes it.remote to it.fd (or it.open_local()) at it.offset.. (the
+  // REST offset when > 0).
+  uint64_t retr(const BatchItem& it, uint64_t total_hint, const ProgressFn& p);
   uint64_t stor(const std::string& remote, int fd, uint64_t offset, uint64_t length, bool append,
                 const ProgressFn& p);
 

@@ -247,7 +247,8 @@ void get_batch(FtpClient& c, CopyQueue& q, const std::vector<size_t>& batch,
       q.fail(copies[idx].path, std::string("cannot open ") + lp + ": " + std::strerror(errno));
       continue;
     }
-    items.push_back(BatchItem{join_remote(remote_root, copies[idx].path), fd.get(), 0, 0, false});
+    items.push_back(
+        BatchItem{join_remote(remote_root, copies[idx].path), fd.get(), 0, 0, false, {}});
     which.push_back(idx);
     fds.push_back(std::move(fd));
   }
@@ -329,7 +330,7 @@ void put_batch(FtpClient& c, CopyQueue& q, const std::vector<size_t>& batch,
       continue;
     }
     items.push_back(BatchItem{join_remote(remote_root, copies[idx].path), fd.get(), 0,
-                              uint64_t(st.st_size), false});
+                              uint64_t(st.st_size), false, {}});
     which.push_back(idx);
     fds.push_back(std::move(fd));
     mtimes.push_back(st.st_mtim.tv_sec);

@@ -8,6 +8,7 @@ and get/put resume over ADTS.
 import argparse
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -71,6 +72,41 @@ def main():
                     "put -c over ADTS (APPE): sha256 identical", r.stderr)
             r = tf("get", s.url("/missing.bin"), os.path.join(tmp, "x"))
             c.equal(r.returncode, 4, "get of a missing file over ADTS: exit 4")
+            c.check(not os.path.exists(os.path.join(tmp, "x")),
+                    "a refused get creates no local file")
+            # docs/ftp.md: a refused get (55x) leaves an existing local file untouched, on every
+            # data path; `get URL -` writes to a piped standard output.
+            keep = os.path.join(tmp, "keep.txt")
+            for mode in ("tcp", "ptcp:4", "off"):
+                with open(keep, "wb") as f:
+                    f.write(b"precious\n")
+                for what, path in (("a missing file", "/missing.bin"), ("a directory", "/tree")):
+                    r = tf("--adts", mode, "get", s.url(path), keep)
+                    c.check(r.returncode == 4 and open(keep, "rb").read() == b"precious\n",
+                            "--adts %s: a refused get of %s exits 4, local file untouched"
+                            % (mode, what), (r.returncode, r.stderr[-300:]))
+                    r = tf("--adts", mode, "-c", "get", s.url(path), keep)
+                    c.check(r.returncode == 4 and open(keep, "rb").read() == b"precious\n",
+                            "--adts %s: a refused get -c of %s exits 4, local file untouched"
+                            % (mode, what), (r.returncode, r.stderr[-300:]))
+                r = tf("--adts", mode, "get", s.url("/big.bin"), "-")  # stdout: a pipe
+                c.check(r.returncode == 0 and r.stdout == data,
+                        "--adts %s: get URL - into a pipe" % mode,
+                        (r.returncode, len(r.stdout), r.stderr[-300:]))
+            # standard output redirected to a file that already holds something: appended at
+            # its position, not written over from byte 0
+            outp = os.path.join(tmp, "stdout.bin")
+            for mode in ("tcp", "off"):
+                with open(outp, "wb") as f:
+                    f.write(b"head\n")
+                    f.flush()
+                    rr = subprocess.run(
+                        [ftp, "--timeout", "20", "-q", "--adts", mode, "get",
+                         s.url("/big.bin"), "-"], stdout=f, stderr=subprocess.PIPE,
+                        timeout=180)
+                c.check(rr.returncode == 0 and open(outp, "rb").read() == b"head\n" + data,
+                        "--adts %s: get URL - > a file writes at its position" % mode,
+                        (rr.returncode, rr.stderr[-300:]))
             r = tf("ls", s.url("/"))
             c.check(r.returncode == 0 and re.search(rb"^- +%d " % len(data), r.stdout, re.M),
                     "ls over ADTS shows big.bin with its size", r.stdout + r.stderr)
