@@ -61,6 +61,109 @@ void Coverage::claim(uint64_t off, uint64_t len) {
   covered_ += len;
 }
 
+bool OrderGate::wait_turn(unsigned stream, uint64_t off) {
+  std::unique_lock g(mu_);
+  waiting_[stream] = off;
+  for (;;) {
+    if (cancelled_) {
+      waiting_[stream].reset();
+      throw AdtsError(AdtsError::Code::PeerClosed, "transfer cancelled: another stream failed");
+    }
+    if (released_) {
+      waiting_[stream].reset();
+      return false;
+    }
+    if (!violation_.empty()) {
+      waiting_[stream].reset();
+      throw AdtsError(AdtsError::Code::Protocol, violation_);
+    }
+    if (off < next_) {  // Coverage refuses overlaps first; kept as a guard
+      waiting_[stream].reset();
+      throw AdtsError(AdtsError::Code::Protocol,
+                      "blocks out of order on stream " + std::to_string(stream) + ": offset " +
+                          std::to_string(off) + " is below the " + std::to_string(next_) +
+                          " bytes already written");
+    }
+    if (!holder_ && off == next_) {
+      waiting_[stream].reset();
+      holder_ = true;
+      activity_ = std::chrono::steady_clock::now();
+      return true;
+    }
+    std::string v = stuck_locked();
+    if (!v.empty()) {
+      violation_ = v;
+      waiting_[stream].reset();
+      cv_.notify_all();
+      throw AdtsError(AdtsError::Code::Protocol, violation_);
+    }
+    auto now = std::chrono::steady_clock::now();
+    // A stream holding the turn is bounded by its own socket timeout (its failure cancels us);
+    // without a holder, no write progress for the data timeout is ours to report.
+    if (!holder_ && now >= activity_ + timeout_) {
+      waiting_[stream].reset();
+      throw AdtsError(AdtsError::Code::Timeout,
+                      "no progress: stream " + std::to_string(stream) + " waited " +
+                          std::to_string(timeout_.count()) + " ms to write offset " +
+                          std::to_string(off) + " after the " + std::to_string(next_) +
+                          " bytes written");
+    }
+    cv_.wait_until(g, holder_ ? now + timeout_ : activity_ + timeout_);
+  }
+}
+
+void OrderGate::advance(uint64_t end) {
+  std::lock_guard g(mu_);
+  next_ = end;
+  holder_ = false;
+  activity_ = std::chrono::steady_clock::now();
+  cv_.notify_all();
+}
+
+void OrderGate::leave(unsigned stream) {
+  std::lock_guard g(mu_);
+  if (live_ > 0) --live_;
+  waiting_[stream].reset();
+  if (violation_.empty()) violation_ = stuck_locked();
+  cv_.notify_all();
+}
+
+void OrderGate::release() {
+  std::lock_guard g(mu_);
+  released_ = true;
+  cv_.notify_all();
+}
+
+void OrderGate::cancel() {
+  std::lock_guard g(mu_);
+  cancelled_ = true;
+  cv_.notify_all();
+}
+
+std::string OrderGate::stuck_locked() const {
+  if (holder_) return {};
+  unsigned waiting = 0;
+  std::optional<unsigned> lowest;
+  for (unsigned i = 0; i < waiting_.size(); ++i) {
+    if (!waiting_[i]) continue;
+    ++waiting;
+    if (*waiting_[i] == next_) return {};
+    if (!lowest || *waiting_[i] < *waiting_[*lowest]) lowest = i;
+  }
+  if (waiting == 0 || waiting < live_) return {};  // someone is still reading a header
+  std::string others;
+  for (unsigned i = 0; i < waiting_.size(); ++i)
+    if (waiting_[i] && i != *lowest)
+      others += (others.empty() ? "" : ", ") + std::string("stream ") + std::to_string(i) +
+                " at " + std::to_string(*waiting_[i]);
+  return "blocks out of order on stream " + std::to_string(*lowest) + ": it sent offset " +
+         std::to_string(*waiting_[*lowest]) + " but bytes from " + std::to_string(next_) +
+         " have not arrived and no stream can deliver them (each stream must carry its blocks "
+         "in increasing offset order" +
+         (others.empty() ? std::string() : "; other streams wait: " + others) +
+         (waiting_.size() > waiting ? "; the rest have ended" : "") + ")";
+}
+
 void run_workers(unsigned n, const std::function<void(unsigned, const std::function<void()>&)>& fn,
                  const Progress& progress, const std::atomic<uint64_t>& done, uint64_t total) {
   if (n == 1) {

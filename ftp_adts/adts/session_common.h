@@ -1,10 +1,13 @@
 // ftp_adts/adts/session_common.h — what the tcp and verbs channels share inside a transfer: the
 // first-error slot, the receiver's coverage check (offsets in range, no overlap, exact cover),
+// the receiver's write-order gate for file sinks,
 // running per-stream workers with progress reported from the calling thread, and parameter
 // checks. Internal to tierce::adts.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -12,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ftp_adts/adts/adts.h"
 
@@ -59,6 +63,55 @@ class Coverage {
   mutable std::mutex mu_;
   std::map<uint64_t, uint64_t> spans_;  // start -> end, disjoint, adjacent ones merged
   uint64_t covered_ = 0;
+};
+
+// The receiver's write order for file sinks (docs/ftp.md: DATA blocks on one stream go in
+// increasing offset order; the receiver writes in offset order, so the file always holds exactly
+// a prefix of the transfer — after a failure or a kill, REST resumes from its size).
+//
+// A stream worker that has read the header of the block at offset `off` calls wait_turn(): it
+// returns once every byte below `off` is written (the worker then writes the block and calls
+// advance()). Meanwhile the other streams' bytes wait in their socket buffers. While every stream
+// is increasing this cannot deadlock: the lowest missing block is at the head of some stream.
+// When every live worker waits and none holds the next offset (a stream sent a lower offset after
+// a higher one, or a block is missing), the transfer cannot go on: AdtsError{Protocol} at once,
+// not a wait for the timeout. Thread-safe.
+class OrderGate {
+ public:
+  OrderGate(unsigned streams, Millis timeout) : waiting_(streams), live_(streams), timeout_(timeout) {}
+  // true: the caller's turn — bytes below `off` are written; it must call advance() (or fail).
+  // false: the gate was released (a local write failed): write nothing, drop the payload.
+  // Throws Protocol (order violation), Timeout (no write progress within the timeout while no
+  // stream held the turn) or PeerClosed (cancel(): another stream failed).
+  bool wait_turn(unsigned stream, uint64_t off);
+  // The turn holder wrote its block: bytes below `end` are written.
+  void advance(uint64_t end);
+  // The stream's worker is done with this transfer (END or ABORT read).
+  void leave(unsigned stream);
+  // A local write failed: every waiter returns false from now on.
+  void release();
+  // A stream failed: every waiter throws.
+  void cancel();
+  uint64_t written() const {
+    std::lock_guard g(mu_);
+    return next_;
+  }
+
+ private:
+  // With mu_ held: the violation message when no live worker can make progress, else empty.
+  std::string stuck_locked() const;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::optional<uint64_t>> waiting_;  // per stream: the offset it waits to write
+  unsigned live_;
+  Millis timeout_;
+  uint64_t next_ = 0;      // bytes below this are written
+  bool holder_ = false;    // a worker holds the turn (is writing the block at next_)
+  bool released_ = false;
+  bool cancelled_ = false;
+  std::string violation_;  // set once the transfer is stuck
+  std::chrono::steady_clock::time_point activity_ = std::chrono::steady_clock::now();
 };
 
 // Runs fn(i, tick) for i in [0, n): inline on the calling thread when n == 1 (tick reports

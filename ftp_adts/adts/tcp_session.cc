@@ -2,14 +2,18 @@
 // connector) and TcpSession, which moves transfers as BEGIN / DATA... / END over 1..n streams.
 //
 // Sender: BEGIN on stream 0, then one worker per stream takes blocks dynamically (an atomic block
-// counter, or a queue filled by the disk thread when pipelining) and sends each as a DATA header
+// counter, or a queue filled by the disk thread when pipelining — either way each stream's blocks
+// go in increasing offset order, which the receiver relies on) and sends each as a DATA header
 // plus payload (sendfile from the file when zero copy; from memory or a pool buffer otherwise),
 // then END — or ABORT when the local source failed — on its stream.
-// Receiver: BEGIN from stream 0, then one worker per stream reads headers; every DATA is checked
-// (transfer id, in range, no overlap) before a byte of it is written; the payload goes
-// socket -> pipe -> file with splice(2) (zero copy), or into the memory sink, or into pool buffers
-// that the disk thread pwrites (pipeline). The transfer ends when every stream has sent END or
-// ABORT, so every stream is at a transfer boundary again.
+// Receiver: BEGIN from stream 0 (its id must be the session's last id + 1), then one worker per
+// stream reads headers; every DATA is checked (transfer id, increasing on its stream, in range, no
+// overlap) before a byte of it is written; the payload goes socket -> pipe -> file with splice(2)
+// (zero copy), or into the memory sink, or into pool buffers that the disk thread pwrites
+// (pipeline). File sinks are written in offset order (OrderGate): a worker waits until every byte
+// below its block is written (or queued to the disk thread, which writes in queue order), so the
+// file always holds exactly a prefix of the transfer, even after a kill. The transfer ends when
+// every stream has sent END or ABORT, so every stream is at a transfer boundary again.
 // A stream failure (EOF, reset, timeout, malformed block) shuts every stream down — waking the
 // other workers at once — and leaves the session broken().
 #include <arpa/inet.h>
@@ -414,9 +418,10 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
       throw AdtsError(Code::Protocol, std::string("expected BEGIN on stream 0, got ") +
                                           (begin.type == BlockType::Data ? "DATA" :
                                            begin.type == BlockType::End  ? "END" : "ABORT"));
-    if (begin.transfer_id <= last_id_)
+    if (begin.transfer_id != last_id_ + 1)
       throw AdtsError(Code::Protocol, "BEGIN of transfer " + std::to_string(begin.transfer_id) +
-                                          " after transfer " + std::to_string(last_id_));
+                                          ", expected transfer " + std::to_string(last_id_ + 1) +
+                                          " (ids increase by one per session, from 1)");
     if (begin.offset != 0)
       throw AdtsError(Code::Protocol, "BEGIN with offset " + std::to_string(begin.offset));
     if (begin.length > sink.max_length)
@@ -441,6 +446,9 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
 
   const bool pipelined = sink.fd >= 0 && !p_.zero_copy;
   Coverage cov(total);
+  // File sinks are written in offset order; memory sinks take blocks wherever they land.
+  std::unique_ptr<OrderGate> gate;
+  if (sink.fd >= 0) gate = std::make_unique<OrderGate>(n, p_.timeout);
   std::atomic<uint64_t> done{0}, zc{0}, copied{0}, hits{0}, misses{0};
   std::atomic<bool> local_fail{false}, net_fail{false}, aborted{false};
   ErrorSlot local_err, net_err;
@@ -474,12 +482,23 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
         net_err.set(e);
         net_fail = true;
         break_session();
+        queue->cancel();
+        gate->cancel();
       }
     });
   }
 
+  auto fail_all = [&](const AdtsError& e) {
+    net_err.set(e);
+    net_fail = true;
+    break_session();
+    if (queue) queue->cancel();
+    if (gate) gate->cancel();
+  };
   auto worker = [&](unsigned i, const std::function<void()>& tick) {
     try {
+      uint64_t stream_end = 0;  // end of this stream's previous DATA block
+      bool first = true;
       for (;;) {
         wire::Header h = read_header(i);
         if (h.transfer_id != id)
@@ -489,9 +508,18 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
           throw AdtsError(Code::Protocol, "second BEGIN inside transfer " + std::to_string(id));
         if (h.type == BlockType::End || h.type == BlockType::Abort) {
           if (h.type == BlockType::Abort) aborted = true;
+          if (gate) gate->leave(i);
           break;
         }
         cov.claim(h.offset, h.length);  // before any byte of the block is written
+        if (!first && h.offset < stream_end)
+          throw AdtsError(Code::Protocol,
+                          "blocks out of order on stream " + std::to_string(i) + ": offset " +
+                              std::to_string(h.offset) + " after a block ending at " +
+                              std::to_string(stream_end) +
+                              " (each stream carries its blocks in increasing offset order)");
+        first = false;
+        stream_end = h.offset + h.length;
         int sock = socks_[i].get();
         if (sink.fd < 0) {
           if (sink.memory)
@@ -501,6 +529,13 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
             wire::discard(sock, h.length, p_.timeout);
           copied += h.length;
         } else if (pipelined) {
+          // Our turn: every earlier block is queued, and the disk thread writes in queue order.
+          if (!gate->wait_turn(i, h.offset)) {
+            wire::discard(sock, h.length, p_.timeout);
+            done += h.length;
+            tick();
+            continue;
+          }
           for (uint64_t got = 0; got < h.length;) {
             Chunk c;
             c.buf = pool->acquire(p_.timeout);
@@ -519,7 +554,9 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
               throw AdtsError(Code::LocalIo, "pipeline cancelled");
             }
           }
-        } else if (!local_fail) {
+          gate->advance(h.offset + h.length);
+        } else if (!local_fail && gate->wait_turn(i, h.offset)) {
+          // Our turn: every byte below h.offset is in the file; splice this block after them.
           std::string err;
           uint64_t z = 0, c = 0;
           bool ok = splice_to_file(i, sink.fd, sink.offset + h.offset, h.length, &err, &z, &c);
@@ -528,6 +565,9 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
           if (!ok) {
             local_err.set(AdtsError(Code::LocalIo, err));
             local_fail = true;
+            gate->release();  // the file ends at the failure; the others drop their blocks
+          } else {
+            gate->advance(h.offset + h.length);
           }
         } else {
           wire::discard(sock, h.length, p_.timeout);
@@ -536,15 +576,9 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
         tick();
       }
     } catch (const AdtsError& e) {
-      net_err.set(e);
-      net_fail = true;
-      break_session();
-      if (queue) queue->cancel();
+      fail_all(e);
     } catch (const std::exception& e) {
-      net_err.set(AdtsError(Code::LocalIo, e.what()));
-      net_fail = true;
-      break_session();
-      if (queue) queue->cancel();
+      fail_all(AdtsError(Code::LocalIo, e.what()));
     }
   };
   run_workers(n, worker, progress, done, total);

@@ -604,9 +604,10 @@ uint64_t VerbsSession::receive(const Sink& sink, const Progress& progress) {
     if (begin.type != BlockType::Begin)
       throw AdtsError(Code::Protocol, "expected BEGIN, got block type " +
                                           std::to_string(int(begin.type)));
-    if (begin.transfer_id <= last_id_)
+    if (begin.transfer_id != last_id_ + 1)
       throw AdtsError(Code::Protocol, "BEGIN of transfer " + std::to_string(begin.transfer_id) +
-                                          " after transfer " + std::to_string(last_id_));
+                                          ", expected transfer " + std::to_string(last_id_ + 1) +
+                                          " (ids increase by one per session, from 1)");
     if (begin.length > sink.max_length ||
         (sink.fd < 0 && begin.length > kMaxMemoryTransfer))
       throw AdtsError(Code::Protocol, "transfer of " + std::to_string(begin.length) +
@@ -664,6 +665,13 @@ uint64_t VerbsSession::receive(const Sink& sink, const Progress& progress) {
         throw AdtsError(Code::Protocol, "DATA header says " + std::to_string(h.length) +
                                             " bytes, message carries " +
                                             std::to_string(in.len - wire::kHeaderSize));
+      // One stream: its blocks come in increasing offset order, and with exactly-once cover that
+      // means each starts where the previous ended. The disk thread writes in queue order, so
+      // the file always holds exactly a prefix of the transfer.
+      if (h.offset != done)
+        throw AdtsError(Code::Protocol, "blocks out of order on stream 0: DATA at offset " +
+                                            std::to_string(h.offset) + ", expected offset " +
+                                            std::to_string(done));
       cov.claim(h.offset, h.length);
       if (sink.fd >= 0) {
         if (!queue.push(Write{in.index, h.offset, h.length}, p_.timeout))
