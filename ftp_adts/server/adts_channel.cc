@@ -1,6 +1,12 @@
 // ftp_adts/server/adts_channel.cc
 #include "ftp_adts/server/adts_channel.h"
 
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
 #ifdef TIERCE_FTPD_HAVE_ADTS
 #include "ftp_adts/adts/adts.h"
 #endif
@@ -9,9 +15,27 @@ namespace tierce::ftpd {
 
 #ifdef TIERCE_FTPD_HAVE_ADTS
 
+namespace {
+
+// What the accepting thread hands back. Shared with the thread, so that a thread that could not be
+// stopped may be left to finish on its own (it then closes what it accepted).
+struct AcceptState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool abandoned = false;
+  std::unique_ptr<adts::Session> session;
+  TransferResult error;  // when done without a session
+};
+
+}  // namespace
+
 struct AdtsChannel::Impl {
   adts::SessionParams params;
-  std::unique_ptr<adts::Listener> listener;
+  std::string host;  // where the listener listens (a cancelling connect goes there)
+  uint16_t port = 0;
+  std::thread acceptor;
+  std::shared_ptr<AcceptState> accepting;  // set while a listener is (or was) accepting
   std::unique_ptr<adts::Session> session;
 };
 
@@ -21,6 +45,7 @@ TransferResult from_error(const adts::AdtsError& e, uint64_t bytes) {
   TransferResult r;
   r.bytes = bytes;
   r.error = e.what();
+  r.adts = true;
   switch (e.code()) {
     case adts::AdtsError::Code::Timeout:
       r.status = TransferResult::Status::Timeout;
@@ -37,49 +62,90 @@ TransferResult from_error(const adts::AdtsError& e, uint64_t bytes) {
   return r;
 }
 
-}  // namespace
-
-namespace {
-
-// Accepts the session on first use. nullptr with *r set on failure.
-adts::Session* session_of(AdtsChannel::Impl& impl, TransferResult* r,
-                          const std::function<void(const std::string&)>& log) {
-  if (impl.session && !impl.session->broken()) return impl.session.get();
-  impl.session.reset();
-  if (!impl.listener) {
-    r->status = TransferResult::Status::PeerError;
-    r->error = "no ADTS data session: send EPSV or PASV after TPRT";
-    return nullptr;
+// Takes the outcome of a finished accept: the session, or the reason in *r. Joins the thread.
+adts::Session* take_accepted(AdtsChannel::Impl& impl, TransferResult* r) {
+  auto st = impl.accepting;
+  {
+    std::unique_lock g(st->mu);
+    // The accept ends by itself within the data timeout; the margin only guards against a hang.
+    if (!st->cv.wait_for(g, impl.params.timeout + std::chrono::seconds(10),
+                         [&] { return st->done; })) {
+      st->abandoned = true;
+      g.unlock();
+      if (impl.acceptor.joinable()) impl.acceptor.detach();
+      impl.accepting.reset();
+      r->status = TransferResult::Status::Timeout;
+      r->error = "the data session's streams did not connect";
+      r->adts = true;
+      return nullptr;
+    }
+    impl.session = std::move(st->session);
+    if (!impl.session) *r = st->error;
   }
-  try {
-    impl.session = impl.listener->accept(log);
-  } catch (const adts::AdtsError& e) {
-    *r = from_error(e, 0);
-    impl.listener.reset();
-    return nullptr;
-  } catch (const std::exception& e) {
-    r->status = TransferResult::Status::PeerError;
-    r->error = e.what();
-    impl.listener.reset();
-    return nullptr;
-  }
-  // The streams are up: stop listening, nobody else may join this session.
-  impl.listener.reset();
+  if (impl.acceptor.joinable()) impl.acceptor.join();
+  impl.accepting.reset();
   return impl.session.get();
 }
 
-// A session that broke is closed; the next transfer needs a new EPSV/PASV.
-void drop_if_broken(AdtsChannel::Impl& impl) {
-  if (impl.session && impl.session->broken()) {
+// The session of the next transfer: the one up, or the one the listener is accepting (waited
+// for). nullptr with *r set when there is none.
+adts::Session* session_of(AdtsChannel::Impl& impl, TransferResult* r) {
+  if (impl.session && !impl.session->broken()) return impl.session.get();
+  if (impl.session) {
     impl.session->close();
     impl.session.reset();
   }
+  if (impl.accepting) return take_accepted(impl, r);
+  r->status = TransferResult::Status::PeerError;
+  r->error = "no ADTS data session: send EPSV or PASV after TPRT";
+  r->adts = true;
+  return nullptr;
+}
+
+// Stops a listener that is still accepting: the accept only ends with all its streams or the data
+// timeout, so the missing streams are connected from here (with the session's cookie; indexes the
+// client already holds are refused, the others complete the accept) and the result is closed.
+// Ends the listener (its port is closed) in any case.
+void stop_accepting(AdtsChannel::Impl& impl) {
+  if (!impl.accepting) return;
+  auto st = impl.accepting;
+  bool done;
+  {
+    std::lock_guard g(st->mu);
+    done = st->done;
+  }
+  if (!done) {
+    adts::SessionParams p = impl.params;
+    p.timeout = std::min(p.timeout, Millis(5000));
+    try {
+      auto s = adts::connect(impl.host, impl.port, p);
+      if (s) s->close();
+    } catch (const std::exception&) {
+      // refused indexes, or the accept finished meanwhile: either way it is over or ending
+    }
+  }
+  {
+    std::unique_lock g(st->mu);
+    if (!st->cv.wait_for(g, Millis(5000), [&] { return st->done; })) {
+      // Could not be stopped (e.g. a verbs listener): leave it to its data timeout; it closes
+      // what it gets. Its log callback does not depend on us.
+      st->abandoned = true;
+      g.unlock();
+      if (impl.acceptor.joinable()) impl.acceptor.detach();
+      impl.accepting.reset();
+      return;
+    }
+    if (st->session) st->session->close();
+    st->session.reset();
+  }
+  if (impl.acceptor.joinable()) impl.acceptor.join();
+  impl.accepting.reset();
 }
 
 }  // namespace
 
 AdtsChannel::AdtsChannel() : impl_(std::make_unique<Impl>()) {}
-AdtsChannel::~AdtsChannel() = default;
+AdtsChannel::~AdtsChannel() { reset(); }
 
 bool AdtsChannel::available() {
   return true;
@@ -89,8 +155,10 @@ bool AdtsChannel::verbs_available() {
   return adts::verbs_available();
 }
 
-void AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero_copy,
+bool AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero_copy,
                             Millis timeout, uint64_t cookie) {
+  if (streams < 1 || streams > adts::kMaxStreams || (kind != Kind::ParallelTcp && streams != 1))
+    return false;
   reset();
   auto& p = impl_->params;
   p.kind = kind == Kind::Tcp           ? adts::ChannelKind::Tcp
@@ -102,96 +170,145 @@ void AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero
   p.timeout = timeout;
   p.cookie = cookie;
   configured_ = true;
+  return true;
 }
 
 int AdtsChannel::listen(const std::string& host, uint16_t lo, uint16_t hi, std::string* err) {
+  stop_accepting(*impl_);
+  if (impl_->session) impl_->session->close();
   impl_->session.reset();
-  impl_->listener.reset();
+  std::unique_ptr<adts::Listener> listener;
   try {
-    impl_->listener = std::make_unique<adts::Listener>(host, lo, hi, impl_->params);
-    return impl_->listener->port();
+    listener = std::make_unique<adts::Listener>(host, lo, hi, impl_->params);
   } catch (const std::exception& e) {
     *err = e.what();
     return -1;
   }
+  impl_->host = host;
+  impl_->port = listener->port();
+  auto st = std::make_shared<AcceptState>();
+  impl_->accepting = st;
+  impl_->acceptor = std::thread([st, listener = std::move(listener), log = log_]() mutable {
+    std::unique_ptr<adts::Session> s;
+    TransferResult r;
+    r.adts = true;
+    try {
+      s = listener->accept(log);
+    } catch (const adts::AdtsError& e) {
+      r = from_error(e, 0);
+    } catch (const std::exception& e) {
+      r.status = TransferResult::Status::PeerError;
+      r.error = e.what();
+    }
+    // The streams are up (or will not come): stop listening, nobody else may join this session.
+    listener.reset();
+    if (!s && log) log("data session not established: " + r.error);
+    std::lock_guard g(st->mu);
+    if (st->abandoned) {
+      if (s) s->close();
+      s.reset();
+    }
+    if (!s && r.error.empty()) {
+      r.status = TransferResult::Status::PeerError;
+      r.error = "data session not established";
+    }
+    st->session = std::move(s);
+    st->error = r;
+    st->done = true;
+    st->cv.notify_all();
+  });
+  return impl_->port;
 }
 
 bool AdtsChannel::ready() const {
-  return impl_->session || impl_->listener;
+  if (impl_->session && !impl_->session->broken()) return true;
+  if (!impl_->accepting) return false;
+  std::lock_guard g(impl_->accepting->mu);
+  return !impl_->accepting->done || impl_->accepting->session;
 }
 
-bool AdtsChannel::accept(std::string* err) {
+bool AdtsChannel::wait_session(std::string* err) {
   TransferResult r;
-  if (session_of(*impl_, &r, log_)) return true;
+  if (session_of(*impl_, &r)) return true;
   *err = r.error;
   return false;
 }
 
 void AdtsChannel::reset() {
+  stop_accepting(*impl_);
   if (impl_->session) impl_->session->close();
   impl_->session.reset();
-  impl_->listener.reset();
   configured_ = false;
 }
 
 
 namespace {
 
-// Runs one transfer on the session (accepted on first use): `move` sets the result; an AdtsError
-// becomes its status; a session that broke is dropped.
+// Runs one transfer on the session: `move` sets the result and counts the bytes moved in *done (the
+// progress callback); an AdtsError becomes its status with those bytes; a session that broke is
+// dropped.
 template <typename MoveFn>
-TransferResult run_transfer(AdtsChannel::Impl& impl,
-                            const std::function<void(const std::string&)>& log, MoveFn&& move) {
+TransferResult run_transfer(AdtsChannel::Impl& impl, MoveFn&& move) {
   TransferResult r;
-  adts::Session* s = session_of(impl, &r, log);
+  r.adts = true;
+  adts::Session* s = session_of(impl, &r);
   if (!s) return r;
+  uint64_t done = 0;
+  adts::Progress progress = [&done](uint64_t d, uint64_t) { done = std::max(done, d); };
   try {
-    move(*s, r);
+    move(*s, r, progress);
   } catch (const adts::AdtsError& e) {
-    r = from_error(e, 0);
+    r = from_error(e, done);
+  } catch (const std::exception& e) {
+    r.status = TransferResult::Status::LocalError;
+    r.error = e.what();
+    r.bytes = done;
   }
-  drop_if_broken(impl);
+  if (impl.session && impl.session->broken()) {
+    impl.session->close();
+    impl.session.reset();
+  }
   return r;
 }
 
 }  // namespace
 
 TransferResult AdtsChannel::send_file(int fd, uint64_t offset, uint64_t length) {
-  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
+  return run_transfer(*impl_, [&](adts::Session& s, TransferResult& r, const adts::Progress& p) {
     adts::Source src;
     src.fd = fd;
     src.offset = offset;
     src.length = length;
-    r.bytes = s.send(src);
+    r.bytes = s.send(src, p);
     r.zero_copy = impl_->params.zero_copy;
   });
 }
 
 TransferResult AdtsChannel::send_bytes(std::string_view bytes) {
-  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
+  return run_transfer(*impl_, [&](adts::Session& s, TransferResult& r, const adts::Progress& p) {
     adts::Source src;
     src.memory = {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
-    r.bytes = s.send(src);
+    r.bytes = s.send(src, p);
   });
 }
 
 TransferResult AdtsChannel::receive_file(int fd, uint64_t offset) {
-  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
+  return run_transfer(*impl_, [&](adts::Session& s, TransferResult& r, const adts::Progress& p) {
     adts::Sink sink;
     sink.fd = fd;
     sink.offset = offset;
-    r.bytes = s.receive(sink);
+    r.bytes = s.receive(sink, p);
     r.zero_copy = impl_->params.zero_copy;
   });
 }
 
 TransferResult AdtsChannel::receive_bytes(std::string* out, uint64_t max) {
-  return run_transfer(*impl_, log_, [&](adts::Session& s, TransferResult& r) {
+  return run_transfer(*impl_, [&](adts::Session& s, TransferResult& r, const adts::Progress& p) {
     std::vector<uint8_t> mem;
     adts::Sink sink;
     sink.memory = &mem;
     sink.max_length = max;
-    r.bytes = s.receive(sink);
+    r.bytes = s.receive(sink, p);
     out->assign(mem.begin(), mem.end());
   });
 }
@@ -203,12 +320,12 @@ AdtsChannel::AdtsChannel() = default;
 AdtsChannel::~AdtsChannel() = default;
 bool AdtsChannel::available() { return false; }
 bool AdtsChannel::verbs_available() { return false; }
-void AdtsChannel::configure(Kind, unsigned, size_t, bool, Millis, uint64_t) {}
+bool AdtsChannel::configure(Kind, unsigned, size_t, bool, Millis, uint64_t) { return false; }
 int AdtsChannel::listen(const std::string&, uint16_t, uint16_t, std::string* err) {
   *err = "ADTS is not built in";
   return -1;
 }
-bool AdtsChannel::accept(std::string* err) {
+bool AdtsChannel::wait_session(std::string* err) {
   *err = "ADTS is not built in";
   return false;
 }

@@ -81,9 +81,12 @@ class DataPort {
 };
 
 struct TransferResult {
+  // Aborted: plain data, the client's ABOR (or the control connection went away); ADTS, the
+  // sender's ABORT block.
   enum class Status { Ok, Aborted, Timeout, PeerError, LocalError } status = Status::Ok;
-  uint64_t bytes = 0;       // payload bytes moved on the data connection
+  uint64_t bytes = 0;       // payload bytes moved on the data connection (also when it failed)
   bool zero_copy = false;   // moved by sendfile/splice
+  bool adts = false;        // moved (or meant to move) over the ADTS data session
   std::string error;        // for the log and the reply
 };
 

@@ -80,7 +80,10 @@ class Session {
   Session(const SessionEnv& env, int fd)
       : env_(env), cfg_(*env.cfg), ctl_(fd), peer_(SockAddr::peer_of(fd)),
         local_(SockAddr::local_of(fd)) {
-    adts_.set_log([this](const std::string& m) { log(LogLevel::Warn, "FTPD0402 ADTS: " + m); });
+    // Called from the thread that accepts the ADTS streams too: only the (thread-safe) sink.
+    adts_.set_log([sink = env_.log](const std::string& m) {
+      if (sink) sink(LogLevel::Warn, "FTPD0402 ADTS: " + m);
+    });
   }
   void run();
 
@@ -170,8 +173,9 @@ class Session {
   // argument, at most 256 bytes of it; `if_empty` when it is empty) and returns true.
   bool failed(int rc, const std::string& arg, const std::string& if_empty = {});
   bool data_policy_ok();  // 521 when [tls] require and PROT C
+  // Before the 150 of a transfer: a plain data port, or the ADTS session (waited for while its
+  // streams connect; 425 when none came). false after the error reply.
   bool data_channel_ready();
-  void accept_adts();  // after the 227/229 of an ADTS session
   bool active_mode_allowed();  // PORT/EPRT: 501 under EPSV ALL or an ADTS session
   // PORT/EPRT: the control peer's host and a port >= 1024 only (500: no bounce), then 200.
   void set_active_target(const std::string& verb, const SockAddr& target);
@@ -631,14 +635,27 @@ void Session::cmd_port(const std::string& arg) {
 
 void Session::cmd_eprt(const std::string& arg) {
   if (!active_mode_allowed()) return;
-  // The protocol number between the first two delimiters: 1 IPv4, 2 IPv6.
-  if (arg.size() >= 3) {
-    char d = arg[0];
-    size_t e = arg.find(d, 1);
-    std::string proto = e == std::string::npos ? "" : arg.substr(1, e - 1);
-    if (e != std::string::npos && proto != "1" && proto != "2") {
-      ctl_.reply(522, "Network protocol not supported, use (1,2)");
-      return;
+  // RFC 2428: <d><proto><d><address><d><port><d>, d one character of 33..126. A well-formed
+  // argument with a protocol other than 1 (IPv4) or 2 (IPv6) gets 522; anything malformed 501.
+  {
+    char d = arg.empty() ? 0 : arg[0];
+    bool delim_ok = d >= 33 && d <= 126;
+    std::vector<size_t> at;
+    for (size_t i = 0; delim_ok && i < arg.size(); ++i)
+      if (arg[i] == d) at.push_back(i);
+    auto digits = [](std::string_view f) {
+      return !f.empty() && std::all_of(f.begin(), f.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    bool shape = delim_ok && at.size() == 4 && at[3] == arg.size() - 1;
+    if (shape) {
+      std::string_view a(arg);
+      std::string_view proto = a.substr(at[0] + 1, at[1] - at[0] - 1);
+      std::string_view host = a.substr(at[1] + 1, at[2] - at[1] - 1);
+      std::string_view port = a.substr(at[2] + 1, at[3] - at[2] - 1);
+      if (digits(proto) && !host.empty() && digits(port) && proto != "1" && proto != "2") {
+        ctl_.reply(522, "Network protocol not supported, use (1,2)");
+        return;
+      }
     }
   }
   auto hp = ftp::parse_eprt_arg(arg);
@@ -666,7 +683,6 @@ void Session::cmd_pasv(const std::string&) {
   std::string announced = cfg_.pasv_address.empty() ? host : cfg_.pasv_address;
   ctl_.reply(227, "Entering Passive Mode (" +
                       ftp::format_port_arg({announced, uint16_t(port)}) + ")");
-  if (adts_.configured()) accept_adts();
 }
 
 bool Session::active_mode_allowed() {
@@ -712,15 +728,6 @@ int Session::listen_passive(const std::string& host) {
   return port;
 }
 
-void Session::accept_adts() {
-  ctl_.flush();
-  std::string err;
-  if (!adts_.accept(&err))
-    log(LogLevel::Warn, "FTPD0404 " + who() + ": ADTS data session not established: " + err);
-  else
-    log(LogLevel::Debug, "FTPD0405 " + who() + ": ADTS data session up");
-}
-
 void Session::cmd_epsv(const std::string& arg) {
   std::string a = upper(arg);
   if (a == "ALL") {
@@ -742,7 +749,6 @@ void Session::cmd_epsv(const std::string& arg) {
   int port = listen_passive(host);
   if (port <= 0) return;
   ctl_.reply(229, "Entering Extended Passive Mode (|||" + std::to_string(port) + "|)");
-  if (adts_.configured()) accept_adts();
 }
 
 void Session::cmd_tprt(const std::string& arg) {
@@ -789,8 +795,13 @@ void Session::cmd_tprt(const std::string& arg) {
                            : req->kind == K::ParallelTcp ? AdtsChannel::Kind::ParallelTcp
                                                          : AdtsChannel::Kind::Verbs;
   unsigned streams = req->kind == K::ParallelTcp ? req->streams : 1;
-  adts_.configure(kind, streams, size_t(cfg_.adts_block_kib) * 1024, cfg_.adts_zero_copy && !ascii_,
-                  std::chrono::seconds(cfg_.data_timeout_s), cookie);
+  if (!adts_.configure(kind, streams, size_t(cfg_.adts_block_kib) * 1024,
+                       cfg_.adts_zero_copy && !ascii_, std::chrono::seconds(cfg_.data_timeout_s),
+                       cookie)) {
+    ctl_.reply(501, std::string("TPRT ") + upper(arg).substr(0, 16) + ": stream count must be 1.." +
+                        std::to_string(cfg_.adts_max_streams));
+    return;
+  }
   port_.reset();
   char text[96];
   const char* name = kind == AdtsChannel::Kind::Tcp           ? "TCP"
@@ -820,6 +831,16 @@ bool Session::data_channel_ready() {
   if (adts_.configured()) {
     if (!adts_.ready()) {
       ctl_.reply(425, "No ADTS data session: send EPSV or PASV after TPRT");
+      return false;
+    }
+    // The streams may still be connecting (the listener accepts them in the background while
+    // commands are served): the client gets every reply so far, then the transfer waits for
+    // them, at most the data timeout.
+    ctl_.flush();
+    std::string err;
+    if (!adts_.wait_session(&err)) {
+      log(LogLevel::Warn, "FTPD0404 " + who() + ": ADTS data session not established: " + err);
+      ctl_.reply(425, "Cannot open the ADTS data session: " + err);
       return false;
     }
     return true;
@@ -875,6 +896,7 @@ TransferResult Session::send_plain_or_adts(int fd, uint64_t offset, uint64_t siz
           TransferResult r;
           r.status = TransferResult::Status::LocalError;
           r.error = std::strerror(errno);
+          r.adts = true;
           return r;
         }
         if (n == 0) break;
@@ -946,8 +968,15 @@ void Session::finish_transfer(const TransferResult& r, const std::string& path, 
       ctl_.reply(226, "Transfer complete (" + std::to_string(r.bytes) + " bytes)");
       break;
     case TransferResult::Status::Aborted:
-      ctl_.reply(426, "Transfer aborted");
-      ctl_.reply(226, "ABOR successful");
+      if (r.adts) {
+        // The sender's ABORT block, not an ABOR command: this transfer's one final reply.
+        ctl_.reply(426, "Transfer aborted by the sender" +
+                            (r.error.empty() ? std::string() : ": " + r.error));
+      } else {
+        // The client's ABOR (taken from the control input): 426 for the transfer, 226 for ABOR.
+        ctl_.reply(426, "Transfer aborted");
+        ctl_.reply(226, "ABOR successful");
+      }
       break;
     case TransferResult::Status::Timeout:
       ctl_.reply(426, "Transfer failed: data connection timed out");
@@ -970,7 +999,7 @@ void Session::finish_transfer(const TransferResult& r, const std::string& path, 
   double rate = secs > 0 ? double(r.bytes) / secs / 1e6 : 0;
   char rate_s[32];
   std::snprintf(rate_s, sizeof rate_s, "%.1f MB/s", rate);
-  std::string channel = adts_.configured() ? "adts" : r.zero_copy ? "zero-copy" : "buffered";
+  std::string channel = r.adts ? "adts" : r.zero_copy ? "zero-copy" : "buffered";
   log(ok ? LogLevel::Info : LogLevel::Warn,
       std::string(ok ? "FTPD0301 " : "FTPD0302 ") + who() + ": " +
           (direction == 'o' ? "sent " : "received ") + path + ": " + std::to_string(r.bytes) +

@@ -9,6 +9,7 @@
 
 #include <boost/test/unit_test.hpp>
 #include <random>
+#include <thread>
 
 #include "tests/ftp/server/ftpd_harness.h"
 #ifdef TIERCE_TEST_HAVE_ADTS
@@ -389,6 +390,126 @@ BOOST_AUTO_TEST_CASE(tprt_ptcp_session_carries_two_retrs) {
   BOOST_TEST(code == 226);
 }
 #endif
+
+#ifdef TIERCE_TEST_HAVE_ADTS
+namespace {
+
+void put_le(std::string* out, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out->push_back(char((v >> (8 * i)) & 0xff));
+}
+std::string hello(uint64_t cookie, uint16_t index = 0, uint16_t streams = 1) {
+  std::string h;
+  put_le(&h, 0x53444154, 4);
+  put_le(&h, 1, 2);
+  put_le(&h, index, 2);
+  put_le(&h, streams, 2);
+  put_le(&h, 0, 2);
+  put_le(&h, cookie, 8);
+  put_le(&h, 0, 4);
+  return h;
+}
+std::string block(uint8_t type, uint64_t id, uint64_t off, uint64_t len) {
+  std::string b;
+  put_le(&b, 0x4b4c4254, 4);
+  b.push_back(char(type));
+  b.append(3, '\0');
+  put_le(&b, id, 8);
+  put_le(&b, off, 8);
+  put_le(&b, len, 8);
+  return b;
+}
+// Connects one raw stream with a HELLO; its HELLO-ACK status (-1: none).
+int raw_stream(uint16_t port, const std::string& h, int* fd_out) {
+  int fd = Client::data_connect(port);
+  if (fd < 0) return -1;
+  if (::send(fd, h.data(), h.size(), MSG_NOSIGNAL) != ssize_t(h.size())) return -1;
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  unsigned char ack[8];
+  size_t got = 0;
+  while (got < sizeof ack) {
+    ssize_t n = ::recv(fd, ack + got, sizeof ack - got, 0);
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  if (fd_out)
+    *fd_out = fd;
+  else
+    ::close(fd);
+  if (got != sizeof ack) return -1;
+  return int(ack[4] | ack[5] << 8 | ack[6] << 16 | uint32_t(ack[7]) << 24);
+}
+
+}  // namespace
+
+// docs/ftp.md: the listener of an ADTS session survives commands sent before the streams connect;
+// an ABORT from the sender gets exactly one final reply; a new EPSV / QUIT ends a listener that is
+// still accepting at once; the log counts the bytes a failed transfer moved.
+BOOST_AUTO_TEST_CASE(tprt_listener_commands_and_sender_abort) {
+  Fixture f;
+  tierce_test::write_file(f.alice_root + "/x.txt", "12345");
+  auto c = f.alice();
+  BOOST_TEST(c->cmd("TYPE I").code == 200);
+  auto t = c->cmd("TPRT TCP");
+  BOOST_REQUIRE_EQUAL(t.code, 200);
+  uint64_t cookie = *tierce::ftp::parse_tprt_cookie(t.text());
+  // A new EPSV while the first listener still accepts: the first port is closed right away.
+  uint16_t first = c->epsv();
+  BOOST_REQUIRE(first != 0);
+  auto t0 = std::chrono::steady_clock::now();
+  uint16_t port = c->epsv();
+  BOOST_REQUIRE(port != 0);
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 10s));
+  BOOST_TEST(raw_stream(first, hello(cookie), nullptr) == -1);
+  // Commands between the EPSV and the stream connects are answered; the listener stays.
+  BOOST_TEST(c->cmd("NOOP").code == 200);
+  BOOST_TEST(c->cmd("SIZE x.txt").code == 213);
+  BOOST_TEST(c->cmd("PORT 127,0,0,1,200,1").code == 501);
+  BOOST_TEST(raw_stream(port, hello(cookie ^ 1), nullptr) == 3);  // wrong cookie refused
+  int d = -1;
+  BOOST_REQUIRE_EQUAL(raw_stream(port, hello(cookie), &d), 0);
+  // The sender aborts: one final reply, then NOOP gets its own.
+  BOOST_TEST(c->cmd("STOR a.bin").code == 150);
+  std::string blocks = block(1, 1, 0, 100) + block(2, 1, 0, 50) + std::string(50, 'I') +
+                       block(4, 1, 0, 0);
+  BOOST_TEST(::send(d, blocks.data(), blocks.size(), MSG_NOSIGNAL) == ssize_t(blocks.size()));
+  auto fin = c->reply();
+  BOOST_TEST(fin.code == 426, fin.text());
+  BOOST_TEST(c->cmd("NOOP").code == 200);
+  // The session stays usable: a good transfer.
+  BOOST_TEST(c->cmd("STOR b.bin").code == 150);
+  blocks = block(1, 2, 0, 10) + block(2, 2, 0, 10) + std::string(10, 'B') + block(3, 2, 0, 0);
+  BOOST_TEST(::send(d, blocks.data(), blocks.size(), MSG_NOSIGNAL) == ssize_t(blocks.size()));
+  BOOST_TEST(c->reply().code == 226);
+  BOOST_TEST(tierce_test::read_file(f.alice_root + "/b.bin") == std::string(10, 'B'));
+  ::close(d);
+  // EPSV, then QUIT before any stream: answered at once (the listener is stopped).
+  BOOST_TEST(c->cmd("TPRT PTCP 2").code == 200);
+  BOOST_TEST(c->epsv() != 0);
+  t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(c->cmd("QUIT").code == 221);
+  BOOST_TEST(c->reply().code == 0);
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 10s));
+  std::string log;
+  for (int i = 0; i < 50; ++i) {
+    log = f.server->log();
+    if (log.find("FTPD0102") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  BOOST_TEST(log.find("received /a.bin: 50 bytes") != std::string::npos, log);
+}
+#endif
+
+BOOST_AUTO_TEST_CASE(eprt_malformed_is_501_unknown_protocol_522) {
+  Fixture f;
+  auto c = f.alice();
+  for (const char* bad : {"EPRT garbage", "EPRT ||||", "EPRT |1|127.0.0.1|5000", "EPRT |x|"})
+    BOOST_TEST(c->cmd(bad).code == 501, bad);
+  BOOST_TEST(c->cmd("EPRT |9|127.0.0.1|5000|").code == 522);
+  BOOST_TEST(c->cmd("TPRT PTCP 0").code == 501);
+  BOOST_TEST(c->cmd("TPRT PTCP 65").code == 501);
+  BOOST_TEST(c->cmd("NOOP").code == 200);
+}
 
 BOOST_AUTO_TEST_CASE(abor_during_a_transfer) {
   Fixture f;
