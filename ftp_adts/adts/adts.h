@@ -107,7 +107,8 @@ class Session {
 };
 
 // The passive side: listens on `host` (port 0 = any; or a port from [port_min, port_max]) and
-// accepts the HELLOs of one session.
+// accepts the HELLOs of one session. accept() runs on one thread at a time; cancel() and port()
+// may be called from any thread meanwhile.
 class Listener {
  public:
   // Throws AdtsError{Config} when no port of the range is free.
@@ -118,7 +119,16 @@ class Listener {
   uint16_t port() const;
   // Waits (up to params.timeout) for params.streams streams with the right cookie; streams with a
   // wrong HELLO are refused (HELLO-ACK status != 0) and logged through `log` if set.
+  // After cancel() it throws AdtsError{Aborted}.
   std::unique_ptr<Session> accept(const std::function<void(const std::string&)>& log = {});
+  // Thread-safe; idempotent. Stops the listener for good: an accept() blocked in another thread
+  // returns promptly (it wakes on an eventfd polled with the listening socket), closing the streams
+  // it had accepted so far, and throws AdtsError{Aborted, "data session cancelled"}; so does every
+  // later accept(). The listening port is closed once no accept() is in progress: at once when
+  // none is, else by that accept() as it returns — so it is closed when cancel() was called and
+  // the accepting thread has been joined. An accept() that completed before cancel() keeps its
+  // session (cancel() only closes the port then).
+  void cancel();
 
   struct Impl;
 

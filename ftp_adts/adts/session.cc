@@ -1,11 +1,16 @@
 // ftp_adts/adts/session.cc — the public entry points (Listener, connect) choosing a channel, and
 // the helpers both channels share (session_common.h).
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <thread>
 #include <vector>
 
 #include "ftp_adts/adts/adts.h"
 #include "ftp_adts/adts/session_common.h"
+#include "ftp_adts/adts/wire.h"
 
 namespace tierce::adts {
 
@@ -204,6 +209,66 @@ void run_workers(unsigned n, const std::function<void(unsigned, const std::funct
   if (progress) progress(done.load(std::memory_order_relaxed), total);
 }
 
+// ---- accept cancellation -----------------------------------------------------------------------
+
+AcceptCanceller::AcceptCanceller(std::function<void()> close_port)
+    : close_port_(std::move(close_port)) {
+  efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd_ < 0) wire::throw_errno(AdtsError::Code::LocalIo, "eventfd", errno);
+}
+
+AcceptCanceller::~AcceptCanceller() {
+  if (efd_ >= 0) ::close(efd_);
+}
+
+void AcceptCanceller::throw_cancelled() {
+  throw AdtsError(AdtsError::Code::Aborted, "data session cancelled");
+}
+
+void AcceptCanceller::cancel() {
+  std::lock_guard g(mu_);
+  if (cancelled_.exchange(true)) return;
+  uint64_t one = 1;
+  // Cannot fail short of a full counter (impossible: written once); the flag is checked anyway.
+  (void)!::write(efd_, &one, sizeof one);
+  if (!running_ && !closed_) {
+    closed_ = true;
+    close_port_();
+  }
+}
+
+bool AcceptCanceller::leave_locked() {
+  running_ = false;
+  bool c = cancelled_.load();
+  if (c && !closed_) {
+    closed_ = true;
+    close_port_();
+  }
+  return c;
+}
+
+AcceptCanceller::Running::Running(AcceptCanceller& c) : c_(c) {
+  std::lock_guard g(c_.mu_);
+  if (c_.cancelled_.load()) throw_cancelled();
+  c_.running_ = true;
+}
+
+AcceptCanceller::Running::~Running() {
+  if (left_) return;
+  std::lock_guard g(c_.mu_);
+  c_.leave_locked();
+}
+
+void AcceptCanceller::Running::check() const {
+  if (c_.cancelled_.load()) throw_cancelled();
+}
+
+void AcceptCanceller::Running::finish() {
+  std::lock_guard g(c_.mu_);
+  left_ = true;
+  if (c_.leave_locked()) throw_cancelled();
+}
+
 // ---- Listener / connect -----------------------------------------------------------------------
 
 struct Listener::Impl {
@@ -228,6 +293,8 @@ uint16_t Listener::port() const { return impl_->chan->port(); }
 std::unique_ptr<Session> Listener::accept(const std::function<void(const std::string&)>& log) {
   return impl_->chan->accept(log);
 }
+
+void Listener::cancel() { impl_->chan->cancel(); }
 
 std::unique_ptr<Session> connect(const std::string& host, uint16_t port, const SessionParams& p) {
   check_params(p);

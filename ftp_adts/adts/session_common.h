@@ -123,11 +123,57 @@ void run_workers(unsigned n, const std::function<void(unsigned, const std::funct
 // Throws AdtsError{Config} for bad session parameters.
 void check_params(const SessionParams& p);
 
+// Listener::cancel() for a channel's accept(): an eventfd that turns readable on cancel(), to be
+// polled along with what accept() waits on, and who closes the listening port: cancel() itself
+// when no accept() runs, else that accept() as it leaves (the port is never closed under a poll
+// that still uses it, and its number cannot be reused by another socket meanwhile). Thread-safe.
+class AcceptCanceller {
+ public:
+  // close_port is called once, with the canceller's lock held, after cancel().
+  explicit AcceptCanceller(std::function<void()> close_port);
+  ~AcceptCanceller();
+  AcceptCanceller(const AcceptCanceller&) = delete;
+  AcceptCanceller& operator=(const AcceptCanceller&) = delete;
+  int fd() const { return efd_; }  // readable once cancelled
+  void cancel();
+
+  // Held by accept() while it runs (one accept() at a time).
+  class Running {
+   public:
+    // Throws AdtsError{Aborted} when already cancelled.
+    explicit Running(AcceptCanceller& c);
+    ~Running();  // if not finished: leaves, closing the port if cancel() came meanwhile
+    Running(const Running&) = delete;
+    Running& operator=(const Running&) = delete;
+    // Throws AdtsError{Aborted} when cancel() was called.
+    void check() const;
+    // accept() is about to return its session: leaves; throws AdtsError{Aborted} (the port then
+    // closed) when cancel() came first, so a cancel() that returned is never followed by a session.
+    void finish();
+
+   private:
+    AcceptCanceller& c_;
+    bool left_ = false;
+  };
+
+ private:
+  bool leave_locked();  // running_ = false; closes the port when cancelled; returns cancelled_
+  [[noreturn]] static void throw_cancelled();
+
+  std::mutex mu_;
+  std::function<void()> close_port_;
+  int efd_ = -1;
+  std::atomic<bool> cancelled_{false};
+  bool running_ = false;
+  bool closed_ = false;
+};
+
 // Factories of the channels (tcp_session.cc, verbs_session.cc).
 struct ListenerImplBase {
   virtual ~ListenerImplBase() = default;
   virtual uint16_t port() const = 0;
   virtual std::unique_ptr<Session> accept(const std::function<void(const std::string&)>& log) = 0;
+  virtual void cancel() = 0;
 };
 std::unique_ptr<ListenerImplBase> make_tcp_listener(const std::string& host, uint16_t lo,
                                                     uint16_t hi, const SessionParams& p);

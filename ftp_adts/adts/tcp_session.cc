@@ -610,7 +610,8 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
 
 class TcpListener final : public ListenerImplBase {
  public:
-  TcpListener(const std::string& host, uint16_t lo, uint16_t hi, const SessionParams& p) : p_(p) {
+  TcpListener(const std::string& host, uint16_t lo, uint16_t hi, const SessionParams& p)
+      : p_(p), cancel_([this] { fd_.reset(); }) {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
@@ -649,9 +650,14 @@ class TcpListener final : public ListenerImplBase {
 
   uint16_t port() const override { return port_; }
 
-  // One poll loop over the listening socket and every connection still sending its HELLO, so a
-  // silent or garbage connection never delays the right client.
+  void cancel() override { cancel_.cancel(); }
+
+  // One poll loop over the listening socket, the cancel eventfd and every connection still sending
+  // its HELLO, so a silent or garbage connection never delays the right client. On cancel() the
+  // streams accepted so far, the pending connections and the listening socket are closed (in that
+  // order: `run` is destroyed last).
   std::unique_ptr<Session> accept(const std::function<void(const std::string&)>& log) override {
+    AcceptCanceller::Running run(cancel_);
     auto say = [&](const std::string& s) {
       if (log) log(s);
     };
@@ -668,6 +674,7 @@ class TcpListener final : public ListenerImplBase {
     constexpr size_t kMaxPending = 64;
     auto deadline = std::chrono::steady_clock::now() + p_.timeout;
     while (have < want) {
+      run.check();
       auto now = std::chrono::steady_clock::now();
       if (now >= deadline)
         throw AdtsError(Code::Timeout, "data session: " + std::to_string(have) + " of " +
@@ -675,16 +682,18 @@ class TcpListener final : public ListenerImplBase {
                                            std::to_string(p_.timeout.count()) + " ms");
       std::vector<pollfd> pfds;
       pfds.push_back({fd_.get(), POLLIN, 0});
+      pfds.push_back({cancel_.fd(), POLLIN, 0});
       for (auto& pd : pending) pfds.push_back({pd.fd.get(), POLLIN, 0});
       int ms = int(std::min<int64_t>(
           std::chrono::duration_cast<Millis>(deadline - now).count() + 1, INT32_MAX));
       int r = ::poll(pfds.data(), pfds.size(), ms);
       if (r < 0 && errno != EINTR) wire::throw_errno(Code::LocalIo, "poll", errno);
       if (r <= 0) continue;
-      // Existing connections first (their indices match pfds[1..]).
+      run.check();
+      // Existing connections first (their indices match pfds[2..]).
       std::vector<size_t> drop;
       for (size_t k = 0; k < pending.size(); ++k) {
-        if (!pfds[k + 1].revents) continue;
+        if (!pfds[k + 2].revents) continue;
         Pending& pd = pending[k];
         ssize_t got = ::recv(pd.fd.get(), pd.buf + pd.got, wire::kHelloSize - pd.got, 0);
         if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -735,6 +744,7 @@ class TcpListener final : public ListenerImplBase {
         }
       }
     }
+    run.finish();
     return std::make_unique<TcpSession>(std::move(streams), p_);
   }
 
@@ -742,6 +752,7 @@ class TcpListener final : public ListenerImplBase {
   SessionParams p_;
   Fd fd_;
   uint16_t port_ = 0;
+  AcceptCanceller cancel_;  // closes fd_ (declared after it: destroyed first)
 };
 
 }  // namespace

@@ -725,7 +725,8 @@ sockaddr_storage resolve(const std::string& host, uint16_t port, bool passive) {
 
 class VerbsListener final : public ListenerImplBase {
  public:
-  VerbsListener(const std::string& host, uint16_t lo, uint16_t hi, const SessionParams& p) : p_(p) {
+  VerbsListener(const std::string& host, uint16_t lo, uint16_t hi, const SessionParams& p)
+      : p_(p), cancel_([this] { close_port(); }) {
     if (lo == 0) hi = 0;
     std::string last;
     for (uint32_t port = lo; port <= hi; ++port) {
@@ -750,20 +751,30 @@ class VerbsListener final : public ListenerImplBase {
                                       std::to_string(lo) + "-" + std::to_string(hi) + " (" + last +
                                       ")");
   }
-  ~VerbsListener() override {
-    id_.reset();  // before its channel
-    ch_.reset();
-  }
+  ~VerbsListener() override { close_port(); }
   uint16_t port() const override { return port_; }
 
+  void cancel() override { cancel_.cancel(); }
+
+  // Polls the listener's event channel together with the cancel eventfd. After cancel() the wait
+  // for a client ends at once; a client already past its CONNECT_REQUEST is waited for (within
+  // the data timeout) and then closed.
   std::unique_ptr<Session> accept(const std::function<void(const std::string&)>& log) override {
+    AcceptCanceller::Running run(cancel_);
     auto deadline = std::chrono::steady_clock::now() + p_.timeout;
     for (;;) {
+      run.check();
       auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0)
         throw AdtsError(Code::Timeout, "verbs data session: no client within " +
                                            std::to_string(p_.timeout.count()) + " ms");
-      rdma_cm_event* ev = wait_cm_event(ch_.get(), left, "waiting for the verbs client");
+      pollfd pf[2] = {{ch_->fd, POLLIN, 0}, {cancel_.fd(), POLLIN, 0}};
+      int r = ::poll(pf, 2, int(std::min<int64_t>(left.count() + 1, INT32_MAX)));
+      if (r < 0 && errno != EINTR) fail(Code::LocalIo, "poll", errno);
+      run.check();
+      if (r <= 0 || !pf[0].revents) continue;
+      rdma_cm_event* ev = nullptr;
+      if (rdma_get_cm_event(ch_.get(), &ev) != 0) fail(Code::PeerClosed, "rdma_get_cm_event", errno);
       if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
         rdma_ack_cm_event(ev);
         continue;
@@ -812,15 +823,22 @@ class VerbsListener final : public ListenerImplBase {
       wire::put_u32(acc + 8, s->depth());
       wire::put_u32(acc + 12, s->buffer_size());
       s->accept_and_wait(acc, sizeof acc, left);
+      run.finish();
       return s;
     }
   }
 
  private:
+  void close_port() {
+    id_.reset();  // before its channel
+    ch_.reset();
+  }
+
   SessionParams p_;
   EventChannel ch_;
   CmId id_;
   uint16_t port_ = 0;
+  AcceptCanceller cancel_;  // closes id_ and ch_ (declared after them: destroyed first)
 };
 
 }  // namespace

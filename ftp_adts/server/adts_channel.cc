@@ -17,13 +17,11 @@ namespace tierce::ftpd {
 
 namespace {
 
-// What the accepting thread hands back. Shared with the thread, so that a thread that could not be
-// stopped may be left to finish on its own (it then closes what it accepted).
+// What the accepting thread hands back.
 struct AcceptState {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  bool abandoned = false;
   std::unique_ptr<adts::Session> session;
   TransferResult error;  // when done without a session
 };
@@ -32,8 +30,10 @@ struct AcceptState {
 
 struct AdtsChannel::Impl {
   adts::SessionParams params;
-  std::string host;  // where the listener listens (a cancelling connect goes there)
   uint16_t port = 0;
+  // Shared with the accepting thread, which owns it while accept() runs; cancel() (thread-safe)
+  // stops it from here.
+  std::shared_ptr<adts::Listener> listener;
   std::thread acceptor;
   std::shared_ptr<AcceptState> accepting;  // set while a listener is (or was) accepting
   std::unique_ptr<adts::Session> session;
@@ -62,28 +62,41 @@ TransferResult from_error(const adts::AdtsError& e, uint64_t bytes) {
   return r;
 }
 
+// Ends the accepting thread after listener->cancel() or its own end: joins it and forgets the
+// listener (its port is closed by then).
+void join_acceptor(AdtsChannel::Impl& impl) {
+  if (impl.acceptor.joinable()) impl.acceptor.join();
+  impl.accepting.reset();
+  impl.listener.reset();
+}
+
 // Takes the outcome of a finished accept: the session, or the reason in *r. Joins the thread.
 adts::Session* take_accepted(AdtsChannel::Impl& impl, TransferResult* r) {
   auto st = impl.accepting;
+  bool hung = false;
   {
     std::unique_lock g(st->mu);
     // The accept ends by itself within the data timeout; the margin only guards against a hang.
     if (!st->cv.wait_for(g, impl.params.timeout + std::chrono::seconds(10),
                          [&] { return st->done; })) {
-      st->abandoned = true;
+      hung = true;
       g.unlock();
-      if (impl.acceptor.joinable()) impl.acceptor.detach();
-      impl.accepting.reset();
+      impl.listener->cancel();
+      g.lock();
+      st->cv.wait(g, [&] { return st->done; });
+    }
+    if (hung) {
+      if (st->session) st->session->close();
+      st->session.reset();
       r->status = TransferResult::Status::Timeout;
       r->error = "the data session's streams did not connect";
       r->adts = true;
-      return nullptr;
+    } else {
+      impl.session = std::move(st->session);
+      if (!impl.session) *r = st->error;
     }
-    impl.session = std::move(st->session);
-    if (!impl.session) *r = st->error;
   }
-  if (impl.acceptor.joinable()) impl.acceptor.join();
-  impl.accepting.reset();
+  join_acceptor(impl);
   return impl.session.get();
 }
 
@@ -102,44 +115,19 @@ adts::Session* session_of(AdtsChannel::Impl& impl, TransferResult* r) {
   return nullptr;
 }
 
-// Stops a listener that is still accepting: the accept only ends with all its streams or the data
-// timeout, so the missing streams are connected from here (with the session's cookie; indexes the
-// client already holds are refused, the others complete the accept) and the result is closed.
-// Ends the listener (its port is closed) in any case.
+// Stops a listener that is still accepting (adts::Listener::cancel: the accept returns at once,
+// closing the streams it had and its port) and closes a session it completed but nobody took.
 void stop_accepting(AdtsChannel::Impl& impl) {
   if (!impl.accepting) return;
-  auto st = impl.accepting;
-  bool done;
+  impl.listener->cancel();
+  if (impl.acceptor.joinable()) impl.acceptor.join();
   {
+    auto st = impl.accepting;
     std::lock_guard g(st->mu);
-    done = st->done;
-  }
-  if (!done) {
-    adts::SessionParams p = impl.params;
-    p.timeout = std::min(p.timeout, Millis(5000));
-    try {
-      auto s = adts::connect(impl.host, impl.port, p);
-      if (s) s->close();
-    } catch (const std::exception&) {
-      // refused indexes, or the accept finished meanwhile: either way it is over or ending
-    }
-  }
-  {
-    std::unique_lock g(st->mu);
-    if (!st->cv.wait_for(g, Millis(5000), [&] { return st->done; })) {
-      // Could not be stopped (e.g. a verbs listener): leave it to its data timeout; it closes
-      // what it gets. Its log callback does not depend on us.
-      st->abandoned = true;
-      g.unlock();
-      if (impl.acceptor.joinable()) impl.acceptor.detach();
-      impl.accepting.reset();
-      return;
-    }
     if (st->session) st->session->close();
     st->session.reset();
   }
-  if (impl.acceptor.joinable()) impl.acceptor.join();
-  impl.accepting.reset();
+  join_acceptor(impl);
 }
 
 }  // namespace
@@ -177,37 +165,36 @@ int AdtsChannel::listen(const std::string& host, uint16_t lo, uint16_t hi, std::
   stop_accepting(*impl_);
   if (impl_->session) impl_->session->close();
   impl_->session.reset();
-  std::unique_ptr<adts::Listener> listener;
+  std::shared_ptr<adts::Listener> listener;
   try {
-    listener = std::make_unique<adts::Listener>(host, lo, hi, impl_->params);
+    listener = std::make_shared<adts::Listener>(host, lo, hi, impl_->params);
   } catch (const std::exception& e) {
     *err = e.what();
     return -1;
   }
-  impl_->host = host;
   impl_->port = listener->port();
+  impl_->listener = listener;
   auto st = std::make_shared<AcceptState>();
   impl_->accepting = st;
   impl_->acceptor = std::thread([st, listener = std::move(listener), log = log_]() mutable {
     std::unique_ptr<adts::Session> s;
     TransferResult r;
     r.adts = true;
+    bool cancelled = false;
     try {
       s = listener->accept(log);
     } catch (const adts::AdtsError& e) {
       r = from_error(e, 0);
+      cancelled = e.code() == adts::AdtsError::Code::Aborted;
     } catch (const std::exception& e) {
       r.status = TransferResult::Status::PeerError;
       r.error = e.what();
     }
     // The streams are up (or will not come): stop listening, nobody else may join this session.
+    listener->cancel();
     listener.reset();
-    if (!s && log) log("data session not established: " + r.error);
+    if (!s && !cancelled && log) log("data session not established: " + r.error);
     std::lock_guard g(st->mu);
-    if (st->abandoned) {
-      if (s) s->close();
-      s.reset();
-    }
     if (!s && r.error.empty()) {
       r.status = TransferResult::Status::PeerError;
       r.error = "data session not established";
