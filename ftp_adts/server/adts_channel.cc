@@ -7,13 +7,9 @@
 #include <thread>
 #include <vector>
 
-#ifdef TIERCE_FTPD_HAVE_ADTS
 #include "ftp_adts/adts/adts.h"
-#endif
 
 namespace tierce::ftpd {
-
-#ifdef TIERCE_FTPD_HAVE_ADTS
 
 namespace {
 
@@ -134,10 +130,6 @@ void stop_accepting(AdtsChannel::Impl& impl) {
 
 AdtsChannel::AdtsChannel() : impl_(std::make_unique<Impl>()) {}
 AdtsChannel::~AdtsChannel() { reset(); }
-
-bool AdtsChannel::available() {
-  return true;
-}
 
 bool AdtsChannel::verbs_available() {
   return adts::verbs_available();
@@ -299,38 +291,5 @@ TransferResult AdtsChannel::receive_bytes(std::string* out, uint64_t max) {
     out->assign(mem.begin(), mem.end());
   });
 }
-
-#else  // no tierce::adts: TPRT is not offered
-
-struct AdtsChannel::Impl {};
-AdtsChannel::AdtsChannel() = default;
-AdtsChannel::~AdtsChannel() = default;
-bool AdtsChannel::available() { return false; }
-bool AdtsChannel::verbs_available() { return false; }
-bool AdtsChannel::configure(Kind, unsigned, size_t, bool, Millis, uint64_t) { return false; }
-int AdtsChannel::listen(const std::string&, uint16_t, uint16_t, std::string* err) {
-  *err = "ADTS is not built in";
-  return -1;
-}
-bool AdtsChannel::wait_session(std::string* err) {
-  *err = "ADTS is not built in";
-  return false;
-}
-bool AdtsChannel::ready() const { return false; }
-void AdtsChannel::reset() { configured_ = false; }
-namespace {
-TransferResult unavailable() {
-  TransferResult r;
-  r.status = TransferResult::Status::PeerError;
-  r.error = "ADTS is not built in";
-  return r;
-}
-}  // namespace
-TransferResult AdtsChannel::send_file(int, uint64_t, uint64_t) { return unavailable(); }
-TransferResult AdtsChannel::send_bytes(std::string_view) { return unavailable(); }
-TransferResult AdtsChannel::receive_file(int, uint64_t) { return unavailable(); }
-TransferResult AdtsChannel::receive_bytes(std::string*, uint64_t) { return unavailable(); }
-
-#endif
 
 }  // namespace tierce::ftpd

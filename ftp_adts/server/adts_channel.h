@@ -3,9 +3,6 @@
 // while the control connection is served), and the persistent adts::Session accepted from it.
 // Every later RETR/STOR/APPE/LIST/NLST/MLSD moves its bytes over that session until TPRT STREAM,
 // a new EPSV/PASV, QUIT, a broken stream or the data timeout.
-//
-// The seam: without the tierce::adts library (TIERCE_FTPD_HAVE_ADTS undefined) available() is
-// false, FEAT does not list TPRT and TPRT gets 502.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +23,6 @@ class AdtsChannel {
   AdtsChannel(const AdtsChannel&) = delete;
   AdtsChannel& operator=(const AdtsChannel&) = delete;
 
-  static bool available();
   static bool verbs_available();
 
   // TPRT accepted: the parameters of the next data session. Ends the current one. false (nothing

@@ -267,12 +267,18 @@ int DataPort::listen_passive(const SockAddr& local, uint16_t lo, uint16_t hi) {
     }
     return fd;
   };
+  static thread_local std::mt19937 rng{std::random_device{}()};
   int fd = -EADDRINUSE;
   if (lo == 0) {
+    // Any port: the kernel's pick first. bind(0) never reuses a port that has a TIME_WAIT
+    // socket, SO_REUSEADDR or not, so after a few ten thousand data connections in a minute
+    // (a mirror) the ephemeral range is used up; then random ports of that range, which an
+    // explicit bind with SO_REUSEADDR may take over from TIME_WAIT (as vsftpd does).
     fd = try_port(0);
+    for (int i = 0; i < 256 && fd == -EADDRINUSE; ++i)
+      fd = try_port(uint16_t(32768 + rng() % (60999 - 32768 + 1)));
   } else {
     // Start at a random port of the range so concurrent sessions rarely collide.
-    static thread_local std::mt19937 rng{std::random_device{}()};
     unsigned span = unsigned(hi - lo) + 1;
     unsigned start = rng() % span;
     for (unsigned i = 0; i < span && fd == -EADDRINUSE; ++i)

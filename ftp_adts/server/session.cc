@@ -503,7 +503,7 @@ void Session::cmd_feat(const std::string&) {
   for (const char* f : {" EPRT", " EPSV", " MDTM", " MFMT"}) l.push_back(f);
   l.push_back(facts_.feat_line());
   for (const char* f : {" PASV", " REST STREAM", " SIZE", " TVFS", " UTF8"}) l.push_back(f);
-  if (cfg_.adts_enable && AdtsChannel::available())
+  if (cfg_.adts_enable)
     l.push_back(AdtsChannel::verbs_available() ? " TPRT TCP;PTCP;VERBS" : " TPRT TCP;PTCP");
   l.push_back("End");
   ctl_.reply_multi(211, l);
@@ -752,7 +752,7 @@ void Session::cmd_epsv(const std::string& arg) {
 }
 
 void Session::cmd_tprt(const std::string& arg) {
-  if (!cfg_.adts_enable || !AdtsChannel::available()) {
+  if (!cfg_.adts_enable) {
     ctl_.reply(502, "TPRT not offered by this server");
     return;
   }
