@@ -728,8 +728,10 @@ def table_mirror(summary, trees, lines, targets):
 
 def find_port_range(count):
     """A run of `count` ports free on both 127.0.0.1 (server) and 127.0.0.2 (relay), below the
-    ephemeral range: after the mirror part thousands of TIME_WAIT connections sit on ephemeral
-    ports, and a listener without SO_REUSEADDR cannot bind a port that has one."""
+    ephemeral range. After the mirror part tens of thousands of TIME_WAIT connections sit on
+    ports all over 1024-65535 (vsftpd picks passive ports at random there): the probe binds with
+    SO_REUSEADDR, as tierce-ftpd's passive listeners and tierce-wanem do, so a port whose only
+    user is a TIME_WAIT socket counts as free."""
     low = 32768
     with contextlib.suppress(OSError, ValueError):
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
@@ -745,6 +747,7 @@ def find_port_range(count):
                 for host in ("127.0.0.1", RELAY_ADDR):
                     s = socket.socket()
                     held.append(s)
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     try:
                         s.bind((host, p))
                     except OSError:
