@@ -13,8 +13,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ftp_adts/adts/adts.h"
@@ -246,6 +248,23 @@ void DataPort::reset() {
   active_ = false;
 }
 
+// The kernel's ephemeral port range (net.ipv4.ip_local_port_range), read once.
+static std::pair<uint16_t, uint16_t> ephemeral_port_range() {
+  static const std::pair<uint16_t, uint16_t> range = [] {
+    unsigned lo = 32768, hi = 60999;
+    if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+      unsigned a = 0, b = 0;
+      if (std::fscanf(f, "%u %u", &a, &b) == 2 && a >= 1024 && a <= b && b <= 65535) {
+        lo = a;
+        hi = b;
+      }
+      std::fclose(f);
+    }
+    return std::pair<uint16_t, uint16_t>(uint16_t(lo), uint16_t(hi));
+  }();
+  return range;
+}
+
 int DataPort::listen_passive(const SockAddr& local, uint16_t lo, uint16_t hi) {
   reset();
   // Tries one port: a fresh socket, SO_REUSEADDR, bind, listen. Without SO_REUSEADDR a port whose
@@ -270,13 +289,14 @@ int DataPort::listen_passive(const SockAddr& local, uint16_t lo, uint16_t hi) {
   static thread_local std::mt19937 rng{std::random_device{}()};
   int fd = -EADDRINUSE;
   if (lo == 0) {
-    // Any port: the kernel's pick first. bind(0) never reuses a port that has a TIME_WAIT
-    // socket, SO_REUSEADDR or not, so after a few ten thousand data connections in a minute
-    // (a mirror) the ephemeral range is used up; then random ports of that range, which an
-    // explicit bind with SO_REUSEADDR may take over from TIME_WAIT (as vsftpd does).
-    fd = try_port(0);
-    for (int i = 0; i < 256 && fd == -EADDRINUSE; ++i)
-      fd = try_port(uint16_t(32768 + rng() % (60999 - 32768 + 1)));
+    // Any port: a random one of the ephemeral range, bound explicitly with SO_REUSEADDR (as
+    // vsftpd does). Not bind(0): the kernel's pick never takes a port that has a TIME_WAIT
+    // socket, and with the tens of thousands a mirror leaves behind it scans the whole range on
+    // every PASV (milliseconds of kernel CPU per file) and then fails with EADDRINUSE.
+    auto [first, last] = ephemeral_port_range();
+    for (int i = 0; i < 512 && fd == -EADDRINUSE; ++i)
+      fd = try_port(uint16_t(first + rng() % (unsigned(last - first) + 1)));
+    if (fd == -EADDRINUSE) fd = try_port(0);
   } else {
     // Start at a random port of the range so concurrent sessions rarely collide.
     unsigned span = unsigned(hi - lo) + 1;
