@@ -374,8 +374,14 @@ class Clients:
         raise ValueError(label)
 
 
+# --pin: servers (started from this process) run on CPU 0, clients on CPU 1 (taskset), so the
+# VM's scheduler cannot pack a client and a server onto one vCPU for a whole transfer.
+CLIENT_CPU_PREFIX = []
+
+
 def run_client(argv, timeout):
     """Runs a client to completion; returns (wall seconds, client CPU seconds). Raises Failed."""
+    argv = CLIENT_CPU_PREFIX + list(argv)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     try:
@@ -983,6 +989,8 @@ def main():
     ap.add_argument("--tmp", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the RAM-backed files go (default /dev/shm)")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--pin", action="store_true",
+                    help="servers on CPU 0, clients on CPU 1 (same for every server and client)")
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
     bad = [p for p in parts if p not in ("large", "mirror", "wan")]
@@ -991,6 +999,11 @@ def main():
     if os.geteuid() != 0:
         ap.error("needs root: vsftpd's private instance (chroot, ftp user) and the cgroups")
     prof = PROFILES["quick" if args.quick else "full"]
+    if args.pin:
+        if (os.cpu_count() or 1) < 2 or not shutil.which("taskset"):
+            ap.error("--pin needs 2 CPUs and taskset (util-linux)")
+        os.sched_setaffinity(0, {0})  # the servers are started from here and inherit it
+        CLIENT_CPU_PREFIX[:] = ["taskset", "-c", "1"]
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
@@ -1068,7 +1081,8 @@ def main():
     wan = summarize_wan(rows)
     lines, targets = [], []
     lines.append(f"benchmarks/ftp — {started:%Y-%m-%d %H:%M} — {'quick' if args.quick else 'full'} "
-                 f"profile, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+                 f"profile, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
+                 + (" — pinned: servers on CPU 0, clients on CPU 1" if args.pin else ""))
     meters = sorted({s.meter.kind for s in env["servers"].values()})
     if meters:
         lines.append(f"server CPU measured by: {', '.join(meters)}")
