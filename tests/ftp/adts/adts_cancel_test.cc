@@ -36,58 +36,8 @@ SessionParams params(unsigned streams, Millis timeout = 30s) {
   return p;
 }
 
-// A blocking loopback connection; fd -1 with err set when connect() failed.
-struct Raw {
-  int fd = -1;
-  int err = 0;
-  explicit Raw(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      err = errno;
-      ::close(fd);
-      fd = -1;
-      return;
-    }
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~Raw() {
-    if (fd >= 0) ::close(fd);
-  }
-  void hello(uint16_t index, uint16_t streams) {
-    wire::Hello h;
-    h.index = index;
-    h.streams = streams;
-    h.cookie = kCookie;
-    uint8_t b[wire::kHelloSize];
-    wire::encode(h, b);
-    BOOST_REQUIRE_EQUAL(::send(fd, b, sizeof b, MSG_NOSIGNAL), ssize_t(sizeof b));
-  }
-  int ack() {
-    uint8_t b[wire::kAckSize];
-    size_t got = 0;
-    while (got < sizeof b) {
-      ssize_t r = ::recv(fd, b + got, sizeof b - got, 0);
-      if (r <= 0) return -1;
-      got += size_t(r);
-    }
-    return int(wire::get_u32(b + 4));
-  }
-  // true when the server closed the connection (EOF or reset) rather than the 10 s timeout.
-  bool closed_by_peer() {
-    char c;
-    ssize_t r = ::recv(fd, &c, 1, 0);
-    return r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE));
-  }
-};
-
 bool refuses(uint16_t port) {
-  Raw r(port);
-  return r.fd < 0 && r.err == ECONNREFUSED;
+  return connect_errno(port) == ECONNREFUSED;
 }
 
 struct AcceptResult {
@@ -116,14 +66,14 @@ BOOST_AUTO_TEST_CASE(cancel_wakes_a_blocked_accept) {
   Listener l("127.0.0.1", 0, 0, params(3));
   const uint16_t port = l.port();
   // One stream is in (HELLO-ACK OK), one connected without its HELLO; the third never comes.
-  Raw in(port);
+  RawStream in(port);
   BOOST_REQUIRE(in.fd >= 0);
-  Raw silent(port);
+  RawStream silent(port);
   BOOST_REQUIRE(silent.fd >= 0);
   AcceptResult ar;
   auto t0 = Clock::now();
   std::thread acceptor([&] { ar = run_accept(l); });
-  in.hello(0, 3);
+  in.hello(kCookie, 0, 3);
   BOOST_REQUIRE_EQUAL(in.ack(), 0);
   std::this_thread::sleep_for(200ms);  // accept() is blocked in its poll by now
   l.cancel();

@@ -35,58 +35,6 @@ SessionParams params(unsigned streams = 1, Millis timeout = 10s) {
   return p;
 }
 
-// A hand-made client stream: blocking socket, raw bytes.
-struct RawStream {
-  int fd = -1;
-  explicit RawStream(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-      throw std::runtime_error("connect");
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~RawStream() {
-    if (fd >= 0) ::close(fd);
-  }
-  void write(const void* p, size_t n) {
-    BOOST_REQUIRE_EQUAL(::send(fd, p, n, MSG_NOSIGNAL), ssize_t(n));
-  }
-  void hello(uint64_t cookie, uint16_t index = 0, uint16_t streams = 1) {
-    wire::Hello h;
-    h.index = index;
-    h.streams = streams;
-    h.cookie = cookie;
-    uint8_t b[wire::kHelloSize];
-    wire::encode(h, b);
-    write(b, sizeof b);
-  }
-  // The HELLO-ACK status, or -1 if the stream closed without one.
-  int ack() {
-    uint8_t b[wire::kAckSize];
-    size_t got = 0;
-    while (got < sizeof b) {
-      ssize_t r = ::recv(fd, b + got, sizeof b - got, 0);
-      if (r <= 0) return -1;
-      got += size_t(r);
-    }
-    BOOST_CHECK_EQUAL(wire::get_u32(b), wire::kAckMagic);
-    return int(wire::get_u32(b + 4));
-  }
-  void header(wire::BlockType t, uint64_t id, uint64_t off, uint64_t len, uint32_t magic = wire::kBlockMagic) {
-    uint8_t b[wire::kHeaderSize];
-    wire::encode(wire::Header{magic, t, id, off, len}, b);
-    write(b, sizeof b);
-  }
-  void payload(size_t n) {
-    std::vector<uint8_t> z(n, 0x5a);
-    write(z.data(), n);
-  }
-};
-
 // A listener whose accept() runs on a thread; the log lines it produced are kept.
 struct AsyncAccept {
   Listener listener;

@@ -47,62 +47,6 @@ uint64_t file_size(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
 }
 
-// A hand-made client stream: blocking socket, raw bytes.
-struct RawStream {
-  int fd = -1;
-  explicit RawStream(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-      throw std::runtime_error("connect");
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  }
-  explicit RawStream(int accepted) : fd(accepted) {}
-  ~RawStream() {
-    if (fd >= 0) ::close(fd);
-  }
-  void write(const void* p, size_t n) {
-    BOOST_REQUIRE_EQUAL(::send(fd, p, n, MSG_NOSIGNAL), ssize_t(n));
-  }
-  void read(void* p, size_t n) {
-    for (size_t got = 0; got < n;) {
-      ssize_t r = ::recv(fd, static_cast<uint8_t*>(p) + got, n - got, 0);
-      BOOST_REQUIRE_GT(r, 0);
-      got += size_t(r);
-    }
-  }
-  void hello(uint16_t index, uint16_t streams) {
-    wire::Hello h;
-    h.index = index;
-    h.streams = streams;
-    h.cookie = kCookie;
-    uint8_t b[wire::kHelloSize];
-    wire::encode(h, b);
-    write(b, sizeof b);
-  }
-  int ack() {
-    uint8_t b[wire::kAckSize];
-    read(b, sizeof b);
-    BOOST_CHECK_EQUAL(wire::get_u32(b), wire::kAckMagic);
-    return int(wire::get_u32(b + 4));
-  }
-  void header(wire::BlockType t, uint64_t id, uint64_t off, uint64_t len) {
-    uint8_t b[wire::kHeaderSize];
-    wire::encode(wire::Header{wire::kBlockMagic, t, id, off, len}, b);
-    write(b, sizeof b);
-  }
-  void data(uint64_t id, uint64_t off, size_t len, uint8_t fill) {
-    header(wire::BlockType::Data, id, off, len);
-    std::vector<uint8_t> z(len, fill);
-    write(z.data(), len);
-  }
-};
-
 // A server session whose `streams` clients are RawStreams that did their HELLO.
 struct RawPeer {
   std::unique_ptr<Session> server;
@@ -112,7 +56,7 @@ struct RawPeer {
     auto fut = std::async(std::launch::async, [&] { return l.accept(); });
     for (unsigned i = 0; i < streams; ++i) {
       raw.push_back(std::make_unique<RawStream>(l.port()));
-      raw.back()->hello(uint16_t(i), uint16_t(streams));
+      raw.back()->hello(kCookie, uint16_t(i), uint16_t(streams));
       BOOST_REQUIRE_EQUAL(raw.back()->ack(), 0);
     }
     server = fut.get();
