@@ -28,8 +28,8 @@ struct ClusterClient::Node {
 
 namespace {
 
-// A borrowed connection: returned to the pool on success, dropped (and the node marked down for
-// retry_after) when the operation failed.
+// A borrowed connection: returned to the pool on success (the node is then up), dropped (and the
+// node marked down for retry_after) when the operation failed.
 class Lease {
  public:
   Lease(ClusterClient::Node& n, std::unique_ptr<ClusterClient::Node::Conn> c,
@@ -39,6 +39,7 @@ class Lease {
     std::lock_guard lk(n_.mu);
     if (ok_) {
       n_.idle.push_back(std::move(c_));
+      n_.down_until = {};  // it answered: back in service (e.g. reached again over a fresh one)
     } else {
       --n_.total;
       n_.down_until = Clock::now() + retry_after_;
@@ -124,6 +125,37 @@ std::unique_ptr<ClusterClient::Node::Conn> borrow(ClusterClient::Node& n,
   }
 }
 
+// A new connection to `n`, even while the node is marked down, after dropping its idle pooled
+// ones (they may lead to a previous incarnation of its memd); nullptr when it cannot be reached.
+// Quiet: the caller reports the node.
+std::unique_ptr<ClusterClient::Node::Conn> borrow_fresh(ClusterClient::Node& n,
+                                                        const fabric::Secret& secret,
+                                                        const ClientTuning& t) {
+  std::vector<std::unique_ptr<ClusterClient::Node::Conn>> stale;
+  {
+    std::lock_guard lk(n.mu);
+    stale.swap(n.idle);
+    n.total -= stale.size();
+    ++n.total;  // may exceed max_connections_per_node by the callers doing this at once
+  }
+  stale.clear();  // closed outside the lock
+  try {
+    fabric::ClientOptions o;
+    o.secret = secret;
+    o.connect_timeout = t.connect_timeout;
+    o.op_timeout = t.op_timeout;
+    auto c = std::make_unique<ClusterClient::Node::Conn>();
+    c->c = fabric::connect(n.uri, o);
+    return c;
+  } catch (const std::exception&) {
+    std::lock_guard lk(n.mu);
+    --n.total;
+    n.down_until = Clock::now() + t.retry_after;
+    n.cv.notify_one();
+    return nullptr;
+  }
+}
+
 const fabric::RemoteRegion& region(ClusterClient::Node::Conn& c, bool acks) {
   auto& r = acks ? c.acks : c.versions;
   if (!r) r = c.c->lookup(acks ? kAcksRegion : kVersionsRegion);
@@ -196,92 +228,156 @@ InvalidateOutcome ClusterClient::invalidate(const std::string& self,
     out.elapsed = Clock::now() - t0;
     return out;
   };
-  auto all_missing = [&](const std::string& why) {
-    for (auto* a : apps) out.missing.push_back(a->name + " (" + why + ")");
-    return finish();
+
+  // The ack counters live in this node's memd. A pooled connection to it that fails (its memd
+  // restarted) is replaced once by a fresh one, as acknowledge() does.
+  Node& me = node(self);
+  std::optional<Lease> ml;
+  auto own = [&]() -> Node::Conn* {
+    if (ml) return &**ml;
+    for (int attempt = 0; attempt < 2 && !ml; ++attempt) {
+      auto c = attempt == 0 ? borrow(me, secret_, tuning_, log_) : borrow_fresh(me, secret_, tuning_);
+      if (!c) continue;
+      ml.emplace(me, std::move(c), tuning_.retry_after);
+      try {
+        region(**ml, true);
+      } catch (const std::exception&) {
+        ml.reset();
+      }
+    }
+    return ml ? &**ml : nullptr;
   };
 
-  // 1. An ack slot on this node: claim it (cas owner 0 -> token), note the counter's base.
-  Node& me = node(self);
-  auto c = borrow(me, secret_, tuning_, log_);
-  if (!c) return all_missing("own memd unreachable: no ack counter");
-  Lease ml(me, std::move(c), tuning_.retry_after);
-  uint64_t token = fabric::random_u64() | 1;
-  uint32_t slot = 0;
-  uint64_t base = 0;
-  try {
-    const auto& acks = region(*ml, true);
-    uint64_t n_slots = acks.len >= 64 ? (acks.len - 64) / 16 : 0;
-    bool claimed = false;
-    uint64_t start = fabric::random_u64();
-    for (uint64_t i = 0; i < n_slots && i < 256 && !claimed; ++i) {
-      slot = uint32_t((start + i) % n_slots);
-      claimed = ml->c->cas64(acks, ack_owner_offset(slot), 0, token) == 0;
-    }
-    if (!claimed) return all_missing("no free ack slot on " + self);
-    ml->c->read(acks, ack_counter_offset(slot), &base, 8);
-  } catch (const std::exception& e) {
-    return all_missing(std::string("ack slot: ") + e.what());
-  }
-
-  // 2. Send to every home (one-way); a home that cannot be reached will not ack.
   InvalidateRequest req;
   req.scheme = scheme;
-  req.ack_slot = slot;
-  req.ack_token = token;
   req.origin = self;
   if (scheme == Scheme::DependencyLists) req.deps.assign(deps.begin(), deps.end());
-  auto body = encode(req);
-  std::vector<bool> sent(apps.size(), false);
-  size_t n_sent = 0;
-  for (size_t i = 0; i < apps.size(); ++i) {
-    Node& h = node(apps[i]->name);
-    auto hc = borrow(h, secret_, tuning_, log_);
-    if (!hc) continue;
-    Lease hl(h, std::move(hc), tuning_.retry_after);
-    try {
-      hl->c->send(kInvalidateService, body);
-      hl.done();
-      sent[i] = true;
-      ++n_sent;
-    } catch (const std::exception& e) {
-      if (log_)
-        log_(fabric::LogLevel::Warn,
-             "COH0103 invalidation to " + apps[i]->name + " not sent: " + e.what());
-    }
-  }
 
-  // 3. Wait for the acks (each home fetch-and-adds our counter once).
-  uint64_t count = 0;
-  const auto& acks = *ml->acks;
-  try {
-    for (int spins = 0;; ++spins) {
-      ml->c->read(acks, ack_counter_offset(slot), &count, 8);
-      if (count - base >= n_sent || Clock::now() >= until) break;
-      if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(spins > 2000 ? 200 : 20));
+  // Rounds until every home acknowledged or the deadline passed. Each round claims a fresh ack
+  // slot and sends to the homes not yet known to have applied the invalidation; a round whose
+  // acks all arrived settles every home it reached. Homes are resent to after a round that fell
+  // short, over fresh connections: a pooled connection may lead to a previous incarnation of
+  // the home (a send into it can "succeed" and be lost), and a home marked down may be back —
+  // a restarted home whose pages proxies validate again must get the invalidation too.
+  // Invalidations are idempotent, so a home reached twice only bumps its versions twice.
+  enum class Why { Unsent, Unreachable, NoAck };
+  std::vector<Why> pending(apps.size(), Why::Unsent);
+  std::vector<bool> done(apps.size(), false);
+  size_t n_done = 0;
+  std::string own_error;
+  auto slice = std::max<std::chrono::milliseconds>(deadline / 8, std::chrono::milliseconds(10));
+  for (int round = 0; n_done < apps.size() && Clock::now() < until; ++round) {
+    auto round_end = std::min(until, Clock::now() + slice);
+    slice *= 2;
+    // 1. An ack slot on this node: claim it (cas owner 0 -> token), note the counter's base.
+    uint64_t token = fabric::random_u64() | 1;
+    uint32_t slot = 0;
+    uint64_t base = 0;
+    Node::Conn* oc = own();
+    if (!oc) {
+      own_error = "own memd unreachable: no ack counter";
+      std::this_thread::sleep_until(round_end);
+      continue;
     }
-  } catch (const std::exception& e) {
-    if (log_) log_(fabric::LogLevel::Warn, std::string("COH0104 ack counter: ") + e.what());
+    try {
+      const auto& acks = *oc->acks;
+      uint64_t n_slots = acks.len >= 64 ? (acks.len - 64) / 16 : 0;
+      bool claimed = false;
+      uint64_t start = fabric::random_u64();
+      for (uint64_t i = 0; i < n_slots && i < 256 && !claimed; ++i) {
+        slot = uint32_t((start + i) % n_slots);
+        claimed = oc->c->cas64(acks, ack_owner_offset(slot), 0, token) == 0;
+      }
+      if (!claimed) {
+        own_error = "no free ack slot on " + self;
+        break;  // not going to change before the deadline
+      }
+      oc->c->read(acks, ack_counter_offset(slot), &base, 8);
+    } catch (const std::exception& e) {
+      own_error = std::string("ack slot: ") + e.what();
+      ml.reset();  // dropped; the next round reconnects
+      std::this_thread::sleep_until(std::min(until, Clock::now() + std::chrono::milliseconds(10)));
+      continue;
+    }
+    own_error.clear();
+
+    // 2. Send to every unsettled home (one-way); a home that cannot be reached will not ack.
+    req.ack_slot = slot;
+    req.ack_token = token;
+    auto body = encode(req);
+    std::vector<size_t> sent;
+    for (size_t i = 0; i < apps.size(); ++i) {
+      if (done[i]) continue;
+      Node& h = node(apps[i]->name);
+      auto hc = round == 0 ? borrow(h, secret_, tuning_, log_) : borrow_fresh(h, secret_, tuning_);
+      if (!hc) {
+        pending[i] = Why::Unreachable;
+        continue;
+      }
+      Lease hl(h, std::move(hc), tuning_.retry_after);
+      try {
+        hl->c->send(kInvalidateService, body);
+        hl.done();
+        sent.push_back(i);
+        pending[i] = Why::NoAck;
+      } catch (const std::exception& e) {
+        pending[i] = Why::Unreachable;
+        if (log_)
+          log_(fabric::LogLevel::Warn,
+               "COH0103 invalidation to " + apps[i]->name + " not sent: " + e.what());
+      }
+    }
+
+    // 3. Wait for this round's acks (each home fetch-and-adds the counter once).
+    uint64_t count = base;
+    bool own_ok = true;
+    try {
+      for (int spins = 0;; ++spins) {
+        oc->c->read(*oc->acks, ack_counter_offset(slot), &count, 8);
+        if (count - base >= sent.size() || Clock::now() >= round_end) break;
+        if (spins > 200)
+          std::this_thread::sleep_for(std::chrono::microseconds(spins > 2000 ? 200 : 20));
+      }
+    } catch (const std::exception& e) {
+      own_ok = false;
+      if (log_) log_(fabric::LogLevel::Warn, std::string("COH0104 ack counter: ") + e.what());
+    }
+    bool settled = own_ok && count - base >= sent.size();
+    if (settled) {
+      for (size_t i : sent) {
+        done[i] = true;
+        ++n_done;
+      }
+    }
+    // 4. Release the slot, or poison it for good when an ack may still arrive late: a late ack
+    //    must never count for a later round that reuses the slot.
+    if (own_ok) {
+      try {
+        oc->c->cas64(*oc->acks, ack_owner_offset(slot), token,
+                           settled ? 0 : kPoisoned);
+      } catch (const std::exception&) {
+        own_ok = false;
+      }
+    }
+    if (!own_ok) ml.reset();
+    // A round that reached every unsettled home but fell short waited its whole slice; one that
+    // could not reach some home retries after a short pause instead of spinning on connect().
+    if (n_done < apps.size() && sent.size() + n_done == apps.size() && !settled) continue;
+    if (n_done < apps.size())
+      std::this_thread::sleep_until(std::min(until, Clock::now() + std::chrono::milliseconds(10)));
   }
-  out.acked = std::min<uint64_t>(count - base, n_sent);
-  bool complete = n_sent == apps.size() && count - base >= n_sent;
-  if (!complete) {
+  if (ml) ml->done();
+  out.acked = n_done;
+  if (n_done < apps.size()) {
     // A home we could not reach may still be readable by proxies that mapped it (shm) until its
     // lease lapses: never return before the full deadline (callers keep it above the lease).
     std::this_thread::sleep_until(until);
-    for (size_t i = 0; i < apps.size(); ++i)
-      if (!sent[i]) out.missing.push_back(apps[i]->name + " (unreachable)");
-    if (count - base < n_sent)
-      out.missing.push_back(std::to_string(n_sent - (count - base)) + " of the homes sent to (no ack within " +
-                            std::to_string(deadline.count()) + " ms)");
-  }
-  // 4. Release the slot, or poison it for good when an ack may still arrive late: a late ack
-  //    must never count for a later round that reuses the slot.
-  try {
-    ml->c->cas64(acks, ack_owner_offset(slot), token,
-                 count - base >= n_sent ? 0 : kPoisoned);
-    ml.done();
-  } catch (const std::exception&) {
+    for (size_t i = 0; i < apps.size(); ++i) {
+      if (done[i]) continue;
+      const char* why = pending[i] == Why::NoAck ? "sent, no ack within " : "unreachable for ";
+      out.missing.push_back(apps[i]->name + " (" + why + std::to_string(deadline.count()) +
+                            " ms" + (own_error.empty() ? "" : "; " + own_error) + ")");
+    }
   }
   return finish();
 }

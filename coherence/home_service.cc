@@ -1,12 +1,42 @@
 // coherence/home_service.cc — the home role inside an app node's memd (see home_service.h).
 #include "coherence/home_service.h"
 
+#include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "coherence/layout.h"
 #include "coherence/protocol.h"
 
 namespace tierce::coherence {
+
+// A new incarnation must not acknowledge an invalidation while proxies can still validate pages
+// against its predecessor's version table: after a crash (SIGKILL) that segment stays mapped by
+// shm peers, and they read it until the lease the dead memd last renewed runs out. Otherwise a
+// writer's invalidation, acknowledged here, could complete while a proxy still serves a page
+// the old table vouches for. A clean stop revokes and unlinks the segments: nothing to wait for.
+void HomeService::await_predecessor_lease(std::initializer_list<std::string> names) {
+  uint64_t until = 0;
+  for (const auto& name : names) {
+    try {
+      auto old = fabric::SharedSegment::open(name);
+      if (old.live()) until = std::max(until, old.header()->lease_deadline_ns.load());
+    } catch (const std::exception&) {
+      // none (or not ours): nothing can be read from it
+    }
+  }
+  uint64_t now = fabric::monotonic_ns();
+  if (until <= now) return;
+  constexpr uint64_t kMaxWaitNs = 60'000'000'000ull;  // a lease is never configured this long
+  uint64_t wait = std::min(until - now, kMaxWaitNs);
+  if (log_)
+    log_(fabric::LogLevel::Info,
+         "COH0205 home " + node_ + ": the previous incarnation's lease is still valid for " +
+             std::to_string(wait / 1'000'000) +
+             " ms (it did not stop cleanly); waiting it out before serving, so that no proxy "
+             "validates a page against its version table after this one acknowledges");
+  std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+}
 
 HomeService::HomeService(fabric::Server& server, Topology topo, std::string node,
                          fabric::Secret secret, HomeServiceOptions opts, fabric::LogSink log)
@@ -21,6 +51,7 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
     throw TopologyError(topo_.path + ": node " + node_ +
                         " has role proxy: only app nodes are homes (remove [coherence] from this "
                         "memd's config, or make the node an app node)");
+  await_predecessor_lease({me.segment_prefix + ".versions", me.segment_prefix + ".acks"});
   versions_ = std::make_shared<fabric::SharedSegment>(fabric::SharedSegment::create(
       me.segment_prefix + ".versions", versions_bytes(topo_.version_slots)));
   acks_ = std::make_shared<fabric::SharedSegment>(

@@ -2,7 +2,9 @@
 // "versions" and "acks" segments (fresh random bases: a new incarnation on every start), exports
 // them on the memd's fabric::Server, and serves coherence.register / coherence.invalidate /
 // coherence.status. Invalidations are acknowledged with a fetch-and-add on the origin node's
-// "acks" region (connections to the other nodes are opened on demand and kept).
+// "acks" region (connections to the other nodes are opened on demand and kept). After a crash,
+// a new incarnation first waits out the shm lease its predecessor last renewed (COH0205): until
+// then proxies may still read the old table, and nothing may be acknowledged.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -38,6 +40,7 @@ class HomeService {
 
  private:
   void on_invalidate(std::span<const uint8_t> body);
+  void await_predecessor_lease(std::initializer_list<std::string> names);
   std::vector<uint8_t> on_register(std::span<const uint8_t> body);
   void ack(const std::string& origin, uint32_t slot);
 

@@ -2,7 +2,8 @@
 // reached through coherence::ClusterClient over the transport given by --transport=tcp|shm.
 // Registration, the registration race through the real services, invalidations acknowledged by
 // remote fetch-and-add, invalidate-all, garbage messages, a killed home (fail closed, a missing
-// ack reported), and a restarted home (a new incarnation: old tags never match again).
+// ack reported), and a restarted home (a new incarnation: old tags never match again; an
+// invalidation reaches it even from a client that still holds connections to the old one).
 #define BOOST_TEST_MODULE coherence_cluster
 #include <boost/test/unit_test.hpp>
 
@@ -81,11 +82,12 @@ struct Cluster {
     BOOST_REQUIRE_MESSAGE(eventually([&] { return ::access(ready.c_str(), F_OK) == 0; }, 10s),
                           "memd " << names[i] << " did not become ready");
   }
-  ClusterClient client(std::chrono::milliseconds op = 500ms) {
+  ClusterClient client(std::chrono::milliseconds op = 500ms,
+                       std::chrono::milliseconds retry_after = 50ms) {
     ClientTuning t;
     t.op_timeout = op;
     t.connect_timeout = 500ms;
-    t.retry_after = 50ms;
+    t.retry_after = retry_after;
     return ClusterClient(Topology::load(topo_path), fabric::Secret::from_file(secret), t, nullptr);
   }
 };
@@ -216,4 +218,75 @@ BOOST_AUTO_TEST_CASE(dead_home_fails_closed_and_restart_is_a_new_incarnation) {
   BOOST_TEST(cl.invalidate("app1", deps({"item:5"}), Scheme::DependencyLists, 2000ms).complete());
   // ...which died with the old app2: the first ack to the new app2 replaces it at once.
   BOOST_TEST(cl.invalidate("app2", deps({"item:6"}), Scheme::DependencyLists, 2000ms).complete());
+}
+
+// The stale read CI once found: a writer's client still pooled connections to a home's previous
+// incarnation, or still had it marked down, while a proxy had already registered a page at the
+// restarted home. The invalidation must reach the new incarnation (resent over a fresh
+// connection), not time out as "unreachable" and leave that page valid.
+BOOST_AUTO_TEST_CASE(invalidation_reaches_a_restarted_home_the_writer_thought_gone) {
+  Cluster c;
+  auto writer = c.client(200ms, 10s);  // marks a failed node down for 10 s
+  auto proxy = c.client(200ms);
+  const auto& topo = writer.topology();
+  uint64_t k = key_homed_at(topo, "app2");
+  uint64_t slot = slot_of(k, topo.version_slots);
+
+  for (bool marked_down : {false, true}) {
+    BOOST_TEST_CONTEXT("writer " << (marked_down ? "marked app2 down" : "pools old connections")) {
+      // The writer holds idle connections to this incarnation of app2 (and app1).
+      BOOST_REQUIRE(writer.invalidate("app1", deps({"warm"}), Scheme::DependencyLists, 2000ms)
+                        .complete());
+      BOOST_REQUIRE(writer.read_version("app2", slot).has_value());
+      c.memd[1].kill_now();
+      if (marked_down)  // a failed read: app2 is skipped for retry_after (10 s)
+        BOOST_REQUIRE(eventually([&] { return !writer.read_version("app2", slot).has_value(); }, 3s));
+      c.start(1);
+      // A proxy caches a page against the new incarnation.
+      std::optional<uint64_t> seq;
+      BOOST_REQUIRE(eventually([&] { return (seq = proxy.read_seq("app2")).has_value(); }, 5s));
+      auto reg = proxy.register_page("app2", k, slot, *seq, deps({"item:9"}));
+      BOOST_REQUIRE(reg.cacheable);
+      BOOST_REQUIRE(proxy.read_version("app2", slot) == std::optional<uint64_t>(reg.version));
+
+      auto out = writer.invalidate("app1", deps({"item:9"}), Scheme::DependencyLists, 2000ms);
+      BOOST_TEST(out.complete());
+      BOOST_TEST(out.acked == 2u);
+      for (const auto& m : out.missing) BOOST_TEST_MESSAGE("missing: " << m);
+      auto v = proxy.read_version("app2", slot);
+      BOOST_REQUIRE(v.has_value());
+      BOOST_TEST(*v != reg.version);  // the page is invalid: no stale read
+    }
+  }
+}
+
+// The race behind a stale read after a crash over shm: proxies that mapped the dead home's
+// version table may read it until the lease its memd last renewed runs out. A new incarnation
+// started at once must not acknowledge an invalidation before then (it waits the lease out,
+// COH0205), or the writer would complete while a proxy still validates the old page.
+BOOST_AUTO_TEST_CASE(a_crashed_homes_table_is_never_trusted_after_its_successor_acks) {
+  Cluster c;
+  auto writer = c.client(200ms);
+  auto proxy = c.client(200ms);
+  const auto& topo = writer.topology();
+  uint64_t k = key_homed_at(topo, "app2");
+  uint64_t slot = slot_of(k, topo.version_slots);
+  auto reg = proxy.register_page("app2", k, slot, *proxy.read_seq("app2"), deps({"item:3"}));
+  BOOST_REQUIRE(reg.cacheable);
+  BOOST_REQUIRE(proxy.read_version("app2", slot) == std::optional<uint64_t>(reg.version));
+
+  c.memd[1].kill_now();  // SIGKILL: the old segments stay, with their last lease
+  auto t0 = std::chrono::steady_clock::now();
+  c.start(1);            // at once
+  BOOST_TEST_MESSAGE("restart took " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::steady_clock::now() - t0)
+                                            .count()
+                                     << " ms");
+  std::optional<uint64_t> seq;
+  BOOST_REQUIRE(eventually([&] { return (seq = writer.read_seq("app2")).has_value(); }, 5s));
+  auto out = writer.invalidate("app1", deps({"item:3"}), Scheme::DependencyLists, 2000ms);
+  BOOST_REQUIRE(out.complete());
+  // The proxy's connection still maps the old table: it must not vouch for the old page now.
+  auto v = proxy.read_version("app2", slot);
+  BOOST_TEST((!v || *v != reg.version), "the dead incarnation's table still validated the page");
 }
