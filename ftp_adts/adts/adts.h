@@ -143,7 +143,7 @@ std::unique_ptr<Session> connect(const std::string& host, uint16_t port, const S
 // connected socket, bounded by a timeout of no progress. tierce-ftpd and tierce-ftp both move their
 // TYPE I, non-TLS data with them; the socket may be blocking or not.
 struct PlainOptions {
-  // Called after every chunk (at most 1 MiB) with the bytes moved so far; returning false stops
+  // Called each time another 1 MiB has moved, with the bytes moved so far; returning false stops
   // the move with AdtsError{Aborted}. Client: progress; server: the ABOR check.
   std::function<bool(uint64_t done)> on_chunk;
   // Polled along with the data socket while a move waits; when it turns readable on_chunk is
@@ -154,14 +154,22 @@ struct PlainOptions {
   // AdtsError{LocalIo}.
   bool short_file_ok = false;
   // Out, if set: how many of the bytes moved went through a user-space buffer (a file or socket
-  // that refuses sendfile/splice, a non-seekable file); 0 = all zero copy.
+  // that refuses sendfile/splice, a non-seekable file, receive_by_splice off); 0 = all zero copy.
   uint64_t* copied = nullptr;
+  // receive_file: splice socket -> pipe -> file (true), or recv into a 1 MiB buffer + pwrite
+  // (false). Splice keeps the arriving socket buffers referenced until they reach the file; a
+  // sender that writes from user buffers (curl, lftp: send(2), not sendfile) must then allocate
+  // fresh ones, and over loopback that stalled such uploads to 0.35-0.45x of a copying receiver
+  // in some runs (benchmarks/ftp/README.md). tierce-ftpd receives uploads from any client by
+  // copy; tierce-ftp downloads (servers send with sendfile) by splice.
+  bool receive_by_splice = true;
 };
 // Sends [offset, offset+length) of fd to sock with sendfile(2); returns bytes sent.
 uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis timeout,
                    const PlainOptions& o = {});
-// Writes what arrives on sock until EOF to fd at offset with splice(2) (read/write when the file
-// does not support splice; write(2) when it is not seekable, e.g. a pipe); returns bytes written.
+// Writes what arrives on sock until EOF to fd at offset with splice(2), or through a buffer
+// (PlainOptions::receive_by_splice; also when the file does not support splice; write(2) when it
+// is not seekable, e.g. a pipe); returns bytes written.
 uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout,
                       const PlainOptions& o = {});
 

@@ -1,5 +1,6 @@
 // ftp_adts/adts/plain.cc — zero-copy moves for plain RFC 959 data connections (no ADTS framing):
-// sendfile(2) from a file region to the socket, splice(2) from the socket into a file until EOF.
+// sendfile(2) from a file region to the socket; splice(2) from the socket into a file until EOF,
+// or recv into a buffer + pwrite (PlainOptions::receive_by_splice: adts.h says when each is used).
 // The one implementation tierce-ftpd and tierce-ftp use for TYPE I without TLS; their callers
 // hook in per chunk (PlainOptions: progress, ABOR). The socket may be blocking or not; every wait
 // is a poll bounded by the no-progress timeout. Files or sockets that refuse sendfile/splice, and
@@ -65,11 +66,15 @@ class Move {
     }
   }
 
-  // Counts n bytes moved (copied: through a user buffer), then asks on_chunk.
+  // Counts n bytes moved (copied: through a user buffer); asks on_chunk once kChunk more bytes
+  // moved since it last asked (and wait() asks when the watch fd turns readable).
   void moved(uint64_t n, bool copied) {
     done_ += n;
     if (copied && o_.copied) *o_.copied += n;
-    ask();
+    if (done_ - asked_at_ >= kChunk) {
+      asked_at_ = done_;
+      ask();
+    }
   }
 
   // send_file: the file ended before `length`.
@@ -89,6 +94,7 @@ class Move {
   const PlainOptions& o_;
   int watch_fd_;
   uint64_t done_ = 0;
+  uint64_t asked_at_ = 0;
 };
 
 // Writes all of [p, p+n) at off; appends with write(2) when fd is not seekable.
@@ -125,13 +131,18 @@ uint64_t copy_out(Move& m, int fd, uint64_t offset, uint64_t length) {
   return m.done();
 }
 
-// recv + write, for sockets or files that refuse splice, until EOF.
+// recv + write until EOF: by choice (receive_by_splice off), or for sockets or files that refuse
+// splice. Reads first and waits only when nothing is there (a poll per recv would double the
+// system calls of a busy transfer).
 uint64_t copy_in(Move& m, int fd, uint64_t offset) {
-  std::vector<uint8_t> buf(kCopyBuffer);
+  std::vector<uint8_t> buf(kChunk);
   for (;;) {
-    m.wait(POLLIN, "receiving from the peer");
     ssize_t r = ::recv(m.sock(), buf.data(), buf.size(), MSG_DONTWAIT);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r < 0 && errno == EAGAIN) {
+      m.wait(POLLIN, "receiving from the peer");
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
     if (r < 0) wire::throw_errno(Code::PeerClosed, "recv", errno);
     if (r == 0) return m.done();
     write_at(fd, buf.data(), size_t(r), offset + m.done());
@@ -173,9 +184,14 @@ uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis ti
                    const PlainOptions& o) {
   wire::SigpipeGuard no_sigpipe;
   Move m(sock, timeout, o);
+  // A blocking socket is polled before every sendfile, so that it never blocks past the timeout
+  // inside it; a non-blocking one only when it said EAGAIN.
+  int fl = ::fcntl(sock, F_GETFL);
+  bool blocking = fl >= 0 && !(fl & O_NONBLOCK);
+  bool full = blocking;
   while (m.done() < length) {
-    // Poll first so a blocking socket never blocks past the timeout inside sendfile.
-    m.wait(POLLOUT, "sending to the peer");
+    if (full) m.wait(POLLOUT, "sending to the peer");
+    full = blocking;
     off_t at = off_t(offset + m.done());
     ssize_t w = ::sendfile(sock, fd, &at, size_t(std::min<uint64_t>(length - m.done(), kChunk)));
     if (w > 0) {
@@ -184,6 +200,7 @@ uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis ti
     }
     if (w == 0) return m.file_ended(offset, length);
     int e = errno;
+    if (e == EAGAIN) full = true;
     if (e == EINTR || e == EAGAIN) continue;
     if (wire::is_peer_gone(e)) wire::throw_errno(Code::PeerClosed, "sendfile", e);
     if (e == EINVAL || e == ENOSYS) return copy_out(m, fd, offset, length);
@@ -195,7 +212,7 @@ uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis ti
 uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout, const PlainOptions& o) {
   Move m(sock, timeout, o);
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return copy_in(m, fd, offset);
+  if (!o.receive_by_splice || ::pipe2(p, O_CLOEXEC) != 0) return copy_in(m, fd, offset);
   wire::Fd pr(p[0]), pw(p[1]);
   (void)::fcntl(pw.get(), F_SETPIPE_SZ, int(kChunk));  // best effort (pipe-max-size)
   for (;;) {

@@ -191,7 +191,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
 
   c.only_known_keys(root, "",
                     {"listen", "workers", "max_sessions", "worker_sessions", "pasv_ports",
-                     "pasv_address", "idle_timeout_s", "data_timeout_s", "login_timeout_s",
+                     "pasv_address", "idle_timeout_s", "data_timeout_s", "store_splice", "login_timeout_s",
                      "login_fail_delay_ms", "max_login_failures", "xferlog", "log_level",
                      "ready_file", "banner", "anonymous", "tls", "adts", "user"});
 
@@ -222,6 +222,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
   }
   c.set(&cfg.idle_timeout_s, root, "", "idle_timeout_s", 1, 86400);
   c.set(&cfg.data_timeout_s, root, "", "data_timeout_s", 1, 86400);
+  if (auto v = c.boolean(root, "", "store_splice")) cfg.store_splice = *v;
   c.set(&cfg.login_timeout_s, root, "", "login_timeout_s", 1, 3600);
   c.set(&cfg.login_fail_delay_ms, root, "", "login_fail_delay_ms", 0, 60000);
   c.set(&cfg.max_login_failures, root, "", "max_login_failures", 1, 100);

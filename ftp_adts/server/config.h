@@ -40,6 +40,7 @@ struct Config {
   std::string pasv_address;         // announced in 227; "" = the control socket's address
   unsigned idle_timeout_s = 300;
   unsigned data_timeout_s = 60;
+  bool store_splice = false;        // plain STOR/APPE: splice (true) or recv + pwrite (adts.h)
   unsigned login_timeout_s = 30;
   unsigned login_fail_delay_ms = 1000;  // pause after a failed PASS (slows password guessing)
   unsigned max_login_failures = 3;      // then 421 and close

@@ -91,6 +91,7 @@ TransferResult zero_copy_move(DataConn& c, const TransferOptions& o, MoveFn&& mo
   po.watch_fd = o.control_fd;
   po.short_file_ok = true;  // a file that shrank under us: send what there was
   po.copied = &copied;
+  po.receive_by_splice = o.receive_splice;
   set_nonblocking(c.fd(), true);
   try {
     r.bytes = move(po);

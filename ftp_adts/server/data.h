@@ -93,6 +93,7 @@ struct TransferResult {
 struct TransferOptions {
   bool ascii = false;      // TYPE A: LF -> CRLF on send, CRLF -> LF on receive
   bool zero_copy = true;   // allowed (TYPE I without TLS)
+  bool receive_splice = false;  // receive_file: splice, or recv + pwrite (adts::PlainOptions)
   Millis timeout{60000};   // no progress for this long -> Timeout
   int control_fd = -1;     // polled along with the data socket
   // Called when the control socket is readable: true = the client sent ABOR (stop now);

@@ -871,6 +871,7 @@ TransferOptions Session::transfer_options(bool ascii) {
   TransferOptions o;
   o.ascii = ascii;
   o.zero_copy = !ascii && !prot_p_;
+  o.receive_splice = cfg_.store_splice;
   o.timeout = std::chrono::seconds(cfg_.data_timeout_s);
   o.control_fd = ctl_.fd();
   o.abort = [this] {

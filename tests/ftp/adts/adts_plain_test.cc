@@ -1,6 +1,7 @@
 // tests/ftp/adts/adts_plain_test.cc — send_file/receive_file on plain data connections (RFC 959
-// stream mode): byte-exact over loopback with offsets, blocking and non-blocking sockets, a
-// silent peer times out, a short file is LocalIo.
+// stream mode): byte-exact over loopback with offsets, blocking and non-blocking sockets, splice
+// and copy receive (progress asked at most once per MiB), a silent peer times out, a short file
+// is LocalIo.
 #define BOOST_TEST_MODULE adts_plain
 #include <boost/test/unit_test.hpp>
 
@@ -43,9 +44,10 @@ struct SockPair {
 
 BOOST_AUTO_TEST_CASE(round_trip_with_offsets) {
   TempDir dir;
+  for (bool splice : {true, false})
   for (bool nonblocking : {false, true})
     for (size_t n : {size_t(0), size_t(1), size_t(65535), size_t(5 << 20) + 11}) {
-      BOOST_TEST_CONTEXT("size " << n << " nonblocking " << nonblocking) {
+      BOOST_TEST_CONTEXT("size " << n << " nonblocking " << nonblocking << " splice " << splice) {
         auto data = random_bytes(n + 100, uint32_t(n));
         write_bytes(dir / "src", data);
         write_bytes(dir / "dst", std::vector<uint8_t>(7, 'k'));
@@ -60,8 +62,22 @@ BOOST_AUTO_TEST_CASE(round_trip_with_offsets) {
           so = capture([&] { return send_file(sp.a, in.fd, 100, n, 10s); });
           ::shutdown(sp.a, SHUT_WR);  // EOF ends the receive, as closing a data connection does
         });
-        Outcome ro = capture([&] { return receive_file(sp.b, out.fd, 7, 10s); });
+        PlainOptions po;
+        po.receive_by_splice = splice;
+        uint64_t copied = 0, asked = 0, last = 0;
+        po.copied = &copied;
+        po.on_chunk = [&](uint64_t done) {
+          ++asked;
+          last = done;
+          return true;
+        };
+        Outcome ro = capture([&] { return receive_file(sp.b, out.fd, 7, 10s, po); });
         t.join();
+        // copy: every byte through the buffer; splice: none. on_chunk at most once per MiB moved.
+        BOOST_CHECK_EQUAL(copied, splice ? 0 : n);
+        BOOST_CHECK_LE(asked, n >> 20);
+        if (n >= (2u << 20)) BOOST_CHECK_GE(asked, 1u);
+        if (asked) BOOST_CHECK_GE(last, asked << 20);
         BOOST_REQUIRE_MESSAGE(!so.error && !ro.error, so.what << " / " << ro.what);
         BOOST_CHECK_EQUAL(so.bytes, n);
         BOOST_CHECK_EQUAL(ro.bytes, n);

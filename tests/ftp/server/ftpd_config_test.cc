@@ -87,7 +87,7 @@ BOOST_AUTO_TEST_CASE(parser_reads_every_key) {
   TempDir d;
   std::string text = "listen = \"[::1]:0\"\nworkers = 3\nmax_sessions = 9\npasv_ports = \"0\"\n"
                      "idle_timeout_s = 7\ndata_timeout_s = 8\nlogin_timeout_s = 9\n"
-                     "banner = \"hi\"\n[anonymous]\nroot = \"" + d.path() + "\"\n"
+                     "store_splice = true\nbanner = \"hi\"\n[anonymous]\nroot = \"" + d.path() + "\"\n"
                      "[adts]\nenable = false\nblock_kib = 64\n"
                      "[[user]]\nname = \"a\"\npassword = \"$y$x$y\"\nroot = \"" + d.path() +
                      "\"\nwrite = true\n";
@@ -97,6 +97,9 @@ BOOST_AUTO_TEST_CASE(parser_reads_every_key) {
   BOOST_TEST(c.workers == 3u);
   BOOST_TEST(c.max_sessions == 9u);
   BOOST_TEST(c.idle_timeout_s == 7u);
+  BOOST_TEST(c.store_splice);
+  BOOST_TEST(!tierce::ftpd::parse_config("[anonymous]\nroot = \"" + d.path() + "\"\n", d / "y.toml")
+                  .store_splice);  // copy by default
   BOOST_TEST(c.anonymous);
   BOOST_TEST(!c.adts_enable);
   BOOST_TEST(c.adts_block_kib == 64u);
