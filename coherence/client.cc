@@ -268,7 +268,7 @@ InvalidateOutcome ClusterClient::invalidate(const std::string& self,
   auto slice = std::max<std::chrono::milliseconds>(deadline / 8, std::chrono::milliseconds(10));
   for (int round = 0; n_done < apps.size() && Clock::now() < until; ++round) {
     auto round_end = std::min(until, Clock::now() + slice);
-    slice *= 2;
+    slice = std::min(slice * 2, deadline);  // a home down for long retries many short rounds
     // 1. An ack slot on this node: claim it (cas owner 0 -> token), note the counter's base.
     uint64_t token = fabric::random_u64() | 1;
     uint32_t slot = 0;
