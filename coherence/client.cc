@@ -80,6 +80,30 @@ ClusterClient::Node& ClusterClient::node(const std::string& name) {
 
 namespace {
 
+// Connects to `n` for a slot the caller already counted in n.total; on failure gives the slot
+// back, marks the node down for retry_after, says why and returns nullptr.
+std::unique_ptr<ClusterClient::Node::Conn> connect_counted(ClusterClient::Node& n,
+                                                           const fabric::Secret& secret,
+                                                           const ClientTuning& t,
+                                                           std::string* why) {
+  try {
+    fabric::ClientOptions o;
+    o.secret = secret;
+    o.connect_timeout = t.connect_timeout;
+    o.op_timeout = t.op_timeout;
+    auto c = std::make_unique<ClusterClient::Node::Conn>();
+    c->c = fabric::connect(n.uri, o);
+    return c;
+  } catch (const std::exception& e) {
+    *why = e.what();
+    std::lock_guard lk(n.mu);
+    --n.total;
+    n.down_until = Clock::now() + t.retry_after;
+    n.cv.notify_one();
+    return nullptr;
+  }
+}
+
 // Borrows a connection of `n` (connecting when none is idle); nullptr when the node is marked
 // down or unreachable (the caller fails closed).
 std::unique_ptr<ClusterClient::Node::Conn> borrow(ClusterClient::Node& n,
@@ -104,25 +128,13 @@ std::unique_ptr<ClusterClient::Node::Conn> borrow(ClusterClient::Node& n,
       if (n.cv.wait_until(lk, deadline) == std::cv_status::timeout) return nullptr;
     }
   }
-  try {
-    fabric::ClientOptions o;
-    o.secret = secret;
-    o.connect_timeout = t.connect_timeout;
-    o.op_timeout = t.op_timeout;
-    auto c = std::make_unique<ClusterClient::Node::Conn>();
-    c->c = fabric::connect(n.uri, o);
-    return c;
-  } catch (const std::exception& e) {
-    std::lock_guard lk(n.mu);
-    --n.total;
-    n.down_until = Clock::now() + t.retry_after;
-    n.cv.notify_one();
-    if (log)
-      log(fabric::LogLevel::Warn, "COH0101 cannot reach " + n.info->name + " at " + n.uri + ": " +
-                                      e.what() + " (its pages are not served from cache for " +
-                                      std::to_string(t.retry_after.count()) + " ms)");
-    return nullptr;
-  }
+  std::string why;
+  auto c = connect_counted(n, secret, t, &why);
+  if (!c && log)
+    log(fabric::LogLevel::Warn, "COH0101 cannot reach " + n.info->name + " at " + n.uri + ": " +
+                                    why + " (its pages are not served from cache for " +
+                                    std::to_string(t.retry_after.count()) + " ms)");
+  return c;
 }
 
 // A new connection to `n`, even while the node is marked down, after dropping its idle pooled
@@ -139,21 +151,8 @@ std::unique_ptr<ClusterClient::Node::Conn> borrow_fresh(ClusterClient::Node& n,
     ++n.total;  // may exceed max_connections_per_node by the callers doing this at once
   }
   stale.clear();  // closed outside the lock
-  try {
-    fabric::ClientOptions o;
-    o.secret = secret;
-    o.connect_timeout = t.connect_timeout;
-    o.op_timeout = t.op_timeout;
-    auto c = std::make_unique<ClusterClient::Node::Conn>();
-    c->c = fabric::connect(n.uri, o);
-    return c;
-  } catch (const std::exception&) {
-    std::lock_guard lk(n.mu);
-    --n.total;
-    n.down_until = Clock::now() + t.retry_after;
-    n.cv.notify_one();
-    return nullptr;
-  }
+  std::string why;
+  return connect_counted(n, secret, t, &why);
 }
 
 const fabric::RemoteRegion& region(ClusterClient::Node::Conn& c, bool acks) {
