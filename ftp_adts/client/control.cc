@@ -698,22 +698,25 @@ uint64_t FtpClient::stor(const std::string& remote, int fd, uint64_t offset, uin
   return n;
 }
 
-void FtpClient::retr_many(const std::vector<BatchItem>& items, const BatchDone& done) {
-  if (!adts_) {
-    for (size_t i = 0; i < items.size(); ++i) {
-      BatchResult r;
-      try {
-        r.bytes = retr(items[i], 0, {});
-        r.ok = true;
-      } catch (const ClientError& e) {
-        if (broken_) throw;
-        r.code = e.code();
-        r.error = e.what();
-      }
-      done(i, r);
+void FtpClient::each_serially(const std::vector<BatchItem>& items, const BatchDone& done,
+                              const std::function<uint64_t(const BatchItem&)>& one) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    BatchResult r;
+    try {
+      r.bytes = one(items[i]);
+      r.ok = true;
+    } catch (const ClientError& e) {
+      if (broken_) throw;
+      r.code = e.code();
+      r.error = e.what();
     }
-    return;
+    done(i, r);
   }
+}
+
+void FtpClient::retr_many(const std::vector<BatchItem>& items, const BatchDone& done) {
+  if (!adts_)
+    return each_serially(items, done, [&](const BatchItem& it) { return retr(it, 0, {}); });
   // Pipelined: keep up to `window` RETRs ahead of the one being received. The server answers in
   // order and its transfers follow one another on the session, so we read them in order too.
   const size_t window = std::max<unsigned>(1, opts_.pipeline_window);
@@ -731,22 +734,10 @@ void FtpClient::retr_many(const std::vector<BatchItem>& items, const BatchDone& 
 }
 
 void FtpClient::stor_many(const std::vector<BatchItem>& items, const BatchDone& done) {
-  if (!adts_) {
-    for (size_t i = 0; i < items.size(); ++i) {
-      BatchResult r;
-      try {
-        r.bytes = stor(items[i].remote, items[i].fd, items[i].offset, items[i].length,
-                       items[i].append, {});
-        r.ok = true;
-      } catch (const ClientError& e) {
-        if (broken_) throw;
-        r.code = e.code();
-        r.error = e.what();
-      }
-      done(i, r);
-    }
-    return;
-  }
+  if (!adts_)
+    return each_serially(items, done, [&](const BatchItem& it) {
+      return stor(it.remote, it.fd, it.offset, it.length, it.append, {});
+    });
   // Commands go ahead; each transfer is sent only after its 150, so a refused STOR (553) never
   // leaves bytes on the session that the server would not read.
   const size_t window = std::max<unsigned>(1, opts_.pipeline_window);

@@ -134,6 +134,10 @@ class FtpClient {
                                          ftp::Reply* prelim);
   uint64_t finish_plain_reply(const std::string& what);
   BatchResult adts_retr_one(const BatchItem& it, bool rest_sent);
+  // retr_many / stor_many without an ADTS session: `one` moves each item in turn; a ClientError
+  // fails that item only, unless it broke the control connection (then it is rethrown).
+  void each_serially(const std::vector<BatchItem>& items, const BatchDone& done,
+                     const std::function<uint64_t(const BatchItem&)>& one);
   std::string list_raw(const std::string& cmd, bool* mlsd);
   std::string where() const;
 

@@ -220,6 +220,19 @@ struct CopyQueue {
     std::lock_guard<std::mutex> g(mu);
     report->failures.push_back(path + ": " + why);
   }
+  // A copy a broken connection left unfinished: queued again (for a worker with a working
+  // connection) until it has had kMaxAttempts, then failed with `why`.
+  void retry_or_fail(size_t idx, const std::string& why) {
+    bool again;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      again = ++attempts[idx] < kMaxAttempts;
+    }
+    if (again)
+      put_back(idx);
+    else
+      fail((*copies)[idx].path, why);
+  }
   void ok(uint64_t bytes) {
     std::lock_guard<std::mutex> g(mu);
     report->files++;
@@ -283,17 +296,8 @@ void get_batch(FtpClient& c, CopyQueue& q, const std::vector<size_t>& batch,
   } catch (const ClientError& e) {
     for (size_t k = 0; k < items.size(); ++k) {
       if (reported[k]) continue;
-      size_t idx = which[k];
-      ::unlink(join_local(local_root, copies[idx].path).c_str());
-      bool again;
-      {
-        std::lock_guard<std::mutex> g(q.mu);
-        again = ++q.attempts[idx] < kMaxAttempts;
-      }
-      if (again)
-        q.put_back(idx);
-      else
-        q.fail(copies[idx].path, e.what());
+      ::unlink(join_local(local_root, copies[which[k]].path).c_str());
+      q.retry_or_fail(which[k], e.what());
     }
     return;
   }
@@ -349,19 +353,8 @@ void put_batch(FtpClient& c, CopyQueue& q, const std::vector<size_t>& batch,
       bar.add(r.bytes);
     });
   } catch (const ClientError& e) {
-    for (size_t k = 0; k < items.size(); ++k) {
-      if (reported[k]) continue;
-      size_t idx = which[k];
-      bool again;
-      {
-        std::lock_guard<std::mutex> g(q.mu);
-        again = ++q.attempts[idx] < kMaxAttempts;
-      }
-      if (again)
-        q.put_back(idx);
-      else
-        q.fail(copies[idx].path, e.what());
-    }
+    for (size_t k = 0; k < items.size(); ++k)
+      if (!reported[k]) q.retry_or_fail(which[k], e.what());
     return;
   }
   for (size_t k : sent) {
