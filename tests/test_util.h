@@ -4,9 +4,12 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cstdint>
@@ -34,6 +37,15 @@ inline std::string random_suffix() {
   std::ostringstream o;
   o << std::hex << ((uint64_t(rd()) << 32) | rd());
   return o.str();
+}
+
+// Call first in a forked child that will exec a daemon for a test, with the test process's pid
+// taken before the fork: the daemon gets SIGKILL when the test process dies. A crash or a
+// sanitizer abort skips the destructors that would stop it, and a daemon left holding ctest's
+// output pipe makes ctest wait out the test's whole TIMEOUT.
+inline void die_with_parent(pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);  // it died before the prctl
 }
 
 // A private directory under $TMPDIR (or /tmp), removed with everything in it.

@@ -33,9 +33,11 @@ constexpr auto kStartLimit = 10s;
 
 // Starts `binary args...` with stdout and stderr appended to `log_path`.
 Child spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork");
   if (pid == 0) {
+    tierce_test::die_with_parent(parent);
     int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);

@@ -72,8 +72,10 @@ struct Cluster {
   void start(size_t i) {
     std::string ready = dir.path() + "/" + names[i] + ".ready";
     ::unlink(ready.c_str());
+    pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid == 0) {
+      tierce_test::die_with_parent(parent);
       std::string cfg = dir / (names[i] + ".toml");
       ::execl(TIERCE_MEMD_BINARY, "tierce-memd", "--foreground", "-c", cfg.c_str(), nullptr);
       ::_exit(127);

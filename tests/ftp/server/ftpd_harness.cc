@@ -44,8 +44,10 @@ pid_t spawn(const std::vector<std::string>& args, int in_fd, int out_fd, int err
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
+  pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
+    tierce_test::die_with_parent(parent);
     ::dup2(in_fd, 0);
     ::dup2(out_fd, 1);
     ::dup2(err_fd, 2);
