@@ -97,4 +97,6 @@ void ClientHandshake::check_answer(const wire::Header& h, std::span<const uint8_
                       "server " + name_ + " could not prove the shared secret: refusing it");
 }
 
+void release_thread_crypto() { OPENSSL_thread_stop(); }
+
 }  // namespace tierce::fabric

@@ -42,6 +42,11 @@ Mac server_proof(const Secret& s, const Nonce& server_nonce, const Nonce& client
 // Constant-time comparison.
 bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b);
 
+// Frees what OpenSSL keeps for the calling thread (its per-thread state, made by the MACs above).
+// A detached thread calls it before it tells anyone it is done: otherwise a process that exits
+// right after may do so before the thread's own exit handlers freed it (LeakSanitizer saw that).
+void release_thread_crypto();
+
 // The client's half of HELLO → AUTH → AUTH_OK, whatever carries the frames (sockets, verbs).
 class ClientHandshake {
  public:

@@ -82,6 +82,7 @@ class SocketListener final : public Listener {
       std::thread([this, c = std::move(c), mine = std::move(mine), raw, peer]() mutable {
         PeerInfo info{addr_.transport == Transport::Shm ? "local" : peer, addr_.transport};
         serve_stream_connection(std::move(c), info, ctx_);
+        release_thread_crypto();
         std::lock_guard g2(mu_);
         conns_.erase(raw);
         mine.reset();
