@@ -1,6 +1,7 @@
 // ftp_adts/adts/session.cc — the public entry points (Listener, connect) choosing a channel, and
 // the helpers both channels share (session_common.h).
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -300,6 +301,19 @@ std::unique_ptr<Session> connect(const std::string& host, uint16_t port, const S
   check_params(p);
   if (p.kind == ChannelKind::Verbs) return connect_verbs_session(host, port, p);
   return connect_tcp_session(host, port, p);
+}
+
+std::optional<AdtsError> source_region_error(const Source& src, uint64_t total) {
+  struct stat st {};
+  if (::fstat(src.fd, &st) != 0)
+    return AdtsError(AdtsError::Code::LocalIo, "fstat of the source file: " + wire::errno_text(errno));
+  if (S_ISREG(st.st_mode) &&
+      (src.offset > uint64_t(st.st_size) || total > uint64_t(st.st_size) - src.offset))
+    return AdtsError(AdtsError::Code::LocalIo,
+                     "source file has " + std::to_string(st.st_size) + " bytes; cannot send " +
+                         std::to_string(total) + " bytes from offset " +
+                         std::to_string(src.offset));
+  return std::nullopt;
 }
 
 }  // namespace tierce::adts

@@ -1,8 +1,8 @@
 // ftp_adts/adts/session_common.h — what the tcp and verbs channels share inside a transfer: the
 // first-error slot, the receiver's coverage check (offsets in range, no overlap, exact cover),
 // the receiver's write-order gate for file sinks,
-// running per-stream workers with progress reported from the calling thread, and parameter
-// checks. Internal to tierce::adts.
+// running per-stream workers with progress reported from the calling thread, parameter checks
+// and the sender's source-region check. Internal to tierce::adts.
 #pragma once
 
 #include <atomic>
@@ -22,6 +22,11 @@
 namespace tierce::adts {
 
 class Listener;
+
+// The sender's check of a file source before BEGIN: `total` bytes from src.offset must lie inside
+// a regular file (the channels then send BEGIN + ABORT, keeping the receiver in step); nullopt =
+// fine, or not a regular file (a pipe ends when it ends).
+std::optional<AdtsError> source_region_error(const Source& src, uint64_t total);
 
 // Memory sinks refuse a BEGIN above this (a garbage length must not make us allocate the moon).
 constexpr uint64_t kMaxMemoryTransfer = uint64_t(1) << 30;

@@ -499,16 +499,7 @@ uint64_t VerbsSession::send(const Source& src, const Progress& progress) {
   const bool from_memory = !src.memory.empty() || src.fd < 0;
   const uint64_t total = from_memory ? src.memory.size() : src.length;
   std::optional<AdtsError> early;
-  if (!from_memory) {
-    struct stat st {};
-    if (::fstat(src.fd, &st) != 0)
-      early.emplace(Code::LocalIo, "fstat of the source file: " + wire::errno_text(errno));
-    else if (S_ISREG(st.st_mode) &&
-             (src.offset > uint64_t(st.st_size) || total > uint64_t(st.st_size) - src.offset))
-      early.emplace(Code::LocalIo, "source file has " + std::to_string(st.st_size) +
-                                       " bytes; cannot send " + std::to_string(total) +
-                                       " bytes from offset " + std::to_string(src.offset));
-  }
+  if (!from_memory) early = source_region_error(src, total);
   const uint64_t id = ++last_id_;
   const uint64_t chunk = max_payload_;
   const uint64_t nblocks = (total + chunk - 1) / chunk;
