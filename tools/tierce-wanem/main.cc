@@ -74,15 +74,16 @@ int main(int argc, char** argv) {
 
   try {
     Relay relay(opts);
-    if (!opts.ready_file.empty() && !write_ready_file(opts.ready_file, relay.listener_count())) {
-      std::fprintf(stderr, "tierce-wanem: cannot write ready file %s\n", opts.ready_file.c_str());
-      return kExitRuntime;
-    }
+    // The line first, then the file: whoever waits for the file finds the line in the log.
     std::printf("tierce-wanem: ready (%zu listeners, delay %llu us, rate %s, window %llu bytes)\n",
                 relay.listener_count(), (unsigned long long)opts.delay_us,
                 opts.rate ? (std::to_string(opts.rate) + " B/s").c_str() : "unlimited",
                 (unsigned long long)opts.window);
     std::fflush(stdout);
+    if (!opts.ready_file.empty() && !write_ready_file(opts.ready_file, relay.listener_count())) {
+      std::fprintf(stderr, "tierce-wanem: cannot write ready file %s\n", opts.ready_file.c_str());
+      return kExitRuntime;
+    }
     relay.run(sigfd);
     const RelayStats& s = relay.stats();
     std::fprintf(stderr,
