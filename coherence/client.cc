@@ -352,8 +352,7 @@ InvalidateOutcome ClusterClient::invalidate(const std::string& self,
     //    must never count for a later round that reuses the slot.
     if (own_ok) {
       try {
-        oc->c->cas64(*oc->acks, ack_owner_offset(slot), token,
-                           settled ? 0 : kPoisoned);
+        oc->c->cas64(*oc->acks, ack_owner_offset(slot), token, settled ? 0 : kPoisoned);
       } catch (const std::exception&) {
         own_ok = false;
       }
