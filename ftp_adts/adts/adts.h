@@ -161,7 +161,9 @@ struct PlainOptions {
   // sender that writes from user buffers (curl, lftp: send(2), not sendfile) must then allocate
   // fresh ones, and over loopback that stalled such uploads to 0.35-0.45x of a copying receiver
   // in some runs (benchmarks/ftp/README.md). tierce-ftpd receives uploads from any client by
-  // copy; tierce-ftp downloads (servers send with sendfile) by splice.
+  // copy; tierce-ftp downloads (servers send with sendfile) by splice. Either way the receiver
+  // is woken once 1 MiB is queued (SO_RCVLOWAT, back to 1 afterwards), not once per segment, and
+  // reads whatever trickled in every 200 ms, so a slow sender is still progress.
   bool receive_by_splice = true;
 };
 // Sends [offset, offset+length) of fd to sock with sendfile(2); returns bytes sent.

@@ -28,6 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kChunk = 1 << 20;         // per sendfile/splice call: the on_chunk granularity
 constexpr size_t kCopyBuffer = 256 << 10;  // the buffered fallbacks
+constexpr size_t kBatch = kChunk;          // receive: bytes queued before poll wakes us
+constexpr Millis kTrickleSlice{200};       // ... or this long, for a sender slower than that
 
 // One move in progress: its socket, options and the bytes moved so far.
 class Move {
@@ -38,31 +40,36 @@ class Move {
   int sock() const { return sock_; }
   uint64_t done() const { return done_; }
 
-  // Waits until the data socket is ready for `events`; throws Timeout after no progress for the
-  // timeout. With a watch fd, its turning readable asks on_chunk (Aborted when it says stop); the
-  // deadline is not moved by it.
-  void wait(short events, const char* what) {
-    if (watch_fd_ < 0) {
-      wire::wait_fd(sock_, events, timeout_, what);
-      return;
-    }
+  // Waits until the data socket is ready for `events`, for at most `slice`: false when the slice
+  // ran out first. Throws Timeout once nothing moved for the timeout. With a watch fd, its turning
+  // readable asks on_chunk (Aborted when it says stop); the deadline is not moved by it.
+  bool wait(short events, const char* what, Millis slice = Millis::max()) {
     pollfd p[2] = {{sock_, events, 0}, {watch_fd_, POLLIN, 0}};
-    auto deadline = Clock::now() + timeout_;
+    nfds_t n = watch_fd_ >= 0 ? 2 : 1;
+    auto start = Clock::now();
     for (;;) {
-      auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      auto now = Clock::now();
+      auto left = std::chrono::duration_cast<Millis>(last_progress_ + timeout_ - now);
       if (left.count() <= 0) wire::throw_no_progress(what, timeout_);
-      int r = ::poll(p, 2, int(std::min<int64_t>(left.count(), INT32_MAX)));
+      auto in_slice = slice == Millis::max()
+                          ? left
+                          : std::chrono::duration_cast<Millis>(start + slice - now);
+      if (in_slice.count() <= 0) return false;
+      int r = ::poll(p, n, int(std::min<int64_t>(std::min(left, in_slice).count(), INT32_MAX)));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) wire::throw_errno(Code::LocalIo, "poll", errno);
-      if (r == 0) wire::throw_no_progress(what, timeout_);
-      if (p[1].revents) {
+      if (r == 0) continue;  // the deadline or the slice: decided above
+      if (n == 2 && p[1].revents) {
         ask();
         // Still going (e.g. a pipelined command, consumed by the caller). A fd that keeps
         // signalling without being consumed (HUP) would spin: stop watching it.
-        if (p[1].revents & (POLLHUP | POLLERR)) p[1].fd = watch_fd_ = -1;
+        if (p[1].revents & (POLLHUP | POLLERR)) {
+          n = 1;
+          watch_fd_ = -1;
+        }
         p[1].revents = 0;
       }
-      if (p[0].revents) return;
+      if (p[0].revents) return true;
     }
   }
 
@@ -70,6 +77,7 @@ class Move {
   // moved since it last asked (and wait() asks when the watch fd turns readable).
   void moved(uint64_t n, bool copied) {
     done_ += n;
+    if (n > 0) last_progress_ = Clock::now();
     if (copied && o_.copied) *o_.copied += n;
     if (done_ - asked_at_ >= kChunk) {
       asked_at_ = done_;
@@ -95,6 +103,30 @@ class Move {
   int watch_fd_;
   uint64_t done_ = 0;
   uint64_t asked_at_ = 0;
+  Clock::time_point last_progress_ = Clock::now();
+};
+
+// Batched receive wake-ups: while one of these lives, poll reports the socket readable only once
+// kBatch bytes are queued (SO_RCVLOWAT; or at EOF, or on an error), so a fast sender wakes the
+// receiver once per batch instead of once per segment. A sender that trickles less than a batch
+// is still read every slice().
+class BatchedWakeups {
+ public:
+  explicit BatchedWakeups(int sock) : sock_(sock) {
+    int v = int(kBatch);
+    on_ = ::setsockopt(sock, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0;
+  }
+  ~BatchedWakeups() {
+    int one = 1;
+    if (on_) (void)::setsockopt(sock_, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one);
+  }
+  BatchedWakeups(const BatchedWakeups&) = delete;
+  BatchedWakeups& operator=(const BatchedWakeups&) = delete;
+  Millis slice() const { return on_ ? kTrickleSlice : Millis::max(); }
+
+ private:
+  int sock_;
+  bool on_ = false;
 };
 
 // Writes all of [p, p+n) at off; appends with write(2) when fd is not seekable.
@@ -132,19 +164,23 @@ uint64_t copy_out(Move& m, int fd, uint64_t offset, uint64_t length) {
 }
 
 // recv + write until EOF: by choice (receive_by_splice off), or for sockets or files that refuse
-// splice. Reads first and waits only when nothing is there (a poll per recv would double the
-// system calls of a busy transfer).
+// splice. Reads again at once after a full buffer, and waits (for a batch) only after a recv that
+// emptied the socket: a poll per recv would double the system calls of a busy transfer.
 uint64_t copy_in(Move& m, int fd, uint64_t offset) {
   std::vector<uint8_t> buf(kChunk);
+  BatchedWakeups batched(m.sock());
+  bool drained = false;  // the last recv emptied the socket: wait before the next
   for (;;) {
+    if (drained) (void)m.wait(POLLIN, "receiving from the peer", batched.slice());
     ssize_t r = ::recv(m.sock(), buf.data(), buf.size(), MSG_DONTWAIT);
     if (r < 0 && errno == EAGAIN) {
-      m.wait(POLLIN, "receiving from the peer");
+      drained = true;
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) wire::throw_errno(Code::PeerClosed, "recv", errno);
     if (r == 0) return m.done();
+    drained = size_t(r) < buf.size();
     write_at(fd, buf.data(), size_t(r), offset + m.done());
     m.moved(uint64_t(r), true);
   }
@@ -193,9 +229,11 @@ uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis ti
     if (full) m.wait(POLLOUT, "sending to the peer");
     full = blocking;
     off_t at = off_t(offset + m.done());
-    ssize_t w = ::sendfile(sock, fd, &at, size_t(std::min<uint64_t>(length - m.done(), kChunk)));
+    size_t want = size_t(std::min<uint64_t>(length - m.done(), kChunk));
+    ssize_t w = ::sendfile(sock, fd, &at, want);
     if (w > 0) {
       m.moved(uint64_t(w), false);
+      if (size_t(w) < want) full = true;  // the socket buffer filled: wait before the next
       continue;
     }
     if (w == 0) return m.file_ended(offset, length);
@@ -215,8 +253,9 @@ uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout, const P
   if (!o.receive_by_splice || ::pipe2(p, O_CLOEXEC) != 0) return copy_in(m, fd, offset);
   wire::Fd pr(p[0]), pw(p[1]);
   (void)::fcntl(pw.get(), F_SETPIPE_SZ, int(kChunk));  // best effort (pipe-max-size)
+  BatchedWakeups batched(sock);
   for (;;) {
-    m.wait(POLLIN, "receiving from the peer");
+    (void)m.wait(POLLIN, "receiving from the peer", batched.slice());
     // The pipe is empty here (each chunk is moved on whole), so the splice in never blocks on it.
     ssize_t in = ::splice(sock, nullptr, pw.get(), nullptr, kChunk,
                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);

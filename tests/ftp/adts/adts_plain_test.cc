@@ -133,3 +133,39 @@ BOOST_AUTO_TEST_CASE(silent_peer_and_short_file) {
     BOOST_CHECK(*o.error == AdtsError::Code::PeerClosed);
   }
 }
+
+// The receiver asks to be woken per 1 MiB queued (SO_RCVLOWAT). A sender that trickles a few bytes
+// at a time, with gaps longer than the receive timeout's share of a batch, is still progress: what
+// arrived is read every slice, so the move ends at EOF with every byte and no Timeout. And the
+// socket's low-water mark is back to 1 afterwards.
+BOOST_AUTO_TEST_CASE(trickling_sender_is_progress) {
+  TempDir dir;
+  for (bool splice : {true, false}) {
+    BOOST_TEST_CONTEXT("splice " << splice) {
+      write_bytes(dir / "dst", {});
+      SockPair sp;
+      std::vector<uint8_t> sent;
+      std::thread t([&] {
+        for (int i = 0; i < 8; ++i) {
+          auto piece = random_bytes(100, uint32_t(i + 1));
+          BOOST_CHECK_EQUAL(::send(sp.a, piece.data(), piece.size(), MSG_NOSIGNAL), 100);
+          sent.insert(sent.end(), piece.begin(), piece.end());
+          std::this_thread::sleep_for(150ms);  // 8 x 150 ms: twice the 600 ms no-progress timeout
+        }
+        ::shutdown(sp.a, SHUT_WR);
+      });
+      FileFd out(dir / "dst", O_WRONLY);
+      PlainOptions po;
+      po.receive_by_splice = splice;
+      Outcome ro = capture([&] { return receive_file(sp.b, out.fd, 0, 600ms, po); });
+      t.join();
+      BOOST_REQUIRE_MESSAGE(!ro.error, ro.what);
+      BOOST_CHECK_EQUAL(ro.bytes, 800u);
+      BOOST_CHECK(read_bytes(dir / "dst") == sent);
+      int lowat = 0;
+      socklen_t len = sizeof lowat;
+      BOOST_REQUIRE_EQUAL(::getsockopt(sp.b, SOL_SOCKET, SO_RCVLOWAT, &lowat, &len), 0);
+      BOOST_CHECK_EQUAL(lowat, 1);
+    }
+  }
+}
