@@ -162,7 +162,7 @@ struct PlainOptions {
   // fresh ones, and over loopback that stalled such uploads to 0.35-0.45x of a copying receiver
   // in some runs (benchmarks/ftp/README.md). tierce-ftpd receives uploads from any client by
   // copy; tierce-ftp downloads (servers send with sendfile) by splice. Either way the receiver
-  // is woken once 1 MiB is queued (SO_RCVLOWAT, back to 1 afterwards), not once per segment, and
+  // is woken once 512 KiB is queued (SO_RCVLOWAT, back to 1 afterwards), not once per segment, and
   // reads whatever trickled in every 200 ms, so a slow sender is still progress.
   bool receive_by_splice = true;
 };

@@ -28,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kChunk = 1 << 20;         // per sendfile/splice call: the on_chunk granularity
 constexpr size_t kCopyBuffer = 256 << 10;  // the buffered fallbacks
-constexpr size_t kBatch = kChunk;          // receive: bytes queued before poll wakes us
+constexpr int kBatch = 512 << 10;          // receive: bytes queued before poll wakes us
+constexpr int kBatchWindow = 4 * kBatch;   // ... out of a receive window of at least this
 constexpr Millis kTrickleSlice{200};       // ... or this long, for a sender slower than that
 
 // One move in progress: its socket, options and the bytes moved so far.
@@ -108,13 +109,18 @@ class Move {
 
 // Batched receive wake-ups: while one of these lives, poll reports the socket readable only once
 // kBatch bytes are queued (SO_RCVLOWAT; or at EOF, or on an error), so a fast sender wakes the
-// receiver once per batch instead of once per segment. A sender that trickles less than a batch
-// is still read every slice().
+// receiver once per batch instead of once per ~64 KiB segment. A sender that trickles less than a
+// batch is still read every slice().
+// Linux grows the receive buffer for a low-water mark it cannot hold, and then clamps the window to
+// that mark: a window the size of the batch would let the sender fill it and stop until we read
+// (stop-and-go). So the mark is first set to kBatchWindow (buffer and window grow to hold that;
+// autotuning grows them further as usual) and then lowered to kBatch, which leaves the window
+// alone: the sender keeps three quarters of it to send into while we read a batch.
 class BatchedWakeups {
  public:
   explicit BatchedWakeups(int sock) : sock_(sock) {
-    int v = int(kBatch);
-    on_ = ::setsockopt(sock, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0;
+    (void)::setsockopt(sock, SOL_SOCKET, SO_RCVLOWAT, &kBatchWindow, sizeof kBatchWindow);
+    on_ = ::setsockopt(sock, SOL_SOCKET, SO_RCVLOWAT, &kBatch, sizeof kBatch) == 0;
   }
   ~BatchedWakeups() {
     int one = 1;

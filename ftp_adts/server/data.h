@@ -2,7 +2,7 @@
 // (PASV/EPSV listener that only takes the control peer's address; PORT/EPRT target) and how bytes
 // move over them:
 //   TYPE I, no TLS   RETR: sendfile(2) file -> socket (zero copy: the bytes never enter this
-//                    process); STOR: recv into a 1 MiB buffer + pwrite, woken once per 1 MiB
+//                    process); STOR: recv into a 1 MiB buffer + pwrite, woken once per 512 KiB
 //                    queued (SO_RCVLOWAT), or splice(2) socket -> pipe -> file (store_splice)
 //   TYPE A, or TLS   through a user buffer (LF <-> CRLF conversion / encryption need the bytes)
 // Every loop polls the control connection along with the data socket, so an ABOR is seen between

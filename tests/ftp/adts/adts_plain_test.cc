@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE(silent_peer_and_short_file) {
   }
 }
 
-// The receiver asks to be woken per 1 MiB queued (SO_RCVLOWAT). A sender that trickles a few bytes
+// The receiver asks to be woken per 512 KiB queued (SO_RCVLOWAT). A sender that trickles a few bytes
 // at a time, with gaps longer than the receive timeout's share of a batch, is still progress: what
 // arrived is read every slice, so the move ends at EOF with every byte and no Timeout. And the
 // socket's low-water mark is back to 1 afterwards.
