@@ -155,6 +155,25 @@ std::unique_ptr<ClusterClient::Node::Conn> borrow_fresh(ClusterClient::Node& n,
   return connect_counted(n, secret, t, &why);
 }
 
+// Whether a one-sided add that failed with `e` did not change the target's word (and may be
+// retried on a fresh connection): the server refused a stale descriptor, or the connection (or
+// the exporter) was gone — EPIPE/ECONNRESET on sending, or a peer that closed; a memd that died
+// after applying it took the counter with it. Not a timeout: the request may have reached a slow
+// responder that applies it later.
+bool add_not_applied(fabric::Errc e) {
+  using fabric::Errc;
+  switch (e) {
+    case Errc::BadKey:
+    case Errc::NoSuchRegion:
+    case Errc::Revoked:
+    case Errc::PeerClosed:
+    case Errc::PeerDead:
+      return true;
+    default:
+      return false;
+  }
+}
+
 const fabric::RemoteRegion& region(ClusterClient::Node::Conn& c, bool acks) {
   auto& r = acks ? c.acks : c.versions;
   if (!r) r = c.c->lookup(acks ? kAcksRegion : kVersionsRegion);
@@ -381,18 +400,35 @@ InvalidateOutcome ClusterClient::invalidate(const std::string& self,
 }
 
 void ClusterClient::acknowledge(const std::string& origin, uint32_t slot) {
+  // The add is retried (once, over a fresh connection: a pooled one may lead to a previous
+  // incarnation of the origin's memd) only when it cannot have counted: no connection, the
+  // region lookup failed, the server refused it, or the connection was gone. An add that timed
+  // out may still be applied by a slow responder; a second one would count this home twice, and
+  // the writer's round could settle while another home has not applied the invalidation. Such an
+  // ack is given up instead: a lost ack costs the writer one resend round, never coherence.
   Node& n = node(origin);
   std::string why = "unreachable";
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto c = borrow(n, secret_, tuning_, log_, attempt > 0);
     if (!c) continue;
     Lease l(n, std::move(c), tuning_.retry_after);
+    const fabric::RemoteRegion* acks = nullptr;
     try {
-      l->c->faa64(region(*l, true), ack_counter_offset(slot), 1);
-      l.done();
-      return;
+      acks = &region(*l, true);  // a lookup changes nothing: retried on any failure
     } catch (const std::exception& e) {
       why = e.what();
+      continue;
+    }
+    try {
+      l->c->faa64(*acks, ack_counter_offset(slot), 1);
+      l.done();
+      return;
+    } catch (const fabric::FabricError& e) {
+      why = e.what();
+      if (!add_not_applied(e.code())) break;
+    } catch (const std::exception& e) {
+      why = e.what();
+      break;
     }
   }
   throw std::runtime_error(why);

@@ -64,7 +64,8 @@ class ClusterClient {
                                Scheme scheme, std::chrono::milliseconds deadline);
   // A home's acknowledgement: fetch-and-add 1 on ack counter `slot` of `origin`'s "acks" region.
   // A pooled connection that fails (the origin's memd restarted) is replaced once at once, even
-  // while the node is marked down. Throws on failure (the message says why).
+  // while the node is marked down — but an add that timed out is never made again (it may yet be
+  // applied: one home must not count twice). Throws on failure (the message says why).
   void acknowledge(const std::string& origin, uint32_t slot);
 
   struct Node;  // a node's connection pool (client.cc)
