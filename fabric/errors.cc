@@ -38,6 +38,8 @@ std::string_view to_string(Errc e) {
       return "peer dead (lease expired)";
     case Errc::AuthFailed:
       return "authentication failed";
+    case Errc::Fenced:
+      return "fenced (the owner no longer vouches for the region)";
     case Errc::Protocol:
       return "protocol error";
     case Errc::NoDevice:

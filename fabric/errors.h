@@ -23,6 +23,9 @@ enum class Errc : uint16_t {
   HandlerFailed = 9,  // the service handler threw; the message says why
   NotPermitted = 10,  // operation not allowed on this transport (e.g. MAP over tcp)
   AuthFailed = 11,    // challenge-response failed or the peer refused us
+  Fenced = 12,        // the region's owner no longer vouches for it (its lease cap passed, e.g.
+                      // a coherence home that has not proven it has every invalidation): fail
+                      // closed and try again later
   // Local-only statuses.
   Timeout = 0x100,  // the peer did not answer within the deadline
   PeerClosed,       // the connection went away (peer died or closed it)

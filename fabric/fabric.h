@@ -111,6 +111,9 @@ struct ClientOptions {
   // An idle CPU woken by the reply costs tens of microseconds on VMs (a halted vCPU needs an
   // IPI); a short spin keeps the waiting core awake for the usual round trip. 0 = never spin.
   std::chrono::microseconds spin{50};
+  // verbs: the largest difference between this host's wall clock and a server's (NTP keeps it
+  // to a few ms). A segment's lease counts as lapsed this long before its wall-clock deadline.
+  Millis clock_skew{50};
 };
 
 // A client's link to one Server. Not thread-safe: one per thread, or guard it.

@@ -147,15 +147,29 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       std::shared_ptr<const ExportedRegion> r;
       uint8_t* p = nullptr;
       if (Errc e = resolve(req.a0, req.a1, req.a2, false, &r, &p); e != Errc::Ok) return reject(e);
+      const SegmentHeader* hdr = r->seg->header();
+      const bool capped = hdr->lease_cap_ns.load(std::memory_order_acquire) != 0;
       if (req.a2 == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
         // An aligned word is read atomically, like the owner's CPU atomics that update it.
         uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
                          .load(std::memory_order_acquire);
         out->payload.resize(8);
         std::memcpy(out->payload.data(), &v, 8);
+      } else if (capped) {
+        out->payload.assign(p, p + req.a2);  // copied now: judged against the cap below
+        std::atomic_thread_fence(std::memory_order_acquire);
       } else {
         out->direct = std::span<const uint8_t>(p, size_t(req.a2));
         out->pinned = std::move(r);
+      }
+      // After the access (as shm peers check their lease): bytes read past the owner's cap are
+      // not vouched for — e.g. a coherence home that was frozen and has not yet proven it has
+      // every invalidation; the reader fails closed.
+      if (past_lease_cap(hdr, monotonic_ns())) {
+        out->payload.clear();
+        out->direct = {};
+        out->pinned.reset();
+        return reject(Errc::Fenced);
       }
       return true;
     }
@@ -182,6 +196,7 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       std::shared_ptr<const ExportedRegion> r;
       uint8_t* p = nullptr;
       if (Errc e = resolve(req.a0, req.a1, 8, true, &r, &p); e != Errc::Ok) return reject(e);
+      if (past_lease_cap(r->seg->header(), monotonic_ns())) return reject(Errc::Fenced);
       std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
       if (req.op == Op::Cas) {
         uint64_t expected = req.a2;

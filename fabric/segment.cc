@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -21,6 +22,46 @@ uint64_t monotonic_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+uint64_t realtime_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void renew_lease(SegmentHeader* h, uint64_t lease_ns) {
+  uint64_t now = monotonic_ns();
+  uint64_t wall = realtime_ns();
+  uint64_t deadline = now + lease_ns;
+  uint64_t cap = h->lease_cap_ns.load(std::memory_order_acquire);
+  if (cap != 0 && cap < deadline) deadline = cap;
+  // A deadline already past is written as such (1 ns): 0 means "withdrawn" to verbs peers.
+  uint64_t wall_deadline = deadline > now ? wall + (deadline - now) : 1;
+  h->lease_deadline_ns.store(deadline, std::memory_order_release);
+  h->lease_deadline_wall_ns.store(wall_deadline, std::memory_order_release);
+}
+
+void withdraw_lease(SegmentHeader* h) {
+  h->lease_deadline_ns.store(0, std::memory_order_release);
+  h->lease_deadline_wall_ns.store(0, std::memory_order_release);
+}
+
+uint64_t raise_lease_cap(SegmentHeader* h, uint64_t cap_ns) {
+  uint64_t cur = h->lease_cap_ns.load(std::memory_order_acquire);
+  while (cur < cap_ns &&
+         !h->lease_cap_ns.compare_exchange_weak(cur, cap_ns, std::memory_order_acq_rel)) {
+  }
+  return std::max(cur, cap_ns);
+}
+
+Errc judge_remote_lease(const RemoteLeaseWords& w, uint64_t expected_key, uint64_t now_wall_ns,
+                        uint64_t clock_skew_ns) {
+  if (w.state != uint64_t(SegmentState::Live)) return Errc::Revoked;
+  if (w.export_key == 0 || w.export_key != expected_key) return Errc::Revoked;
+  if (w.deadline_wall_ns == 0) return Errc::PeerDead;  // withdrawn (clean stop)
+  if (now_wall_ns + clock_skew_ns >= w.deadline_wall_ns) return Errc::PeerDead;
+  return Errc::Ok;
 }
 
 namespace {
@@ -79,6 +120,8 @@ SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, 
     h->incarnation = random_u64();
     h->creator_pid = uint64_t(getpid());
     h->lease_deadline_ns.store(0, std::memory_order_relaxed);
+    h->lease_cap_ns.store(0, std::memory_order_relaxed);
+    h->lease_deadline_wall_ns.store(0, std::memory_order_relaxed);
     // Publish: everything above is visible to any mapper that sees Live.
     h->state.store(uint64_t(SegmentState::Live), std::memory_order_release);
   } else if (h->magic != kSegmentMagic || h->layout != kSegmentLayout ||
@@ -113,6 +156,55 @@ SharedSegment SharedSegment::create(const std::string& name, size_t data_len, un
     throw_errno("publish segment " + name + " (rename in /dev/shm)");
   }
   return s;
+}
+
+SharedSegment SharedSegment::open_or_create(const std::string& name, size_t data_len,
+                                            unsigned mode) {
+  check_name(name);
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd >= 0) {
+      SharedSegment s = map_fd(fd, name, false, 0);
+      if (s.size() < data_len)
+        throw FabricError(Errc::BadRequest, "segment " + name + " holds " +
+                                                std::to_string(s.size()) + " bytes, " +
+                                                std::to_string(data_len) +
+                                                " expected: another layout? remove it");
+      return s;
+    }
+    if (errno != ENOENT) throw_errno("shm_open(" + name + ")");
+    char tag[40];
+    snprintf(tag, sizeof tag, ".new.%d.%016llx", int(getpid()), (unsigned long long)random_u64());
+    std::string tmp = name + tag;
+    int nfd = shm_open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (nfd < 0) throw_errno("shm_open(" + tmp + ")");
+    SharedSegment s;
+    try {
+      s = map_fd(nfd, name, true, data_len);
+    } catch (...) {
+      shm_unlink(tmp.c_str());
+      throw;
+    }
+    // link(2), not rename(2): it fails when the name exists, so a segment that another process
+    // published meanwhile (and may be using) is never replaced; then we map that one instead.
+    int rc = ::link(("/dev/shm" + tmp).c_str(), ("/dev/shm" + name).c_str());
+    int e = errno;
+    shm_unlink(tmp.c_str());
+    if (rc == 0) return s;
+    if (e != EEXIST) {
+      errno = e;
+      throw_errno("publish segment " + name + " (link in /dev/shm)");
+    }
+  }
+  throw FabricError(Errc::System, "segment " + name + ": created and removed by others 8 times in a row");
+}
+
+bool SharedSegment::still_named() const {
+  if (!base_ || name_.empty() || name_[0] != '/') return false;
+  struct stat named {}, mine {};
+  if (::stat(("/dev/shm" + name_).c_str(), &named) != 0) return false;
+  if (::fstat(fd_, &mine) != 0) return false;
+  return named.st_ino == mine.st_ino && named.st_dev == mine.st_dev;
 }
 
 SharedSegment SharedSegment::create_anonymous(const std::string& debug_name, size_t data_len) {

@@ -18,7 +18,15 @@
 //                 peers compare it with the key they mapped under, so a descriptor of an earlier
 //                 export stops working the moment the segment is unexported or exported anew.
 //                 Invariant: one exporter per segment.
-//   64      ...   reserved (zero)
+//   64      8     lease cap (atomic): CLOCK_MONOTONIC ns past which the exporter's heartbeat never
+//                 extends the lease; 0 = no cap. The segment's owner sets it when its vouching
+//                 depends on more than the exporter being alive (a coherence home's fence,
+//                 docs/coherence.md): it only ever moves forward. tcp responders refuse one-sided
+//                 ops on a segment past its cap; the lease deadline (above) never exceeds it.
+//   72      8     lease deadline, wall clock (atomic): the same instant as the lease deadline in
+//                 CLOCK_REALTIME ns, for peers on other hosts whose HCA reads the header (verbs):
+//                 a monotonic clock means nothing across hosts. 0 = withdrawn.
+//   80      ...   reserved (zero)
 //   4096    len   data: what RemoteRegion offsets address
 //
 // Invariant: the data area starts page-aligned, so an 8-byte-aligned offset is 8-byte aligned in
@@ -29,6 +37,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "fabric/errors.h"
 
 namespace tierce::fabric {
 
@@ -48,12 +58,45 @@ struct SegmentHeader {
   std::atomic<uint64_t> state;
   std::atomic<uint64_t> lease_deadline_ns;
   std::atomic<uint64_t> export_key;
+  std::atomic<uint64_t> lease_cap_ns;
+  std::atomic<uint64_t> lease_deadline_wall_ns;
 };
-static_assert(sizeof(SegmentHeader) == 64);
+static_assert(sizeof(SegmentHeader) == 80);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 
 // CLOCK_MONOTONIC in ns: one clock for every process on the host, so leases compare across them.
 uint64_t monotonic_ns();
+// CLOCK_REALTIME in ns: the clock hosts keep in step (NTP/PTP), for leases judged on another host.
+uint64_t realtime_ns();
+
+// The exporter's heartbeat: the lease runs until now + lease_ns, but never past the cap; both
+// deadline words are written (monotonic, then wall clock). Release stores: a peer that reads a
+// fresh deadline after its data access knows the access happened while the exporter vouched.
+void renew_lease(SegmentHeader* h, uint64_t lease_ns);
+// The exporter withdraws its word (clean stop): both deadlines 0.
+void withdraw_lease(SegmentHeader* h);
+// Moves the cap forward to `cap_ns` (never back: a concurrent older value loses). Returns the cap
+// in force afterwards.
+uint64_t raise_lease_cap(SegmentHeader* h, uint64_t cap_ns);
+// Whether a capped segment's cap has passed (tcp responders refuse ops on it then).
+inline bool past_lease_cap(const SegmentHeader* h, uint64_t now_ns) {
+  uint64_t cap = h->lease_cap_ns.load(std::memory_order_acquire);
+  return cap != 0 && now_ns > cap;
+}
+
+// What a peer on another host reads of a segment's header to judge the exporter's word (verbs: one
+// RDMA READ of the 40 bytes at offset 40, after the batch's data ops).
+struct RemoteLeaseWords {
+  uint64_t state = 0, deadline_ns = 0, export_key = 0, cap_ns = 0, deadline_wall_ns = 0;
+};
+// Ok when the exporter vouched for the segment at the time of the read: Live, exported under
+// `expected_key` (else Revoked: look the name up again), and the wall-clock deadline is still
+// ahead of `now_wall_ns` by more than `clock_skew_ns`, the largest difference between the two
+// hosts' clocks (else PeerDead: a stopped, frozen or fenced exporter, whose HCA would keep
+// serving memory nobody vouches for). Absolute, so a fresh connection's first read of a frozen
+// exporter's header is refused too (a stalled word is not mistaken for a renewed one).
+Errc judge_remote_lease(const RemoteLeaseWords& w, uint64_t expected_key, uint64_t now_wall_ns,
+                        uint64_t clock_skew_ns);
 
 // RAII owner of one mapping of a segment. Movable, not copyable.
 class SharedSegment {
@@ -67,6 +110,12 @@ class SharedSegment {
   static SharedSegment create_anonymous(const std::string& debug_name, size_t data_len);
   // Maps an existing named segment, validating its header. Throws FabricError on a bad one.
   static SharedSegment open(const std::string& name);
+  // Maps the named segment if it exists, else creates it — never replacing one another process
+  // created meanwhile (it is published with link(2), which fails on an existing name): two
+  // processes that race here end up mapping the same object. `data_len` applies to a new one; an
+  // existing one smaller than that is an error (another layout).
+  static SharedSegment open_or_create(const std::string& name, size_t data_len,
+                                      unsigned mode = 0600);
   // Maps a segment from a file descriptor (taken over: closed with the segment).
   static SharedSegment from_fd(int fd, const std::string& debug_name);
   // Removes the name (mappings stay valid).
@@ -87,6 +136,8 @@ class SharedSegment {
   const std::string& name() const { return name_; }
   // Identity of the underlying object: a re-created segment of the same name has a new one.
   uint64_t incarnation() const { return header()->incarnation; }
+  // Whether `name()` still names the object this mapping shows (not unlinked or replaced).
+  bool still_named() const;
 
   void revoke() const {
     header()->state.store(uint64_t(SegmentState::Revoked), std::memory_order_release);

@@ -116,9 +116,14 @@ struct Server::Impl {
   bool stopping = false;
   std::thread heartbeat;
 
-  void renew_leases(uint64_t deadline) {
-    for (auto& r : regions.all())
-      r->seg->header()->lease_deadline_ns.store(deadline, std::memory_order_release);
+  uint64_t lease_ns() const {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(opts.lease).count());
+  }
+  void renew_leases() {
+    for (auto& r : regions.all()) renew_lease(r->seg->header(), lease_ns());
+  }
+  void withdraw_leases() {
+    for (auto& r : regions.all()) withdraw_lease(r->seg->header());
   }
 
   // Publication: the lease is stored with release; shm peers load it with acquire after their
@@ -126,9 +131,7 @@ struct Server::Impl {
   void heartbeat_loop() {
     std::unique_lock g(mu);
     while (!stopping) {
-      uint64_t lease_ns =
-          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(opts.lease).count());
-      renew_leases(monotonic_ns() + lease_ns);
+      renew_leases();
       cv.wait_for(g, opts.heartbeat, [&] { return stopping; });
     }
   }
@@ -180,14 +183,12 @@ void Server::stop() {
   for (auto& l : I.listeners) l->stop();
   // A clean stop withdraws our word at once: shm peers fail their next op instead of waiting for
   // the lease to run out.
-  I.renew_leases(0);
+  I.withdraw_leases();
 }
 
 ExportInfo Server::export_region(const std::string& name, std::shared_ptr<SharedSegment> seg) {
   auto& I = *impl_;
-  uint64_t lease_ns =
-      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(I.opts.lease).count());
-  seg->header()->lease_deadline_ns.store(monotonic_ns() + lease_ns, std::memory_order_release);
+  renew_lease(seg->header(), I.lease_ns());
   ExportInfo info = I.regions.add(name, std::move(seg));
   I.opts.log(LogLevel::Info, "FAB0104 exporting region '" + name + "' (" +
                                  std::to_string(info.len) + " bytes, segment " + info.segment +

@@ -24,10 +24,11 @@
 // fetches the state, lease and export-key words of the segment's header (registered
 // remote-read-only by the server; its rkey is the upper half of RemoteRegion::key). A revoked
 // segment, or an export key other than the one LOOKUP gave (unexported, re-exported), makes the
-// region's ops report Revoked; a lease that is 0 (the server stopped) or has not moved for the
-// server's lease period (from the rdma_cm private data) makes them report PeerDead — a paused or
-// hung exporter, whose HCA would otherwise keep serving memory nobody vouches for. A descriptor
-// this connection did not look up itself is held to the export key seen at its first use.
+// region's ops report Revoked; a wall-clock lease deadline that is 0 (the server stopped) or not
+// ahead of our wall clock by more than ClientOptions::clock_skew makes them report PeerDead — a
+// paused, hung or fenced exporter, whose HCA would otherwise keep serving memory nobody vouches
+// for (fabric::judge_remote_lease). A descriptor this connection did not look up itself is held
+// to the export key seen at its first use.
 //
 // An op the peer's HCA refuses (stale rkey → BadKey, refused request → BadRequest) moves both QPs
 // to the error state: the ops after it in the same batch are not executed and report PeerClosed.
@@ -141,11 +142,6 @@ class VerbsConnection final : public Connection {
     Errc status = Errc::Ok;
   };
   using DescriptorId = std::pair<uint64_t, uint64_t>;  // RemoteRegion::addr, ::key
-  // What the client last saw of a lease word, to tell a stalled lease from a renewed one.
-  struct LeaseSeen {
-    uint64_t value = 0;
-    std::chrono::steady_clock::time_point since;
-  };
 
   // The link for the next operation: reconnects after a recoverable failure, throws when broken.
   ClientLink& usable_link();
@@ -180,7 +176,6 @@ class VerbsConnection final : public Connection {
   uint32_t unacked_sends_ = 0;
   bool broken_ = false;
   std::string broken_why_;
-  std::map<uint64_t, LeaseSeen> leases_;          // by the region's RemoteRegion::addr
   std::map<DescriptorId, uint64_t> export_keys_;  // export key each descriptor was issued under
 
   // The posted batch. Entries [0, n) of states_/wrs_/sges_ are the ops, [n, n + checks_.size()) the

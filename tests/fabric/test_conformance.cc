@@ -114,6 +114,16 @@ std::pair<Errc, std::chrono::steady_clock::duration> first_read_error(Target& t)
   return {e, std::chrono::steady_clock::now() - start};
 }
 
+// Polls `cond` for up to 3 s.
+bool testing_eventually(const std::function<bool()>& cond) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(conformance)
@@ -479,6 +489,40 @@ BOOST_AUTO_TEST_CASE(reexport_invalidates_old_descriptors_on_every_backend) {
   BOOST_TEST(fresh.key != t.r.key);
   BOOST_TEST(t.conn->faa64(fresh, 0, 1) == 0u);
   BOOST_TEST(t.word(0) == 1u);
+}
+
+// The owner caps the exporter's lease (a coherence home that cannot prove it has every
+// invalidation): reads are refused once the cap has passed — tcp answers Fenced at once, shm and
+// verbs peers see the lease lapse — and served again once the owner raises the cap.
+BOOST_AUTO_TEST_CASE(a_lease_cap_fences_reads_until_it_is_raised) {
+  Target t;
+  uint64_t v = 0;
+  t.conn->read(t.r, 0, &v, 8);
+  raise_lease_cap(t.seg->header(), monotonic_ns());
+  Errc e = Errc::Ok;
+  bool refused = testing_eventually([&] {
+    try {
+      auto c = connect(t.proc->uri(), client_opts());
+      c->read(c->lookup("data"), 0, &v, 8);
+      return false;
+    } catch (const FabricError& err) {
+      e = err.code();
+      return true;
+    }
+  });
+  BOOST_TEST(refused);
+  BOOST_TEST_MESSAGE("read past the cap: " << to_string(e));
+  BOOST_TEST((e == Errc::Fenced || e == Errc::PeerDead));
+  raise_lease_cap(t.seg->header(), monotonic_ns() + 60'000'000'000ull);
+  BOOST_TEST(testing_eventually([&] {
+    try {
+      auto c = connect(t.proc->uri(), client_opts());
+      c->read(c->lookup("data"), 0, &v, 8);
+      return true;
+    } catch (const FabricError&) {
+      return false;
+    }
+  }));
 }
 
 BOOST_AUTO_TEST_CASE(capabilities_tell_what_the_backend_gives) {

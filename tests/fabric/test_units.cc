@@ -157,6 +157,69 @@ BOOST_AUTO_TEST_CASE(segments_validate_their_header) {
   SharedSegment::unlink(name);
 }
 
+BOOST_AUTO_TEST_CASE(open_or_create_never_replaces_and_still_named_tells_a_replacement) {
+  std::string name = "/tierce-unit-ooc-" + std::to_string(getpid());
+  SharedSegment::unlink(name);
+  {
+    auto a = SharedSegment::open_or_create(name, 64);  // created
+    auto b = SharedSegment::open_or_create(name, 64);  // opened: the same object
+    BOOST_TEST(a.incarnation() == b.incarnation());
+    a.data()[0] = 7;
+    BOOST_TEST(b.data()[0] == 7);
+    BOOST_TEST(a.still_named());
+    BOOST_CHECK_THROW(SharedSegment::open_or_create(name, 1 << 20), FabricError);  // too small
+    auto c = SharedSegment::create(name, 64);  // someone replaces it
+    BOOST_TEST(!a.still_named());
+    BOOST_TEST(c.still_named());
+    SharedSegment::unlink(name);
+    BOOST_TEST(!c.still_named());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(lease_cap_bounds_every_renewal) {
+  auto seg = SharedSegment::create_anonymous("cap", 64);
+  SegmentHeader* h = seg.header();
+  renew_lease(h, 500'000'000);
+  uint64_t now = monotonic_ns();
+  BOOST_TEST(h->lease_deadline_ns.load() > now);
+  BOOST_TEST(h->lease_deadline_wall_ns.load() > realtime_ns());
+  BOOST_TEST(!past_lease_cap(h, now));  // uncapped
+  // A cap in the past: renewals no longer extend the lease, in either clock.
+  raise_lease_cap(h, now - 1);
+  renew_lease(h, 500'000'000);
+  BOOST_TEST(h->lease_deadline_ns.load() <= now);
+  BOOST_TEST(h->lease_deadline_wall_ns.load() < realtime_ns());
+  BOOST_TEST(past_lease_cap(h, monotonic_ns()));
+  // The cap only moves forward.
+  BOOST_TEST(raise_lease_cap(h, 5) == now - 1);
+  uint64_t later = monotonic_ns() + 100'000'000;
+  BOOST_TEST(raise_lease_cap(h, later) == later);
+  renew_lease(h, 500'000'000);
+  BOOST_TEST(h->lease_deadline_ns.load() == later);
+  withdraw_lease(h);
+  BOOST_TEST(h->lease_deadline_wall_ns.load() == 0u);
+}
+
+// verbs peers judge the header words they read with their own wall clock: absolute, so a stalled
+// deadline is refused on the very first read (a relative "has it moved?" check trusted it once).
+BOOST_AUTO_TEST_CASE(remote_lease_judge_is_absolute) {
+  const uint64_t now = 1'000'000'000'000ull, skew = 50'000'000;
+  RemoteLeaseWords w{uint64_t(SegmentState::Live), 1, 42, 0, now + 500'000'000};
+  BOOST_TEST(int(judge_remote_lease(w, 42, now, skew)) == int(Errc::Ok));
+  // A frozen exporter's word, seen for the first time after its deadline: refused.
+  w.deadline_wall_ns = now - 1;
+  BOOST_TEST(int(judge_remote_lease(w, 42, now, skew)) == int(Errc::PeerDead));
+  // Within the clock skew of the deadline: refused too (the other host's clock may be ahead).
+  w.deadline_wall_ns = now + skew;
+  BOOST_TEST(int(judge_remote_lease(w, 42, now, skew)) == int(Errc::PeerDead));
+  w.deadline_wall_ns = 0;  // withdrawn
+  BOOST_TEST(int(judge_remote_lease(w, 42, now, skew)) == int(Errc::PeerDead));
+  w.deadline_wall_ns = now + 500'000'000;
+  BOOST_TEST(int(judge_remote_lease(w, 43, now, skew)) == int(Errc::Revoked));  // re-exported
+  w.state = uint64_t(SegmentState::Revoked);
+  BOOST_TEST(int(judge_remote_lease(w, 42, now, skew)) == int(Errc::Revoked));
+}
+
 BOOST_AUTO_TEST_CASE(responder_checks_every_field) {
   RegionTable regions;
   ServiceTable services;
