@@ -29,6 +29,9 @@
 //    bytes beyond head (never published), or an index bucket whose hash and position disagree
 //    (the reader checks the entry's own hash, position and key, so that is a miss). The next
 //    writer gets EOWNERDEAD, marks the mutex consistent and carries on.
+//  - A writer that is frozen holding the mutex (SIGSTOP) is not dead: the others wait for it at
+//    most kLockTimeoutNs (pthread_mutex_timedlock), then skip their store/erase. Readers never
+//    wait for it.
 #include "coherence/arena.h"
 
 #include <pthread.h>
@@ -52,7 +55,7 @@ namespace tierce::coherence {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x4e52414352454954ull;  // "TIERCARN" little-endian
-constexpr uint32_t kArenaLayout = 1;
+constexpr uint32_t kArenaLayout = 2;  // 2: + counters expired, lock_timeouts
 constexpr uint32_t kEntryMagic = 0x52544e45u;  // "ENTR"
 constexpr uint32_t kPadMagic = 0x47444150u;    // "PADG": skipped gap up to the ring's end
 constexpr uint64_t kAlign = 64;
@@ -300,15 +303,29 @@ size_t CacheArena::max_entry_bytes() const { return size_t(ring_bytes_ / 4); }
 
 ArenaCounters& CacheArena::counters() const { return hdr()->counters; }
 
-bool CacheArena::lock() const {
-  int r = pthread_mutex_lock(&hdr()->mutex);
+CacheArena::LockResult CacheArena::lock() const {
+  static_assert(kLockTimeoutNs > 0 && kLockTimeoutNs < 1'000'000'000, "a bound below 1 s");
+  timespec deadline{};
+  clock_gettime(CLOCK_REALTIME, &deadline);  // the clock pthread_mutex_timedlock measures on
+  deadline.tv_nsec += kLockTimeoutNs;
+  if (deadline.tv_nsec >= 1'000'000'000) {
+    deadline.tv_nsec -= 1'000'000'000;
+    deadline.tv_sec += 1;
+  }
+  int r;
+  while ((r = pthread_mutex_timedlock(&hdr()->mutex, &deadline)) == EINTR) {
+  }
   if (r == EOWNERDEAD) {
     // The previous writer died inside store()/erase(); every step of those leaves the arena
     // consistent (see the file comment), so its half-done work needs no repair.
     pthread_mutex_consistent(&hdr()->mutex);
-    return true;
+    return LockResult::Locked;
   }
-  return r == 0;
+  if (r == ETIMEDOUT) {
+    hdr()->counters.lock_timeouts.fetch_add(1, std::memory_order_relaxed);
+    return LockResult::TimedOut;
+  }
+  return r == 0 ? LockResult::Locked : LockResult::Failed;
 }
 
 void CacheArena::unlock() const { pthread_mutex_unlock(&hdr()->mutex); }
@@ -402,7 +419,7 @@ bool CacheArena::store(uint64_t key_hash, std::string_view key, const Tag& tag,
     return false;
   }
   uint64_t hash = remap(key_hash);
-  if (!lock()) {
+  if (lock() != LockResult::Locked) {  // a timeout is counted in lock_timeouts as well
     h->counters.store_refused.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -486,7 +503,7 @@ bool CacheArena::store(uint64_t key_hash, std::string_view key, const Tag& tag,
 
 void CacheArena::erase(uint64_t key_hash, std::string_view key) {
   uint64_t hash = remap(key_hash);
-  if (!lock()) return;
+  if (lock() != LockResult::Locked) return;  // skipped: see erase() in arena.h
   size_t j = find_bucket_locked(hash, key);
   if (j != SIZE_MAX) {
     drop_bucket_locked(j);

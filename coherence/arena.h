@@ -5,7 +5,9 @@
 //
 // Concurrency: any number of readers in any processes/threads, lock-free; writers serialise on a
 // process-shared robust mutex in the segment (a writer that dies holding it leaves the arena
-// consistent). A reader copies an entry out and then checks that the ring's tail has not passed
+// consistent). A writer waits for that mutex at most kLockTimeoutNs (20 ms): one frozen while
+// holding it (SIGSTOP, a debugger, a child swapped out) costs the others a skipped store or
+// erase, counted in lock_timeouts, never a stall. A reader copies an entry out and then checks that the ring's tail has not passed
 // the entry's position: an entry is never handed out half-overwritten. Eviction is FIFO over the
 // ring (the oldest entries are overwritten first); an entry is also dropped by erase() or when a
 // newer entry of the same key replaces it.
@@ -38,11 +40,13 @@ struct CachedEntry {
 
 // Counters the module keeps in the arena, shared by all children (monotonic, relaxed atomics).
 // The arena itself bumps stores, store_refused, evictions (live entries dropped to make room in
-// the ring or in a full index probe window) and erased; the others are the module's to count
-// (a lookup that finds an entry is not yet a hit: its version has to be checked first).
+// the ring or in a full index probe window), erased and lock_timeouts (a store or erase skipped
+// because the writers' mutex was not free within kLockTimeoutNs); the others are the module's to
+// count (a lookup that finds an entry is not yet a hit: its version has to be checked first;
+// expired: entries found older than the module's max age, see coherence/hit.h).
 struct ArenaCounters {
   std::atomic<uint64_t> hits, misses, version_failures, stale_rejects, stores, store_refused,
-      uncacheable, evictions, erased;
+      uncacheable, evictions, erased, expired, lock_timeouts;
   // Version-check latency histogram: bucket i counts checks that took [lo(i), lo(i+1)) ns, with
   // 8 sub-buckets per power of two (see latency_bucket_lo()).
   static constexpr size_t kLatencyBuckets = 8 * 40;
@@ -72,10 +76,21 @@ class CacheArena {
   // A different key with the same hash is a miss.
   std::optional<CachedEntry> lookup(uint64_t key_hash, std::string_view key) const;
   // Stores (replacing any entry of that key). Returns false, storing nothing, when the entry is
-  // larger than max_entry_bytes() or the arena is being torn down.
+  // larger than max_entry_bytes(), the arena is being torn down, or the writers' mutex was not
+  // free within kLockTimeoutNs (counted in lock_timeouts and store_refused).
   bool store(uint64_t key_hash, std::string_view key, const Tag& tag, std::string_view payload);
-  // Drops the entry of `key` if present.
+  // Drops the entry of `key` if present. Skipped when the writers' mutex was not free within
+  // kLockTimeoutNs (counted in lock_timeouts): callers erase entries that failed their version
+  // check, and such an entry simply fails it again at its next lookup.
   void erase(uint64_t key_hash, std::string_view key);
+
+  // How long a writer waits for the writers' mutex before it skips its store/erase. Stores copy
+  // at most max_entry_bytes() (a few KB typically, memcpy speed), so a healthy holder lets go in
+  // microseconds; 20 ms covers a busy machine's scheduling delays many times over and is still
+  // short next to a request's time budget. Measured on CLOCK_REALTIME, as
+  // pthread_mutex_timedlock wants: a clock step during the wait lengthens or shortens it by
+  // that step (harmless: the wait is a bound, not a deadline anything relies on).
+  static constexpr long kLockTimeoutNs = 20'000'000;
 
   size_t max_entry_bytes() const;  // ring / 4
   ArenaStats stats() const;
@@ -101,7 +116,9 @@ class CacheArena {
   friend struct ArenaTestHooks;  // tests only: kill a writer mid-store (robust mutex test)
 
   Header* hdr() const;
-  bool lock() const;  // false if the mutex is unrecoverable
+  enum class LockResult { Locked, TimedOut, Failed };  // Failed: the mutex is unrecoverable
+  // Waits at most kLockTimeoutNs; takes over the mutex of a writer that died holding it.
+  LockResult lock() const;
   void unlock() const;
   // Writer side (mutex held).
   void evict_oldest_locked();

@@ -1,7 +1,8 @@
 // tests/coherence/test_arena.cc — the proxy's cache arena: round trips, replacement, collisions,
 // erase, FIFO eviction, wrap-around with varied sizes, multi-process stress with lock-free
 // readers (no torn entry may ever be returned), a writer killed while holding the mutex, header
-// validation on open, and the latency histogram.
+// validation on open, the latency histogram, and a writer frozen (SIGSTOP) while holding the
+// mutex: other writers give up after a short bound instead of waiting for ever.
 #define BOOST_TEST_MODULE coherence_arena
 #include <boost/test/unit_test.hpp>
 
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <random>
 #include <string>
@@ -27,6 +29,8 @@ namespace tierce::coherence {
 // The arena's test hook (a private friend): runs inside store() with the writers' mutex held.
 struct ArenaTestHooks {
   static void set_store_hook(void (*f)(int stage)) { CacheArena::test_store_hook_ = f; }
+  // Takes the writers' mutex as store() would, and keeps it.
+  static void take_lock(const CacheArena& a) { (void)a.lock(); }
 };
 }  // namespace tierce::coherence
 
@@ -433,6 +437,59 @@ BOOST_AUTO_TEST_CASE(writer_killed_holding_the_mutex) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(writer_frozen_holding_the_mutex_does_not_stall_the_others) {
+  using namespace std::chrono_literals;
+  auto a = CacheArena::create_anonymous(kMiB);
+  BOOST_REQUIRE(a->store(fnv("before"), "before", tag_of(1), "B"));
+  pid_t pid = fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ArenaTestHooks::take_lock(*a);
+    raise(SIGSTOP);  // a proxy child frozen (SIGSTOP, debugger, swapped out) inside store()
+    _exit(0);        // resumed: exits still holding the mutex (its owner is then dead)
+  }
+  int st = 0;
+  while (waitpid(pid, &st, WUNTRACED) < 0 && errno == EINTR) {
+  }
+  BOOST_REQUIRE_MESSAGE(WIFSTOPPED(st), "child status " << st);
+  // A call that never returns would hang the test: run each in a thread and give it 10 s (the
+  // bound is milliseconds; no exact timing is asserted). On failure the frozen child is killed,
+  // which frees the mutex (owner dead), so the blocked call returns and the thread ends.
+  auto within = [&](auto f, const char* what) {
+    auto fut = std::async(std::launch::async, f);
+    bool returned = fut.wait_for(10s) == std::future_status::ready;
+    if (!returned) {
+      kill(pid, SIGKILL);
+      wait_child(pid);
+    }
+    BOOST_REQUIRE_MESSAGE(returned, what << " still blocked 10 s after another process froze "
+                                            "holding the arena mutex");
+    return fut.get();
+  };
+  // Readers take no lock.
+  BOOST_TEST(a->lookup(fnv("before"), "before")->payload == "B");
+  bool stored = within([&] { return a->store(fnv("k"), "k", tag_of(2), "K"); }, "store()");
+  BOOST_TEST(!stored);
+  BOOST_TEST(!a->lookup(fnv("k"), "k").has_value());
+  BOOST_TEST(a->counters().lock_timeouts.load() == 1u);
+  BOOST_TEST(a->counters().store_refused.load() == 1u);
+  within([&] { a->erase(fnv("before"), "before"); return 0; }, "erase()");
+  BOOST_TEST(a->lookup(fnv("before"), "before")->payload == "B");  // the erase was skipped
+  BOOST_TEST(a->counters().erased.load() == 0u);
+  BOOST_TEST(a->counters().lock_timeouts.load() == 2u);
+
+  // The child resumes and exits holding the mutex: the next writer recovers it (EOWNERDEAD).
+  kill(pid, SIGCONT);
+  st = wait_child(pid);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0), "child status " << st);
+  BOOST_REQUIRE(a->store(fnv("k"), "k", tag_of(3), "K3"));
+  BOOST_TEST(a->lookup(fnv("k"), "k")->payload == "K3");
+  a->erase(fnv("before"), "before");
+  BOOST_TEST(!a->lookup(fnv("before"), "before").has_value());
+  BOOST_TEST(a->counters().erased.load() == 1u);
+  BOOST_TEST(a->counters().lock_timeouts.load() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(named_create_and_open) {
   std::string name = seg_name("arena");
   auto a = CacheArena::create(name, 2 * kMiB);
@@ -492,11 +549,12 @@ BOOST_AUTO_TEST_CASE(open_rejects_what_is_not_an_arena) {
   {  // A real arena whose header was tampered with: layout version, then ring size.
     auto a = CacheArena::create(name, kMiB);
     auto s = SharedSegment::open(name);
-    uint32_t layout = 2;
-    std::memcpy(s.data() + 8, &layout, 4);
+    uint32_t layout = 0;
+    std::memcpy(&layout, s.data() + 8, 4);
+    uint32_t tampered = 99;
+    std::memcpy(s.data() + 8, &tampered, 4);
     std::string m = thrown([&] { CacheArena::open(name); });
-    BOOST_TEST(m.find("layout version 2") != std::string::npos, m);
-    layout = 1;
+    BOOST_TEST(m.find("layout version 99") != std::string::npos, m);
     std::memcpy(s.data() + 8, &layout, 4);
     BOOST_CHECK_NO_THROW(CacheArena::open(name));
     uint64_t ring = 3 * kMiB;  // geometry no longer matches, and past the segment's end
