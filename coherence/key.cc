@@ -5,16 +5,17 @@
 
 namespace tierce::coherence {
 
-std::string base_key(std::string_view host, std::string_view uri) {
+std::string base_key(std::string_view scheme, std::string_view host, std::string_view uri) {
   std::string k;
-  k.reserve(host.size() + uri.size() + 1);
+  k.reserve(scheme.size() + 3 + host.size() + 1 + uri.size());
+  for (char c : scheme) k.push_back(char(std::tolower(static_cast<unsigned char>(c))));
+  std::string_view default_port = k == "http" ? ":80" : k == "https" ? ":443" : "";
+  k.append("://");
+  size_t host_start = k.size();
   for (char c : host) k.push_back(char(std::tolower(static_cast<unsigned char>(c))));
-  for (std::string_view port : {":80", ":443"}) {
-    if (k.size() > port.size() && k.ends_with(port)) {
-      k.resize(k.size() - port.size());
-      break;
-    }
-  }
+  if (!default_port.empty() && k.size() - host_start > default_port.size() &&
+      k.ends_with(default_port))
+    k.resize(k.size() - default_port.size());
   k.push_back('\n');
   k.append(uri);
   return k;

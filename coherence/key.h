@@ -15,10 +15,21 @@ using cluster::hash64;
 using cluster::parse_hex;
 using cluster::to_hex;
 
-// The base key of a cacheable request: "host" "\n" "uri" with the host lower-cased and without a
-// default port; uri is the request target as received (path + "?" + query). GET and HEAD share
-// it. Variants (Vary) hang off the base key: variant_key(base, "accept-language: fr\n...").
-std::string base_key(std::string_view host, std::string_view uri);
+// Key format (bytes; what hash64 is taken of):
+//
+//   base key     scheme "://" host [":" port] "\n" uri
+//   variant key  base key "\0" vary_values        (vary_values: "name: value\n" per Vary name)
+//
+// scheme: the request's scheme lower-cased ("http", "https"; for httpd ap_http_scheme(r)): a page
+// fetched over http and the same URL over https are different entries (they may differ: HSTS,
+// absolute links, Secure cookies). host: lower-cased, as the client named it, with the port when
+// the caller passes one; the scheme's default port (":80" for http, ":443" for https) is dropped,
+// so "http://h:80" and "http://h" are one key while "http://h:443" is not "https://h". uri: the
+// request target exactly as received (path + "?" + query, not decoded or normalised). GET and HEAD
+// share the base key. Variants (Vary) hang off the base key: variant_key(base, "accept-language:
+// fr\n..."). Example: base_key("HTTPS", "Shop.Example:443", "/item.php?id=1") ==
+// "https://shop.example\n/item.php?id=1".
+std::string base_key(std::string_view scheme, std::string_view host, std::string_view uri);
 std::string variant_key(std::string_view base, std::string_view vary_values);
 
 // The version slot of a key at its home: independent of the bits that chose the home.

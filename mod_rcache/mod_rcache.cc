@@ -1,6 +1,7 @@
 // mod_rcache/mod_rcache.cc — the proxy tier's Apache module: a coherent cache of dynamic pages in
-// front of mod_proxy. Thin glue: the rules live in rcache_logic.*, the arena and the version reads
-// in coherence/. See README.md for the directives and the request path.
+// front of mod_proxy. Thin glue: the rules live in rcache_logic.*, the hit decision (lookup + the
+// one version read -> Verdict) in coherence/hit.*, the arena and the version reads in coherence/.
+// See README.md for the directives and the request path.
 //
 // Hook choice: the cache lookup runs in the *handler* phase with APR_HOOK_REALLY_FIRST, not in
 // quick_handler: by then the <Location>/<Directory> walk has merged the per-directory config
@@ -21,6 +22,7 @@
 
 #include "coherence/arena.h"
 #include "coherence/client.h"
+#include "coherence/hit.h"
 #include "coherence/key.h"
 #include "coherence/topology.h"
 #include "mod_rcache/rcache_logic.h"
@@ -60,6 +62,8 @@ struct ServerConf {
   int store_set_cookie = -1;
   int store_authorized = -1;
   int require_tag = -1;
+  int store_cookie_requests = -1;
+  int64_t max_age_s = -1;  // -1 unset: rc::kDefaultMaxAgeSeconds
 };
 
 struct DirConf {
@@ -109,6 +113,8 @@ void* merge_server_conf(apr_pool_t* p, void* basev, void* addv) {
   if (add->store_set_cookie != -1) m->store_set_cookie = add->store_set_cookie;
   if (add->store_authorized != -1) m->store_authorized = add->store_authorized;
   if (add->require_tag != -1) m->require_tag = add->require_tag;
+  if (add->store_cookie_requests != -1) m->store_cookie_requests = add->store_cookie_requests;
+  if (add->max_age_s != -1) m->max_age_s = add->max_age_s;
   return m;
 }
 void* create_dir_conf(apr_pool_t* p, char*) {
@@ -128,6 +134,8 @@ rc::Policy policy_of(server_rec* s) {
   p.store_set_cookie = c->store_set_cookie == 1;
   p.store_authorized = c->store_authorized == 1;
   p.require_tag = c->require_tag != 0;
+  p.store_cookie_requests = c->store_cookie_requests == 1;
+  p.max_age_s = c->max_age_s >= 0 ? c->max_age_s : rc::kDefaultMaxAgeSeconds;
   return p;
 }
 
@@ -209,7 +217,19 @@ const char* set_flag_member(cmd_parms* cmd, void*, int on) {
   int v = on ? 1 : 0;
   if (which == 1) c->store_set_cookie = v;
   else if (which == 2) c->store_authorized = v;
+  else if (which == 4) c->store_cookie_requests = v;
   else c->require_tag = v;
+  return nullptr;
+}
+
+const char* set_max_age(cmd_parms* cmd, void*, const char* arg) {
+  auto v = rc::parse_uint(arg, 0, uint64_t(rc::kMaxMaxAgeSeconds));
+  if (!v)
+    return apr_psprintf(cmd->pool,
+                        "RCacheMaxAge: '%s' is not allowed: give seconds from 1 to %lld, or 0 for "
+                        "no limit (e.g. RCacheMaxAge 600)",
+                        arg, (long long)rc::kMaxMaxAgeSeconds);
+  sconf(cmd->server)->max_age_s = int64_t(*v);
   return nullptr;
 }
 
@@ -235,6 +255,13 @@ const command_rec rcache_cmds[] = {
                  RSRC_CONF, "On|Off: serve and store requests with Authorization (default Off)"),
     AP_INIT_FLAG("RCacheRequireTag", RC_FN(set_flag_member), reinterpret_cast<void*>(3),
                  RSRC_CONF, "On|Off: only cache responses with a Tierce-Tag (default On)"),
+    AP_INIT_FLAG("RCacheStoreCookieRequests", RC_FN(set_flag_member), reinterpret_cast<void*>(4),
+                 RSRC_CONF,
+                 "On|Off: store responses to requests with Cookie even without Cache-Control: "
+                 "public (default Off)"),
+    AP_INIT_TAKE1("RCacheMaxAge", RC_FN(set_max_age), nullptr, RSRC_CONF,
+                  "seconds after which an entry is dropped whatever its version (default 600, "
+                  "0 = no limit)"),
     {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr}};
 
 // ---- helpers -----------------------------------------------------------------------------------
@@ -316,11 +343,15 @@ struct RequestCtx {
   uint64_t base_hash = 0;
 };
 
-std::string key_host(request_rec* r) {
+// The request's cache key (coherence/key.h): scheme as httpd sees it (mod_ssl, or the scheme of
+// the vhost's ServerName), host as the client named it, the port (base_key drops the scheme's
+// default one), and the request target as received.
+std::string request_base_key(request_rec* r) {
+  const char* scheme = ap_http_scheme(r);
   std::string host = r->hostname ? r->hostname : (r->server->server_hostname ? r->server->server_hostname : "");
   apr_port_t port = ap_get_server_port(r);
-  if (port != 0 && port != 80 && port != 443) host += ":" + std::to_string(port);
-  return host;
+  if (port != 0) host += ":" + std::to_string(port);
+  return co::base_key(scheme ? scheme : "http", host, r->unparsed_uri ? r->unparsed_uri : "/");
 }
 
 // ---- lifecycle ---------------------------------------------------------------------------------
@@ -469,7 +500,21 @@ void count(std::atomic<uint64_t> co::ArenaCounters::*m) {
   if (g.arena) (g.arena->counters().*m).fetch_add(1, std::memory_order_relaxed);
 }
 
-int serve_hit(request_rec* r, const co::CachedEntry& e, rc::StoredResponse& resp) {
+ap_filter_rec_t* g_out_filter = nullptr;  // RCACHE_OUT's registration (register_hooks)
+
+// Where a hit's body enters the output chain: the filter right after this request's RCACHE_OUT,
+// i.e. the point where a miss's body was captured. Filters before it (RESOURCE filters such as
+// mod_substitute, mod_include, mod_sed, and CONTENT_SET ones inserted ahead of it) already shaped
+// the stored body and must not run a second time; those after it run on hits as on misses.
+// nullptr when RCACHE_OUT is not in the chain (then a hit cannot be served faithfully).
+ap_filter_t* below_capture_point(request_rec* r) {
+  for (ap_filter_t* f = r->output_filters; f; f = f->next)
+    if (f->frec == g_out_filter) return f->next;
+  return nullptr;
+}
+
+int serve_hit(request_rec* r, ap_filter_t* next, const co::CachedEntry& e,
+              const rc::StoredResponse& resp) {
   r->status = resp.status;
   if (!resp.content_type.empty()) ap_set_content_type(r, apr_pstrdup(r->pool, resp.content_type.c_str()));
   for (const auto& [n, v] : resp.headers)
@@ -485,52 +530,92 @@ int serve_hit(request_rec* r, const co::CachedEntry& e, rc::StoredResponse& resp
                                                        r->connection->bucket_alloc));
   }
   APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(r->connection->bucket_alloc));
-  apr_status_t rv = ap_pass_brigade(r->output_filters, bb);
+  apr_status_t rv = ap_pass_brigade(next, bb);
   if (rv != APR_SUCCESS && !r->connection->aborted)
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, rv, r, "RCACHE0020: sending a cached page failed");
   return OK;
 }
 
-struct Found {
-  co::CachedEntry entry;
-  std::string key;
-  uint64_t hash = 0;
-  rc::StoredResponse resp;
+// Reads nothing when this child has no cluster client: every entry is then Unverifiable.
+struct NoClientReader final : co::VersionReader {
+  std::optional<uint64_t> read_version(const std::string&, uint64_t) override {
+    return std::nullopt;
+  }
 };
 
-// The entry that answers this request: the base key's response, or through its vary record the
-// variant's. Corrupt entries are erased and count as absent.
-std::optional<Found> find_entry(request_rec* r, RequestCtx* ctx) {
-  std::string key = ctx->base;
-  uint64_t hash = ctx->base_hash;
-  std::optional<co::CachedEntry> e;
-  try {
-    e = g.arena->lookup(hash, key);
-    if (e && rc::payload_kind(e->payload) == rc::PayloadKind::Vary) {
-      auto names = rc::parse_vary_record(e->payload);
-      e.reset();
-      if (names) {
-        key = co::variant_key(ctx->base, rc::vary_values(*names, [r](const std::string& n) {
-                                return request_header(r, n);
-                              }));
-        hash = co::hash64(key);
-        e = g.arena->lookup(hash, key);
-      }
-    }
-  } catch (const std::exception& ex) {
-    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0022: arena lookup failed: %s", ex.what());
-    return std::nullopt;
-  }
-  if (!e) return std::nullopt;
-  auto resp = rc::parse_response(e->payload);
-  if (!resp || e->tag.home >= g.topo.nodes.size()) {
-    g.arena->erase(hash, key);  // not ours / corrupt: drop it
-    return std::nullopt;
-  }
-  return Found{std::move(*e), std::move(key), hash, std::move(*resp)};
-}
-
 int rcache_status_page(request_rec* r, bool metrics);
+
+// Adapts the hit decision (coherence/hit.h) to httpd: counters, log lines, serve or DECLINE.
+// Returns OK when the request was answered from the cache.
+int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
+  rc::HeaderGetter get = [r](const std::string& n) { return request_header(r, n); };
+  co::HitQuery q{ctx->base, ctx->base_hash, now_us(), pol.max_age_s};
+  NoClientReader no_client;
+  std::optional<co::ClusterVersionReader> cluster;
+  co::VersionReader* reader = &no_client;
+  if (g.client) reader = &cluster.emplace(*g.client);
+  co::HitResult res = co::decide_hit(*g.arena, g.topo, q, rc::entry_format(ctx->base, get), *reader);
+
+  if (res.version_read) {
+    g.arena->record_latency(res.read_ns);
+    if (g.home_state && res.entry)
+      g.home_state[res.entry->tag.home].store(res.home_version ? 1 : 2, std::memory_order_relaxed);
+  }
+  const char* home = res.home.c_str();
+  switch (res.verdict) {
+    case co::Verdict::Miss:
+      if (!res.arena_error.empty())
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0022: arena lookup failed: %s",
+                      res.arena_error.c_str());
+      count(&co::ArenaCounters::misses);
+      ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0023: miss %s%s",
+                    co::to_hex(ctx->base_hash).c_str(),
+                    res.erased_unservable ? " (an unservable entry was erased)" : "");
+      return DECLINED;
+    case co::Verdict::Unverifiable:
+      count(&co::ArenaCounters::version_failures);
+      if (!res.reader_error.empty())
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0024: version read at %s: %s", home,
+                      res.reader_error.c_str());
+      ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
+                    "RCACHE0025: version of slot %" APR_UINT64_T_FMT " at home %s could not be read: forwarded "
+                    "(fail closed)",
+                    (apr_uint64_t)res.entry->tag.slot, home);
+      return DECLINED;
+    case co::Verdict::Stale:
+      if (res.stale_cause == co::StaleCause::Expired) {
+        count(&co::ArenaCounters::expired);
+        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
+                      "RCACHE0028: entry older than RCacheMaxAge %lld s (stored %lld s ago): erased, "
+                      "forwarded",
+                      (long long)pol.max_age_s,
+                      (long long)((q.now_us - res.entry->stored_at_us) / 1000000));
+      } else {
+        count(&co::ArenaCounters::stale_rejects);
+        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
+                      "RCACHE0026: stale entry (stored version %" APR_UINT64_T_FMT ", home %s has %" APR_UINT64_T_FMT "): erased, "
+                      "forwarded",
+                      (apr_uint64_t)res.entry->tag.version, home, (apr_uint64_t)*res.home_version);
+      }
+      return DECLINED;
+    case co::Verdict::Hit:
+      break;
+  }
+  auto resp = rc::parse_response(res.entry->payload);  // servable: checked by decide_hit
+  ap_filter_t* next = below_capture_point(r);
+  if (!resp || !next) {
+    count(&co::ArenaCounters::misses);
+    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
+                  "RCACHE0029: a current entry cannot be served (%s): forwarded",
+                  !resp ? "unreadable payload" : "RCACHE_OUT is not in the output filter chain");
+    return DECLINED;
+  }
+  count(&co::ArenaCounters::hits);
+  ctx->mode = Mode::Hit;
+  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027: hit (version %" APR_UINT64_T_FMT " at %s)",
+                (apr_uint64_t)*res.home_version, home);
+  return serve_hit(r, next, *res.entry, *resp);
+}
 
 int rcache_handler(request_rec* r) {
   if (r->handler && !std::strcmp(r->handler, "rcache-status")) return rcache_status_page(r, false);
@@ -553,53 +638,11 @@ int rcache_handler(request_rec* r) {
 
   auto* ctx = pool_new<RequestCtx>(r->pool);
   ap_set_module_config(r->request_config, &rcache_module, ctx);
-  ctx->base = co::base_key(key_host(r), r->unparsed_uri ? r->unparsed_uri : "/");
+  ctx->base = request_base_key(r);
   ctx->base_hash = co::hash64(ctx->base);
 
   if (action == rc::RequestAction::Lookup) {
-    auto found = find_entry(r, ctx);
-    if (!found) {
-      count(&co::ArenaCounters::misses);
-      ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0023: miss %s",
-                    co::to_hex(ctx->base_hash).c_str());
-    } else {
-      const co::CachedEntry* e = &found->entry;
-      const std::string& home = g.topo.nodes[e->tag.home].name;
-      std::optional<uint64_t> v;
-      auto t0 = std::chrono::steady_clock::now();
-      if (g.client) {
-        try {
-          v = g.client->read_version(home, e->tag.slot);  // exactly one read per hit
-        } catch (const std::exception& ex) {
-          ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0024: version read at %s: %s",
-                        home.c_str(), ex.what());
-        }
-      }
-      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now() - t0).count();
-      g.arena->record_latency(uint64_t(ns));
-      if (g.home_state) g.home_state[e->tag.home].store(v ? 1 : 2, std::memory_order_relaxed);
-      if (!v) {
-        count(&co::ArenaCounters::version_failures);
-        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
-                      "RCACHE0025: version of slot %" APR_UINT64_T_FMT " at home %s could not be read: forwarded "
-                      "(fail closed)",
-                      (apr_uint64_t)e->tag.slot, home.c_str());
-      } else if (*v != e->tag.version) {
-        count(&co::ArenaCounters::stale_rejects);
-        g.arena->erase(found->hash, found->key);
-        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
-                      "RCACHE0026: stale entry (stored version %" APR_UINT64_T_FMT ", home %s has %" APR_UINT64_T_FMT "): erased, "
-                      "forwarded",
-                      (apr_uint64_t)e->tag.version, home.c_str(), (apr_uint64_t)*v);
-      } else {
-        count(&co::ArenaCounters::hits);
-        ctx->mode = Mode::Hit;
-        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027: hit (version %" APR_UINT64_T_FMT " at %s)",
-                      (apr_uint64_t)*v, home.c_str());
-        return serve_hit(r, *e, found->resp);
-      }
-    }
+    if (lookup_and_adapt(r, ctx, pol) == OK) return OK;
   } else {
     count(&co::ArenaCounters::misses);
   }
@@ -625,21 +668,25 @@ void insert_filter(request_rec* r) {
   ap_add_output_filter(kFilterName, nullptr, r, r->connection);
 }
 
-void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
+// Gives up storing (the response still goes to the client unchanged).
+void refuse_store(request_rec* r, FilterState* st, const std::string& why) {
   st->storing = false;
-  if (r->connection->aborted) {
-    count(&co::ArenaCounters::store_refused);
-    return;
-  }
-  if (st->content_length &&
-      std::strtoull(st->content_length, nullptr, 10) != st->body.size()) {
-    count(&co::ArenaCounters::store_refused);
-    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
-                  "RCACHE0030: body length differs from Content-Length: not stored");
-    return;
-  }
+  count(&co::ArenaCounters::store_refused);
+  ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0030: %s: not stored", why.c_str());
+}
+
+void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
+  rc::BodyEnd end;
+  end.connection_aborted = r->connection->aborted;
+  end.no_cache = r->no_cache;
+  if (st->content_length) end.content_length = std::strtoull(st->content_length, nullptr, 10);
+  end.body_bytes = st->body.size();
+  if (std::string why = rc::incomplete_body(end); !why.empty()) return refuse_store(r, st, why);
+  st->storing = false;
   st->resp.body = std::move(st->body);
   co::Tag tag{st->c.home, st->c.tag.slot, st->c.tag.version};
+  // The arena counts its own stores and refusals (too large, lock timeout); only a throw is
+  // counted here.
   bool ok = false;
   try {
     if (st->c.vary.empty()) {
@@ -653,9 +700,9 @@ void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
     }
   } catch (const std::exception& e) {
     ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0031: storing failed: %s", e.what());
+    count(&co::ArenaCounters::store_refused);
     ok = false;
   }
-  count(ok ? &co::ArenaCounters::stores : &co::ArenaCounters::store_refused);
   ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0032: %s %s (%" APR_SIZE_T_FMT " body bytes, %s slot %" APR_UINT64_T_FMT " version %" APR_UINT64_T_FMT ")",
                 ok ? "stored" : "arena refused", co::to_hex(ctx->base_hash).c_str(),
                 st->resp.body.size(), st->c.tag.node.c_str(), (apr_uint64_t)st->c.tag.slot,
@@ -673,6 +720,7 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
       rc::ResponseFacts rf;
       rf.request_is_get = r->method_number == M_GET && !r->header_only;
       rf.request_authorized = apr_table_get(r->headers_in, "Authorization") != nullptr;
+      rf.request_cookie = apr_table_get(r->headers_in, "Cookie") != nullptr;
       rf.request_no_store = rc::parse_cache_control(joined(r->headers_in, "Cache-Control")).no_store;
       rf.status = r->status;
       if (const char* t = apr_table_get(r->headers_out, "Tierce-Tag")) rf.tag = t;
@@ -710,9 +758,10 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
       finish_store(r, ctx, st);
       break;
     }
-    if (AP_BUCKET_IS_ERROR(e)) {
-      st->storing = false;
-      count(&co::ArenaCounters::store_refused);
+    if (AP_BUCKET_IS_ERROR(e)) {  // e.g. mod_proxy_http: the backend broke the body off
+      rc::BodyEnd end;
+      end.error_bucket = true;
+      refuse_store(r, st, rc::incomplete_body(end));
       break;
     }
     if (APR_BUCKET_IS_METADATA(e)) continue;
@@ -720,8 +769,7 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
     apr_size_t len = 0;
     apr_status_t rv = apr_bucket_read(e, &data, &len, APR_BLOCK_READ);
     if (rv != APR_SUCCESS) {
-      st->storing = false;
-      count(&co::ArenaCounters::store_refused);
+      refuse_store(r, st, "reading the body failed");
       break;
     }
     if (st->body.size() + len > g.max_entry) {
@@ -770,6 +818,8 @@ int rcache_status_page(request_rec* r, bool metrics) {
     s.uncacheable = ld(c.uncacheable);
     s.evictions = ld(c.evictions);
     s.erased = ld(c.erased);
+    s.expired = ld(c.expired);
+    s.lock_timeouts = ld(c.lock_timeouts);
     for (size_t i = 0; i < co::ArenaCounters::kLatencyBuckets; ++i) {
       uint64_t n = ld(c.latency[i]);
       s.latency_count += n;
@@ -810,7 +860,8 @@ void register_hooks(apr_pool_t*) {
   ap_hook_handler(rcache_handler, nullptr, nullptr, APR_HOOK_REALLY_FIRST);
   ap_hook_insert_filter(insert_filter, nullptr, nullptr, APR_HOOK_MIDDLE);
   ap_hook_insert_error_filter(insert_filter, nullptr, nullptr, APR_HOOK_MIDDLE);
-  ap_register_output_filter(kFilterName, rcache_out_filter, nullptr, AP_FTYPE_CONTENT_SET);
+  g_out_filter =
+      ap_register_output_filter(kFilterName, rcache_out_filter, nullptr, AP_FTYPE_CONTENT_SET);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "coherence/key.h"
+
 namespace tierce::rcache {
 
 namespace {
@@ -34,16 +36,17 @@ struct Reader {
     pos += 4;
     return v;
   }
-  std::string str() {
+  std::string_view view() {
     uint32_t n = u32();
     if (!ok || in.size() - pos < n) {
       ok = false;
       return {};
     }
-    std::string s(in.substr(pos, n));
+    std::string_view s = in.substr(pos, n);
     pos += n;
     return s;
   }
+  std::string str() { return std::string(view()); }
 };
 
 constexpr std::string_view kRespMagic = "RCR1";
@@ -165,6 +168,21 @@ std::string serialize_response(const StoredResponse& r) {
   return out;
 }
 
+bool is_valid_response(std::string_view p) {
+  if (payload_kind(p) != PayloadKind::Response) return false;
+  Reader rd{p, 4};
+  uint32_t status = rd.u32();
+  rd.view();
+  uint32_t n = rd.u32();
+  if (!rd.ok || status < 100 || status > 999) return false;
+  if (n > (p.size() - rd.pos) / 8) return false;
+  for (uint32_t i = 0; i < n && rd.ok; ++i) {
+    rd.view();
+    rd.view();
+  }
+  return rd.ok;
+}
+
 std::optional<StoredResponse> parse_response(std::string_view p) {
   if (payload_kind(p) != PayloadKind::Response) return std::nullopt;
   Reader rd{p, 4};
@@ -230,6 +248,18 @@ std::string vary_values(const std::vector<std::string>& names,
   return out;
 }
 
+coherence::EntryFormat entry_format(std::string base, const HeaderGetter& get) {
+  coherence::EntryFormat f;
+  f.variant_key = [base = std::move(base), &get](std::string_view p) -> std::optional<std::string> {
+    if (payload_kind(p) != PayloadKind::Vary) return std::nullopt;
+    auto names = parse_vary_record(p);
+    if (!names) return std::nullopt;  // corrupt: not servable either, so it is erased
+    return coherence::variant_key(base, vary_values(*names, get));
+  };
+  f.servable = [](std::string_view p) { return is_valid_response(p); };
+  return f;
+}
+
 CacheControl parse_cache_control(std::string_view value) {
   CacheControl cc;
   for (auto e : split_list(value)) {
@@ -239,6 +269,7 @@ CacheControl parse_cache_control(std::string_view value) {
     if (iequals(name, "no-store")) cc.no_store = true;
     else if (iequals(name, "no-cache")) cc.no_cache = true;
     else if (iequals(name, "private")) cc.is_private = true;
+    else if (iequals(name, "public")) cc.is_public = true;
     else if (iequals(name, "max-age")) {
       if (!arg.empty() && arg.front() == '"' && arg.size() >= 2) arg = arg.substr(1, arg.size() - 2);
       if (arg == "0") cc.max_age_zero = true;
@@ -318,6 +349,9 @@ Cacheability decide_response(const ResponseFacts& f, const Policy& p,
   if (cc.is_private) return no("Cache-Control: private");
   if (cc.no_cache) return no("Cache-Control: no-cache");
   if (f.set_cookie && !p.store_set_cookie) return no("response sets a cookie (Set-Cookie)");
+  if (f.request_cookie && !p.store_cookie_requests && !cc.is_public)
+    return no("request carried Cookie (the page may be personal): store it with "
+              "Cache-Control: public or RCacheStoreCookieRequests On");
   auto vary = parse_vary(f.vary);
   if (vary.star) return no("Vary: *");
   if (!f.tag) return no("no Tierce-Tag (nothing proves the page current)");
@@ -331,6 +365,18 @@ Cacheability decide_response(const ResponseFacts& f, const Policy& p,
   c.home = *home;
   c.vary = std::move(vary.names);
   return c;
+}
+
+std::string incomplete_body(const BodyEnd& b) {
+  if (b.error_bucket)
+    return "the body ended in an error (e.g. the backend broke it off before its end)";
+  if (b.connection_aborted) return "the client connection was aborted";
+  if (b.no_cache)
+    return "httpd marked the response not cacheable (r->no_cache: e.g. the backend broke off)";
+  if (b.content_length && *b.content_length != b.body_bytes)
+    return "body of " + std::to_string(b.body_bytes) + " bytes, Content-Length " +
+           std::to_string(*b.content_length);
+  return "";
 }
 
 std::optional<uint64_t> parse_size(std::string_view s) {
@@ -412,14 +458,16 @@ std::string render_status_auto(const StatusSnapshot& s) {
   kv("MaxEntryBytes", n(s.max_entry_bytes));
   kv("Hits", n(s.hits));
   kv("Misses", n(s.misses));
-  kv("HitRatio", fmt_ratio(s.hits, s.misses + s.version_failures + s.stale_rejects));
+  kv("HitRatio", fmt_ratio(s.hits, s.misses + s.version_failures + s.stale_rejects + s.expired));
   kv("VersionFailures", n(s.version_failures));
   kv("Invalidations", n(s.stale_rejects));
+  kv("Expired", n(s.expired));
   kv("Stores", n(s.stores));
   kv("StoreRefused", n(s.store_refused));
   kv("Uncacheable", n(s.uncacheable));
   kv("Evictions", n(s.evictions));
   kv("Erased", n(s.erased));
+  kv("LockTimeouts", n(s.lock_timeouts));
   kv("VersionChecks", n(s.latency_count));
   kv("VersionCheckP50us", us(s.p50_ns));
   kv("VersionCheckP90us", us(s.p90_ns));
@@ -446,14 +494,18 @@ std::string render_status_html(const StatusSnapshot& s) {
   row("Largest entry", n(s.max_entry_bytes));
   row("Hits", n(s.hits));
   row("Misses", n(s.misses));
-  row("Hit ratio (hits / lookups)", fmt_ratio(s.hits, s.misses + s.version_failures + s.stale_rejects));
+  row("Hit ratio (hits / lookups)",
+      fmt_ratio(s.hits, s.misses + s.version_failures + s.stale_rejects + s.expired));
   row("Version-check failures (forwarded, fail closed)", n(s.version_failures));
   row("Invalidations (stale entries rejected)", n(s.stale_rejects));
+  row("Expired (older than RCacheMaxAge: erased, forwarded)", n(s.expired));
   row("Stores", n(s.stores));
   row("Stores refused", n(s.store_refused));
   row("Uncacheable responses", n(s.uncacheable));
   row("Evictions", n(s.evictions));
   row("Erased", n(s.erased));
+  row("Lock timeouts (stores/erases skipped: the arena mutex was held too long)",
+      n(s.lock_timeouts));
   row("Version checks", n(s.latency_count));
   row("Version check p50 (&micro;s)", us(s.p50_ns));
   row("Version check p90 (&micro;s)", us(s.p90_ns));
@@ -485,6 +537,8 @@ std::string render_metrics(const StatusSnapshot& s) {
   metric("tierce_rcache_uncacheable_total", "counter", "Responses not cacheable by the rules.", s.uncacheable);
   metric("tierce_rcache_evictions_total", "counter", "Entries overwritten by the ring.", s.evictions);
   metric("tierce_rcache_erased_total", "counter", "Entries erased.", s.erased);
+  metric("tierce_rcache_expired_total", "counter", "Entries found older than RCacheMaxAge (erased, request forwarded).", s.expired);
+  metric("tierce_rcache_lock_timeouts_total", "counter", "Stores and erases skipped because the arena's writer mutex was not free in time.", s.lock_timeouts);
   metric("tierce_rcache_entries", "gauge", "Live entries in the arena.", s.entries);
   metric("tierce_rcache_bytes_used", "gauge", "Bytes used in the arena ring.", s.used_bytes);
   metric("tierce_rcache_bytes_capacity", "gauge", "Capacity of the arena ring in bytes.", s.capacity_bytes);

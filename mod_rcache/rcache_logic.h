@@ -1,6 +1,7 @@
 // mod_rcache/rcache_logic.h — the parts of mod_rcache that do not need httpd: header filtering,
 // the cacheability rules, Tierce-Tag parsing, Vary handling, the payload format of arena entries,
-// directive value parsing and the status/metrics renderers. Unit-tested by
+// directive value parsing, whether a captured body is complete, the entry format the hit
+// decision (coherence/hit.h) reads, and the status/metrics renderers. Unit-tested by
 // tests/rcache/test_rcache_logic.cc; mod_rcache.cc is the Apache glue around it.
 #pragma once
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "coherence/hit.h"
 #include "coherence/topology.h"
 
 namespace tierce::rcache {
@@ -52,6 +54,8 @@ enum class PayloadKind { Response, Vary, Invalid };
 PayloadKind payload_kind(std::string_view payload);
 std::string serialize_response(const StoredResponse& r);
 std::optional<StoredResponse> parse_response(std::string_view payload);
+// parse_response(payload).has_value(), without copying anything.
+bool is_valid_response(std::string_view payload);
 std::string serialize_vary(const std::vector<std::string>& names);
 std::optional<std::vector<std::string>> parse_vary_record(std::string_view payload);
 
@@ -66,11 +70,18 @@ VarySpec parse_vary(std::string_view header_value);  // "" → no names
 std::string vary_values(const std::vector<std::string>& names,
                         const std::function<std::optional<std::string>(const std::string&)>& get);
 
+// The payload format above, as coherence::decide_hit reads it: a Vary record under `base` leads
+// to variant_key(base, vary_values(names, get)); only a valid stored response is servable. `get`
+// is the request's header getter; it must outlive the returned format.
+using HeaderGetter = std::function<std::optional<std::string>(const std::string&)>;
+coherence::EntryFormat entry_format(std::string base, const HeaderGetter& get);
+
 // ---- Cache-Control -------------------------------------------------------------------------------
 struct CacheControl {
   bool no_store = false;
   bool no_cache = false;
   bool is_private = false;
+  bool is_public = false;
   bool max_age_zero = false;  // max-age=0 (request: the client wants a fresh answer)
 };
 CacheControl parse_cache_control(std::string_view value);  // several headers: join with ","
@@ -89,10 +100,18 @@ std::optional<uint32_t> resolve_tag_home(const TagText& t, const coherence::Topo
                                          std::string* why = nullptr);
 
 // ---- the rules -----------------------------------------------------------------------------------
+inline constexpr int64_t kDefaultMaxAgeSeconds = 600;
+inline constexpr int64_t kMaxMaxAgeSeconds = 31536000;  // a year: RCacheMaxAge 0..this
+
 struct Policy {
   bool store_set_cookie = false;
   bool store_authorized = false;
+  // Off: a response to a request that carried Cookie is stored only when it says
+  // Cache-Control: public (Varnish's built-in VCL passes such requests: the page may be personal).
+  bool store_cookie_requests = false;
   bool require_tag = true;
+  // The max-age backstop of the hit decision (coherence::HitQuery::max_age_s); 0 = no limit.
+  int64_t max_age_s = kDefaultMaxAgeSeconds;
 };
 
 struct RequestFacts {
@@ -112,6 +131,7 @@ RequestAction decide_request(const RequestFacts& f, const Policy& p);
 struct ResponseFacts {
   bool request_is_get = true;
   bool request_authorized = false;
+  bool request_cookie = false;  // the request carried a Cookie header
   bool request_no_store = false;
   int status = 200;
   std::optional<std::string> tag;  // Tierce-Tag value
@@ -129,6 +149,21 @@ struct Cacheability {
 Cacheability decide_response(const ResponseFacts& f, const Policy& p,
                              const coherence::Topology& topo);
 
+// ---- a captured body at its end --------------------------------------------------------------
+// Only complete responses are stored. What the output filter saw when the body ended (EOS, or
+// an error bucket: mod_proxy_http ends a body the backend broke off — closed before the chunked
+// body's 0-chunk, or short of its Content-Length — with a 502 error bucket, then EOS, and sets
+// r->no_cache).
+struct BodyEnd {
+  bool error_bucket = false;      // an AP_BUCKET_IS_ERROR came with the body
+  bool connection_aborted = false;  // r->connection->aborted: the client went away
+  bool no_cache = false;          // r->no_cache: httpd marked the response not to be cached
+  std::optional<uint64_t> content_length;  // the response's Content-Length when it had one
+  uint64_t body_bytes = 0;        // bytes captured
+};
+// Why the body must not be stored ("" when it is complete).
+std::string incomplete_body(const BodyEnd& b);
+
 // ---- directive values ----------------------------------------------------------------------------
 // "4096", "64K", "256M", "2G" (case-insensitive suffix, powers of 1024). nullopt on anything else
 // or overflow.
@@ -145,7 +180,8 @@ struct StatusSnapshot {
   std::string node, topology_path, cluster;
   uint64_t entries = 0, used_bytes = 0, capacity_bytes = 0, max_entry_bytes = 0;
   uint64_t hits = 0, misses = 0, version_failures = 0, stale_rejects = 0, stores = 0,
-           store_refused = 0, uncacheable = 0, evictions = 0, erased = 0;
+           store_refused = 0, uncacheable = 0, evictions = 0, erased = 0, expired = 0,
+           lock_timeouts = 0;
   uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, latency_count = 0, latency_sum_ns = 0;
   std::vector<HomeReach> homes;
 };

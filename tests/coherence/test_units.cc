@@ -58,9 +58,18 @@ std::vector<uint64_t> deps(std::initializer_list<const char*> names) {
 BOOST_AUTO_TEST_SUITE(keys)
 
 BOOST_AUTO_TEST_CASE(base_key_normalises_host_and_keeps_uri) {
-  BOOST_TEST(base_key("Shop.Example:80", "/item.php?id=1") == "shop.example\n/item.php?id=1");
-  BOOST_TEST(base_key("shop.example:8080", "/a") == "shop.example:8080\n/a");
-  BOOST_TEST(base_key("h", "/a?x=1") != base_key("h", "/a?x=2"));
+  BOOST_TEST(base_key("http", "Shop.Example:80", "/item.php?id=1") ==
+             "http://shop.example\n/item.php?id=1");
+  BOOST_TEST(base_key("HTTPS", "Shop.Example:443", "/item.php?id=1") ==
+             "https://shop.example\n/item.php?id=1");
+  BOOST_TEST(base_key("http", "shop.example:8080", "/a") == "http://shop.example:8080\n/a");
+  BOOST_TEST(base_key("http", "h", "/a?x=1") != base_key("http", "h", "/a?x=2"));
+  // http and https never share a key; only the scheme's own default port is dropped.
+  BOOST_TEST(base_key("http", "h", "/a") != base_key("https", "h", "/a"));
+  BOOST_TEST(hash64(base_key("http", "h", "/a")) != hash64(base_key("https", "h", "/a")));
+  BOOST_TEST(base_key("http", "h:443", "/a") == "http://h:443\n/a");
+  BOOST_TEST(base_key("https", "h:80", "/a") == "https://h:80\n/a");
+  BOOST_TEST(base_key("https", "h:443", "/a") == base_key("https", "h", "/a"));
   BOOST_TEST(variant_key("b", "fr") != variant_key("b", "en"));
 }
 

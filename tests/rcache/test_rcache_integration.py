@@ -7,7 +7,11 @@ Checks: miss then hit (the backend sees one request), a version bump makes the n
 protocol headers never reach the client nor come from it, Set-Cookie / no-store / private /
 Authorization / untagged / RCache Off / over-size are not cached, Vary variants, status and
 metrics pages, configuration errors fail `apache2ctl -t`, and a dead memd makes GETs forward
-(fail closed). Everything it starts is stopped in `finally`. Exit 0 pass, 1 fail, 77 skipped.
+(fail closed). Issue 13: a response to a request with Cookie is not stored (unless `public`),
+http and https do not share a key, a RESOURCE filter (mod_substitute) is not applied twice on a
+hit, a chunked body cut off by the backend is never stored, and RCacheMaxAge expires entries.
+The issue-13 sections run independently (each one's failure is reported, then the test fails).
+Everything it starts is stopped in `finally`. Exit 0 pass, 1 fail, 77 skipped.
 """
 import argparse
 import http.client
@@ -19,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -56,6 +61,92 @@ def check(cond, msg):
     print("  ok:", msg)
 
 
+class TruncatingBackend:
+    """A tiny HTTP/1.1 backend that answers chunked 200s, tagged, and for some paths closes the
+    socket before the terminating 0-chunk (what a crashed or killed app server does):
+      /trunc/ok.html        a complete chunked body (the control: stored, then a hit)
+      /trunc/boundary.html  one whole chunk, then close (no 0-chunk)
+      /trunc/mid.html       a chunk announced longer than what is sent, then close
+      /trunc/sizeline.html  half a chunk-size line, then close
+      /trunc/nocrlf.html    a whole chunk without its CRLF, then close
+      /trunc/length.html    Content-Length 100, 30 bytes sent, then close
+    """
+
+    def __init__(self, port, tag):
+        self.port = port
+        self.tag = tag  # callable: the Tierce-Tag value to send
+        self.counts = {}
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.stopped = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def count(self, path):
+        with self.lock:
+            return self.counts.get(path, 0)
+
+    def serve(self):
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(c,), daemon=True).start()
+
+    def answer(self, c):
+        try:
+            c.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = c.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            path = data.split(b" ")[1].decode()
+            with self.lock:
+                self.counts[path] = self.counts.get(path, 0) + 1
+            part = b"<p>first part of the page</p>\n"
+            if path.endswith("/length.html"):
+                c.sendall(("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 100\r\n"
+                           "Tierce-Tag: %s\r\nConnection: close\r\n\r\n" % self.tag()).encode()
+                          + part)
+                time.sleep(0.05)
+                return
+            head = ("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n"
+                    "Tierce-Tag: %s\r\nConnection: close\r\n\r\n" % self.tag()).encode()
+            c.sendall(head + b"%x\r\n" % len(part) + part + b"\r\n")
+            time.sleep(0.05)  # the proxy has passed the first part on before the end comes
+            if path.endswith("/ok.html"):
+                c.sendall(b"4\r\nend\n\r\n0\r\n\r\n")
+            elif path.endswith("/mid.html"):
+                c.sendall(b"40\r\nonly a few bytes of sixty-four")
+            elif path.endswith("/sizeline.html"):
+                c.sendall(b"4")
+            elif path.endswith("/nocrlf.html"):
+                c.sendall(b"4\r\nend\n")
+            # boundary.html: nothing more
+            time.sleep(0.05)
+        except OSError:
+            pass
+        finally:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def stop(self):
+        self.stopped = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
 class Env:
     def __init__(self, args):
         self.args = args
@@ -70,6 +161,11 @@ class Env:
         self.memd_port = free_port()
         self.backend_port = free_port()
         self.proxy_port = free_port()
+        self.http_vhost_port = free_port()   # a vhost that calls itself http://127.0.0.1:80
+        self.https_vhost_port = free_port()  # a vhost that calls itself https://127.0.0.1:443
+        self.maxage_port = free_port()       # a vhost with RCacheMaxAge 1
+        self.trunc_port = free_port()        # TruncatingBackend
+        self.trunc = None
 
     def path(self, *p):
         return os.path.join(self.dir, *p)
@@ -178,9 +274,11 @@ KeepAlive On
         docs = self.path("backend", "docs")
         os.makedirs(docs + "/off", exist_ok=True)
         for name in ["page", "page2", "cookie", "nostore", "private", "nocache", "untagged",
-                     "badtag", "vary", "auth", "fail", "head"]:
+                     "badtag", "vary", "auth", "fail", "head", "cookiereq", "public", "scheme",
+                     "aged", "aged2"]:
             self.write("backend/docs/%s.html" % name, "<p>%s body</p>\n" % name)
         self.write("backend/docs/off/page.html", "<p>off body</p>\n")
+        self.write("backend/docs/subst/page.html", "<p>foo and bar</p>\n")
         self.big = bytes((i * 31 + 7) & 0xff for i in range(200 * 1024))
         self.write("backend/docs/big.bin", self.big)
         self.binary = bytes(range(256)) * 40
@@ -224,6 +322,12 @@ CustomLog {self.path('backend', 'logs', 'access.log')} plain
 <Location /vary.html>
   Header set Vary "Accept-Language"
 </Location>
+<Location /public.html>
+  Header set Cache-Control "public, max-age=60"
+</Location>
+<Location /scheme.html>
+  Header set X-Seen-Scheme "expr=%{{req:X-Scheme}}"
+</Location>
 """
         self.backend_conf = self.write("backend/httpd.conf", conf)
 
@@ -241,15 +345,37 @@ RCacheRetryAfter 100
 LoadModule proxy_module {MODDIR}/mod_proxy.so
 LoadModule proxy_http_module {MODDIR}/mod_proxy_http.so
 LoadModule rcache_module {self.module}
-LogLevel warn rcache:trace1
+LoadModule filter_module {MODDIR}/mod_filter.so
+LoadModule substitute_module {MODDIR}/mod_substitute.so
+LogLevel warn rcache:trace1 proxy_http:debug
 {module_directives}{extra_global}
 ProxyPass /rcache-status !
 ProxyPass /rcache-metrics !
+ProxyPass /trunc/ http://127.0.0.1:{self.trunc_port}/trunc/
 ProxyPass / {b}/
 <Location />
   Require all granted
   RCache On
 </Location>
+<Location /subst/>
+  AddOutputFilterByType SUBSTITUTE text/html
+  Substitute "s/foo/foofoo/"
+</Location>
+<Location /scheme.html>
+  RequestHeader set X-Scheme "expr=%{{REQUEST_SCHEME}}"
+</Location>
+# Two vhosts on their own ports, one for each scheme, with the scheme's default port as their
+# canonical port: without the scheme in the key, both would key a page as 127.0.0.1/uri.
+Listen 127.0.0.1:{self.http_vhost_port}
+Listen 127.0.0.1:{self.https_vhost_port}
+<VirtualHost 127.0.0.1:{self.http_vhost_port}>
+  ServerName http://127.0.0.1:80
+  UseCanonicalName On
+</VirtualHost>
+<VirtualHost 127.0.0.1:{self.https_vhost_port}>
+  ServerName https://127.0.0.1:443
+  UseCanonicalName On
+</VirtualHost>
 <Location /off/>
   RCache Off
 </Location>
@@ -287,6 +413,8 @@ ProxyPass / {b}/
                 time.sleep(0.05)
 
     def stop_all(self):
+        if self.trunc:
+            self.trunc.stop()
         for name in ("proxy", "backend", "memd"):
             p = self.procs.get(name)
             if p and p.poll() is None:
@@ -305,11 +433,16 @@ ProxyPass / {b}/
                     pass
 
     # --- HTTP ---------------------------------------------------------------------------------
-    def get(self, path, method="GET", headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.proxy_port, timeout=10)
+    def get(self, path, method="GET", headers=None, port=None, partial_ok=False):
+        c = http.client.HTTPConnection("127.0.0.1", port or self.proxy_port, timeout=10)
         c.request(method, path, headers=headers or {})
         r = c.getresponse()
-        body = r.read()
+        try:
+            body = r.read()
+        except http.client.IncompleteRead as e:
+            if not partial_ok:
+                raise
+            body = e.partial
         hdrs = {k.lower(): v for k, v in r.getheaders()}
         all_names = [k for k, _ in r.getheaders()]
         c.close()
@@ -337,6 +470,114 @@ ProxyPass / {b}/
         return out
 
 
+
+# ---- issue 13 sections: each runs on its own; run() collects their failures -----------------------
+
+def section_cookie_requests(env):
+    print("a response to a request with Cookie is not stored (unless public):")
+    s, _, b, _ = env.get("/cookiereq.html", headers={"Cookie": "session=alice"})
+    check(s == 200 and env.backend_count("/cookiereq.html") == 1, "GET with Cookie forwarded")
+    s, _, b, _ = env.get("/cookiereq.html")
+    check(s == 200 and env.backend_count("/cookiereq.html") == 2,
+          "the page fetched with Cookie: session=alice is not served to a request without cookies")
+    env.get("/cookiereq.html")
+    check(env.backend_count("/cookiereq.html") == 2,
+          "the cookieless response was stored: the next cookieless GET is a hit")
+    s, h, b, _ = env.get("/public.html", headers={"Cookie": "session=alice"})
+    check(s == 200 and env.backend_count("/public.html") == 1, "GET with Cookie of a public page")
+    s, h, b, _ = env.get("/public.html")
+    check(s == 200 and env.backend_count("/public.html") == 1 and b == b"<p>public body</p>\n",
+          "Cache-Control: public: stored from the Cookie request, served without cookies")
+
+
+def section_scheme(env):
+    print("http and https do not share a cache key:")
+    s, h, b, _ = env.get("/scheme.html", port=env.http_vhost_port)
+    check(s == 200 and h.get("x-seen-scheme") == "http" and env.backend_count("/scheme.html") == 1,
+          "http vhost: miss (X-Seen-Scheme %s)" % h.get("x-seen-scheme"))
+    s, h, b, _ = env.get("/scheme.html", port=env.http_vhost_port)
+    check(env.backend_count("/scheme.html") == 1, "http vhost: hit")
+    s, h, b, _ = env.get("/scheme.html", port=env.https_vhost_port)
+    check(s == 200 and h.get("x-seen-scheme") == "https" and env.backend_count("/scheme.html") == 2,
+          "https vhost, same host, default port and URI: not the http entry (X-Seen-Scheme %s)"
+          % h.get("x-seen-scheme"))
+    s, h, b, _ = env.get("/scheme.html", port=env.https_vhost_port)
+    check(h.get("x-seen-scheme") == "https" and env.backend_count("/scheme.html") == 2,
+          "https vhost: hit of its own entry")
+    s, h, b, _ = env.get("/scheme.html", port=env.http_vhost_port)
+    check(h.get("x-seen-scheme") == "http" and env.backend_count("/scheme.html") == 2,
+          "http vhost: still its own entry")
+
+
+def section_substitute(env):
+    print("RESOURCE filters (mod_substitute) run once, on a miss and on a hit alike:")
+    s1, _, b1, _ = env.get("/subst/page.html")
+    check(s1 == 200 and b1 == b"<p>foofoo and bar</p>\n", "miss: substituted once (%r)" % b1)
+    s2, _, b2, _ = env.get("/subst/page.html")
+    check(env.backend_count("/subst/page.html") == 1, "second GET is a hit")
+    check(b2 == b1, "hit body identical to the miss body (%r)" % b2)
+
+
+def section_truncated_chunked(env):
+    # httpd 2.4 (mod_proxy_http) ends such a body with a 502 error bucket and EOS (AH01110
+    # "error reading response") and sets r->no_cache: either one refuses the store.
+    print("a body the backend cut off (chunked or with Content-Length) is never stored:")
+    version = env.read_slot(8)
+    env.trunc = TruncatingBackend(env.trunc_port, lambda: "app1 8 %d" % version)
+    s, _, b, _ = env.get("/trunc/ok.html")
+    check(s == 200 and b == b"<p>first part of the page</p>\nend\n",
+          "control: a complete chunked body passes")
+    env.get("/trunc/ok.html")
+    check(env.trunc.count("/trunc/ok.html") == 1, "control: a complete chunked body is stored")
+    for path in ("/trunc/boundary.html", "/trunc/mid.html", "/trunc/sizeline.html",
+                 "/trunc/nocrlf.html", "/trunc/length.html"):
+        before = env.status()
+        for i in range(2):
+            s, _, b, _ = env.get(path, partial_ok=True)
+            check(s == 200 and b.startswith(b"<p>first part"),
+                  "%s: GET %d gets the status and the part sent (%d bytes)" % (path, i + 1, len(b)))
+        check(env.trunc.count(path) == 2, "%s: cut off before its end: not stored" % path)
+        after = env.status()
+        check(int(after["Stores"]) == int(before["Stores"]),
+              "%s: Stores unchanged (%s -> %s)" % (path, before["Stores"], after["Stores"]))
+
+
+def section_max_age(env):
+    print("RCacheMaxAge: entries older than that are expired (restart with a vhost at 1 s):")
+    env.procs["proxy"].send_signal(signal.SIGTERM)
+    env.procs["proxy"].wait(15)
+    conf = env.write("proxy/maxage.conf", env.proxy_conf_text(extra_global=f"""
+Listen 127.0.0.1:{env.maxage_port}
+<VirtualHost 127.0.0.1:{env.maxage_port}>
+  RCacheMaxAge 1
+</VirtualHost>
+"""))
+    env.start_httpd("proxy", conf)
+    env.get("/aged.html", port=env.maxage_port)
+    env.get("/aged.html", port=env.maxage_port)
+    check(env.backend_count("/aged.html") == 1, "RCacheMaxAge 1 vhost: stored, then a hit")
+    env.get("/aged2.html")
+    env.get("/aged2.html")
+    check(env.backend_count("/aged2.html") == 1, "main server (default 600 s): stored, then a hit")
+    before = env.status()
+    time.sleep(2.2)
+    env.get("/aged.html", port=env.maxage_port)
+    check(env.backend_count("/aged.html") == 2, "after 2.2 s the entry is expired: forwarded")
+    env.get("/aged.html", port=env.maxage_port)
+    check(env.backend_count("/aged.html") == 2, "the fresh render is stored and hit again")
+    env.get("/aged2.html")
+    check(env.backend_count("/aged2.html") == 1, "main server: still a hit after 2.2 s")
+    after = env.status()
+    check(int(after.get("Expired", "0")) == int(before.get("Expired", "-1")) + 1,
+          "status Expired %s -> %s" % (before.get("Expired"), after.get("Expired")))
+    check("LockTimeouts" in after, "status shows LockTimeouts = %s" % after.get("LockTimeouts"))
+    _, _, m, _ = env.get("/rcache-metrics")
+    m = m.decode()
+    check(re.search(r"^tierce_rcache_expired_total 1$", m, re.M) is not None and
+          re.search(r"^tierce_rcache_lock_timeouts_total 0$", m, re.M) is not None,
+          "metrics carry expired_total and lock_timeouts_total")
+
+
 def run(env):
     env.setup_cluster()
     env.start_memd()
@@ -351,6 +592,10 @@ def run(env):
         ("RCacheVersionTimeout 0", "RCacheVersionTimeout"),
         ("RCacheRetryAfter soon", "RCacheRetryAfter"),
         ("RCacheStoreSetCookie maybe", "RCacheStoreSetCookie"),
+        ("RCacheStoreCookieRequests maybe", "RCacheStoreCookieRequests"),
+        ("RCacheMaxAge 31536001", "RCacheMaxAge"),
+        ("RCacheMaxAge -1", "RCacheMaxAge"),
+        ("RCacheMaxAge 10m", "RCacheMaxAge"),
     ]
     for extra, word in bad_cases:
         conf = env.write("proxy/bad.conf", env.proxy_conf_text(extra_global=extra + "\n"))
@@ -473,6 +718,18 @@ def run(env):
     check(re.search(r'^tierce_rcache_version_check_seconds\{quantile="0.99"\} ', m, re.M) is not None,
           "metrics carry the latency summary")
 
+    failed = []
+    for section in (section_cookie_requests, section_scheme, section_substitute,
+                    section_truncated_chunked, section_max_age):
+        try:
+            section(env)
+        except Exception as e:
+            traceback.print_exc()
+            print("SECTION FAILED: %s: %s" % (section.__name__, e))
+            failed.append(section.__name__)
+        if env.procs["proxy"].poll() is not None:  # a failed restart: carry on with the old conf
+            env.start_httpd("proxy", good)
+
     print("memd dies: fail closed:")
     env.get("/fail.html")
     env.get("/fail.html")
@@ -494,6 +751,8 @@ def run(env):
     env.procs["proxy"].send_signal(signal.SIGTERM)
     env.procs["proxy"].wait(15)
     check(not os.path.exists(arena), "the parent removed the arena segment on shutdown")
+    if failed:
+        raise Failure("issue-13 sections failed: " + ", ".join(failed))
 
 
 def main():

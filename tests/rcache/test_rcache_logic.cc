@@ -1,6 +1,7 @@
 // tests/rcache/test_rcache_logic.cc — mod_rcache's pure helpers (no httpd): payload format, header
-// filtering, the cacheability rules one by one, Tierce-Tag parsing, Vary, directive values and
-// the status renderers.
+// filtering, the cacheability rules one by one, Tierce-Tag parsing, Vary, directive values, the
+// completeness of a captured body, the entry format the hit decision reads, and the status
+// renderers.
 #define BOOST_TEST_MODULE rcache_logic
 #include <boost/test/unit_test.hpp>
 
@@ -174,6 +175,9 @@ BOOST_AUTO_TEST_CASE(cache_control_parsing) {
   BOOST_TEST(parse_cache_control("no-cache").no_cache);
   BOOST_TEST(!parse_cache_control("max-age=60").max_age_zero);
   BOOST_TEST(!parse_cache_control("").no_store);
+  BOOST_TEST(parse_cache_control("Public, max-age=60").is_public);
+  BOOST_TEST(!parse_cache_control("max-age=60").is_public);
+  BOOST_TEST(!parse_cache_control("private=\"public\"").is_public);
 }
 
 BOOST_AUTO_TEST_CASE(request_rules) {
@@ -284,6 +288,92 @@ BOOST_AUTO_TEST_CASE(response_rules_each) {
   rejected(f, p, "Vary");
 }
 
+BOOST_AUTO_TEST_CASE(cookie_requests_are_not_stored_unless_public_or_allowed) {
+  auto tp = topo();
+  Policy p;
+  auto f = good();
+  f.request_cookie = true;
+  auto c = decide_response(f, p, tp);
+  BOOST_TEST(!c.cacheable);
+  BOOST_TEST(c.reason.find("Cookie") != std::string::npos, c.reason);
+  // Cache-Control: public says the page is the same for everyone.
+  f.cache_control = "public, max-age=60";
+  BOOST_TEST(decide_response(f, p, tp).cacheable);
+  f.cache_control = "max-age=60";
+  BOOST_TEST(!decide_response(f, p, tp).cacheable);
+  // RCacheStoreCookieRequests On.
+  Policy q = p;
+  q.store_cookie_requests = true;
+  BOOST_TEST(decide_response(f, q, tp).cacheable);
+  // public does not override the other rules.
+  f.cache_control = "public, no-store";
+  BOOST_TEST(!decide_response(f, q, tp).cacheable);
+  f = good();
+  f.request_cookie = true;
+  f.cache_control = "public";
+  f.set_cookie = true;
+  BOOST_TEST(!decide_response(f, p, tp).cacheable);
+  // Without a Cookie, nothing changes.
+  BOOST_TEST(decide_response(good(), p, tp).cacheable);
+  // Requests with a Cookie are still looked up (the cached page is one stored for everyone).
+  RequestFacts rf;
+  rf.method = "GET";
+  BOOST_TEST((decide_request(rf, p) == RequestAction::Lookup));
+}
+
+BOOST_AUTO_TEST_CASE(only_complete_bodies_are_stored) {
+  BodyEnd b;
+  b.body_bytes = 10;
+  BOOST_TEST(incomplete_body(b).empty());
+  b.content_length = 10;
+  BOOST_TEST(incomplete_body(b).empty());
+  b.content_length = 100;
+  BOOST_TEST(incomplete_body(b).find("Content-Length 100") != std::string::npos);
+  b.content_length.reset();
+  auto with = [&](auto set) {
+    BodyEnd x = b;
+    set(x);
+    return incomplete_body(x);
+  };
+  // mod_proxy_http, when the backend breaks the body off: a 502 error bucket, then EOS, and
+  // r->no_cache. Either one alone is enough.
+  BOOST_TEST(with([](BodyEnd& x) { x.error_bucket = true; }).find("error") != std::string::npos);
+  BOOST_TEST(with([](BodyEnd& x) { x.no_cache = true; }).find("no_cache") != std::string::npos);
+  BOOST_TEST(with([](BodyEnd& x) { x.connection_aborted = true; }).find("aborted") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(entry_format_for_the_hit_decision) {
+  std::string base = co::base_key("https", "h", "/v");
+  std::optional<std::string> lang = "fr";
+  HeaderGetter get = [&](const std::string& n) -> std::optional<std::string> {
+    if (n == "accept-language") return lang;
+    return std::nullopt;
+  };
+  auto f = entry_format(base, get);
+  StoredResponse r;
+  r.body = "x";
+  std::string resp = serialize_response(r);
+  BOOST_TEST(!f.variant_key(resp).has_value());
+  BOOST_TEST(f.servable(resp));
+  std::string vary = serialize_vary({"accept-language"});
+  BOOST_TEST(f.variant_key(vary).value() == co::variant_key(base, "accept-language: fr\n"));
+  lang = "en";  // the getter is read at each call: the request's headers
+  BOOST_TEST(f.variant_key(vary).value() == co::variant_key(base, "accept-language: en\n"));
+  BOOST_TEST(!f.servable(vary));
+  BOOST_TEST(!f.variant_key("RCV1garbage").has_value());
+  BOOST_TEST(!f.servable("RCV1garbage"));
+  BOOST_TEST(!f.servable(""));
+  // is_valid_response agrees with parse_response on every truncation.
+  r.headers = {{"A", "b"}, {"C", ""}};
+  r.content_type = "text/html";
+  std::string p = serialize_response(r);
+  for (size_t cut = 0; cut <= p.size(); ++cut) {
+    auto v = std::string_view(p).substr(0, cut);
+    BOOST_TEST(is_valid_response(v) == parse_response(v).has_value(), "cut " << cut);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(vary_handling) {
   auto v = parse_vary("Accept-Language, accept-encoding,ACCEPT-LANGUAGE, ,");
   BOOST_TEST(!v.star);
@@ -310,8 +400,8 @@ BOOST_AUTO_TEST_CASE(vary_handling) {
   std::string fr = vary_values(names, getter_fr);
   BOOST_TEST(fr == "accept-language: fr\naccept-encoding: \n");
   std::string en = vary_values(names, getter_en);
-  std::string base = co::base_key("Example.COM:80", "/a?b=1");
-  BOOST_TEST(base == "example.com\n/a?b=1");
+  std::string base = co::base_key("http", "Example.COM:80", "/a?b=1");
+  BOOST_TEST(base == "http://example.com\n/a?b=1");
   BOOST_TEST(co::variant_key(base, fr) != co::variant_key(base, en));
   BOOST_TEST(co::hash64(co::variant_key(base, fr)) != co::hash64(co::variant_key(base, en)));
 }
@@ -339,6 +429,8 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   s.hits = 3;
   s.misses = 1;
   s.stale_rejects = 2;
+  s.expired = 4;
+  s.lock_timeouts = 7;
   s.p50_ns = 12000;
   s.p99_ns = 50000;
   s.latency_count = 5;
@@ -346,15 +438,22 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   std::string a = render_status_auto(s);
   BOOST_TEST(a.find("Hits: 3\n") != std::string::npos);
   BOOST_TEST(a.find("Invalidations: 2\n") != std::string::npos);
+  BOOST_TEST(a.find("Expired: 4\n") != std::string::npos);
+  BOOST_TEST(a.find("LockTimeouts: 7\n") != std::string::npos);
+  BOOST_TEST(a.find("HitRatio: 0.3000\n") != std::string::npos);  // 3 / (3 + 1 + 2 + 4)
   BOOST_TEST(a.find("VersionCheckP50us: 12.0\n") != std::string::npos);
   BOOST_TEST(a.find("Node: proxy1\n") != std::string::npos);
   std::string h = render_status_html(s);
   BOOST_TEST(h.find("app&lt;2&gt;") != std::string::npos);
   BOOST_TEST(h.find("app<2>") == std::string::npos);
+  BOOST_TEST(h.find("Expired") != std::string::npos);
+  BOOST_TEST(h.find("Lock timeouts") != std::string::npos);
   std::string m = render_metrics(s);
   BOOST_TEST(m.find("# TYPE tierce_rcache_hits_total counter\ntierce_rcache_hits_total 3\n") !=
              std::string::npos);
   BOOST_TEST(m.find("# TYPE tierce_rcache_version_check_seconds summary") != std::string::npos);
+  BOOST_TEST(m.find("\ntierce_rcache_expired_total 4\n") != std::string::npos);
+  BOOST_TEST(m.find("\ntierce_rcache_lock_timeouts_total 7\n") != std::string::npos);
   BOOST_TEST(m.find("tierce_rcache_version_check_seconds{quantile=\"0.99\"} 0.000050000") !=
              std::string::npos);
   BOOST_TEST(m.find("tierce_rcache_version_check_seconds_count 5") != std::string::npos);

@@ -1,0 +1,109 @@
+// coherence/hit.h — the proxy's hit decision, in plain C++: arena lookup (through a Vary record
+// to the variant when there is one), the max-age backstop, then ONE version read at the entry's
+// home, turned into a Verdict. mod_rcache's handler only adapts the verdict (counters, log lines,
+// serve or DECLINE); tests drive it with a fake VersionReader (tests/coherence/test_hit.cc).
+//
+//   lookup(base) ─ none ──────────────────────────────────────────────▶ Miss
+//     │ a Vary record: lookup(variant) ─ none ─────────────────────────▶ Miss
+//     ▼ the entry
+//   unservable payload / unknown home ── erase ─────────────────────────▶ Miss
+//   stored longer ago than max_age ───── erase ─────────────────────────▶ Stale (Expired)
+//   read_version(home, slot): nullopt or throws ────────────────────────▶ Unverifiable (kept)
+//                             != tag.version ── erase ──────────────────▶ Stale (VersionChanged)
+//                             == tag.version ───────────────────────────▶ Hit
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "coherence/arena.h"
+#include "coherence/topology.h"
+
+namespace tierce::coherence {
+
+class ClusterClient;
+
+enum class Verdict {
+  Hit,           // the entry's version is the home's current one: serve it
+  Miss,          // no usable entry: forward; the response may be stored
+  Stale,         // the version differs, or the entry is older than the max age: erased, forward
+  Unverifiable,  // the version could not be read in time: forward (fail closed); entry kept
+};
+std::string_view to_string(Verdict v);
+std::ostream& operator<<(std::ostream& o, Verdict v);
+
+// Why an entry was Stale.
+enum class StaleCause { None, VersionChanged, Expired };
+std::string_view to_string(StaleCause c);
+std::ostream& operator<<(std::ostream& o, StaleCause c);
+
+// Reads one version slot at a home: one one-sided 8-byte read. nullopt = could not be read in
+// time (dead peer, timeout, revoked region, home marked down). An exception counts as nullopt.
+class VersionReader {
+ public:
+  virtual ~VersionReader() = default;
+  virtual std::optional<uint64_t> read_version(const std::string& home, uint64_t slot) = 0;
+};
+
+// ClusterClient (coherence/client.h) as a VersionReader. It does not own the client.
+class ClusterVersionReader final : public VersionReader {
+ public:
+  explicit ClusterVersionReader(ClusterClient& client) : client_(client) {}
+  std::optional<uint64_t> read_version(const std::string& home, uint64_t slot) override;
+
+ private:
+  ClusterClient& client_;
+};
+
+// How entries' payloads are read: the format is the caller's (mod_rcache: rcache_logic.h), so
+// Vary handling stays there.
+struct EntryFormat {
+  // When `payload` (found under the base key) is a Vary record: the variant key that answers
+  // this request (coherence::variant_key(base, "name: value\n"...)). nullopt: it is a response.
+  std::function<std::optional<std::string>(std::string_view payload)> variant_key;
+  // Whether `payload` is a response the caller can serve. An entry that is not (corrupt, a Vary
+  // record where a response must be, someone else's format) is erased and counts as a Miss.
+  // Unset: every payload is.
+  std::function<bool(std::string_view payload)> servable;
+};
+
+struct HitQuery {
+  std::string_view base_key;  // coherence::base_key(scheme, host, uri); outlives the call
+  uint64_t base_hash = 0;     // hash64(base_key)
+  // The max-age backstop (writes that bypass the invalidation path): an entry stored more than
+  // max_age_s seconds before now_us is Stale (Expired) without a version read. 0 = no limit.
+  int64_t now_us = 0;  // CLOCK_REALTIME microseconds, the clock of CachedEntry::stored_at_us
+  int64_t max_age_s = 0;
+};
+
+struct HitResult {
+  Verdict verdict = Verdict::Miss;
+  StaleCause stale_cause = StaleCause::None;  // set when verdict == Stale
+  // Hit: the entry to serve. Stale, Unverifiable: the entry that was found (for log lines).
+  std::optional<CachedEntry> entry;
+  std::string key;  // the key it was found under (the base key, or the variant key)
+  uint64_t key_hash = 0;
+  std::string home;  // the home node whose version was (to be) read, when an entry was found
+  bool version_read = false;             // a read was made (never more than one)
+  std::optional<uint64_t> home_version;  // what it returned
+  uint64_t read_ns = 0;                  // how long it took (steady clock)
+  std::string reader_error;              // the reader threw (verdict Unverifiable): its message
+  std::string arena_error;               // the lookup threw (verdict Miss): its message
+  bool erased_unservable = false;        // an unservable entry was erased (verdict Miss)
+};
+
+// The hit decision for one request. Contract:
+//  - at most ONE read_version per call: exactly one for an entry that could be served (found,
+//    servable, of a known home, not expired); none for a Miss or an expired entry (it is
+//    discarded whatever its version: reading it would only add the read's latency);
+//  - erases (arena.erase) exactly the Stale and unservable entries; an Unverifiable entry is
+//    kept (the home may be back at the next request);
+//  - counts nothing: counters and the latency histogram are the caller's (read_ns).
+// `topo` names the homes: tag.home indexes topo.nodes and must be an app node.
+HitResult decide_hit(CacheArena& arena, const Topology& topo, const HitQuery& q,
+                     const EntryFormat& format, VersionReader& reader);
+
+}  // namespace tierce::coherence
