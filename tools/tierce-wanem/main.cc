@@ -1,6 +1,7 @@
 // tools/tierce-wanem/main.cc — tierce-wanem: a user-space WAN emulator relay for tests and
 // benchmarks (docs/ftp.md "tierce-wanem"). Parses the command line, binds every listener, says
-// "ready", relays until SIGTERM/SIGINT, then prints what it moved.
+// "ready", relays until SIGTERM/SIGINT, then prints what it moved. With --send it is instead the
+// client of a running relay's --control socket (control.h).
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "tools/tierce-wanem/control.h"
 #include "tools/tierce-wanem/options.h"
 #include "tools/tierce-wanem/relay.h"
 
@@ -56,6 +58,16 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (!opts.send.empty()) {
+    try {
+      std::string answer = send_command(opts.control, opts.send);
+      std::printf("%s\n", answer.c_str());
+      return answer.rfind("ok", 0) == 0 ? 0 : kExitRuntime;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tierce-wanem: %s\n", e.what());
+      return kExitRuntime;
+    }
+  }
 
   // Signals arrive through a signalfd the loop polls; SIGPIPE is not a way to learn that a peer
   // left (writev's EPIPE is).
@@ -75,10 +87,12 @@ int main(int argc, char** argv) {
   try {
     Relay relay(opts);
     // The line first, then the file: whoever waits for the file finds the line in the log.
-    std::printf("tierce-wanem: ready (%zu listeners, delay %llu us, rate %s, window %llu bytes)\n",
-                relay.listener_count(), (unsigned long long)opts.delay_us,
-                opts.rate ? (std::to_string(opts.rate) + " B/s").c_str() : "unlimited",
-                (unsigned long long)opts.window);
+    std::printf(
+        "tierce-wanem: ready (%zu listeners, delay %llu us, rate %s, window %llu bytes%s)\n",
+        relay.listener_count(), (unsigned long long)opts.delay_us,
+        opts.rate ? (std::to_string(opts.rate) + " B/s").c_str() : "unlimited",
+        (unsigned long long)opts.window,
+        opts.control.empty() ? "" : (", control " + opts.control).c_str());
     std::fflush(stdout);
     if (!opts.ready_file.empty() && !write_ready_file(opts.ready_file, relay.listener_count())) {
       std::fprintf(stderr, "tierce-wanem: cannot write ready file %s\n", opts.ready_file.c_str());

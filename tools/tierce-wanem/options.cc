@@ -12,7 +12,8 @@ namespace tierce::wanem {
 
 const char* const kUsage = R"(Usage:
   tierce-wanem --forward LISTEN=TARGET [--forward ...] --delay-us D [--rate BYTES/s]
-               [--window BYTES] [--ready-file F]
+               [--window BYTES] [--ready-file F] [--control PATH]
+  tierce-wanem --control PATH --send COMMAND
 
 A user-space WAN emulator: every TCP connection accepted on LISTEN is relayed to TARGET, and
 every byte is held for D microseconds in each direction (one-way delay D, round trip 2D).
@@ -27,6 +28,18 @@ every byte is held for D microseconds in each direction (one-way delay D, round 
                             sender (D after they are written): one stream gets at most
                             window / (2D). Default 3Mi.
   --ready-file F            written (atomically) once every listener is bound
+  --control PATH            listen on this unix stream socket for runtime commands, one per
+                            line, each answered "ok ...\n" or "error: ...\n":
+                              cut to-target|to-client|both   stop forwarding that direction of
+                                  every connection, existing and new (bytes are held, nothing
+                                  is dropped or reset; a new connection is accepted, and its
+                                  connection to TARGET is made only once to-target flows)
+                              heal [to-target|to-client|both]   forward again, held bytes
+                                  first (default both)
+                              delay US    one-way delay of the bytes read from now on
+                              status      "ok cut=... delay_us=... connections=... held..."
+  --send COMMAND            with --control: send COMMAND to a running relay, print its
+                            answer, exit 0 if it was "ok", 1 if not
   --help                    this text
 
 Quantities take k/M/G (10^3, 10^6, 10^9) or Ki/Mi/Gi (2^10, 2^20, 2^30) suffixes.
@@ -184,9 +197,24 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--ready-file") {
       o.ready_file = need_value();
       if (o.ready_file.empty()) throw UsageError("--ready-file needs a path");
+    } else if (arg == "--control") {
+      o.control = need_value();
+      if (o.control.empty()) throw UsageError("--control needs a path");
+      if (o.control.size() > kMaxControlPath)
+        throw UsageError("--control '" + o.control + "' is longer than " +
+                         std::to_string(kMaxControlPath) + " bytes (a unix socket path)");
+    } else if (arg == "--send") {
+      o.send = need_value();
+      if (o.send.empty() || o.send.find('\n') != std::string::npos)
+        throw UsageError("--send needs one command (no newline)");
     } else {
       throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
+  }
+  if (!o.send.empty()) {
+    if (o.control.empty()) throw UsageError("--send needs --control PATH (the relay's socket)");
+    if (!o.forwards.empty()) throw UsageError("--send talks to a running relay: no --forward");
+    return o;
   }
   if (o.forwards.empty()) throw UsageError("at least one --forward LISTEN=TARGET is needed");
   if (!have_delay) throw UsageError("--delay-us is required (0 for no delay)");

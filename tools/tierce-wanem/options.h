@@ -38,6 +38,8 @@ struct Options {
   uint64_t rate = 0;                // bytes/s per direction of each connection; 0 = unlimited
   uint64_t window = 3ull << 20;     // bytes in flight per direction of a connection
   std::string ready_file;           // written once every listener is bound
+  std::string control;              // --control: unix socket taking runtime commands (control.h)
+  std::string send;                 // --send: client mode, one command to --control, then exit
   bool help = false;                // --help: print usage, exit 0
 };
 
@@ -47,6 +49,7 @@ constexpr uint64_t kMaxDelayUs = 60'000'000;      // 60 s one-way
 constexpr uint64_t kMaxWindow = 1ull << 30;       // 1 GiB per direction
 constexpr uint64_t kMaxRate = 1'000'000'000'000;  // 1 TB/s
 constexpr unsigned kMaxListenPorts = 16384;       // over all --forward ranges
+constexpr size_t kMaxControlPath = 107;           // sun_path holds 108 bytes with the NUL
 
 extern const char* const kUsage;
 

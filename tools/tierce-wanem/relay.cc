@@ -8,8 +8,10 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,7 +90,7 @@ void close_with_reset(int fd) {
 
 // What an epoll event points at.
 struct Pollable {
-  enum class Kind { Listener, Side, Timer, Stop };
+  enum class Kind { Listener, Side, Timer, Stop, ControlListener, ControlClient };
   explicit Pollable(Kind k) : kind(k) {}
   Kind kind;
 };
@@ -102,6 +104,17 @@ struct Relay::Listener : Pollable {
   sockaddr_storage target{};
   socklen_t target_len = 0;
   std::string desc;  // "LISTEN -> TARGET", for messages
+};
+
+// A connection to the --control socket: bytes in until a newline, one answer line out.
+struct Relay::ControlClient : Pollable {
+  ControlClient() : Pollable(Kind::ControlClient) {}
+  ~ControlClient() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd = -1;
+  std::string in;
+  bool dead = false;
 };
 
 namespace {
@@ -180,16 +193,20 @@ struct Relay::Conn {
   Side client, server;
   Direction up, down;  // client -> target, target -> client
   std::string target_desc;
-  bool dead = false;  // to be removed at the end of this loop turn
+  sockaddr_storage target{};
+  socklen_t target_len = 0;
+  bool connect_pending = false;  // accepted while to-target was cut: connect on heal
+  bool dead = false;             // to be removed at the end of this loop turn
 };
 
 namespace {
 
 // Moves what it can in one direction; says when it next needs attention (`next`) or that it
-// stopped only because its turn budget ran out (`busy`).
-void pump(Direction& d, const Options& o, Clock::time_point now, Clock::time_point& next,
-          bool& busy) {
-  const auto delay = microseconds(o.delay_us);
+// stopped only because its turn budget ran out (`busy`). A `cut` direction still reads (its bytes
+// are held, up to the window) but writes nothing, not even the FIN.
+void pump(Direction& d, const Options& o, uint64_t delay_us, bool cut, Clock::time_point now,
+          Clock::time_point& next, bool& busy) {
+  const auto delay = microseconds(delay_us);
   Side& from = *d.from;
   Side& to = *d.to;
 
@@ -231,6 +248,8 @@ void pump(Direction& d, const Options& o, Clock::time_point now, Clock::time_poi
         d.in_flight += n;
         moved_in += n;
         auto due = now + delay;
+        // After the delay shrank, bytes read now are still not due before earlier ones.
+        if (!d.marks.empty() && d.marks.back().due > due) due = d.marks.back().due;
         if (!d.marks.empty() && d.marks.back().due == due)
           d.marks.back().end = d.read_seq;
         else
@@ -250,7 +269,7 @@ void pump(Direction& d, const Options& o, Clock::time_point now, Clock::time_poi
       }
     }
 
-    if (!to.connected || d.dst_err || d.dst_shut) continue;
+    if (!to.connected || d.dst_err || d.dst_shut || cut) continue;
 
     // Release what is due, then write it (paced by the token bucket).
     while (!d.marks.empty() && d.marks.front().due <= now) {
@@ -271,7 +290,7 @@ void pump(Direction& d, const Options& o, Clock::time_point now, Clock::time_poi
         moved_out += n;
         *d.counter += n;
         if (o.rate) d.tokens -= double(n);
-        if (o.delay_us == 0) {
+        if (delay_us == 0) {
           d.in_flight -= n;
         } else {
           auto back = now + delay;
@@ -309,7 +328,7 @@ void pump(Direction& d, const Options& o, Clock::time_point now, Clock::time_poi
     else if (!d.credits.empty())
       next = std::min(next, d.credits.front().back);
   }
-  if (to.connected && !d.dst_err && !d.dst_shut) {
+  if (to.connected && !d.dst_err && !d.dst_shut && !cut) {
     uint64_t due = d.released_end - d.write_seq;
     if (due > 0 && to.writable) {
       if (o.rate && d.tokens < 1) {
@@ -327,7 +346,7 @@ void pump(Direction& d, const Options& o, Clock::time_point now, Clock::time_poi
 
 }  // namespace
 
-Relay::Relay(const Options& opts) : opts_(opts) {
+Relay::Relay(const Options& opts) : opts_(opts), delay_us_(opts.delay_us) {
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
   timerfd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -366,13 +385,145 @@ Relay::Relay(const Options& opts) : opts_(opts) {
       listeners_.push_back(std::move(l));
     }
   }
+  if (!opts_.control.empty()) open_control();
 }
 
 Relay::~Relay() {
   conns_.clear();
   listeners_.clear();
+  control_clients_.clear();
+  if (control_fd_ >= 0) {
+    ::close(control_fd_);
+    ::unlink(opts_.control.c_str());
+  }
   for (int fd : {epfd_, timerfd_, spare_fd_})
     if (fd >= 0) ::close(fd);
+}
+
+void Relay::open_control() {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, opts_.control.c_str(), opts_.control.size() + 1);
+  // A socket file left by a relay that was killed is removed; one a live relay answers on is not.
+  struct stat st{};
+  if (::lstat(opts_.control.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      throw StartError("--control " + opts_.control + " exists and is not a socket");
+    int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool live = probe >= 0 && ::connect(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (probe >= 0) ::close(probe);
+    if (live) throw StartError("--control " + opts_.control + ": another relay answers there");
+    ::unlink(opts_.control.c_str());
+  }
+  control_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (control_fd_ < 0) throw StartError("control socket: " + errno_text(errno));
+  if (::bind(control_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int e = errno;
+    ::close(control_fd_);
+    control_fd_ = -1;
+    throw StartError("cannot bind --control " + opts_.control + ": " + errno_text(e));
+  }
+  if (::listen(control_fd_, 16) != 0)
+    throw StartError("cannot listen on --control " + opts_.control + ": " + errno_text(errno));
+  static Pollable control_tag(Pollable::Kind::ControlListener);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &control_tag;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, control_fd_, &ev) != 0)
+    throw StartError("epoll_ctl: " + errno_text(errno));
+}
+
+void Relay::accept_control() {
+  for (;;) {
+    int fd = ::accept4(control_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        log_line("accept on --control: " + errno_text(errno));
+      return;
+    }
+    auto cc = std::make_unique<ControlClient>();
+    cc->fd = fd;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;  // level-triggered: read_control() reads until EAGAIN
+    ev.data.ptr = cc.get();
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+    control_clients_.push_back(std::move(cc));
+  }
+}
+
+void Relay::read_control(ControlClient& cc) {
+  // Commands are short; a client that sends more than this without a newline is not one of ours.
+  constexpr size_t kMaxLine = 256;
+  for (;;) {
+    char buf[512];
+    ssize_t n = ::recv(cc.fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) {
+      cc.dead = true;
+      break;
+    }
+    cc.in.append(buf, size_t(n));
+  }
+  for (size_t nl; (nl = cc.in.find('\n')) != std::string::npos;) {
+    std::string line = cc.in.substr(0, nl);
+    cc.in.erase(0, nl + 1);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::string answer = execute(line) + "\n";
+    // Answers are one short line: the socket buffer takes it whole, or the client is gone.
+    if (::send(cc.fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+        ssize_t(answer.size()))
+      cc.dead = true;
+  }
+  if (cc.in.size() > kMaxLine) {
+    std::string answer = "error: line too long\n";
+    (void)!::send(cc.fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    cc.dead = true;
+  }
+}
+
+std::string Relay::execute(const std::string& line) {
+  Command cmd;
+  std::string error;
+  if (!parse_command(line, cmd, error)) {
+    log_line("control: '" + line + "': " + error);
+    return "error: " + error;
+  }
+  switch (cmd.kind) {
+    case Command::Kind::Cut:
+      cut_ |= cmd.dirs;
+      log_line("control: cut " + std::string(cut_name(cmd.dirs)) + " (now cut: " + cut_name(cut_) +
+               ")");
+      return std::string("ok cut=") + cut_name(cut_);
+    case Command::Kind::Heal:
+      cut_ &= ~cmd.dirs;
+      log_line("control: heal " + std::string(cut_name(cmd.dirs)) +
+               " (still cut: " + cut_name(cut_) + ")");
+      return std::string("ok cut=") + cut_name(cut_);
+    case Command::Kind::Delay:
+      delay_us_ = cmd.delay_us;
+      log_line("control: delay " + std::to_string(delay_us_) + " us");
+      return "ok delay_us=" + std::to_string(delay_us_);
+    case Command::Kind::Status: {
+      uint64_t held_up = 0, held_down = 0, pending = 0;
+      for (const auto& c : conns_) {
+        if (c->dead) continue;
+        held_up += c->up.read_seq - c->up.write_seq;
+        held_down += c->down.read_seq - c->down.write_seq;
+        pending += c->connect_pending;
+      }
+      return std::string("ok cut=") + cut_name(cut_) + " delay_us=" + std::to_string(delay_us_) +
+             " connections=" + std::to_string(conns_.size()) +
+             " pending_connects=" + std::to_string(pending) +
+             " accepted=" + std::to_string(stats_.accepted) +
+             " held_to_target=" + std::to_string(held_up) +
+             " held_to_client=" + std::to_string(held_down) +
+             " bytes_to_target=" + std::to_string(stats_.bytes_to_target) +
+             " bytes_to_client=" + std::to_string(stats_.bytes_to_client);
+    }
+  }
+  return "error: internal: unhandled command";
 }
 
 void Relay::accept_from(Listener& l) {
@@ -397,6 +548,8 @@ void Relay::accept_from(Listener& l) {
     ++stats_.accepted;
     auto c = std::make_unique<Conn>();
     c->target_desc = addr_text(l.target);
+    c->target = l.target;
+    c->target_len = l.target_len;
     c->client.fd = fd;
     c->client.connected = true;
     c->client.writable = true;
@@ -405,35 +558,46 @@ void Relay::accept_from(Listener& l) {
     c->up.refilled = c->down.refilled = now;
     c->up.counter = &stats_.bytes_to_target;
     c->down.counter = &stats_.bytes_to_client;
-
-    int sfd = ::socket(l.target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (sfd < 0) {
-      log_line("socket: " + errno_text(errno));
-      ++stats_.connect_failures;
-      close_with_reset(c->client.fd);
-      c->client.fd = -1;
-      continue;
-    }
-    c->server.fd = sfd;
-    set_nodelay(sfd);
-    int rc = ::connect(sfd, reinterpret_cast<const sockaddr*>(&l.target), l.target_len);
-    if (rc == 0) {
-      c->server.connected = c->server.writable = true;
-    } else if (errno != EINPROGRESS) {
-      log_line("connect to " + c->target_desc + " failed: " + errno_text(errno));
-      ++stats_.connect_failures;
-      close_with_reset(c->client.fd);
-      c->client.fd = -1;
-      continue;
-    }
-    for (Side* s : {&c->client, &c->server}) {
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-      ev.data.ptr = s;
-      ::epoll_ctl(epfd_, EPOLL_CTL_ADD, s->fd, &ev);
-    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.ptr = &c->client;
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+    // While to-target is cut the target must not even see the connection (a silent network
+    // delivers no SYN): connect once it flows again (service()).
+    if (cut_ & kCutToTarget)
+      c->connect_pending = true;
+    else if (!start_connect(*c))
+      continue;  // c (and its client socket, already reset) go away here
     conns_.push_back(std::move(c));
   }
+}
+
+bool Relay::start_connect(Conn& c) {
+  c.connect_pending = false;
+  auto fail = [&](const std::string& what) {
+    log_line(what);
+    ++stats_.connect_failures;
+    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, c.client.fd, nullptr);
+    close_with_reset(c.client.fd);
+    c.client.fd = -1;
+    c.dead = true;
+    return false;
+  };
+  int sfd = ::socket(c.target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (sfd < 0) return fail("socket: " + errno_text(errno));
+  c.server.fd = sfd;
+  set_nodelay(sfd);
+  int rc = ::connect(sfd, reinterpret_cast<const sockaddr*>(&c.target), c.target_len);
+  if (rc == 0) {
+    c.server.connected = c.server.writable = true;
+  } else if (errno != EINPROGRESS) {
+    return fail("connect to " + c.target_desc + " failed: " + errno_text(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = &c.server;
+  ::epoll_ctl(epfd_, EPOLL_CTL_ADD, sfd, &ev);
+  return true;
 }
 
 void Relay::arm_timer(Clock::time_point when) {
@@ -448,14 +612,16 @@ void Relay::arm_timer(Clock::time_point when) {
 }
 
 void Relay::service(Conn& c, Clock::time_point now, Clock::time_point& next, bool& busy) {
+  const bool cut_up = cut_ & kCutToTarget, cut_down = cut_ & kCutToClient;
+  if (c.connect_pending && !cut_up && !start_connect(c)) return;
   bool was_broken = c.client.broken || c.server.broken;
-  pump(c.up, opts_, now, next, busy);
-  pump(c.down, opts_, now, next, busy);
+  pump(c.up, opts_, delay_us_, cut_up, now, next, busy);
+  pump(c.down, opts_, delay_us_, cut_down, now, next, busy);
   if (!was_broken && (c.client.broken || c.server.broken)) {
     // A side broke during this turn: let the other direction see it now rather than wait for an
     // event that may never come (an idle peer).
-    pump(c.up, opts_, now, next, busy);
-    pump(c.down, opts_, now, next, busy);
+    pump(c.up, opts_, delay_us_, cut_up, now, next, busy);
+    pump(c.down, opts_, delay_us_, cut_down, now, next, busy);
   }
   // A direction whose destination broke does not end the connection by itself: the other one
   // first delivers what it holds. Once both are finished, close both sockets (an RST for a side
@@ -494,6 +660,12 @@ void Relay::run(int stop_fd) {
         case Pollable::Kind::Listener:
           accept_from(*static_cast<Listener*>(p));
           break;
+        case Pollable::Kind::ControlListener:
+          accept_control();
+          break;
+        case Pollable::Kind::ControlClient:
+          read_control(*static_cast<ControlClient*>(p));
+          break;
         case Pollable::Kind::Side: {
           auto* s = static_cast<Side*>(p);
           if (s->conn->dead) break;
@@ -525,6 +697,8 @@ void Relay::run(int stop_fd) {
         }
       }
     }
+
+    control_clients_.remove_if([](const std::unique_ptr<ControlClient>& cc) { return cc->dead; });
 
     auto now = Clock::now();
     auto next = Clock::time_point::max();

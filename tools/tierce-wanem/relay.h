@@ -18,6 +18,9 @@
 //   byte is out. A reset or error on one side: what is queued for the other side is still
 //   delivered, then the other side is shut down too; the connection is closed when both
 //   directions are finished.
+// * Control (--control, control.h): a direction can be cut (held: read but not written, FIN
+//   included) and healed, and the delay changed, while connections run. Release marks stay in
+//   order when the delay shrinks (a byte is never due before one read earlier).
 #pragma once
 
 #include <chrono>
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/tierce-wanem/control.h"
 #include "tools/tierce-wanem/options.h"
 
 namespace tierce::wanem {
@@ -48,7 +52,8 @@ struct RelayStats {
 
 class Relay {
  public:
-  // Binds and listens on every port of every --forward; throws StartError.
+  // Binds and listens on every port of every --forward (and the --control socket); throws
+  // StartError.
   explicit Relay(const Options& opts);
   ~Relay();
   Relay(const Relay&) = delete;
@@ -61,13 +66,24 @@ class Relay {
 
   struct Conn;
   struct Listener;
+  struct ControlClient;
 
  private:
   void accept_from(Listener& l);
+  // Starts the connection to the target; false (the client is reset, the Conn dead) on failure.
+  bool start_connect(Conn& c);
   void service(Conn& c, Clock::time_point now, Clock::time_point& next, bool& busy);
   void arm_timer(Clock::time_point when);
+  void open_control();
+  void accept_control();
+  void read_control(ControlClient& cc);
+  std::string execute(const std::string& line);  // one command line -> its answer (no newline)
 
   Options opts_;
+  uint64_t delay_us_ = 0;    // the one-way delay of bytes read from now on (control: delay)
+  unsigned cut_ = kCutNone;  // directions held (control: cut/heal)
+  int control_fd_ = -1;
+  std::list<std::unique_ptr<ControlClient>> control_clients_;
   int epfd_ = -1;
   int timerfd_ = -1;
   int spare_fd_ = -1;  // closed to accept-and-drop a connection when out of descriptors

@@ -2,7 +2,10 @@
 // (docs/ftp.md "tierce-wanem"): bytes arrive intact both ways, FIN and resets propagate, the
 // delay, rate and window bound what a connection can do (lower bounds on time only: a relay
 // that is slower than configured on a busy machine is not a failure, one that is faster is),
-// port ranges map in order, bad arguments exit 2 and a busy port exits 1.
+// port ranges map in order, bad arguments exit 2 and a busy port exits 1. The --control socket:
+// each command answers, a cut direction holds its bytes (existing and new connections; the target
+// does not even see a new connection while to-target is cut) while the other flows, heal delivers
+// everything held intact, delay changes the delay of what is read afterwards.
 //
 // One executable; ctest runs each test case as its own test (wanem_<case>).
 #define BOOST_TEST_MODULE wanem
@@ -15,6 +18,7 @@
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -203,13 +207,19 @@ RunResult run_wanem(const std::vector<std::string>& args) {
 }
 
 // A running relay; stopped with SIGTERM by stop() or the destructor. stop() returns the exit code.
+// With `control`, it listens on control_path() for runtime commands.
 class Wanem {
  public:
-  explicit Wanem(std::vector<std::string> args) {
+  explicit Wanem(std::vector<std::string> args, bool control = false) {
     std::string ready = dir_ / "ready";
     log_ = dir_ / "log";
     args.push_back("--ready-file");
     args.push_back(ready);
+    if (control) {
+      control_ = dir_ / "ctl";
+      args.push_back("--control");
+      args.push_back(control_);
+    }
     std::vector<std::string> argv{TIERCE_WANEM_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargv;
@@ -253,10 +263,28 @@ class Wanem {
     return exit_code_;
   }
   std::string log() const { return tierce_test::read_file(log_); }
+  const std::string& control_path() const { return control_; }
+
+  // Sends one command line over a fresh connection to the control socket; returns the answer
+  // line without its newline ("" when there was none within 10 s).
+  std::string control(const std::string& command) const {
+    Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    set_timeouts(s.get(), 10s);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", control_.c_str());
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "";
+    if (!send_str(s.get(), command + "\n")) return "";
+    std::string answer;
+    char ch;
+    while (::recv(s.get(), &ch, 1, 0) == 1 && ch != '\n') answer += ch;
+    return answer;
+  }
 
  private:
   TempDir dir_;
   std::string log_;
+  std::string control_;
   pid_t pid_ = -1;
   int status_ = 0;
   int exit_code_ = -1;
@@ -572,4 +600,250 @@ BOOST_AUTO_TEST_CASE(bad_args) {
   RunResult r = run_wanem({"--forward", fwd(port_of(busy.get()), 1), "--delay-us", "0"});
   BOOST_CHECK_EQUAL(r.exit_code, 1);
   BOOST_CHECK_MESSAGE(r.output.find("cannot bind") != std::string::npos, r.output);
+}
+
+// ---- runtime control (--control) ------------------------------------------------------------------
+
+namespace {
+
+// Waits up to `ms` for something to read on fd; true if there is (or EOF/error).
+bool readable_within(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1;
+}
+
+// Reads exactly n bytes (30 s socket timeout); "" on EOF/error before.
+std::string recv_n(int fd, size_t n) {
+  std::string s = recv_str(fd, n);
+  return s.size() == n ? s : std::string();
+}
+
+// The value of `key=` in a status answer, or -1.
+long long status_value(const std::string& status, const std::string& key) {
+  auto p = status.find(" " + key + "=");
+  if (p == std::string::npos) return -1;
+  return std::atoll(status.c_str() + p + key.size() + 2);
+}
+
+}  // namespace
+
+// Every command answers one line: "ok ..." or "error: ..."; bad commands change nothing; --send
+// is the command-line client (exit 0 on ok, 1 on error or no relay).
+BOOST_AUTO_TEST_CASE(control_commands) {
+  Target t([](Fd& c) { recv_str(c.get()); });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", "150"}, true);
+  BOOST_CHECK(relay.log().find("control " + relay.control_path()) != std::string::npos);
+  std::string st = relay.control("status");
+  BOOST_CHECK_MESSAGE(st.rfind("ok cut=none delay_us=150 connections=0", 0) == 0, st);
+  BOOST_CHECK_EQUAL(relay.control("cut to-target"), "ok cut=to-target");
+  BOOST_CHECK_EQUAL(relay.control("cut to-client"), "ok cut=both");
+  BOOST_CHECK_EQUAL(relay.control("heal to-target"), "ok cut=to-client");
+  BOOST_CHECK_EQUAL(relay.control("heal"), "ok cut=none");
+  BOOST_CHECK_EQUAL(relay.control("cut both"), "ok cut=both");
+  BOOST_CHECK_EQUAL(relay.control("heal both"), "ok cut=none");
+  BOOST_CHECK_EQUAL(relay.control("delay 2500"), "ok delay_us=2500");
+  BOOST_CHECK_EQUAL(relay.control("  delay 1k  "), "ok delay_us=1000");
+  for (std::string bad : {"", "cut", "cut sideways", "cut both extra", "heal up", "delay",
+                          "delay -1", "delay x", "delay 99999999999", "status now", "reset"}) {
+    std::string a = relay.control(bad);
+    BOOST_CHECK_MESSAGE(a.rfind("error: ", 0) == 0, "'" << bad << "' answered '" << a << "'");
+  }
+  st = relay.control("status");
+  BOOST_CHECK_MESSAGE(st.rfind("ok cut=none delay_us=1000 ", 0) == 0, st);  // errors changed nothing
+
+  // Several commands on one connection, answered in order.
+  {
+    Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    set_timeouts(s.get(), 10s);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", relay.control_path().c_str());
+    BOOST_REQUIRE(::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    BOOST_REQUIRE(send_str(s.get(), "cut to-client\r\ndelay 0\nheal\n"));
+    std::string want = "ok cut=to-client\nok delay_us=0\nok cut=none\n";
+    BOOST_CHECK_EQUAL(recv_n(s.get(), want.size()), want);
+  }
+
+  RunResult ok = run_wanem({"--control", relay.control_path(), "--send", "cut to-client"});
+  BOOST_CHECK_EQUAL(ok.exit_code, 0);
+  BOOST_CHECK_EQUAL(ok.output, "ok cut=to-client\n");
+  RunResult err = run_wanem({"--control", relay.control_path(), "--send", "cut nowhere"});
+  BOOST_CHECK_EQUAL(err.exit_code, 1);
+  BOOST_CHECK(err.output.rfind("error: ", 0) == 0);
+  BOOST_CHECK_EQUAL(relay.control("heal"), "ok cut=none");
+  RunResult none = run_wanem({"--control", relay.control_path() + ".absent", "--send", "status"});
+  BOOST_CHECK_EQUAL(none.exit_code, 1);
+  BOOST_CHECK(none.output.find("cannot connect") != std::string::npos);
+  BOOST_CHECK_EQUAL(run_wanem({"--send", "status"}).exit_code, 2);  // no --control
+
+  // A second relay may not take over a live control socket; a stale one (file left behind) is
+  // replaced. The socket file goes away when the relay stops.
+  RunResult twice = run_wanem({"--forward", fwd(tierce_test::free_port(), t.port()),
+                               "--delay-us", "0", "--control", relay.control_path()});
+  BOOST_CHECK_EQUAL(twice.exit_code, 1);
+  BOOST_CHECK_MESSAGE(twice.output.find("another relay answers") != std::string::npos,
+                      twice.output);
+  std::string path = relay.control_path();
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+  struct stat sst{};
+  BOOST_CHECK(::stat(path.c_str(), &sst) != 0);
+  BOOST_CHECK(relay.log().find("control: cut to-target") != std::string::npos);
+}
+
+// An established connection: a cut direction holds its bytes (24 MB: the relay reads up to the
+// window, then the socket buffers fill and the sender blocks; nothing is reset) while the other
+// direction flows; heal delivers everything, intact and in order. Then the same the other way.
+BOOST_AUTO_TEST_CASE(cut_holds_one_direction) {
+  constexpr size_t kBytes = 24'000'000;  // more than the window and both socket buffers
+  const auto data = random_bytes(kBytes, 1234);
+  Fd server;
+  std::atomic<bool> accepted{false};
+  Target t(
+      [&](Fd& c) {
+        server = std::move(c);
+        accepted = true;
+      },
+      1);
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", "0", "--window", "256Ki"}, true);
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  BOOST_REQUIRE(tierce_test::eventually([&] { return accepted.load(); }, 10000ms));
+  t.join();
+  BOOST_REQUIRE(send_str(c.get(), "hello"));
+  BOOST_REQUIRE_EQUAL(recv_n(server.get(), 5), "hello");
+
+  // to-target cut: the client's bytes stop at the relay, the target's still reach the client.
+  BOOST_REQUIRE_EQUAL(relay.control("cut to-target"), "ok cut=to-target");
+  std::atomic<bool> sent{false};
+  std::thread sender([&] {
+    sent = send_all(c.get(), data.data(), data.size());
+  });
+  BOOST_CHECK(tierce_test::eventually(
+      [&] { return status_value(relay.control("status"), "held_to_target") >= 256 * 1024; },
+      10000ms));
+  BOOST_CHECK(!readable_within(server.get(), 500));  // nothing arrived, no FIN, no reset
+  for (int i = 0; i < 3; ++i) {
+    BOOST_REQUIRE(send_str(server.get(), "pong" + std::to_string(i)));
+    BOOST_CHECK_EQUAL(recv_n(c.get(), 5), "pong" + std::to_string(i));
+  }
+  BOOST_CHECK(!sent.load());  // the sender is blocked: backpressure, not an unbounded buffer
+  BOOST_CHECK_EQUAL(status_value(relay.control("status"), "held_to_target"), 256 * 1024);
+  BOOST_REQUIRE_EQUAL(relay.control("heal"), "ok cut=none");
+  auto got = recv_all(server.get(), kBytes);
+  sender.join();
+  BOOST_CHECK(sent.load());
+  BOOST_REQUIRE_EQUAL(got.size(), data.size());
+  BOOST_CHECK(got == data);
+
+  // to-client cut: the target's bytes are held, the client's flow.
+  BOOST_REQUIRE_EQUAL(relay.control("cut to-client"), "ok cut=to-client");
+  std::atomic<bool> sent_back{false};
+  std::thread back([&] { sent_back = send_all(server.get(), data.data(), data.size()); });
+  BOOST_CHECK(tierce_test::eventually(
+      [&] { return status_value(relay.control("status"), "held_to_client") >= 256 * 1024; },
+      10000ms));
+  BOOST_CHECK(!readable_within(c.get(), 500));
+  for (int i = 0; i < 3; ++i) {
+    BOOST_REQUIRE(send_str(c.get(), "ping" + std::to_string(i)));
+    BOOST_CHECK_EQUAL(recv_n(server.get(), 5), "ping" + std::to_string(i));
+  }
+  BOOST_REQUIRE_EQUAL(relay.control("heal to-client"), "ok cut=none");
+  got = recv_all(c.get(), kBytes);
+  back.join();
+  BOOST_CHECK(sent_back.load());
+  BOOST_REQUIRE_EQUAL(got.size(), data.size());
+  BOOST_CHECK(got == data);
+
+  // A FIN is held like the bytes before it.
+  BOOST_REQUIRE_EQUAL(relay.control("cut to-client"), "ok cut=to-client");
+  ::shutdown(server.get(), SHUT_WR);
+  BOOST_CHECK(!readable_within(c.get(), 500));
+  BOOST_REQUIRE_EQUAL(relay.control("heal"), "ok cut=none");
+  int err = -1;
+  BOOST_CHECK_EQUAL(recv_str(c.get(), SIZE_MAX, &err), "");
+  BOOST_CHECK_EQUAL(err, 0);  // a clean EOF, delivered after the heal
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// New connections while cut: accepted by the relay, but with to-target cut the target does not
+// see them at all until the heal; with only to-client cut the target sees them and their bytes,
+// and its answers wait for the heal.
+BOOST_AUTO_TEST_CASE(cut_new_connections) {
+  Fd lfd = listen_on(0);
+  BOOST_REQUIRE(lfd.get() >= 0);
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, port_of(lfd.get())), "--delay-us", "1000"}, true);
+
+  BOOST_REQUIRE_EQUAL(relay.control("cut both"), "ok cut=both");
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);  // accepted
+  BOOST_REQUIRE(send_str(c.get(), "request"));
+  BOOST_CHECK(!readable_within(lfd.get(), 700));  // the target saw no connection
+  std::string st = relay.control("status");
+  BOOST_CHECK_MESSAGE(status_value(st, "pending_connects") == 1, st);
+  BOOST_CHECK_MESSAGE(status_value(st, "held_to_target") == 7, st);
+  BOOST_REQUIRE_EQUAL(relay.control("heal to-target"), "ok cut=to-client");
+  Fd s = accept_one(lfd.get());
+  BOOST_REQUIRE(s.get() >= 0);
+  BOOST_CHECK_EQUAL(recv_n(s.get(), 7), "request");
+  BOOST_REQUIRE(send_str(s.get(), "answer"));
+  BOOST_CHECK(!readable_within(c.get(), 500));  // to-client is still cut
+  BOOST_REQUIRE_EQUAL(relay.control("heal"), "ok cut=none");
+  BOOST_CHECK_EQUAL(recv_n(c.get(), 6), "answer");
+
+  // Only to-client cut: the target gets the connection and the request at once.
+  BOOST_REQUIRE_EQUAL(relay.control("cut to-client"), "ok cut=to-client");
+  Fd c2 = connect_to(lport);
+  BOOST_REQUIRE(c2.get() >= 0);
+  BOOST_REQUIRE(send_str(c2.get(), "second"));
+  Fd s2 = accept_one(lfd.get());
+  BOOST_REQUIRE(s2.get() >= 0);
+  BOOST_CHECK_EQUAL(recv_n(s2.get(), 6), "second");
+  BOOST_REQUIRE(send_str(s2.get(), "reply2"));
+  BOOST_CHECK(!readable_within(c2.get(), 500));
+  BOOST_REQUIRE_EQUAL(relay.control("heal"), "ok cut=none");
+  BOOST_CHECK_EQUAL(recv_n(c2.get(), 6), "reply2");
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// delay US applies to bytes read afterwards: round trips take at least 2 x the new delay; after
+// "delay 0" they are short again (well under the 2 x 25 ms they took).
+BOOST_AUTO_TEST_CASE(delay_change) {
+  constexpr int kRounds = 6;
+  Target t([&](Fd& c) {
+    char b;
+    while (::recv(c.get(), &b, 1, 0) == 1)
+      if (::send(c.get(), &b, 1, MSG_NOSIGNAL) != 1) return;
+  });
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, t.port()), "--delay-us", "0"}, true);
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  auto min_rtt = [&] {
+    double m = 1e9;
+    for (int i = 0; i < kRounds; ++i) {
+      char b = 'x', r = 0;
+      auto t0 = Clock::now();
+      if (::send(c.get(), &b, 1, MSG_NOSIGNAL) != 1 || ::recv(c.get(), &r, 1, 0) != 1) return -1.0;
+      m = std::min(m, seconds_since(t0));
+    }
+    return m;
+  };
+  double before = min_rtt();
+  BOOST_REQUIRE_EQUAL(relay.control("delay 25000"), "ok delay_us=25000");
+  double slow = min_rtt();
+  BOOST_REQUIRE_EQUAL(relay.control("delay 0"), "ok delay_us=0");
+  double fast = min_rtt();
+  BOOST_TEST_MESSAGE("smallest round trips: " << before * 1e6 << " us, after delay 25000: "
+                                              << slow * 1e6 << " us, after delay 0: " << fast * 1e6
+                                              << " us");
+  BOOST_CHECK_GE(before, 0);
+  BOOST_CHECK_GE(slow, 0.050);
+  BOOST_CHECK_GE(fast, 0);
+  BOOST_CHECK_LT(fast, 0.050);
+  c.reset();
+  t.join();
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
 }
