@@ -90,7 +90,7 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
   }
   Reader r(origin);
   Topology t;
-  r.only(root, "topology", {"cluster", "dlm", "node"});
+  r.only(root, "topology", {"cluster", "coherence", "dlm", "node"});
   const toml::table* c = root["cluster"].as_table();
   if (!c) throw TopologyError(origin + ": missing [cluster] table (name, secret_file, transport)");
   r.only(*c, "[cluster]",
@@ -111,6 +111,23 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
   if (auto v = r.integer(*c, "[cluster]", "version_slots", 1, int64_t(1) << 28))
     t.version_slots = uint64_t(*v);
   if (auto v = r.integer(*c, "[cluster]", "op_timeout_ms", 1, 60000)) t.op_timeout_ms = uint32_t(*v);
+
+  if (const toml::node* cn = root.get("coherence")) {
+    if (!cn->is_table()) r.fail(cn, "[coherence] must be a table");
+    const toml::table& ct = *cn->as_table();
+    r.only(ct, "[coherence]", {"scheme", "lease_ms", "clock_skew_ms"});
+    if (auto sc = r.str(ct, "[coherence]", "scheme")) {
+      try {
+        t.coherence.scheme = parse_scheme(*sc);
+      } catch (const std::exception& e) {
+        r.fail(ct.get("scheme"), std::string("[coherence] scheme: ") + e.what());
+      }
+    }
+    if (auto v = r.integer(ct, "[coherence]", "lease_ms", 100, 600000))
+      t.coherence.lease_ms = uint32_t(*v);
+    if (auto v = r.integer(ct, "[coherence]", "clock_skew_ms", 0, 60000))
+      t.coherence.clock_skew_ms = uint32_t(*v);
+  }
 
   if (const toml::node* dn = root.get("dlm")) {
     if (!dn->is_table()) r.fail(dn, "[dlm] must be a table");
@@ -264,6 +281,31 @@ const NodeInfo& Topology::home_of(uint64_t key_hash) const {
 
 std::string Topology::uri_of(const NodeInfo& n) const {
   return pick_uri(n.memd, transport, path.empty() ? std::string("topology") : path, n.name, "memd");
+}
+
+std::string_view to_string(Scheme s) {
+  return s == Scheme::InvalidateAll ? "invalidate-all" : "dependency-lists";
+}
+
+Scheme parse_scheme(std::string_view s) {
+  if (s == "dependency-lists") return Scheme::DependencyLists;
+  if (s == "invalidate-all") return Scheme::InvalidateAll;
+  throw std::invalid_argument("unknown invalidation scheme \"" + std::string(s) +
+                              "\": use dependency-lists or invalidate-all");
+}
+
+std::ostream& operator<<(std::ostream& o, Scheme s) { return o << to_string(s); }
+
+uint64_t Topology::coherence_digest() const {
+  std::vector<std::string> apps;
+  for (const NodeInfo* n : app_nodes()) apps.push_back(n->name);
+  std::sort(apps.begin(), apps.end());
+  std::string s = "coherence|" + name + "|" + std::to_string(version_slots) + "|" +
+                  std::string(to_string(coherence.scheme)) + "|" +
+                  std::to_string(coherence.lease_ms) + "|" +
+                  std::to_string(coherence.clock_skew_ms);
+  for (const auto& a : apps) s += "|" + a;
+  return hash64(s);
 }
 
 std::string_view to_string(LockAlgorithm a) {

@@ -8,6 +8,13 @@
 //   version_slots = 262144              # slots of each app node's version table
 //   op_timeout_ms = 50                  # default deadline of one version read (modules may override)
 //
+//   [coherence]                         # optional: what every node must agree on for page caches
+//   scheme = "dependency-lists"         # dependency-lists | invalidate-all: one per cluster
+//   lease_ms = 1000                     # a home vouches for its version table this long after it
+//                                       # last proved it holds every invalidation issued (the fence)
+//   clock_skew_ms = 50                  # bound on the clock difference between hosts (and drift
+//                                       # over a lease); an update waits at most lease + skew
+//
 //   [dlm]                               # optional: the lock manager (docs/dlm.md)
 //   algorithm = "ncosed"                # ncosed | dqnl | srsl (the baselines, for comparison)
 //   transport = "shm"                   # how lockds reach each other (default: [cluster] transport)
@@ -29,6 +36,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -46,6 +54,22 @@ struct NodeInfo {
   std::vector<std::string> memd;   // URIs of its memd (may be empty when it runs only a lockd)
   std::vector<std::string> lockd;  // URIs of its lockd (empty: not a lock manager member)
   std::string segment_prefix;     // "/tierce.demo.app1"
+};
+
+// How an update invalidates cached pages (seed 000 §6.2.1): bump the pages registered under the
+// dependencies it names, or every registered page. One scheme per cluster: a page registered
+// under one and an update under the other could miss each other.
+enum class Scheme : uint8_t { DependencyLists = 0, InvalidateAll = 1 };
+std::string_view to_string(Scheme s);
+Scheme parse_scheme(std::string_view s);  // "dependency-lists" | "invalidate-all"; throws
+std::ostream& operator<<(std::ostream& o, Scheme s);
+
+struct CoherenceSettings {
+  Scheme scheme = Scheme::DependencyLists;
+  uint32_t lease_ms = 1000;
+  uint32_t clock_skew_ms = 50;
+  // The longest an update waits for a home it cannot confirm: by then that home is fenced.
+  uint32_t fence_bound_ms() const { return lease_ms + clock_skew_ms; }
 };
 
 enum class LockAlgorithm : uint8_t { NCoSED, DQNL, SRSL };
@@ -66,6 +90,7 @@ struct Topology {
   fabric::Transport transport = fabric::Transport::Auto;
   uint64_t version_slots = 262144;
   uint32_t op_timeout_ms = 50;
+  CoherenceSettings coherence;
   DlmSettings dlm;
   std::vector<NodeInfo> nodes;
 
@@ -89,6 +114,11 @@ struct Topology {
   // A digest of what every lockd must agree on (members, ranks, algorithm, lease): heartbeats
   // carry it, so a node started from another file is refused instead of corrupting locks.
   uint64_t dlm_digest() const;
+  // A digest of what every node must agree on for the page caches (cluster name, version_slots,
+  // [coherence], the app nodes' names): registrations, invalidations and each home's version
+  // table carry it, so a node started from another file is refused instead of leaving pages that
+  // no update invalidates. Addresses are not part of it (nodes may reach each other differently).
+  uint64_t coherence_digest() const;
   // The memd URI of `n` to use under the cluster's transport (auto: shm when it has one and
   // verbs is absent, else tcp). Throws TopologyError when the node has none of that kind.
   std::string uri_of(const NodeInfo& n) const;

@@ -4,29 +4,40 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "coherence/key.h"
 #include "coherence/layout.h"
 #include "fabric/random.h"
 
 namespace tierce::coherence {
 
-std::string_view to_string(Scheme s) {
-  return s == Scheme::InvalidateAll ? "invalidate-all" : "dependency-lists";
+std::string_view to_string(Refusal r) {
+  switch (r) {
+    case Refusal::None: return "registered";
+    case Refusal::Race: return "an invalidation of its dependencies passed while it was rendered";
+    case Refusal::LogTooShort:
+      return "the invalidation log no longer reaches back to the render's start";
+    case Refusal::OtherIncarnation: return "the render read another incarnation of the home";
+    case Refusal::Fenced: return "the home is fenced (it cannot prove it holds every invalidation)";
+    case Refusal::OtherTopology: return "the request was made from another topology";
+    case Refusal::NotHome: return "this node is not the key's home";
+    case Refusal::Evicted: return "evicted at once (max_keys)";
+    case Refusal::NoDependencies: return "no dependency (the scheme is dependency-lists)";
+    case Refusal::BadRequest: return "malformed request";
+    case Refusal::Unreachable: return "the home did not answer";
+  }
+  return "?";
 }
 
-Scheme parse_scheme(std::string_view s) {
-  if (s == "dependency-lists") return Scheme::DependencyLists;
-  if (s == "invalidate-all") return Scheme::InvalidateAll;
-  throw std::invalid_argument("unknown invalidation scheme \"" + std::string(s) +
-                              "\": use dependency-lists or invalidate-all");
-}
+std::ostream& operator<<(std::ostream& o, Refusal r) { return o << to_string(r); }
 
 namespace {
 // kAll (0) marks an invalidate-all in the log; a real dependency that hashes to 0 becomes 1.
 uint64_t norm(uint64_t dep) { return dep == HomeState::kAll ? 1 : dep; }
 }  // namespace
 
-HomeState::HomeState(void* versions, uint64_t slots, HomeLimits limits, bool init)
-    : versions_(versions), slots_(slots), limits_(limits) {
+HomeState::HomeState(void* versions, uint64_t slots, HomeLimits limits, bool init, uint64_t digest,
+                     Scheme scheme)
+    : versions_(versions), slots_(slots), limits_(limits), scheme_(scheme) {
   if (slots_ == 0) throw std::invalid_argument("version table with no slots");
   if (limits_.log_entries == 0) limits_.log_entries = 1;
   if (init) {
@@ -35,8 +46,9 @@ HomeState::HomeState(void* versions, uint64_t slots, HomeLimits limits, bool ini
     uint64_t base = fabric::random_u64() >> 1;
     uint64_t seq = fabric::random_u64() >> 1;
     word_at(versions_, 0).store(kVersionsMagic, std::memory_order_relaxed);
-    word_at(versions_, 16).store(slots_, std::memory_order_relaxed);
-    word_at(versions_, 24).store(base, std::memory_order_relaxed);
+    word_at(versions_, kSlotCountOffset).store(slots_, std::memory_order_relaxed);
+    word_at(versions_, kBaseOffset).store(base, std::memory_order_relaxed);
+    word_at(versions_, kDigestOffset).store(digest, std::memory_order_relaxed);
     for (uint64_t i = 0; i < slots_; ++i)
       word_at(versions_, slot_offset(i)).store(base, std::memory_order_relaxed);
     word_at(versions_, kSeqOffset).store(seq, std::memory_order_release);
@@ -80,36 +92,28 @@ void HomeState::evict_locked() {
   }
 }
 
-RegisterResult HomeState::register_page(uint64_t key, uint64_t slot, uint64_t seq_start,
+RegisterResult HomeState::register_page(uint64_t key, uint64_t seq_start,
                                         std::span<const uint64_t> dependencies) {
   std::lock_guard lk(mu_);
   RegisterResult res;
-  if (slot >= slots_) {
-    res.reason = "slot " + std::to_string(slot) + " out of range (" + std::to_string(slots_) +
-                 " slots): topologies disagree on version_slots?";
-    ++stats_.refused_log;
+  const uint64_t slot = slot_of(key, slots_);
+  res.slot = slot;
+  auto refuse = [&](Refusal r, uint64_t& counter) {
+    res.refusal = r;
+    res.reason = std::string(to_string(r));
+    ++counter;
     return res;
-  }
+  };
+  if (scheme_ == Scheme::DependencyLists && dependencies.empty())
+    return refuse(Refusal::NoDependencies, stats_.refused_other);
   uint64_t now = seq();
-  if (seq_start > now) {
-    res.reason = "sequence from another incarnation of this home";
-    ++stats_.refused_log;
-    return res;
-  }
-  if (seq_start < log_floor_) {
-    res.reason = "invalidation log no longer reaches back to the render's start";
-    ++stats_.refused_log;
-    return res;
-  }
+  if (seq_start > now) return refuse(Refusal::OtherIncarnation, stats_.refused_log);
+  if (seq_start < log_floor_) return refuse(Refusal::LogTooShort, stats_.refused_log);
   // Invalidations newer than the render's start: did one touch what the page depends on?
   for (auto it = log_.rbegin(); it != log_.rend() && it->first > seq_start; ++it) {
     bool hit = it->second == kAll;
     for (uint64_t d : dependencies) hit = hit || norm(d) == it->second;
-    if (hit) {
-      res.reason = "an invalidation of its dependencies passed while it was rendered";
-      ++stats_.refused_race;
-      return res;
-    }
+    if (hit) return refuse(Refusal::Race, stats_.refused_race);
   }
   auto [it, fresh] = keys_.try_emplace(key);
   Key& k = it->second;
@@ -124,7 +128,7 @@ RegisterResult HomeState::register_page(uint64_t key, uint64_t slot, uint64_t se
     deps_[d].insert(key);
   }
   ++stats_.registrations;
-  res.cacheable = true;
+  res.refusal = Refusal::None;
   res.version = version(slot);
   evict_locked();
   if (order_.size() > 2 * keys_.size() + 1024) {  // drop stale queue entries now and then
@@ -136,7 +140,10 @@ RegisterResult HomeState::register_page(uint64_t key, uint64_t slot, uint64_t se
     order_.swap(keep);
   }
   // The page may have been evicted at once (max_keys tiny): then its version just moved on.
-  if (!keys_.count(key)) res.cacheable = false, res.reason = "evicted at once (max_keys)";
+  if (!keys_.count(key)) {
+    res.refusal = Refusal::Evicted;
+    res.reason = std::string(to_string(Refusal::Evicted));
+  }
   return res;
 }
 

@@ -12,27 +12,50 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <ostream>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "cluster/topology.h"
+
 namespace tierce::coherence {
 
-enum class Scheme : uint8_t { DependencyLists = 0, InvalidateAll = 1 };
-std::string_view to_string(Scheme s);
-Scheme parse_scheme(std::string_view s);  // "dependency-lists" | "invalidate-all"; throws
+using cluster::parse_scheme;  // "dependency-lists" | "invalidate-all"; throws
+using cluster::Scheme;
+using cluster::to_string;
 
 struct HomeLimits {
   size_t max_keys = 1u << 20;     // registered keys kept; the oldest is evicted (and bumped)
   size_t log_entries = 1u << 16;  // invalidated dependencies remembered for the race check
 };
 
+// Why a home did not register a page (the wire value of a register reply; None = registered).
+enum class Refusal : uint8_t {
+  None = 0,
+  Race = 1,              // an invalidation of its dependencies passed while it was rendered
+  LogTooShort = 2,       // the invalidation log no longer reaches back to the render's start
+  OtherIncarnation = 3,  // the render read the sequence of another incarnation of this home
+  Fenced = 4,            // the home cannot prove it holds every invalidation: it vouches for nothing
+  OtherTopology = 5,     // the request came from a node with another topology (digest)
+  NotHome = 6,           // this node is not the key's home under its topology
+  Evicted = 7,           // evicted at once (max_keys too small)
+  NoDependencies = 8,    // no dependency under dependency-lists: no update would ever bump it
+  BadRequest = 9,        // malformed message
+  Unreachable = 10,      // (client side) no answer from the home in time
+};
+inline constexpr uint8_t kMaxRefusal = 10;
+std::string_view to_string(Refusal r);
+std::ostream& operator<<(std::ostream& o, Refusal r);
+
 struct RegisterResult {
-  bool cacheable = false;
+  Refusal refusal = Refusal::Unreachable;
+  uint64_t slot = 0;     // the slot the home derived from the key
   uint64_t version = 0;  // the slot's version the page is tagged with (when cacheable)
-  std::string reason;    // why not (when not cacheable)
+  std::string reason;    // why not, in words (when not cacheable)
+  bool cacheable() const { return refusal == Refusal::None; }
 };
 
 struct InvalidateResult {
@@ -42,21 +65,26 @@ struct InvalidateResult {
 };
 
 struct HomeStats {
-  uint64_t registrations = 0, refused_race = 0, refused_log = 0, invalidations = 0,
-           keys_bumped = 0, slots_bumped = 0, evictions = 0, keys = 0, dependencies = 0;
+  uint64_t registrations = 0, refused_race = 0, refused_log = 0, refused_other = 0,
+           invalidations = 0, keys_bumped = 0, slots_bumped = 0, evictions = 0, keys = 0,
+           dependencies = 0;
 };
 
 class HomeState {
  public:
-  // `versions` is the data area of the "versions" region (layout.h); `init` writes its header and
-  // sets every slot and the sequence to fresh random bases (a new incarnation).
-  HomeState(void* versions, uint64_t slots, HomeLimits limits, bool init);
+  // `versions` is the data area of the "versions" region (layout.h); `init` writes its header
+  // (with `digest`, Topology::coherence_digest) and sets every slot and the sequence to fresh
+  // random bases (a new incarnation). Under Scheme::DependencyLists a page must name at least one
+  // dependency.
+  HomeState(void* versions, uint64_t slots, HomeLimits limits, bool init, uint64_t digest = 0,
+            Scheme scheme = Scheme::DependencyLists);
 
   uint64_t seq() const;
   uint64_t version(uint64_t slot) const;
   uint64_t slots() const { return slots_; }
 
-  RegisterResult register_page(uint64_t key, uint64_t slot, uint64_t seq_start,
+  // The slot is derived here from the key (slot_of), never taken from the caller.
+  RegisterResult register_page(uint64_t key, uint64_t seq_start,
                                std::span<const uint64_t> dependencies);
   InvalidateResult invalidate(std::span<const uint64_t> dependencies, Scheme scheme);
   HomeStats stats() const;
@@ -74,6 +102,7 @@ class HomeState {
   void* versions_;
   uint64_t slots_;
   HomeLimits limits_;
+  Scheme scheme_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Key> keys_;
   std::unordered_map<uint64_t, std::unordered_set<uint64_t>> deps_;  // dep -> keys

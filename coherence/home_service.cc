@@ -3,18 +3,23 @@
 
 #include <algorithm>
 #include <sstream>
-#include <thread>
 
+#include "coherence/key.h"
 #include "coherence/layout.h"
 #include "coherence/protocol.h"
 
 namespace tierce::coherence {
 
+namespace {
+uint64_t ms_to_ns(uint64_t ms) { return ms * 1'000'000ull; }
+}  // namespace
+
 // A new incarnation must not acknowledge an invalidation while proxies can still validate pages
 // against its predecessor's version table: after a crash (SIGKILL) that segment stays mapped by
-// shm peers, and they read it until the lease the dead memd last renewed runs out. Otherwise a
-// writer's invalidation, acknowledged here, could complete while a proxy still serves a page
-// the old table vouches for. A clean stop revokes and unlinks the segments: nothing to wait for.
+// shm peers, and they read it until the lease the dead memd last renewed runs out (it never ran
+// past the predecessor's fence). Otherwise a writer's invalidation, acknowledged here, could
+// complete while a proxy still serves a page the old table vouches for. A clean stop revokes and
+// unlinks the segments: nothing to wait for.
 void HomeService::await_predecessor_lease(std::initializer_list<std::string> names) {
   uint64_t until = 0;
   for (const auto& name : names) {
@@ -45,26 +50,41 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
       node_(std::move(node)),
       secret_(std::move(secret)),
       opts_(opts),
-      log_(std::move(log)) {
+      log_(std::move(log)),
+      ledger_(topo_.app_nodes().size()) {
   const NodeInfo& me = topo_.node(node_);
   if (me.role != Role::App)
     throw TopologyError(topo_.path + ": node " + node_ +
                         " has role proxy: only app nodes are homes (remove [coherence] from this "
                         "memd's config, or make the node an app node)");
-  await_predecessor_lease({me.segment_prefix + ".versions", me.segment_prefix + ".acks"});
+  digest_ = topo_.coherence_digest();
+  for (const NodeInfo* a : topo_.app_nodes()) {
+    if (a->name == node_) self_ = origins_.size();
+    origins_.push_back(a->name);
+  }
+  if (opts_.ack_cells == 0) throw std::invalid_argument("[coherence] ack_slots must be >= 1");
+  await_predecessor_lease({me.segment_prefix + kVersionsSuffix, me.segment_prefix + kAcksSuffix});
   versions_ = std::make_shared<fabric::SharedSegment>(fabric::SharedSegment::create(
-      me.segment_prefix + ".versions", versions_bytes(topo_.version_slots)));
-  acks_ = std::make_shared<fabric::SharedSegment>(
-      fabric::SharedSegment::create(me.segment_prefix + ".acks", acks_bytes(opts_.ack_slots)));
+      me.segment_prefix + kVersionsSuffix, versions_bytes(topo_.version_slots)));
+  // Fenced from birth: the home vouches only after its first renewal (fence_loop).
+  fabric::raise_lease_cap(versions_->header(), 1);
+  acks_ = std::make_shared<fabric::SharedSegment>(fabric::SharedSegment::create(
+      me.segment_prefix + kAcksSuffix, acks_bytes(opts_.ack_cells)));
   word_at(acks_->data(), 0).store(kAcksMagic);
-  word_at(acks_->data(), 8).store(opts_.ack_slots);
-  state_ = std::make_unique<HomeState>(versions_->data(), topo_.version_slots, opts_.limits, true);
+  word_at(acks_->data(), 8).store(opts_.ack_cells);
+  writer_ = std::make_unique<WriterLog>(me.segment_prefix + kWriterSuffix);
+  state_ = std::make_unique<HomeState>(versions_->data(), topo_.version_slots, opts_.limits, true,
+                                       digest_, topo_.coherence.scheme);
   ClientTuning t;
-  t.op_timeout = opts_.ack_op_timeout;
-  t.connect_timeout = opts_.ack_op_timeout;
+  t.op_timeout = opts_.peer_op_timeout.count() > 0
+                     ? opts_.peer_op_timeout
+                     : std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
+  t.connect_timeout = t.op_timeout;
+  t.retry_after = std::chrono::milliseconds(0);  // the fence retries on its own schedule
   peers_ = std::make_unique<ClusterClient>(topo_, secret_, t, log_);
   server_.export_region(kVersionsRegion, versions_);
   server_.export_region(kAcksRegion, acks_);
+  server_.export_region(kWriterRegion, writer_->segment());
   server_.on_call(kRegisterService, [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
     return on_register(b);
   });
@@ -79,31 +99,219 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
   });
   if (log_)
     log_(fabric::LogLevel::Info,
-         "COH0201 home " + node_ + ": version table " + me.segment_prefix + ".versions (" +
-             std::to_string(topo_.version_slots) + " slots, new incarnation), ack counters " +
-             me.segment_prefix + ".acks (" + std::to_string(opts_.ack_slots) + ")");
+         "COH0201 home " + node_ + ": version table " + me.segment_prefix + kVersionsSuffix +
+             " (" + std::to_string(topo_.version_slots) + " slots, new incarnation), " +
+             std::to_string(opts_.ack_cells) + " ack cells, writer counter " + writer_->name() +
+             "; fence lease " + std::to_string(topo_.coherence.lease_ms) + " ms, scheme " +
+             std::string(to_string(topo_.coherence.scheme)));
+  fence_thread_ = std::thread([this] { fence_loop(); });
 }
 
 HomeService::~HomeService() {
-  for (const char* r : {kVersionsRegion, kAcksRegion}) {
+  {
+    std::lock_guard lk(fence_mu_);
+    stopping_ = true;
+  }
+  fence_cv_.notify_all();
+  if (fence_thread_.joinable()) fence_thread_.join();
+  for (const char* r : {kVersionsRegion, kAcksRegion, kWriterRegion}) {
     try {
       server_.unexport_region(r);
     } catch (const std::exception&) {
     }
   }
+  // The writer segment stays: the node's httpd keeps numbering into it.
   for (auto& s : {versions_, acks_}) {
     s->revoke();
     fabric::SharedSegment::unlink(s->name());
   }
 }
 
+size_t HomeService::origin_index(const std::string& name) const {
+  for (size_t i = 0; i < origins_.size(); ++i)
+    if (origins_[i] == name) return i;
+  return SIZE_MAX;
+}
+
+bool HomeService::vouching_now() const {
+  return !fabric::past_lease_cap(versions_->header(), fabric::monotonic_ns());
+}
+
+// ---- the fence ---------------------------------------------------------------------------------
+
+void HomeService::catch_up(const std::vector<IssuedNumber>& readings, const std::string& why) {
+  // After the readings (they were taken before this): every page registered so far is bumped,
+  // and renders that started before are refused (the log gets an invalidate-all), so every
+  // invalidation numbered up to what was read is superseded here.
+  InvalidateResult r = state_->invalidate({}, Scheme::InvalidateAll);
+  for (size_t i = 0; i < readings.size(); ++i) ledger_.cover(i, readings[i]);
+  {
+    std::lock_guard lk(fence_mu_);
+    ++fence_stats_.catch_ups;
+  }
+  if (log_)
+    log_(r.keys_bumped ? fabric::LogLevel::Warn : fabric::LogLevel::Info,
+         "COH0213 home " + node_ + " caught up (" + why + "): " + std::to_string(r.keys_bumped) +
+             " registered pages invalidated; proxies refetch them");
+}
+
+bool HomeService::renew_once() {
+  std::lock_guard renew(renew_mu_);
+  const uint64_t t_req = fabric::monotonic_ns();
+  if (writer_->remap_if_replaced()) {
+    server_.export_region(kWriterRegion, writer_->segment());
+    if (log_)
+      log_(fabric::LogLevel::Warn, "COH0214 " + writer_->name() +
+                                       " was removed or replaced behind memd's back: mapped and "
+                                       "exported anew (a new incarnation: homes catch up)");
+  }
+  std::vector<IssuedNumber> readings(origins_.size());
+  std::string failure;
+  for (size_t i = 0; i < origins_.size(); ++i) {
+    if (i == self_) {
+      readings[i] = writer_->last();
+      continue;
+    }
+    auto r = peers_->read_writer(origins_[i]);
+    if (!r) {
+      failure += (failure.empty() ? "" : "; ") + std::string("cannot read ") + origins_[i] +
+                 "'s writer counter";
+      continue;
+    }
+    readings[i] = *r;
+  }
+  auto fail = [&](const std::string& why) {
+    std::lock_guard lk(fence_mu_);
+    ++fence_stats_.failed_renewals;
+    fence_stats_.last_failure = why;
+    return false;
+  };
+  if (!failure.empty()) return fail(failure);
+
+  // Every origin must be Current: numbers read that are not applied here yet are waited for
+  // (they are usually in flight, microseconds behind), then caught up with.
+  const uint64_t grace_end = fabric::monotonic_ns() + ms_to_ns(topo_.coherence.lease_ms / 4);
+  bool waited = false;
+  for (;;) {
+    std::string unknown, behind;
+    for (size_t i = 0; i < origins_.size(); ++i) {
+      Standing s = ledger_.standing(i, readings[i]);
+      if (s == Standing::Unknown)
+        unknown += (unknown.empty() ? "" : ", ") + origins_[i];
+      else if (s == Standing::Behind)
+        behind += (behind.empty() ? "" : ", ") + origins_[i] + " up to " +
+                  std::to_string(readings[i].number) + " (applied " +
+                  std::to_string(ledger_.view(i).covered) + ")";
+    }
+    if (!unknown.empty()) {
+      catch_up(readings, "first reading, or a new incarnation, of the writer counter of " + unknown);
+      break;
+    }
+    if (behind.empty()) break;
+    if (fabric::monotonic_ns() >= grace_end) {
+      catch_up(readings, "invalidations numbered by " + behind + " did not arrive within " +
+                             std::to_string(topo_.coherence.lease_ms / 4) + " ms");
+      break;
+    }
+    if (!waited) {
+      waited = true;
+      std::lock_guard lk(fence_mu_);
+      ++fence_stats_.gap_waits;
+    }
+    std::unique_lock lk(fence_mu_);
+    if (fence_cv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return stopping_; }))
+      return false;
+  }
+  // Renewed: vouch until t_req + lease (t_req preceded every reading).
+  const bool was = vouching_now();
+  fabric::raise_lease_cap(versions_->header(), t_req + ms_to_ns(topo_.coherence.lease_ms));
+  fabric::renew_lease(versions_->header(),
+                      uint64_t(std::chrono::nanoseconds(opts_.exporter_lease).count()));
+  {
+    std::lock_guard lk(fence_mu_);
+    ++fence_stats_.renewals;
+    fence_stats_.last_failure.clear();
+  }
+  if (!was && log_)
+    log_(fabric::LogLevel::Info, "COH0212 home " + node_ +
+                                     " vouches for its version table (it holds every "
+                                     "invalidation numbered by every app node)");
+  return true;
+}
+
+void HomeService::fence_loop() {
+  const auto period = std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
+  std::string last_logged;
+  for (;;) {
+    bool ok = renew_once();
+    FenceStatus f = fence();
+    if (!ok && log_ && f.renewals == 0) {
+      // Starting: the other nodes' memd may not be up yet. Said once, quietly.
+      if (last_logged.empty())
+        log_(fabric::LogLevel::Info, "COH0215 home " + node_ +
+                                         " does not vouch for its table until it has read every "
+                                         "app node's writer counter: " + f.last_failure);
+      last_logged = "starting";
+    } else if (!ok && log_) {
+      // Logged when the reason changes and when the home stops vouching, not every period.
+      bool fenced = !f.vouching;
+      std::string key = (fenced ? "fenced:" : "") + f.last_failure;
+      if (key != last_logged)
+        log_(fabric::LogLevel::Warn,
+             std::string(fenced ? "COH0211 home " : "COH0210 home ") + node_ +
+                 " cannot renew its fence: " + f.last_failure +
+                 (fenced ? "; it vouches for nothing now: proxies forward its pages and "
+                           "registrations are refused until it can prove it holds every "
+                           "invalidation (check that node's memd and the network between them)"
+                         : "; it stops vouching in " + std::to_string(f.vouch_ms_left) + " ms"));
+      last_logged = key;
+    } else if (ok) {
+      last_logged.clear();
+    }
+    std::unique_lock lk(fence_mu_);
+    if (fence_cv_.wait_for(lk, period, [&] { return stopping_; })) return;
+  }
+}
+
+bool HomeService::renew_now() { return renew_once(); }
+
+FenceStatus HomeService::fence() const {
+  FenceStatus f;
+  {
+    std::lock_guard lk(fence_mu_);
+    f = fence_stats_;
+  }
+  uint64_t cap = versions_->header()->lease_cap_ns.load(std::memory_order_acquire);
+  uint64_t now = fabric::monotonic_ns();
+  f.vouching = cap > now;
+  f.vouch_ms_left = (int64_t(cap) - int64_t(now)) / 1'000'000;
+  return f;
+}
+
+// ---- messages ----------------------------------------------------------------------------------
+
 std::vector<uint8_t> HomeService::on_register(std::span<const uint8_t> body) {
   RegisterResult res;
   try {
     auto req = decode_register(body);
-    res = state_->register_page(req.key, req.slot, req.seq_start, req.deps);
+    if (req.digest != digest_) {
+      refused_topology_.fetch_add(1, std::memory_order_relaxed);
+      res.refusal = Refusal::OtherTopology;
+      res.reason = "the registering node's topology differs from " + node_ + "'s (digest " +
+                   to_hex(req.digest) + " vs " + to_hex(digest_) +
+                   "): version_slots, [coherence] or the app nodes differ";
+    } else if (topo_.home_of(req.key).name != node_) {
+      res.refusal = Refusal::NotHome;
+      res.reason = "key " + to_hex(req.key) + " belongs to " + topo_.home_of(req.key).name;
+    } else if (!vouching_now()) {
+      res.refusal = Refusal::Fenced;
+      res.reason = std::string(to_string(Refusal::Fenced));
+    } else {
+      res = state_->register_page(req.key, req.seq_start, req.deps);
+    }
   } catch (const ProtocolError& e) {
     bad_messages_.fetch_add(1, std::memory_order_relaxed);
+    res.refusal = Refusal::BadRequest;
     res.reason = e.what();
   }
   return encode(res);
@@ -118,52 +326,66 @@ void HomeService::on_invalidate(std::span<const uint8_t> body) {
     if (log_) log_(fabric::LogLevel::Warn, std::string("COH0202 bad invalidation: ") + e.what());
     return;
   }
-  // Versions first, ack second: the origin's response may leave once every home acked.
-  state_->invalidate(req.deps, req.scheme);
-  ack(req.origin, req.ack_slot);
-}
-
-void HomeService::ack(const std::string& origin, uint32_t slot) {
-  if (origin == node_) {  // our own counters: a local CPU atomic on the same word
-    if (slot < opts_.ack_slots) {
-      word_at(acks_->data(), ack_counter_offset(slot)).fetch_add(1, std::memory_order_acq_rel);
-      acks_sent_.fetch_add(1, std::memory_order_relaxed);
-    }
+  if (req.digest != digest_) {
+    // Not applied, not acknowledged: the writer relies on our fence, and our fence holds only
+    // once we caught up with the number this message carried.
+    if (refused_topology_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_)
+      log_(fabric::LogLevel::Error,
+           "COH0206 invalidation from " + req.origin + " made with another topology (digest " +
+               to_hex(req.digest) + ", ours " + to_hex(digest_) +
+               "): refused; this home catches up (invalidates everything) instead. Give every "
+               "node the same topology file");
     return;
   }
-  const NodeInfo* o = topo_.find(origin);
-  if (!o || o->role != Role::App) {
-    ack_failures_.fetch_add(1, std::memory_order_relaxed);
-    if (log_)
-      log_(fabric::LogLevel::Warn, "COH0203 invalidation from unknown node \"" + origin +
-                                       "\" applied but not acknowledged (topologies differ?)");
+  size_t origin = origin_index(req.origin);
+  if (origin == SIZE_MAX) {
+    if (unknown_origin_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_)
+      log_(fabric::LogLevel::Warn, "COH0203 invalidation from unknown node \"" + req.origin +
+                                       "\": applied but not acknowledged (topologies differ?)");
+    state_->invalidate(req.deps, req.scheme);
     return;
   }
-  try {
-    peers_->acknowledge(origin, slot);
-    acks_sent_.fetch_add(1, std::memory_order_relaxed);
-  } catch (const std::exception& e) {
-    ack_failures_.fetch_add(1, std::memory_order_relaxed);
-    if (log_)
-      log_(fabric::LogLevel::Warn,
-           "COH0204 cannot acknowledge an invalidation to " + origin + ": " + e.what());
+  IssuedNumber n{req.writer_incarnation, req.number};
+  // Versions first, ack second: the writer's response may leave once every home acked.
+  if (ledger_.needed(origin, n)) {
+    state_->invalidate(req.deps, req.scheme);
+    ledger_.applied(origin, n);
+  } else {
+    duplicates_.fetch_add(1, std::memory_order_relaxed);
   }
+  ack(req.ack_cell, req.ack_tag);
 }
 
-uint64_t HomeService::acks_sent() const { return acks_sent_.load(); }
-uint64_t HomeService::ack_failures() const { return ack_failures_.load(); }
+void HomeService::ack(uint32_t cell, uint64_t tag) {
+  if (cell >= opts_.ack_cells) return;
+  word_at(acks_->data(), ack_cell_offset(cell)).store(tag, std::memory_order_release);
+  acks_sent_.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::string HomeService::status_text() const {
   HomeStats s = state_->stats();
+  FenceStatus f = fence();
   std::ostringstream o;
   o << "node " << node_ << "\nincarnation " << versions_->incarnation() << "\nseq "
-    << state_->seq() << "\nslots " << state_->slots() << "\nkeys " << s.keys
+    << state_->seq() << "\nslots " << state_->slots() << "\nscheme "
+    << to_string(topo_.coherence.scheme) << "\ndigest " << to_hex(digest_) << "\nkeys " << s.keys
     << "\ndependencies " << s.dependencies << "\nregistrations " << s.registrations
     << "\nrefused_race " << s.refused_race << "\nrefused_log " << s.refused_log
-    << "\ninvalidations " << s.invalidations << "\nkeys_bumped " << s.keys_bumped
-    << "\nslots_bumped " << s.slots_bumped << "\nevictions " << s.evictions << "\nacks_sent "
-    << acks_sent_.load() << "\nack_failures " << ack_failures_.load() << "\nbad_messages "
-    << bad_messages_.load() << "\n";
+    << "\nrefused_other " << s.refused_other << "\ninvalidations " << s.invalidations
+    << "\nkeys_bumped " << s.keys_bumped << "\nslots_bumped " << s.slots_bumped
+    << "\nevictions " << s.evictions << "\nacks_sent " << acks_sent_.load()
+    << "\nduplicate_invalidations " << duplicates_.load() << "\nrefused_topology "
+    << refused_topology_.load() << "\nunknown_origin " << unknown_origin_.load()
+    << "\nbad_messages " << bad_messages_.load() << "\nfence_vouching " << (f.vouching ? 1 : 0)
+    << "\nfence_ms_left " << f.vouch_ms_left << "\nfence_renewals " << f.renewals
+    << "\nfence_catch_ups " << f.catch_ups << "\nfence_failed_renewals " << f.failed_renewals
+    << "\nfence_gap_waits " << f.gap_waits << "\n";
+  for (size_t i = 0; i < origins_.size(); ++i) {
+    auto v = ledger_.view(i);
+    o << "origin_" << origins_[i] << "_covered " << v.covered << "\norigin_" << origins_[i]
+      << "_pending " << v.above << "\n";
+  }
+  if (!f.last_failure.empty()) o << "fence_last_failure " << f.last_failure << "\n";
   return o.str();
 }
 

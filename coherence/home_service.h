@@ -1,48 +1,85 @@
 // coherence/home_service.h — an app node's home role, hosted by its memd: creates the node's
-// "versions" and "acks" segments (fresh random bases: a new incarnation on every start), exports
-// them on the memd's fabric::Server, and serves coherence.register / coherence.invalidate /
-// coherence.status. Invalidations are acknowledged with a fetch-and-add on the origin node's
-// "acks" region (connections to the other nodes are opened on demand and kept). After a crash,
-// a new incarnation first waits out the shm lease its predecessor last renewed (COH0205): until
-// then proxies may still read the old table, and nothing may be acknowledged.
+// "versions" and "acks" segments (fresh random bases: a new incarnation on every start), maps the
+// node's "writer" segment (writer.h), exports all three on the memd's fabric::Server, serves
+// coherence.register / coherence.invalidate / coherence.status, and keeps its FENCE.
+//
+// The fence (docs/coherence.md, "The rule"): the versions segment's lease is capped (fabric
+// segment.h) at t + lease_ms, where t is the moment just before the home last read every app
+// node's writer counter and found it held every invalidation numbered up to what it read (or
+// caught up: invalidated every registered page after the read). A renewal runs every lease/4.
+// A home that cannot read some node's counter, or is frozen, or is behind for longer than a
+// grace period without catching up, stops vouching when its cap passes: proxies fail closed on
+// its pages and registrations are refused (Fenced). A writer that cannot confirm a home returns
+// after lease + clock skew from numbering its invalidation: by then that home has applied it,
+// caught up, or stopped vouching.
+//
+// After a crash, a new incarnation first waits out the lease its predecessor last renewed
+// (COH0205): until then proxies may still read the old table.
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "coherence/client.h"
 #include "coherence/home.h"
+#include "coherence/ledger.h"
 #include "coherence/topology.h"
+#include "coherence/writer.h"
 #include "fabric/fabric.h"
 
 namespace tierce::coherence {
 
 struct HomeServiceOptions {
   HomeLimits limits;
-  uint32_t ack_slots = 4096;
-  std::chrono::milliseconds ack_op_timeout{500};
+  uint32_t ack_cells = 4096;
+  // Reads of other nodes' writer counters: deadline of one read (0 = lease_ms / 4).
+  std::chrono::milliseconds peer_op_timeout{0};
+  // The exporting server's heartbeat lease (memd lease_ms): how far a renewal extends the
+  // segment's lease word at once (it never passes the fence's cap).
+  std::chrono::milliseconds exporter_lease{500};
+};
+
+// What the fence looks like now (status page, tests).
+struct FenceStatus {
+  bool vouching = false;            // the cap is ahead of now
+  int64_t vouch_ms_left = 0;        // cap - now (negative: fenced for that long)
+  uint64_t renewals = 0, catch_ups = 0, failed_renewals = 0, gap_waits = 0;
+  std::string last_failure;         // why the last renewal failed ("" when none)
 };
 
 class HomeService {
  public:
   // `node` must be an app node of `topo`. Creates <prefix>.versions and <prefix>.acks (replacing
-  // stale ones), exports them as "versions" and "acks", registers the services.
+  // stale ones), maps <prefix>.writer, exports them as "versions", "acks" and "writer",
+  // registers the services and starts the fence thread (the home vouches after its first
+  // renewal).
   HomeService(fabric::Server& server, Topology topo, std::string node, fabric::Secret secret,
               HomeServiceOptions opts, fabric::LogSink log);
-  ~HomeService();  // unexports, revokes and unlinks its segments
+  ~HomeService();  // stops the fence, unexports, revokes and unlinks versions and acks
 
   HomeState& state() { return *state_; }
   std::string status_text() const;  // "key value" lines
-  uint64_t acks_sent() const;
-  uint64_t ack_failures() const;
+  FenceStatus fence() const;
+  uint64_t acks_sent() const { return acks_sent_.load(); }
+
+  // Runs one renewal now (tests; the fence thread does this every lease/4). True when renewed.
+  bool renew_now();
 
  private:
   void on_invalidate(std::span<const uint8_t> body);
-  void await_predecessor_lease(std::initializer_list<std::string> names);
   std::vector<uint8_t> on_register(std::span<const uint8_t> body);
-  void ack(const std::string& origin, uint32_t slot);
+  void await_predecessor_lease(std::initializer_list<std::string> names);
+  void ack(uint32_t cell, uint64_t tag);
+  bool renew_once();
+  void fence_loop();
+  void catch_up(const std::vector<IssuedNumber>& readings, const std::string& why);
+  bool vouching_now() const;
+  size_t origin_index(const std::string& name) const;  // SIZE_MAX when not an app node
 
   fabric::Server& server_;
   Topology topo_;
@@ -50,10 +87,24 @@ class HomeService {
   fabric::Secret secret_;
   HomeServiceOptions opts_;
   fabric::LogSink log_;
+  uint64_t digest_ = 0;
+  std::vector<std::string> origins_;  // the app nodes, in topology order
+  size_t self_ = 0;                   // our index in origins_
   std::shared_ptr<fabric::SharedSegment> versions_, acks_;
+  std::unique_ptr<WriterLog> writer_;  // our node's writer segment (mapped, exported)
   std::unique_ptr<HomeState> state_;
-  std::unique_ptr<ClusterClient> peers_;  // acks to the other app nodes
-  std::atomic<uint64_t> acks_sent_{0}, ack_failures_{0}, bad_messages_{0};
+  OriginLedger ledger_;
+  std::unique_ptr<ClusterClient> peers_;  // reads of the other nodes' writer counters
+
+  std::mutex renew_mu_;  // one renewal at a time
+  mutable std::mutex fence_mu_;
+  std::condition_variable fence_cv_;
+  bool stopping_ = false;
+  FenceStatus fence_stats_;
+  std::thread fence_thread_;
+
+  std::atomic<uint64_t> acks_sent_{0}, bad_messages_{0}, refused_topology_{0},
+      duplicates_{0}, unknown_origin_{0};
 };
 
 }  // namespace tierce::coherence

@@ -1,19 +1,35 @@
-// coherence/layout.h — the two regions each app node (its memd) exports, as peers address them.
+// coherence/layout.h — the regions of the coherence protocol, as peers address them
+// (docs/coherence.md). Little-endian u64 words in the data area of a fabric::SharedSegment.
 //
-// Region "versions" (data area of a fabric::SharedSegment, little-endian u64 words):
+// Region "versions" — a home's version table (app node's memd; segment <prefix>.versions):
 //   offset 0   magic "TIERCVER"
 //   offset 8   invalidation sequence (atomic): starts at a random base, +1 per invalidation the
 //              home applies. A render reads it (one-sided) before it reads the database.
 //   offset 16  number of slots
 //   offset 24  base: the random value every slot started at (this incarnation's)
+//   offset 32  topology digest (Topology::coherence_digest) of the home's topology file: a peer
+//              whose own digest differs fails closed on this home instead of trusting it
 //   offset 64  slot[0], slot[1], ...: the version of every key hashing to that slot (atomic)
+//   The segment's lease is CAPPED by the home's fence (fabric/segment.h "lease cap"): it runs
+//   only until the home's last proof that it holds every invalidation issued, + lease_ms.
 //
-// Region "acks": counters that homes fetch-and-add to acknowledge an invalidation:
+// Region "acks" — where a home acknowledges invalidations (same node, segment <prefix>.acks):
 //   offset 0   magic "TIERCACK"
-//   offset 8   number of ack slots
-//   offset 64 + 16*i   owner word of slot i (0 free, else the claimer's token; kPoisoned for ever
-//                      after a round that timed out: a late ack must not count for a later round)
-//   offset 72 + 16*i   counter of slot i
+//   offset 8   number of ack cells
+//   offset 64 + 8*i   cell i: the tag of the last invalidation round acknowledged in this cell.
+//              A writer picks a random cell and a random 64-bit tag per round and reads the cell
+//              back: seeing its tag means the home applied that invalidation. A cell holds a tag,
+//              not a count: an ack made twice counts once, a late ack never matches a later
+//              round (its tag differs), and no cell is ever claimed, poisoned or exhausted.
+//
+// Region "writer" — a node's invalidation counter (segment <prefix>.writer, created by whichever
+// of the node's httpd (mod_appversion) and memd maps it first, exported by its memd):
+//   offset 0   magic "TIERCWRT"
+//   offset 8   incarnation: random, fixed when the segment is created
+//   offset 16  issued (atomic): number of the last invalidation issued on this node. A writer
+//              increments it (CPU atomic, no memd needed) BEFORE it sends the invalidation; a
+//              home may renew its fence only after it has applied every invalidation numbered
+//              up to what it read here, or invalidated everything since (docs/coherence.md).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -22,19 +38,40 @@ namespace tierce::coherence {
 
 inline constexpr uint64_t kVersionsMagic = 0x5245564352454954ull;  // "TIERCVER"
 inline constexpr uint64_t kAcksMagic = 0x4b43414352454954ull;      // "TIERCACK"
-inline constexpr uint64_t kSeqOffset = 8;
-inline constexpr uint64_t kSlotsOffset = 64;
-inline constexpr uint64_t kPoisoned = ~0ull;
+inline constexpr uint64_t kWriterMagic = 0x5452574352454954ull;    // "TIERCWRT"
 
+// versions
+inline constexpr uint64_t kSeqOffset = 8;
+inline constexpr uint64_t kSlotCountOffset = 16;
+inline constexpr uint64_t kBaseOffset = 24;
+inline constexpr uint64_t kDigestOffset = 32;
+inline constexpr uint64_t kVersionsHeaderBytes = 64;
+inline constexpr uint64_t kSlotsOffset = 64;
 inline constexpr uint64_t slot_offset(uint64_t slot) { return kSlotsOffset + 8 * slot; }
 inline constexpr uint64_t versions_bytes(uint64_t slots) { return kSlotsOffset + 8 * slots; }
-inline constexpr uint64_t ack_owner_offset(uint64_t i) { return 64 + 16 * i; }
-inline constexpr uint64_t ack_counter_offset(uint64_t i) { return 72 + 16 * i; }
-inline constexpr uint64_t acks_bytes(uint64_t n) { return 64 + 16 * n; }
+
+// acks
+inline constexpr uint64_t kAckCellsOffset = 64;
+inline constexpr uint64_t ack_cell_offset(uint64_t i) { return kAckCellsOffset + 8 * i; }
+inline constexpr uint64_t acks_bytes(uint64_t cells) { return kAckCellsOffset + 8 * cells; }
+inline constexpr uint64_t ack_cells_in(uint64_t region_len) {
+  return region_len >= kAckCellsOffset ? (region_len - kAckCellsOffset) / 8 : 0;
+}
+
+// writer
+inline constexpr uint64_t kWriterIncarnationOffset = 8;
+inline constexpr uint64_t kWriterIssuedOffset = 16;
+inline constexpr uint64_t kWriterBytes = 64;
 
 // Region names in memd's directory.
 inline constexpr const char* kVersionsRegion = "versions";
 inline constexpr const char* kAcksRegion = "acks";
+inline constexpr const char* kWriterRegion = "writer";
+
+// Segment names of a node (segment_prefix + suffix).
+inline constexpr const char* kVersionsSuffix = ".versions";
+inline constexpr const char* kAcksSuffix = ".acks";
+inline constexpr const char* kWriterSuffix = ".writer";
 
 // Service names on an app node's memd.
 inline constexpr const char* kRegisterService = "coherence.register";

@@ -64,10 +64,21 @@ class In {
 
 }  // namespace
 
+namespace {
+void check_version(In& in, const char* what) {
+  uint8_t v = in.get<uint8_t>();
+  if (v != kProtocolVersion)
+    throw ProtocolError(std::string(what) + ": protocol version " + std::to_string(v) +
+                        ", this node speaks " + std::to_string(kProtocolVersion) +
+                        " (run the same Tierce version on every node)");
+}
+}  // namespace
+
 std::vector<uint8_t> encode(const RegisterRequest& m) {
   Out o;
+  o.put(kProtocolVersion);
+  o.put(m.digest);
   o.put(m.key);
-  o.put(m.slot);
   o.put(m.seq_start);
   o.put(uint32_t(m.deps.size()));
   for (auto d : m.deps) o.put(d);
@@ -76,7 +87,8 @@ std::vector<uint8_t> encode(const RegisterRequest& m) {
 
 std::vector<uint8_t> encode(const RegisterResult& m) {
   Out o;
-  o.put(uint8_t(m.cacheable));
+  o.put(uint8_t(m.refusal));
+  o.put(m.slot);
   o.put(m.version);
   std::string_view r = std::string_view(m.reason).substr(0, 1024);
   o.put(uint16_t(r.size()));
@@ -86,11 +98,15 @@ std::vector<uint8_t> encode(const RegisterResult& m) {
 
 std::vector<uint8_t> encode(const InvalidateRequest& m) {
   Out o;
+  o.put(kProtocolVersion);
+  o.put(m.digest);
   o.put(uint8_t(m.scheme));
-  o.put(m.ack_slot);
-  o.put(m.ack_token);
   o.put(uint16_t(m.origin.size()));
   o.bytes(m.origin);
+  o.put(m.writer_incarnation);
+  o.put(m.number);
+  o.put(m.ack_cell);
+  o.put(m.ack_tag);
   o.put(uint32_t(m.deps.size()));
   for (auto d : m.deps) o.put(d);
   return o.buf;
@@ -98,9 +114,10 @@ std::vector<uint8_t> encode(const InvalidateRequest& m) {
 
 RegisterRequest decode_register(std::span<const uint8_t> body) {
   In in(body, "coherence.register");
+  check_version(in, "coherence.register");
   RegisterRequest m;
+  m.digest = in.get<uint64_t>();
   m.key = in.get<uint64_t>();
-  m.slot = in.get<uint64_t>();
   m.seq_start = in.get<uint64_t>();
   m.deps = in.deps();
   in.end();
@@ -111,8 +128,9 @@ RegisterResult decode_register_reply(std::span<const uint8_t> body) {
   In in(body, "coherence.register reply");
   RegisterResult m;
   uint8_t c = in.get<uint8_t>();
-  if (c > 1) throw ProtocolError("coherence.register reply: bad cacheable flag");
-  m.cacheable = c == 1;
+  if (c > kMaxRefusal) throw ProtocolError("coherence.register reply: unknown refusal " + std::to_string(c));
+  m.refusal = Refusal(c);
+  m.slot = in.get<uint64_t>();
   m.version = in.get<uint64_t>();
   m.reason = in.str(in.get<uint16_t>());
   in.end();
@@ -121,16 +139,20 @@ RegisterResult decode_register_reply(std::span<const uint8_t> body) {
 
 InvalidateRequest decode_invalidate(std::span<const uint8_t> body) {
   In in(body, "coherence.invalidate");
+  check_version(in, "coherence.invalidate");
   InvalidateRequest m;
+  m.digest = in.get<uint64_t>();
   uint8_t s = in.get<uint8_t>();
   if (s > uint8_t(Scheme::InvalidateAll))
     throw ProtocolError("coherence.invalidate: unknown scheme " + std::to_string(s));
   m.scheme = Scheme(s);
-  m.ack_slot = in.get<uint32_t>();
-  m.ack_token = in.get<uint64_t>();
   uint16_t n = in.get<uint16_t>();
   if (n == 0 || n > 64) throw ProtocolError("coherence.invalidate: bad origin name length");
   m.origin = in.str(n);
+  m.writer_incarnation = in.get<uint64_t>();
+  m.number = in.get<uint64_t>();
+  m.ack_cell = in.get<uint32_t>();
+  m.ack_tag = in.get<uint64_t>();
   m.deps = in.deps();
   in.end();
   return m;

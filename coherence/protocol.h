@@ -1,12 +1,17 @@
 // coherence/protocol.h — the messages between app nodes (fabric CALL/SEND bodies), with strict
-// decoding: a short, long or inconsistent body is a ProtocolError, never a crash.
+// decoding: a short, long or inconsistent body, or another protocol version, is a ProtocolError,
+// never a crash. Little-endian; every message starts with u8 kProtocolVersion and the sender's
+// u64 topology digest (Topology::coherence_digest), which the home compares with its own.
 //
-//   coherence.register (CALL)   u64 key, u64 slot, u64 seq_start, u32 n, n x u64 dependency
-//                    reply      u8 cacheable, u64 version, u16 len, reason bytes
-//   coherence.invalidate (SEND) u8 scheme, u32 ack_slot, u64 ack_token, u16 len, origin node
-//                               name, u32 n, n x u64 dependency
-//     The home applies it, then fetch-and-adds 1 at ack_counter_offset(ack_slot) of the origin
-//     node's "acks" region.
+//   coherence.register (CALL)   u8 version, u64 digest, u64 key, u64 seq_start, u32 n,
+//                               n x u64 dependency
+//                    reply      u8 refusal (Refusal; 0 = registered), u64 slot, u64 version,
+//                               u16 len, reason bytes
+//   coherence.invalidate (SEND) u8 version, u64 digest, u8 scheme, u16 len, origin node name,
+//                               u64 writer incarnation, u64 number, u32 ack cell, u64 ack tag,
+//                               u32 n, n x u64 dependency
+//     The home applies it (unless it holds that number already), then stores the tag in ack
+//     cell `ack cell` of its own "acks" region, which the writer reads back.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -25,15 +30,19 @@ class ProtocolError : public std::runtime_error {
 
 inline constexpr size_t kMaxDependencies = 4096;  // per message
 
+inline constexpr uint8_t kProtocolVersion = 2;
+
 struct RegisterRequest {
-  uint64_t key = 0, slot = 0, seq_start = 0;
+  uint64_t digest = 0, key = 0, seq_start = 0;
   std::vector<uint64_t> deps;
 };
 struct InvalidateRequest {
+  uint64_t digest = 0;
   Scheme scheme = Scheme::DependencyLists;
-  uint32_t ack_slot = 0;
-  uint64_t ack_token = 0;
-  std::string origin;
+  std::string origin;            // the app node whose writer region numbered it
+  uint64_t writer_incarnation = 0, number = 0;
+  uint32_t ack_cell = 0;
+  uint64_t ack_tag = 0;
   std::vector<uint64_t> deps;
 };
 

@@ -24,13 +24,6 @@ bool is_tchar(char c) {
   return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
-bool contains_icase(std::string_view hay, std::string_view needle) {
-  if (needle.size() > hay.size()) return false;
-  for (size_t i = 0; i + needle.size() <= hay.size(); ++i)
-    if (iequals(hay.substr(i, needle.size()), needle)) return true;
-  return false;
-}
-
 }  // namespace
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -158,7 +151,10 @@ Decision decide_registration(const PageFacts& f) {
   if (f.status != 200) return Decision::NotOk;
   if (!f.seq_read) return Decision::NoSeq;
   if (!f.deps_valid) return Decision::BadDeps;
-  if (!f.deps_found && f.scheme == coherence::Scheme::DependencyLists) return Decision::NoDeps;
+  // Under dependency-lists a page that names no dependency would never be bumped by an update:
+  // an empty header does not make it cacheable either.
+  if ((!f.deps_found || f.deps_count == 0) && f.scheme == coherence::Scheme::DependencyLists)
+    return Decision::NoDeps;
   return Decision::Register;
 }
 
@@ -184,14 +180,26 @@ std::string format_tag(std::string_view home, uint64_t slot, uint64_t version) {
   return s;
 }
 
-Refusal classify_refusal(std::string_view reason) {
-  if (contains_icase(reason, "log")) return Refusal::Log;
-  if (contains_icase(reason, "race") || contains_icase(reason, "invalidat")) return Refusal::Race;
-  if (contains_icase(reason, "unreach") || contains_icase(reason, "timeout") ||
-      contains_icase(reason, "timed out") || contains_icase(reason, "connect") ||
-      contains_icase(reason, "retry"))
-    return Refusal::Unreachable;
-  return Refusal::Other;
+RefusalCounter counter_of(coherence::Refusal r) {
+  switch (r) {
+    case coherence::Refusal::Race:
+      return RefusalCounter::Race;
+    case coherence::Refusal::LogTooShort:
+    case coherence::Refusal::OtherIncarnation:
+      return RefusalCounter::Log;
+    default:
+      return RefusalCounter::Other;
+  }
+}
+
+bool needs_second_invalidation(bool invalidated_at_first_output, bool first_output_was_last) {
+  return invalidated_at_first_output && !first_output_was_last;
+}
+
+bool is_php_abort(int aplog_level, std::string_view message) {
+  constexpr int kAplogErr = 3;  // APLOG_ERR (http_log.h); lower is more severe
+  if (aplog_level > kAplogErr) return false;
+  return message.substr(0, 4) == "PHP ";
 }
 
 size_t wait_bucket(uint64_t micros) {
@@ -242,9 +250,11 @@ std::string Counters::text() const {
   line("refused_other", ld(refused_other));
   line("not_registered", ld(not_registered));
   line("invalidations", ld(invalidations));
-  line("invalidations_incomplete", ld(invalidations_incomplete));
+  line("invalidations_fenced", ld(invalidations_fenced));
   line("acks_received", ld(acks_received));
-  line("acks_missing", ld(acks_missing));
+  line("homes_fenced", ld(homes_fenced));
+  line("second_invalidations", ld(second_invalidations));
+  line("aborted_responses", ld(aborted_responses));
   line("bad_dependency_lists", ld(bad_dependency_lists));
   std::array<uint64_t, kWaitBuckets> counts{};
   for (size_t i = 0; i < kWaitBuckets; ++i) counts[i] = ld(wait_buckets[i]);

@@ -70,6 +70,7 @@ struct PageFacts {
   bool seq_read = false;   // the home's sequence was read before the handler ran
   bool deps_found = false; // at least one dependency header/note was present
   bool deps_valid = true;  // the dependency names parsed
+  size_t deps_count = 0;   // dependency names found (an empty header names none)
   coherence::Scheme scheme = coherence::Scheme::DependencyLists;
 };
 enum class Decision { Register, NoKey, NotGet, NotOk, NoSeq, NoDeps, BadDeps };
@@ -79,9 +80,20 @@ std::string_view to_string(Decision d);
 // "app1 1234 987654321": home node, slot and version in decimal.
 std::string format_tag(std::string_view home, uint64_t slot, uint64_t version);
 
-// A refusal reason from the home, sorted for the counters.
-enum class Refusal { Race, Log, Unreachable, Other };
-Refusal classify_refusal(std::string_view reason);
+// Which counter a home's refusal goes to (refused_race, refused_log, refused_other).
+enum class RefusalCounter { Race, Log, Other };
+RefusalCounter counter_of(coherence::Refusal r);
+
+// What the invalidation at the end of an update response is for (docs/coherence.md, "An
+// update"): the first one runs on the response's first output, which PHP may send before it
+// commits (a flush); a second one after the script ended covers that commit. None is needed when
+// the first output already held the end of the response (the script had finished).
+bool needs_second_invalidation(bool invalidated_at_first_output, bool first_output_was_last);
+
+// Whether a line httpd logs for a request says its PHP script ended abnormally (a fatal error,
+// an uncaught exception, a parse error): PHP logs those through httpd at APLOG_ERR or worse,
+// prefixed "PHP ". Such a response is cut short however well it is framed.
+bool is_php_abort(int aplog_level, std::string_view message);
 
 // ---- counters (shared by all children through anonymous shared memory) ----------------------
 
@@ -102,9 +114,12 @@ struct Counters {
   std::atomic<uint64_t> refused_other{0};        // refused otherwise (home unreachable, ...)
   std::atomic<uint64_t> not_registered{0};       // keyed pages not registered (status, deps...)
   std::atomic<uint64_t> invalidations{0};        // invalidations sent
-  std::atomic<uint64_t> invalidations_incomplete{0};  // some home did not ack in time
-  std::atomic<uint64_t> acks_received{0};
-  std::atomic<uint64_t> acks_missing{0};
+  std::atomic<uint64_t> invalidations_fenced{0};  // returned after the fence bound: some home
+                                                  // did not acknowledge (it was fenced instead)
+  std::atomic<uint64_t> acks_received{0};         // homes that acknowledged
+  std::atomic<uint64_t> homes_fenced{0};          // homes relied on as fenced
+  std::atomic<uint64_t> second_invalidations{0};  // sent again after the script ended
+  std::atomic<uint64_t> aborted_responses{0};     // PHP aborted after output: cut, tag withdrawn
   std::atomic<uint64_t> bad_dependency_lists{0};
   std::atomic<uint64_t> wait_buckets[kWaitBuckets]{};
   std::atomic<uint64_t> wait_max_us{0};

@@ -7,8 +7,11 @@
 //                  configuration (AppVersion On) is only merged by then; it still runs before
 //                  access checks, fixups and the handler.
 //   output filter  (first brigade: PHP has set its headers by then, nothing has left yet)
-//                  invalidate (wait for every home's ack), register the page and tag it,
-//                  strip the protocol headers, remove itself.
+//                  invalidate (wait until every home acknowledged, or the fence bound passed),
+//                  register the page and tag it, strip the protocol headers; at the end of the
+//                  response (EOS): invalidate again when the script may have committed after its
+//                  first output, withdraw the tag of a page whose script aborted, remove itself.
+//   error_log      notes a PHP abort (fatal error, uncaught exception) logged for a request.
 //   appversion-status handler: the counters, shared by all children.
 //
 // The pure parts (directive arguments, header selection, decisions) are in logic.h.
@@ -33,8 +36,10 @@
 
 #include "coherence/client.h"
 #include "coherence/key.h"
+#include "coherence/layout.h"
 #include "coherence/protocol.h"
 #include "coherence/topology.h"
+#include "coherence/writer.h"
 #include "mod_appversion/logic.h"
 
 extern "C" __attribute__((visibility("default"))) module AP_MODULE_DECLARE_DATA appversion_module;
@@ -46,8 +51,8 @@ namespace fab = tierce::fabric;
 
 namespace {
 
-constexpr uint32_t kDefaultAckTimeoutMs = 2000;
 constexpr uint32_t kDefaultOpTimeoutMs = 200;
+constexpr const char* kAbortNote = "tierce-php-aborted";  // r->notes, set by error_log_hook
 constexpr const char* kFilterName = "APPVERSION";
 constexpr const char* kStatusHandler = "appversion-status";
 
@@ -64,10 +69,17 @@ struct ServerConf {
 
 struct DirConf {
   int enabled = -1;                          // -1 unset
-  int scheme = -1;                           // -1 unset, else co::Scheme
   apr_array_header_t* dep_headers = nullptr; // const char*; nullptr = unset
-  int64_t ack_timeout_ms = -1;               // -1 unset
 };
+
+// Values that must agree with the topology, wherever they were written (checked in post_config:
+// one scheme per cluster; no update may return before the fence bound).
+struct SeenValue {
+  std::string value;
+  std::string where;  // file:line
+};
+std::vector<SeenValue> g_schemes_seen;
+std::vector<SeenValue> g_ack_timeouts_seen;
 
 // What the parent prepared in post_config (as root), inherited by the children.
 struct Runtime {
@@ -75,6 +87,7 @@ struct Runtime {
   fab::Secret secret;
   std::string node;
   co::ClientTuning tuning;
+  std::unique_ptr<co::WriterLog> writer;  // this node's invalidation counter (writer.h)
 };
 
 Runtime* g_runtime = nullptr;          // parent: rebuilt on every (re)start
@@ -108,9 +121,7 @@ void* merge_dir_conf(apr_pool_t* p, void* basev, void* addv) {
   auto* add = static_cast<DirConf*>(addv);
   auto* out = static_cast<DirConf*>(create_dir_conf(p, nullptr));
   out->enabled = add->enabled != -1 ? add->enabled : base->enabled;
-  out->scheme = add->scheme != -1 ? add->scheme : base->scheme;
   out->dep_headers = add->dep_headers ? add->dep_headers : base->dep_headers;
-  out->ack_timeout_ms = add->ack_timeout_ms != -1 ? add->ack_timeout_ms : base->ack_timeout_ms;
   return out;
 }
 
@@ -121,11 +132,14 @@ DirConf* dir_conf(request_rec* r) {
   return static_cast<DirConf*>(ap_get_module_config(r->per_dir_config, &appversion_module));
 }
 
-co::Scheme scheme_of(const DirConf* dc) {
-  return dc->scheme == -1 ? co::Scheme::DependencyLists : static_cast<co::Scheme>(dc->scheme);
+// One scheme per cluster: the topology's ([coherence] scheme).
+co::Scheme cluster_scheme() {
+  return g_runtime ? g_runtime->topology.coherence.scheme : co::Scheme::DependencyLists;
 }
-uint32_t ack_timeout_of(const DirConf* dc) {
-  return dc->ack_timeout_ms == -1 ? kDefaultAckTimeoutMs : static_cast<uint32_t>(dc->ack_timeout_ms);
+std::string where_of(cmd_parms* cmd) {
+  if (!cmd->directive) return "?";
+  return std::string(cmd->directive->filename ? cmd->directive->filename : "?") + ":" +
+         std::to_string(cmd->directive->line_num);
 }
 std::vector<std::string> dep_headers_of(const DirConf* dc) {
   if (!dc->dep_headers) return {av::kDependsHeader};
@@ -188,11 +202,11 @@ const char* cmd_node(cmd_parms* cmd, void*, const char* arg) {
   return check_node_in_topology(cmd, sc);
 }
 
-const char* cmd_scheme(cmd_parms* cmd, void* dcv, const char* arg) {
+const char* cmd_scheme(cmd_parms* cmd, void*, const char* arg) {
   co::Scheme s{};
   std::string why = av::parse_scheme(arg, s);
   if (!why.empty()) return err(cmd, why);
-  static_cast<DirConf*>(dcv)->scheme = static_cast<int>(s);
+  g_schemes_seen.push_back({std::string(co::to_string(s)), where_of(cmd)});
   return nullptr;
 }
 
@@ -206,11 +220,11 @@ const char* cmd_dep_headers(cmd_parms* cmd, void* dcv, const char* args) {
   return nullptr;
 }
 
-const char* cmd_ack_timeout(cmd_parms* cmd, void* dcv, const char* arg) {
+const char* cmd_ack_timeout(cmd_parms* cmd, void*, const char* arg) {
   uint32_t ms = 0;
   std::string why = av::parse_millis(arg, 1, 60000, ms);
   if (!why.empty()) return err(cmd, why);
-  static_cast<DirConf*>(dcv)->ack_timeout_ms = ms;
+  g_ack_timeouts_seen.push_back({std::to_string(ms), where_of(cmd)});
   return nullptr;
 }
 
@@ -241,13 +255,14 @@ const command_rec kCommands[] = {
                   "this app node's name in the topology (role app)"),
     AP_INIT_TAKE1("AppVersionScheme", as_cmd(cmd_scheme), nullptr,
                   RSRC_CONF | ACCESS_CONF,
-                  "dependency-lists (default) or invalidate-all"),
+                  "must equal the topology's [coherence] scheme (one per cluster); optional"),
     AP_INIT_RAW_ARGS("AppVersionDependencyHeaders", as_cmd(cmd_dep_headers),
                      nullptr, RSRC_CONF | ACCESS_CONF,
                      "response headers listing a page's dependencies (default Tierce-Depends)"),
     AP_INIT_TAKE1("AppVersionAckTimeout", as_cmd(cmd_ack_timeout), nullptr,
                   RSRC_CONF | ACCESS_CONF,
-                  "ms an update's response waits for every home's ack (default 2000)"),
+                  "deprecated: an update waits at most the fence bound of the topology "
+                  "([coherence] lease_ms + clock_skew_ms); a smaller value is refused"),
     AP_INIT_TAKE1("AppVersionOpTimeout", as_cmd(cmd_op_timeout), nullptr,
                   RSRC_CONF, "ms for one sequence read or registration call (default 200)"),
     {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr},
@@ -257,7 +272,33 @@ const command_rec kCommands[] = {
 
 int pre_config(apr_pool_t*, apr_pool_t*, apr_pool_t*) {
   g_any_enabled = false;
+  g_schemes_seen.clear();
+  g_ack_timeouts_seen.clear();
   return OK;
+}
+
+// Directives that must agree with the topology. Returns the problem, or "".
+std::string check_against_topology(const co::Topology& t, const char* topology_path) {
+  const std::string cluster(co::to_string(t.coherence.scheme));
+  for (const auto& s : g_schemes_seen)
+    if (s.value != cluster)
+      return "APPVER0023 AppVersionScheme " + s.value + " (" + s.where +
+             ") differs from the cluster's scheme " + cluster + " ([coherence] scheme in " +
+             topology_path +
+             "): one scheme per cluster, or pages registered under one are missed by updates "
+             "under the other. Remove AppVersionScheme (the topology decides) or make them equal";
+  const uint32_t bound = t.coherence.fence_bound_ms();
+  for (const auto& a : g_ack_timeouts_seen)
+    if (std::stoul(a.value) < bound)
+      return "APPVER0024 AppVersionAckTimeout " + a.value + " (" + a.where +
+             ") is shorter than the fence bound " + std::to_string(bound) +
+             " ms ([coherence] lease_ms " + std::to_string(t.coherence.lease_ms) +
+             " + clock_skew_ms " + std::to_string(t.coherence.clock_skew_ms) + " in " +
+             topology_path +
+             "): an update could return while a home it could not reach still vouches for a "
+             "page that misses it. Remove AppVersionAckTimeout (the bound is what an update "
+             "waits at most) or raise it";
+  return "";
 }
 
 apr_status_t drop_runtime(void*) {
@@ -337,6 +378,21 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
                  rt->topology.secret_file.c_str(), sc->topology_path, e.what());
     return HTTP_INTERNAL_SERVER_ERROR;
   }
+  if (std::string why = check_against_topology(rt->topology, sc->topology_path); !why.empty()) {
+    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "%s", why.c_str());
+    return HTTP_INTERNAL_SERVER_ERROR;
+  }
+  try {
+    // Created (or found) here, before any child forks: every child numbers its invalidations in
+    // the same counter, which the node's memd exports and every home reads (writer.h).
+    rt->writer = std::make_unique<co::WriterLog>(self->segment_prefix + co::kWriterSuffix);
+  } catch (const std::exception& e) {
+    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
+                 "APPVER0025 cannot map this node's invalidation counter %s%s: %s (check "
+                 "/dev/shm space and permissions; the node's memd maps the same segment)",
+                 self->segment_prefix.c_str(), co::kWriterSuffix, e.what());
+    return HTTP_INTERNAL_SERVER_ERROR;
+  }
   rt->node = sc->node;
   rt->tuning.op_timeout = std::chrono::milliseconds(sc->op_timeout_ms);
   rt->tuning.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(sc->op_timeout_ms, 200));
@@ -348,7 +404,10 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
                     g_runtime->topology.name + ": " +
                     std::to_string(g_runtime->topology.app_nodes().size()) + " app nodes, " +
                     std::to_string(g_runtime->topology.version_slots) + " version slots, op timeout " +
-                    std::to_string(sc->op_timeout_ms) + " ms";
+                    std::to_string(sc->op_timeout_ms) + " ms, scheme " +
+                    std::string(co::to_string(g_runtime->topology.coherence.scheme)) +
+                    ", updates wait at most " +
+                    std::to_string(g_runtime->topology.coherence.fence_bound_ms()) + " ms";
   ap_log_error(APLOG_MARK, APLOG_INFO, 0, s, "%s", msg.c_str());
   return OK;
 }
@@ -390,7 +449,6 @@ struct RequestState {
   bool is_get;
   bool seq_read;
   uint64_t key;
-  uint64_t slot;
   uint64_t seq_start;
   const char* home;
 };
@@ -439,7 +497,6 @@ int header_parser(request_rec* r) {
     const co::Topology& topo = g_client->topology();
     const co::NodeInfo& home = topo.home_of(st->key);
     st->home = apr_pstrdup(r->pool, home.name.c_str());
-    st->slot = co::slot_of(st->key, topo.version_slots);
     if (auto seq = g_client->read_seq(home.name)) {
       st->seq_read = true;
       st->seq_start = *seq;
@@ -471,34 +528,8 @@ int collect_header(void* rec, const char* key, const char* value) {
   return 1;
 }
 
-std::string missing_list(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& m : v) s += (s.empty() ? "" : ", ") + m;
-  return s;
-}
-
-struct PendingDiagnosis {
-  request_rec* r;
-};
-
-apr_status_t diagnose_silent_homes(void* p) {
-  request_rec* r = static_cast<PendingDiagnosis*>(p)->r;
-  if (!g_client) return APR_SUCCESS;
-  try {
-    std::string silent;
-    for (const co::NodeInfo* n : g_client->topology().app_nodes())
-      if (!g_client->read_seq(n->name)) silent += (silent.empty() ? "" : ", ") + n->name;
-    std::string msg = "APPVER0020 after the incomplete invalidation (APPVER0007) of " +
-                      std::string(r->method) + " " + r->uri + ", homes not answering: " +
-                      (silent.empty() ? "none (they were slow, not gone)" : silent);
-    ap_log_error(APLOG_MARK, APLOG_ERR, 0, r->server, "%s", msg.c_str());
-  } catch (const std::exception&) {
-  }
-  return APR_SUCCESS;
-}
-
-void invalidate(request_rec* r, DirConf* dc, const std::string& list) {
-  co::Scheme scheme = scheme_of(dc);
+void invalidate(request_rec* r, const std::string& list, const char* why) {
+  co::Scheme scheme = cluster_scheme();
   std::vector<uint64_t> deps;
   if (scheme == co::Scheme::DependencyLists) {
     try {
@@ -518,38 +549,34 @@ void invalidate(request_rec* r, DirConf* dc, const std::string& list) {
     }
   }
   counters().invalidations.fetch_add(1, std::memory_order_relaxed);
-  if (!g_client) {
-    counters().invalidations_incomplete.fetch_add(1, std::memory_order_relaxed);
+  if (!g_client || !g_runtime || !g_runtime->writer) {
+    counters().invalidations_fenced.fetch_add(1, std::memory_order_relaxed);
     ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
                   "APPVER0014 invalidation NOT sent: this child has no cluster client (see "
                   "APPVER0005 at its start); proxies may serve stale pages for it: restart httpd");
     return;
   }
-  uint32_t ack_ms = ack_timeout_of(dc);
-  co::InvalidateOutcome o = g_client->invalidate(g_runtime->node, deps, scheme,
-                                                 std::chrono::milliseconds(ack_ms));
+  co::InvalidateOutcome o = g_client->invalidate(*g_runtime->writer, g_runtime->node, deps, scheme);
   uint64_t us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(o.elapsed).count());
   counters().record_wait(us);
-  counters().acks_received.fetch_add(o.acked, std::memory_order_relaxed);
-  counters().acks_missing.fetch_add(o.homes - o.acked, std::memory_order_relaxed);
-  std::string what = "invalidation (" + std::string(co::to_string(scheme)) + ", " +
+  counters().acks_received.fetch_add(o.acked.size(), std::memory_order_relaxed);
+  std::string what = std::string(why) + " invalidation #" + std::to_string(o.number.number) +
+                     " (" + std::string(co::to_string(scheme)) + ", " +
                      std::to_string(deps.size()) + " dependencies)";
   if (!o.complete()) {
-    counters().invalidations_incomplete.fetch_add(1, std::memory_order_relaxed);
-    std::string msg = "APPVER0007 " + what + " acknowledged by " + std::to_string(o.acked) +
-                      " of " + std::to_string(o.homes) + " homes within " +
-                      std::to_string(ack_ms) + " ms; missing: " + missing_list(o.missing) +
-                      ". Those homes are unreachable from here: if their memd is down, their "
-                      "proxies cannot read versions and fail closed (no stale page); if only the "
-                      "path from this node is broken, proxies reaching them may serve pages "
-                      "older than this update: check those homes' memd and network now";
-    // Acks are counted, not named: once the response is gone (request pool cleanup), ask every
-    // home for its sequence and log which ones do not answer (APPVER0020).
-    auto* d = static_cast<PendingDiagnosis*>(apr_pcalloc(r->pool, sizeof(PendingDiagnosis)));
-    d->r = r;
-    apr_pool_cleanup_register(r->pool, d, diagnose_silent_homes, apr_pool_cleanup_null);
-    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "%s", msg.c_str());
+    counters().invalidations_fenced.fetch_add(1, std::memory_order_relaxed);
+    counters().homes_fenced.fetch_add(o.fenced.size(), std::memory_order_relaxed);
+    std::string missing;
+    for (const auto& m : o.fenced) missing += (missing.empty() ? "" : ", ") + m;
+    std::string msg = "APPVER0007 " + what + " acknowledged by " + std::to_string(o.acked.size()) +
+                      " of " + std::to_string(o.homes) + " homes; returned after the fence bound (" +
+                      std::to_string(g_runtime->topology.coherence.fence_bound_ms()) +
+                      " ms) relying on the fence of: " + missing +
+                      ". Those homes cannot vouch for their pages until they hold this "
+                      "invalidation (proxies forward their pages meanwhile): check their memd "
+                      "and the network from here";
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "%s", msg.c_str());
   } else {
     std::string msg = "APPVER0008 " + what + " acknowledged by all " + std::to_string(o.homes) +
                       " homes in " + std::to_string(us) + " us";
@@ -558,15 +585,14 @@ void invalidate(request_rec* r, DirConf* dc, const std::string& list) {
 }
 
 // Returns true when the page was registered and tagged.
-bool register_page(request_rec* r, DirConf* dc, RequestState* st, bool deps_found,
-                   const std::string& list) {
+bool register_page(request_rec* r, RequestState* st, bool deps_found, const std::string& list) {
   av::PageFacts f;
   f.has_key = st && st->has_key;
   f.is_get = st && st->is_get;
   f.status = r->status;
   f.seq_read = st && st->seq_read;
   f.deps_found = deps_found;
-  f.scheme = scheme_of(dc);
+  f.scheme = cluster_scheme();
   std::vector<uint64_t> deps;
   if (f.has_key && deps_found) {
     try {
@@ -578,6 +604,7 @@ bool register_page(request_rec* r, DirConf* dc, RequestState* st, bool deps_foun
                     "APPVER0011 malformed dependency list (%s): page not cacheable", e.what());
     }
   }
+  f.deps_count = deps.size();
   av::Decision d = av::decide_registration(f);
   if (d == av::Decision::NoKey) return false;
   if (d != av::Decision::Register) {
@@ -587,12 +614,12 @@ bool register_page(request_rec* r, DirConf* dc, RequestState* st, bool deps_foun
     return false;
   }
   if (!g_client) return false;
-  co::RegisterResult res = g_client->register_page(st->home, st->key, st->slot, st->seq_start, deps);
-  if (!res.cacheable) {
-    switch (av::classify_refusal(res.reason)) {
-      case av::Refusal::Race: counters().refused_race.fetch_add(1, std::memory_order_relaxed); break;
-      case av::Refusal::Log: counters().refused_log.fetch_add(1, std::memory_order_relaxed); break;
-      default: counters().refused_other.fetch_add(1, std::memory_order_relaxed); break;
+  co::RegisterResult res = g_client->register_page(st->home, st->key, st->seq_start, deps);
+  if (!res.cacheable()) {
+    switch (av::counter_of(res.refusal)) {
+      case av::RefusalCounter::Race: counters().refused_race.fetch_add(1, std::memory_order_relaxed); break;
+      case av::RefusalCounter::Log: counters().refused_log.fetch_add(1, std::memory_order_relaxed); break;
+      case av::RefusalCounter::Other: counters().refused_other.fetch_add(1, std::memory_order_relaxed); break;
     }
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
                   "APPVER0009 page not cacheable: home %s refused the registration: %s", st->home,
@@ -601,7 +628,7 @@ bool register_page(request_rec* r, DirConf* dc, RequestState* st, bool deps_foun
   }
   counters().registrations.fetch_add(1, std::memory_order_relaxed);
   apr_table_setn(r->headers_out, av::kTagHeader,
-                 apr_pstrdup(r->pool, av::format_tag(st->home, st->slot, res.version).c_str()));
+                 apr_pstrdup(r->pool, av::format_tag(st->home, res.slot, res.version).c_str()));
   return true;
 }
 
@@ -609,7 +636,9 @@ bool register_page(request_rec* r, DirConf* dc, RequestState* st, bool deps_foun
 struct FilterCtx {
   const char* inv_note;  // r->notes tierce-invalidate then (nullptr: unset)
   const char* dep_note;  // r->notes tierce-depends then
+  const char* inv_list;  // the invalidation sent at the first output (nullptr: none)
   const char* tagged_deps;  // the dependency list the page was registered with (nullptr: not)
+  bool first_was_last;      // the first output held the end of the response (script finished)
 };
 
 const char* note_copy(request_rec* r, const char* name) {
@@ -621,6 +650,12 @@ bool same(const char* a, const char* b) {
   return (!a && !b) || (a && b && std::strcmp(a, b) == 0);
 }
 
+bool has_eos(apr_bucket_brigade* bb) {
+  for (apr_bucket* b = APR_BRIGADE_FIRST(bb); b != APR_BRIGADE_SENTINEL(bb); b = APR_BUCKET_NEXT(b))
+    if (APR_BUCKET_IS_EOS(b)) return true;
+  return false;
+}
+
 void process_response(request_rec* r, FilterCtx* ctx) {
   DirConf* dc = dir_conf(r);
   HeaderView hv;
@@ -629,11 +664,15 @@ void process_response(request_rec* r, FilterCtx* ctx) {
   ctx->inv_note = note_copy(r, av::kInvalidateNote);
   ctx->dep_note = note_copy(r, av::kDependsNote);
 
-  // a. invalidation: the app has committed (its headers are out of its hands now)
+  // a. invalidation: the app has committed — unless it sent output before it committed (a
+  //    flush): then the end of the response invalidates again (finish_response)
   bool inv_found = false;
   std::string inv = av::collect_values(hv.list, {av::kInvalidateHeader}, &inv_found);
-  if (inv_found || ctx->inv_note)
-    invalidate(r, dc, av::join_lists(inv, ctx->inv_note ? ctx->inv_note : ""));
+  if (inv_found || ctx->inv_note) {
+    std::string list = av::join_lists(inv, ctx->inv_note ? ctx->inv_note : "");
+    ctx->inv_list = apr_pstrdup(r->pool, list.c_str());
+    invalidate(r, list, "update");
+  }
 
   // b. registration
   std::vector<std::string> dep_headers = dep_headers_of(dc);
@@ -647,23 +686,41 @@ void process_response(request_rec* r, FilterCtx* ctx) {
     apr_table_unset(r->headers_out, h.c_str());
     apr_table_unset(r->err_headers_out, h.c_str());
   }
-  if (register_page(r, dc, state_of(r), deps_found, deps))
+  if (register_page(r, state_of(r), deps_found, deps))
     ctx->tagged_deps = apr_pstrdup(r->pool, deps.c_str());
 }
 
 // At the end of the response (EOS, before it is passed on: the client has not got the whole
-// response yet). PHP may call apache_note() after its first output was flushed:
-//  - a later tierce-invalidate note is still sent (and waited for) here;
+// response yet). Returns true when the response must be cut short (its script aborted).
+//  - an update whose first output left before its script ended (a flush) may have committed
+//    after that first invalidation: it is invalidated again now, after the script ended;
+//  - a later tierce-invalidate note is sent (and waited for) here;
 //  - a later tierce-depends note comes too late for the tag already sent: the page's
-//    registered dependencies are invalidated, so the tag the proxy got is stale at once.
-void finish_response(request_rec* r, FilterCtx* ctx) {
-  DirConf* dc = dir_conf(r);
+//    registered dependencies are invalidated, so the tag the proxy got is stale at once;
+//  - a PHP script that aborted after its first output (fatal error, uncaught exception) sent a
+//    well-framed but truncated page: its tag is withdrawn the same way, and the response is cut
+//    (no terminating chunk) so that no cache takes it for complete.
+bool finish_response(request_rec* r, FilterCtx* ctx) {
+  if (av::needs_second_invalidation(ctx->inv_list != nullptr, ctx->first_was_last)) {
+    counters().second_invalidations.fetch_add(1, std::memory_order_relaxed);
+    invalidate(r, ctx->inv_list, "end-of-response");
+  }
   const char* inv_note = apr_table_get(r->notes, av::kInvalidateNote);
   if (inv_note && !same(inv_note, ctx->inv_note)) {
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
                   "APPVER0022 tierce-invalidate note set after the first output: sent at the end "
                   "of the response");
-    invalidate(r, dc, inv_note);
+    invalidate(r, inv_note, "late-note");
+  }
+  const bool aborted = apr_table_get(r->notes, kAbortNote) != nullptr;
+  if (ctx->tagged_deps && aborted) {
+    counters().aborted_responses.fetch_add(1, std::memory_order_relaxed);
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
+                  "APPVER0026 the PHP script aborted after the page's headers were sent (see the "
+                  "PHP error above): its tag is withdrawn (its dependencies are invalidated) and "
+                  "the response is cut short, so no cache stores the truncated page");
+    invalidate(r, ctx->tagged_deps, "withdrawal");
+    return true;
   }
   const char* dep_note = apr_table_get(r->notes, av::kDependsNote);
   if (ctx->tagged_deps && !same(dep_note, ctx->dep_note)) {
@@ -671,8 +728,9 @@ void finish_response(request_rec* r, FilterCtx* ctx) {
                   "APPVER0021 tierce-depends note set after the page's headers were sent: the "
                   "tag is withdrawn (its dependencies are invalidated); call apache_note() before "
                   "any output, or buffer the page with ob_start()");
-    invalidate(r, dc, ctx->tagged_deps);
+    invalidate(r, ctx->tagged_deps, "withdrawal");
   }
+  return false;
 }
 
 apr_status_t output_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
@@ -681,6 +739,7 @@ apr_status_t output_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
   if (!ctx) {
     ctx = static_cast<FilterCtx*>(apr_pcalloc(r->pool, sizeof(FilterCtx)));
     f->ctx = ctx;
+    ctx->first_was_last = has_eos(bb);
     try {
       process_response(r, ctx);
     } catch (const std::exception& e) {
@@ -691,16 +750,37 @@ apr_status_t output_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
   }
   for (apr_bucket* b = APR_BRIGADE_FIRST(bb); b != APR_BRIGADE_SENTINEL(bb); b = APR_BUCKET_NEXT(b)) {
     if (!APR_BUCKET_IS_EOS(b)) continue;
+    bool cut = false;
     try {
-      finish_response(r, ctx);
+      cut = finish_response(r, ctx);
     } catch (const std::exception& e) {
       ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
                     "APPVER0013 end-of-response processing failed: %s", e.what());
+    }
+    if (cut) {
+      // What mod_proxy does for a backend that broke mid-body: a 502 error bucket before the
+      // EOS makes httpd's chunk filter leave out the terminating chunk, and the connection is
+      // closed: the receiver sees a truncated transfer, not a complete page.
+      r->connection->keepalive = AP_CONN_CLOSE;
+      APR_BUCKET_INSERT_BEFORE(
+          b, ap_bucket_error_create(HTTP_BAD_GATEWAY, nullptr, r->pool, r->connection->bucket_alloc));
     }
     ap_remove_output_filter(f);
     break;
   }
   return ap_pass_brigade(f->next, bb);
+}
+
+// PHP logs an abnormal end of a script (fatal error, uncaught exception, parse error) through
+// httpd with the request: that is how this module learns that a response is cut short.
+void error_log_hook(const ap_errorlog_info* info, const char* errstr) {
+  if (!info || !info->r || !errstr) return;
+  // The log hook gets a const request; its notes table is the request's own (same thread).
+  request_rec* r = const_cast<request_rec*>(info->r);
+  while (r->main) r = r->main;
+  if (!av::is_php_abort(info->level & APLOG_LEVELMASK, errstr)) return;
+  if (!enabled(r)) return;
+  apr_table_setn(r->notes, kAbortNote, "1");
 }
 
 int status_handler(request_rec* r) {
@@ -713,6 +793,10 @@ int status_handler(request_rec* r) {
   if (g_runtime) {
     body += "node " + g_runtime->node + "\n";
     body += "cluster " + g_runtime->topology.name + "\n";
+    body += "scheme " + std::string(co::to_string(g_runtime->topology.coherence.scheme)) + "\n";
+    body += "fence_bound_ms " + std::to_string(g_runtime->topology.coherence.fence_bound_ms()) + "\n";
+    if (g_runtime->writer)
+      body += "writer_issued " + std::to_string(g_runtime->writer->last().number) + "\n";
   }
   body += std::string("client ") + (g_client ? "1" : "0") + "\n";
   ap_rwrite(body.data(), static_cast<int>(body.size()), r);
@@ -726,6 +810,7 @@ void register_hooks(apr_pool_t*) {
   ap_hook_header_parser(header_parser, nullptr, nullptr, APR_HOOK_MIDDLE);
   ap_hook_insert_filter(insert_filter, nullptr, nullptr, APR_HOOK_MIDDLE);
   ap_hook_handler(status_handler, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_hook_error_log(error_log_hook, nullptr, nullptr, APR_HOOK_MIDDLE);
   g_filter = ap_register_output_filter(kFilterName, output_filter, nullptr, AP_FTYPE_CONTENT_SET);
 }
 

@@ -165,7 +165,8 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
     coherence::HomeServiceOptions ho;
     ho.limits.max_keys = cfg_.coherence.max_keys;
     ho.limits.log_entries = cfg_.coherence.log_entries;
-    ho.ack_slots = uint32_t(cfg_.coherence.ack_slots);
+    ho.ack_cells = uint32_t(cfg_.coherence.ack_slots);
+    ho.exporter_lease = cfg_.lease;
     try {
       home_ = std::make_unique<coherence::HomeService>(*server_, std::move(topo), cfg_.node,
                                                        secret_, ho, log_);

@@ -136,6 +136,7 @@ BOOST_AUTO_TEST_CASE(decision) {
   f.status = 200;
   f.seq_read = true;
   f.deps_found = true;
+  f.deps_count = 2;
   BOOST_TEST((decide_registration(f) == Decision::Register));
   PageFacts g = f;
   g.has_key = false;
@@ -160,6 +161,12 @@ BOOST_AUTO_TEST_CASE(decision) {
   g = f;
   g.deps_valid = false;
   BOOST_TEST((decide_registration(g) == Decision::BadDeps));
+  // Issue 13, path 7: an empty dependency header names nothing an update could invalidate.
+  g = f;
+  g.deps_count = 0;
+  BOOST_TEST((decide_registration(g) == Decision::NoDeps));
+  g.scheme = co::Scheme::InvalidateAll;
+  BOOST_TEST((decide_registration(g) == Decision::Register));
   BOOST_TEST(!to_string(Decision::NoSeq).empty());
 }
 
@@ -169,12 +176,31 @@ BOOST_AUTO_TEST_CASE(tag) {
   BOOST_TEST(format_tag("app2", 0, 1) == "app2 0 1");
 }
 
+// Refusals come as an enum from the home; the counters are chosen from it, not from its text.
 BOOST_AUTO_TEST_CASE(refusals) {
-  BOOST_TEST((classify_refusal("invalidation log no longer reaches back") == Refusal::Log));
-  BOOST_TEST((classify_refusal("race: item:1 was invalidated since the render began") ==
-              Refusal::Race));
-  BOOST_TEST((classify_refusal("home app2 unreachable") == Refusal::Unreachable));
-  BOOST_TEST((classify_refusal("something else") == Refusal::Other));
+  BOOST_TEST((counter_of(co::Refusal::Race) == RefusalCounter::Race));
+  BOOST_TEST((counter_of(co::Refusal::LogTooShort) == RefusalCounter::Log));
+  BOOST_TEST((counter_of(co::Refusal::OtherIncarnation) == RefusalCounter::Log));
+  BOOST_TEST((counter_of(co::Refusal::Fenced) == RefusalCounter::Other));
+  BOOST_TEST((counter_of(co::Refusal::Unreachable) == RefusalCounter::Other));
+}
+
+// Issue 13, path 7: an update's first invalidation runs on its first output, which a script may
+// send before it commits; a second one after the script ended covers that — unless the first
+// output already held the end of the response.
+BOOST_AUTO_TEST_CASE(second_invalidation) {
+  BOOST_TEST(needs_second_invalidation(true, false));
+  BOOST_TEST(!needs_second_invalidation(true, true));
+  BOOST_TEST(!needs_second_invalidation(false, false));
+}
+
+// Issue 13, path 8: a PHP abort after output is what PHP logs at APLOG_ERR or worse, "PHP ...".
+BOOST_AUTO_TEST_CASE(php_aborts) {
+  BOOST_TEST(is_php_abort(3, "PHP Fatal error:  Uncaught Error: Call to undefined function f()"));
+  BOOST_TEST(is_php_abort(2, "PHP Parse error:  syntax error"));
+  BOOST_TEST(!is_php_abort(4, "PHP Warning:  Undefined variable $x"));
+  BOOST_TEST(!is_php_abort(3, "APPVER0013 response processing failed"));
+  BOOST_TEST(!is_php_abort(3, ""));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -200,12 +226,12 @@ BOOST_AUTO_TEST_CASE(buckets) {
 BOOST_AUTO_TEST_CASE(text) {
   Counters c;
   c.registrations += 3;
-  c.acks_missing += 1;
+  c.homes_fenced += 1;
   c.record_wait(100);
   c.record_wait(5000);
   std::string t = c.text();
   BOOST_TEST(t.find("registrations 3\n") != std::string::npos);
-  BOOST_TEST(t.find("acks_missing 1\n") != std::string::npos);
+  BOOST_TEST(t.find("homes_fenced 1\n") != std::string::npos);
   BOOST_TEST(t.find("invalidation_wait_p50_us_le 128\n") != std::string::npos);
   BOOST_TEST(t.find("invalidation_wait_max_us 5000\n") != std::string::npos);
 }

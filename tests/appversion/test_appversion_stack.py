@@ -9,12 +9,20 @@ Checks (each prints "ok - ..." or fails with the reason):
     the home holds a higher version than the tag for dependent keys, and the same for keys that
     do not depend on it (dependency lists are precise); an error status invalidates too;
   * a render that overlaps an invalidation of its dependencies is not tagged (the race);
-  * invalidate-all bumps every registered key at both homes;
-  * no Tierce-Key: no Tierce-Tag (even one the app forged), no protocol headers;
-  * one home stopped (SIGSTOP): the update waits about AppVersionAckTimeout, returns, and the
-    error log names the missing home; the home killed: the update returns and logs it;
-  * bad directives make `apache2ctl -f CONF -t` fail naming the directive; a readable secret
-    makes startup fail (APPVER0003).
+  * a malformed invalidation list invalidates everything at both homes;
+  * no Tierce-Key: no Tierce-Tag (even one the app forged), no protocol headers; an empty
+    dependency header is no dependency (not tagged);
+  * an update that flushes output before it commits is invalidated again at its end: a page
+    rendered in between is not left valid (issue 13, path 7);
+  * a PHP script that aborts after its headers left: its tag is withdrawn and the response is
+    cut short (no terminating chunk), so no cache stores the truncated page (path 8);
+  * one home stopped (SIGSTOP): the update waits the fence bound ([coherence] lease_ms +
+    clock_skew_ms), returns, and the error log names the home it relied on as fenced; the home
+    killed: the update returns after the bound and logs it; the surviving home stops vouching
+    (it cannot read the dead node's writer counter) and vouches again once that memd is back;
+  * bad directives make `apache2ctl -f CONF -t` fail naming the directive; a readable secret,
+    an AppVersionScheme other than the topology's, an AppVersionAckTimeout below the fence
+    bound make startup fail (APPVER0003, APPVER0023, APPVER0024).
 Everything started here is stopped at the end, also on failure. Exit 77 = skipped.
 """
 import argparse
@@ -36,6 +44,8 @@ APACHE = "/usr/sbin/apache2"
 APACHECTL = "/usr/sbin/apache2ctl"
 MODULES = "/usr/lib/apache2/modules"
 ACK_TIMEOUT_MS = 1000
+LEASE_MS, SKEW_MS = 500, 20  # [coherence] of the test topology
+BOUND_MS = LEASE_MS + SKEW_MS
 
 
 class Failure(Exception):
@@ -93,6 +103,7 @@ class Stack:
                       f'segment_prefix = "/tierce.{self.name}.{n}"\n')
         return self.write(rel, f'[cluster]\nname = "{self.name}"\nsecret_file = "{secret}"\n'
                                f'transport = "tcp"\nversion_slots = 262144\nop_timeout_ms = 200\n'
+                               f'[coherence]\nlease_ms = {LEASE_MS}\nclock_skew_ms = {SKEW_MS}\n'
                           + nodes)
 
     def setup(self):
@@ -112,6 +123,14 @@ class Stack:
             "surrogate.php": "<?php header('Surrogate-Key: item:5 cat:2'); echo \"surrogate\\n\";",
             "note.php": "<?php apache_note('tierce-depends', 'item:7'); echo \"note\\n\";",
             "nodeps.php": "<?php echo \"no dependencies\\n\";",
+            "emptydeps.php": "<?php header('Tierce-Depends: '); echo \"empty dependency list\\n\";",
+            "page13.php": "<?php header('Tierce-Depends: item:13'); echo \"page item:13\\n\";",
+            # An update that flushes before it commits (the commit is the 0.5 s after the flush).
+            "flush_update.php": "<?php header('Tierce-Invalidate: item:13'); echo str_repeat('u', 20000);"
+                                " flush(); usleep(500000); echo \"committed\\n\";",
+            # A page whose script dies after its headers and some body left.
+            "abort.php": "<?php header('Tierce-Depends: item:14'); echo str_repeat('y', 20000);"
+                         " flush(); tierce_no_such_function();",
             "forged.php": "<?php header('Tierce-Tag: app1 1 1'); header('Tierce-Depends: item:1');"
                           " echo \"forged\\n\";",
             "slow.php": "<?php header('Tierce-Depends: item:9'); usleep(1500000); echo \"slow\\n\";",
@@ -125,7 +144,8 @@ class Stack:
                                " apache_note('tierce-invalidate', 'item:1'); echo \"late\\n\";",
             "late_depends.php": "<?php header('Tierce-Depends: item:11'); echo str_repeat('x', 20000);"
                                 " flush(); apache_note('tierce-depends', 'item:12');",
-            "all/update.php": "<?php header('Tierce-Invalidate: anything'); echo \"all\\n\";",
+            "all/update.php": "<?php header('Tierce-Invalidate: ' . str_repeat('z', 300));"
+                              " echo \"all\\n\";",
         }
         for rel, text in php.items():
             self.write("www/" + rel, text + "\n")
@@ -174,9 +194,6 @@ AppVersionAckTimeout {ACK_TIMEOUT_MS}
 AppVersionOpTimeout 200
 <Location />
     AppVersion On
-</Location>
-<Location /all/>
-    AppVersionScheme invalidate-all
 </Location>
 <Location /appversion-status>
     SetHandler appversion-status
@@ -319,6 +336,21 @@ def run(s):
     out = subprocess.run([APACHECTL, "-f", s.conf, "-t"], capture_output=True, text=True)
     check(out.returncode == 0, f"apache2ctl -t accepts the good configuration ({out.stderr.strip()})")
 
+    # -- values that contradict the topology: httpd refuses to start, saying why -------------
+    for rel, extra, code in (
+            ("bad-scheme.conf", "<Location /x/>\n    AppVersionScheme invalidate-all\n</Location>",
+             "APPVER0023"),
+            ("bad-ack.conf", "<Location /y/>\n    AppVersionAckTimeout 300\n</Location>", "APPVER0024")):
+        conf = s.httpd_conf(rel, extra)
+        p = s.start(rel, [APACHE, "-f", conf, "-DFOREGROUND"], rel + ".out")
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rc = 0
+        s.stop(rel)
+        check(rc != 0 and code in s.error_log(), f"httpd refuses to start with {extra.split()[2]} "
+                                                 f"{extra.split()[3]} ({code})")
+
     # -- a secret readable by others: httpd refuses to start --------------------------------
     conf = s.httpd_conf("bad-secret.conf", "", topology=s.bad_cluster)
     p = s.start("bad-secret-httpd", [APACHE, "-f", conf, "-DFOREGROUND"], "bad-secret-httpd.out")
@@ -351,6 +383,9 @@ def run(s):
 
     st, h, _, _ = s.get("/nodeps.php", knodeps)
     check(st == 200 and "tierce-tag" not in h, "a page without dependencies is not tagged")
+    st, h, _, _ = s.get("/emptydeps.php", knodeps)
+    check(st == 200 and "tierce-tag" not in h and "tierce-depends" not in h,
+          "an empty Tierce-Depends header is no dependency: not tagged")
 
     # -- no key: no tag (not even a forged one), no protocol headers --------------------------
     for path in ("/page.php", "/forged.php", "/surrogate.php", "/update_note.php?dry"):
@@ -403,6 +438,43 @@ def run(s):
     check(s.version(home, int(slot)) > int(ver),
           "a tierce-depends note set after the headers left withdraws the tag (slot bumped)")
 
+    # -- an update that flushes before it commits: invalidated again at its end --------------
+    k13 = keys["app2"][3]
+    sock = socket.create_connection(("127.0.0.1", s.ports["http"]), timeout=30)
+    sock.sendall(b"POST /flush_update.php HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                 b"Connection: close\r\n\r\n")
+    first = sock.recv(4096)  # its first output: the script is now "committing"
+    check(first.startswith(b"HTTP/1.1 200"), "flush_update.php sent its first output")
+    home, slot, ver = s.tagged("/page13.php", k13, "page item:13 rendered while the update commits")
+    rest = b""
+    while True:
+        b = sock.recv(65536)
+        if not b:
+            break
+        rest += b
+    sock.close()
+    check(b"committed" in rest, "flush_update.php returned")
+    check(s.version(home, slot) > ver,
+          "after the update returned, the page rendered between its flush and its end is "
+          "invalid (second invalidation at the end of the response)")
+
+    # -- a PHP script that aborts after its headers left ---------------------------------------
+    kab = keys["app1"][3]
+    c = http.client.HTTPConnection("127.0.0.1", s.ports["http"], timeout=30)
+    c.request("GET", "/abort.php", headers={"Tierce-Key": kab})
+    r = c.getresponse()
+    tag = r.getheader("tierce-tag")
+    truncated = False
+    try:
+        r.read()
+    except http.client.IncompleteRead:
+        truncated = True
+    c.close()
+    check(r.status == 200 and tag is not None, f"abort.php was tagged before it died ({tag})")
+    check(truncated, "the aborted page's response is cut short (no terminating chunk)")
+    home, slot, ver = tag.split()
+    check(s.version(home, int(slot)) > int(ver), "the aborted page's tag is withdrawn (slot bumped)")
+
     # -- the race: a render overlapping an invalidation of its dependencies is not tagged ------
     st, h, _, _ = s.get("/slow.php", kslow)
     check(st == 200 and "tierce-tag" in h, "slow page alone is tagged (the race test is not vacuous)")
@@ -421,7 +493,8 @@ def run(s):
             ((k1a, "/page.php"), (k1b, "/page.php?b"), (k2, "/page2.php"),
              (ksur, "/surrogate.php"), (knote, "/note.php"))}
     st, h, _, _ = s.get("/all/update.php")
-    check(st == 200 and "tierce-invalidate" not in h, "invalidate-all update returns")
+    check(st == 200 and "tierce-invalidate" not in h and "APPVER0012" in s.error_log(),
+          "a malformed invalidation list returns, invalidating everything (APPVER0012)")
     for k, (home, slot, ver) in regs.items():
         now = s.version(home, slot)
         check(now > ver, f"invalidate-all bumped {home} slot {slot} ({ver} -> {now})")
@@ -432,27 +505,29 @@ def run(s):
     counters = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
     check(st == 200 and int(counters.get("registrations", 0)) >= 10 and
           int(counters.get("invalidations", 0)) >= 5 and
-          int(counters.get("refused_race", 0)) >= 1 and counters.get("shared_counters") == "1",
-          "status page counts registrations, invalidations and the refused race (shared)")
+          int(counters.get("refused_race", 0)) >= 1 and counters.get("shared_counters") == "1" and
+          int(counters.get("second_invalidations", 0)) >= 1 and
+          int(counters.get("aborted_responses", 0)) == 1 and
+          counters.get("fence_bound_ms") == str(BOUND_MS),
+          "status page counts registrations, invalidations, the refused race, the second "
+          "invalidation and the aborted page (shared)")
     print(text, flush=True)
 
-    # -- a home stopped: the update waits for the ack timeout, returns, logs the missing home ---
+    # -- a home stopped: the update waits the fence bound, returns, names the home fenced -----
     os.killpg(s.procs["app2"].pid, signal.SIGSTOP)
     try:
         st, h, _, dt = s.get("/update.php")
-        check(st == 200 and ACK_TIMEOUT_MS * 0.9 / 1000 <= dt <= ACK_TIMEOUT_MS / 1000 + 2,
-              f"home app2 stopped: the update waited {dt * 1000:.0f} ms (ack timeout "
-              f"{ACK_TIMEOUT_MS} ms) and returned")
+        check(st == 200 and BOUND_MS * 0.9 / 1000 <= dt <= BOUND_MS / 1000 + 2,
+              f"home app2 stopped: the update waited {dt * 1000:.0f} ms (fence bound "
+              f"{BOUND_MS} ms) and returned")
         named = False
-        for _ in range(30):  # APPVER0020 is logged once the response has gone
+        for _ in range(30):
             log = s.error_log()
-            named = "APPVER0007" in log and "APPVER0020" in log and \
-                "app2" in log.split("APPVER0020")[-1].splitlines()[0]
+            named = "APPVER0007" in log and "app2" in log.split("APPVER0007")[-1].splitlines()[0]
             if named:
                 break
             time.sleep(0.1)
-        check(named, "the error log reports the incomplete invalidation (APPVER0007) and names "
-                     "the silent home app2 (APPVER0020)")
+        check(named, "the error log names the home the update relied on as fenced (APPVER0007)")
         st, h, _, _ = s.get("/page.php?b", k1b)
         check(st == 200 and "tierce-tag" not in h,
               "a page whose home is stopped is served but not tagged")
@@ -462,11 +537,22 @@ def run(s):
     before = s.error_log().count("APPVER0007")
     st, h, _, dt = s.get("/update.php")
     time.sleep(0.2)
-    check(st == 200 and dt <= ACK_TIMEOUT_MS / 1000 + 2 and
-          s.error_log().count("APPVER0007") > before,
-          f"home app2 killed: the update returns ({dt * 1000:.0f} ms) and logs the missing home")
+    check(st == 200 and dt <= BOUND_MS / 1000 + 2 and s.error_log().count("APPVER0007") > before,
+          f"home app2 killed: the update returns ({dt * 1000:.0f} ms) and logs the fenced home")
+    # app1 cannot read app2's writer counter now: it stops vouching within its lease.
+    time.sleep(LEASE_MS / 1000 + 0.2)
     st, h, _, _ = s.get("/page.php", k1a)
-    check(st == 200 and "tierce-tag" in h, "pages homed at the surviving app1 are still tagged")
+    check(st == 200 and "tierce-tag" not in h,
+          "with app2's memd down, app1 cannot prove it holds app2's invalidations: not tagged")
+    s.start_memd("app2")
+    ok = False
+    for _ in range(50):
+        st, h, _, _ = s.get("/page.php", k1a)
+        if "tierce-tag" in h:
+            ok = True
+            break
+        time.sleep(0.1)
+    check(ok, "app2's memd back: pages homed at app1 are tagged again")
 
 
 def main():

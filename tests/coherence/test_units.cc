@@ -3,21 +3,22 @@
 #define BOOST_TEST_MODULE coherence_units
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <map>
+#include <set>
 #include <ostream>
 #include <vector>
 
 #include "coherence/home.h"
 #include "coherence/key.h"
 #include "coherence/layout.h"
+#include "coherence/ledger.h"
 #include "coherence/protocol.h"
 #include "coherence/topology.h"
+#include "coherence/writer.h"
 
 using namespace tierce::coherence;
-
-namespace tierce::coherence {
-std::ostream& operator<<(std::ostream& o, Scheme s) { return o << to_string(s); }
-}  // namespace tierce::coherence
 
 namespace {
 
@@ -150,44 +151,93 @@ BOOST_AUTO_TEST_CASE(errors_name_the_line) {
   BOOST_TEST(err("[cluster\n").find("c.toml:1") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(coherence_settings_and_digest) {
+  auto t = Topology::parse(kTopo, "cluster.toml");
+  BOOST_TEST(t.coherence.scheme == Scheme::DependencyLists);  // defaults
+  BOOST_TEST(t.coherence.lease_ms == 1000u);
+  BOOST_TEST(t.coherence.fence_bound_ms() == 1050u);
+  std::string with = std::string(kTopo) +
+                     "[coherence]\nscheme = \"invalidate-all\"\nlease_ms = 400\nclock_skew_ms = 10\n";
+  auto u = Topology::parse(with, "cluster.toml");
+  BOOST_TEST(u.coherence.scheme == Scheme::InvalidateAll);
+  BOOST_TEST(u.coherence.fence_bound_ms() == 410u);
+  // What nodes must agree on changes the digest; how they reach each other does not.
+  BOOST_TEST(t.coherence_digest() != u.coherence_digest());
+  std::string moved = kTopo;
+  moved.replace(moved.find("7102"), 4, "9999");
+  BOOST_TEST(Topology::parse(moved, "x").coherence_digest() == t.coherence_digest());
+  std::string slots = kTopo;
+  slots.replace(slots.find("1024"), 4, "2048");
+  BOOST_TEST(Topology::parse(slots, "x").coherence_digest() != t.coherence_digest());
+  auto err = [&](const std::string& extra) {
+    try {
+      Topology::parse(std::string(kTopo) + extra, "c.toml");
+    } catch (const TopologyError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  BOOST_TEST(err("[coherence]\nscheme = \"all\"\n").find("[coherence] scheme") != std::string::npos);
+  BOOST_TEST(err("[coherence]\nlease_ms = 5\n").find("out of range") != std::string::npos);
+  BOOST_TEST(err("[coherence]\nfence = 1\n").find("unknown key") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(protocol)
 
 BOOST_AUTO_TEST_CASE(messages_round_trip) {
-  RegisterRequest r{1, 2, 3, {4, 5}};
+  RegisterRequest r{11, 1, 3, {4, 5}};
   auto r2 = decode_register(encode(r));
+  BOOST_TEST(r2.digest == 11u);
   BOOST_TEST(r2.key == 1u);
-  BOOST_TEST(r2.slot == 2u);
   BOOST_TEST(r2.seq_start == 3u);
   BOOST_TEST(r2.deps == r.deps);
-  RegisterResult res{true, 99, "why"};
+  RegisterResult res{Refusal::None, 7, 99, ""};
   auto res2 = decode_register_reply(encode(res));
-  BOOST_TEST(res2.cacheable);
+  BOOST_TEST(res2.cacheable());
+  BOOST_TEST(res2.slot == 7u);
   BOOST_TEST(res2.version == 99u);
-  BOOST_TEST(res2.reason == "why");
-  InvalidateRequest inv{Scheme::InvalidateAll, 7, 8, "app1", {9}};
+  RegisterResult no{Refusal::Fenced, 7, 0, "fenced"};
+  auto no2 = decode_register_reply(encode(no));
+  BOOST_TEST(no2.refusal == Refusal::Fenced);
+  BOOST_TEST(no2.reason == "fenced");
+  InvalidateRequest inv{12, Scheme::InvalidateAll, "app1", 5, 6, 7, 8, {9}};
   auto inv2 = decode_invalidate(encode(inv));
+  BOOST_TEST(inv2.digest == 12u);
   BOOST_TEST(inv2.scheme == Scheme::InvalidateAll);
-  BOOST_TEST(inv2.ack_slot == 7u);
-  BOOST_TEST(inv2.ack_token == 8u);
   BOOST_TEST(inv2.origin == "app1");
+  BOOST_TEST(inv2.writer_incarnation == 5u);
+  BOOST_TEST(inv2.number == 6u);
+  BOOST_TEST(inv2.ack_cell == 7u);
+  BOOST_TEST(inv2.ack_tag == 8u);
   BOOST_TEST(inv2.deps == inv.deps);
 }
 
 BOOST_AUTO_TEST_CASE(every_truncation_and_extension_is_rejected) {
-  InvalidateRequest inv{Scheme::DependencyLists, 7, 8, "app1", {9, 10}};
+  InvalidateRequest inv{12, Scheme::DependencyLists, "app1", 5, 6, 7, 8, {9, 10}};
   auto b = encode(inv);
   for (size_t n = 0; n < b.size(); ++n)
     BOOST_CHECK_THROW(decode_invalidate(std::span(b.data(), n)), ProtocolError);
   b.push_back(0);
   BOOST_CHECK_THROW(decode_invalidate(b), ProtocolError);
-  auto r = encode(RegisterRequest{1, 2, 3, {4}});
-  r[24] = 0xff;  // dependency count far beyond the body
+  auto r = encode(RegisterRequest{11, 2, 3, {4}});
+  r[25] = 0xff;  // dependency count far beyond the body
   BOOST_CHECK_THROW(decode_register(r), ProtocolError);
   auto s = encode(inv);
-  s[0] = 9;  // unknown scheme
+  s[9] = 9;  // unknown scheme
   BOOST_CHECK_THROW(decode_invalidate(s), ProtocolError);
+  auto v = encode(inv);
+  v[0] = 1;  // another protocol version: refused with a clear reason
+  try {
+    decode_invalidate(v);
+    BOOST_FAIL("version 1 accepted");
+  } catch (const ProtocolError& e) {
+    BOOST_TEST(std::string(e.what()).find("protocol version 1") != std::string::npos);
+  }
+  auto reply = encode(RegisterResult{Refusal::None, 1, 2, ""});
+  reply[0] = 200;  // unknown refusal
+  BOOST_CHECK_THROW(decode_register_reply(reply), ProtocolError);
 }
 
 BOOST_AUTO_TEST_CASE(dependency_headers) {
@@ -202,52 +252,90 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(home)
 
+namespace {
+// Keys whose slots (of `slots`) are all different, so the tests can reason about one key each.
+std::vector<uint64_t> keys_apart(size_t n, uint64_t slots) {
+  std::vector<uint64_t> keys;
+  std::set<uint64_t> used;
+  for (uint64_t k = 1; keys.size() < n; ++k)
+    if (used.insert(slot_of(k, slots)).second) keys.push_back(k);
+  return keys;
+}
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(fresh_tables_start_at_random_bases) {
   Table a(64), b(64);
-  HomeState ha(a.data(), 64, {}, true), hb(b.data(), 64, {}, true);
+  HomeState ha(a.data(), 64, {}, true, 0xabc), hb(b.data(), 64, {}, true);
   BOOST_TEST(ha.version(0) == ha.version(63));
   BOOST_TEST(ha.version(0) != hb.version(0));  // 2^-63 chance of a false failure
   BOOST_TEST(ha.seq() != hb.seq());
   BOOST_TEST(word_at(a.data(), 0).load() == kVersionsMagic);
+  BOOST_TEST(word_at(a.data(), kDigestOffset).load() == 0xabcu);
+}
+
+BOOST_AUTO_TEST_CASE(the_home_derives_the_slot_from_the_key) {
+  Table t(64);
+  HomeState h(t.data(), 64, {}, true);
+  for (uint64_t k : {1ull, 77ull, 0xdeadbeefull}) {
+    auto r = h.register_page(k, h.seq(), deps({"d"}));
+    BOOST_REQUIRE(r.cacheable());
+    BOOST_TEST(r.slot == slot_of(k, 64));
+    BOOST_TEST(r.version == h.version(r.slot));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(invalidation_bumps_each_dependent_slot_once) {
   Table t(64);
   HomeState h(t.data(), 64, {}, true);
+  auto k = keys_apart(3, 64);
   uint64_t s0 = h.seq();
-  auto r1 = h.register_page(100, 5, s0, deps({"item:1", "category:1"}));
-  auto r2 = h.register_page(200, 6, s0, deps({"item:2", "category:1"}));
-  auto r3 = h.register_page(300, 7, s0, deps({"item:3"}));
-  BOOST_REQUIRE(r1.cacheable && r2.cacheable && r3.cacheable);
-  BOOST_TEST(r1.version == h.version(5));
+  auto r1 = h.register_page(k[0], s0, deps({"item:1", "category:1"}));
+  auto r2 = h.register_page(k[1], s0, deps({"item:2", "category:1"}));
+  auto r3 = h.register_page(k[2], s0, deps({"item:3"}));
+  BOOST_REQUIRE(r1.cacheable() && r2.cacheable() && r3.cacheable());
   auto inv = h.invalidate(deps({"item:1", "category:1"}), Scheme::DependencyLists);
   BOOST_TEST(inv.keys_bumped == 2u);
   BOOST_TEST(inv.slots_bumped == 2u);
-  BOOST_TEST(h.version(5) == r1.version + 1);  // two matching dependencies, one bump
-  BOOST_TEST(h.version(6) == r2.version + 1);
-  BOOST_TEST(h.version(7) == r3.version);  // unrelated
+  BOOST_TEST(h.version(r1.slot) == r1.version + 1);  // two matching dependencies, one bump
+  BOOST_TEST(h.version(r2.slot) == r2.version + 1);
+  BOOST_TEST(h.version(r3.slot) == r3.version);  // unrelated
   BOOST_TEST(h.seq() == s0 + 1);
   // Invalidated keys are forgotten: the next invalidation of item:1 bumps nothing.
   auto again = h.invalidate(deps({"item:1"}), Scheme::DependencyLists);
   BOOST_TEST(again.keys_bumped == 0u);
-  BOOST_TEST(h.version(5) == r1.version + 1);
+  BOOST_TEST(h.version(r1.slot) == r1.version + 1);
+}
+
+// Under dependency-lists a page that names no dependency would never be bumped by an update:
+// it is refused (an empty Tierce-Depends header registered such pages before).
+BOOST_AUTO_TEST_CASE(no_dependency_is_not_cacheable_under_dependency_lists) {
+  Table t(64);
+  HomeState lists(t.data(), 64, {}, true, 0, Scheme::DependencyLists);
+  auto r = lists.register_page(5, lists.seq(), {});
+  BOOST_TEST(!r.cacheable());
+  BOOST_TEST(r.refusal == Refusal::NoDependencies);
+  Table t2(64);
+  HomeState all(t2.data(), 64, {}, true, 0, Scheme::InvalidateAll);
+  BOOST_TEST(all.register_page(5, all.seq(), {}).cacheable());
 }
 
 BOOST_AUTO_TEST_CASE(invalidate_all_bumps_every_registered_key) {
   Table t(64);
-  HomeState h(t.data(), 64, {}, true);
+  HomeState h(t.data(), 64, {}, true, 0, Scheme::InvalidateAll);
+  auto k = keys_apart(4, 64);
   uint64_t s0 = h.seq();
-  auto r1 = h.register_page(1, 1, s0, {});
-  auto r2 = h.register_page(2, 2, s0, deps({"x"}));
-  uint64_t idle = h.version(3);
+  auto r1 = h.register_page(k[0], s0, {});
+  auto r2 = h.register_page(k[1], s0, deps({"x"}));
+  uint64_t idle = h.version(slot_of(k[2], 64));
   auto inv = h.invalidate({}, Scheme::InvalidateAll);
   BOOST_TEST(inv.keys_bumped == 2u);
-  BOOST_TEST(h.version(1) == r1.version + 1);
-  BOOST_TEST(h.version(2) == r2.version + 1);
-  BOOST_TEST(h.version(3) == idle);
+  BOOST_TEST(h.version(r1.slot) == r1.version + 1);
+  BOOST_TEST(h.version(r2.slot) == r2.version + 1);
+  BOOST_TEST(h.version(slot_of(k[2], 64)) == idle);
   // A render that started before an invalidate-all cannot register, whatever it depends on.
-  auto late = h.register_page(4, 4, s0, deps({"y"}));
-  BOOST_TEST(!late.cacheable);
+  auto late = h.register_page(k[3], s0, deps({"y"}));
+  BOOST_TEST(!late.cacheable());
+  BOOST_TEST(late.refusal == Refusal::Race);
 }
 
 // The registration race (docs/ARCHITECTURE.md §4), forced in the order that breaks naive designs:
@@ -259,29 +347,30 @@ BOOST_AUTO_TEST_CASE(invalidate_all_bumps_every_registered_key) {
 BOOST_AUTO_TEST_CASE(registration_race_is_refused) {
   Table t(64);
   HomeState h(t.data(), 64, {}, true);
+  auto k = keys_apart(2, 64);
   int db_row = 1;                // "the database"
   uint64_t seq_start = h.seq();  // render: before it reads the database
   int rendered_from = db_row;    // render: reads the old row
   db_row = 2;                    // update: commits
   auto inv = h.invalidate(deps({"item:1"}), Scheme::DependencyLists);  // update: invalidates
   BOOST_TEST(inv.keys_bumped == 0u);  // the page was not registered yet: nothing to bump
-  auto reg = h.register_page(42, 9, seq_start, deps({"item:1", "user:1"}));
+  auto reg = h.register_page(k[0], seq_start, deps({"item:1", "user:1"}));
   BOOST_TEST(rendered_from == 1);
-  BOOST_TEST(!reg.cacheable);
-  BOOST_TEST(reg.reason.find("invalidation") != std::string::npos);
+  BOOST_TEST(!reg.cacheable());
+  BOOST_TEST(reg.refusal == Refusal::Race);
   BOOST_TEST(h.stats().refused_race == 1u);
 
   // The same render order with an unrelated update passes...
   uint64_t s2 = h.seq();
   h.invalidate(deps({"item:2"}), Scheme::DependencyLists);
-  BOOST_TEST(h.register_page(43, 10, s2, deps({"item:1"})).cacheable);
+  BOOST_TEST(h.register_page(k[1], s2, deps({"item:1"})).cacheable());
   // ...and a render that read the sequence after the update's invalidation saw the new row.
   uint64_t s3 = h.seq();
-  auto ok = h.register_page(42, 9, s3, deps({"item:1"}));
-  BOOST_TEST(ok.cacheable);
+  auto ok = h.register_page(k[0], s3, deps({"item:1"}));
+  BOOST_TEST(ok.cacheable());
   // Once registered, the next update of item:1 moves the slot past the page's tag.
   h.invalidate(deps({"item:1"}), Scheme::DependencyLists);
-  BOOST_TEST(h.version(9) == ok.version + 1);
+  BOOST_TEST(h.version(ok.slot) == ok.version + 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_log_that_no_longer_reaches_back_refuses) {
@@ -289,22 +378,24 @@ BOOST_AUTO_TEST_CASE(a_log_that_no_longer_reaches_back_refuses) {
   HomeState h(t.data(), 64, HomeLimits{1000, 4}, true);
   uint64_t s0 = h.seq();
   for (int i = 0; i < 5; ++i) h.invalidate(deps({"other"}), Scheme::DependencyLists);
-  auto r = h.register_page(1, 1, s0, deps({"item:1"}));
-  BOOST_TEST(!r.cacheable);  // "other" never touched item:1, but the log cannot prove it
+  auto r = h.register_page(1, s0, deps({"item:1"}));
+  BOOST_TEST(!r.cacheable());  // "other" never touched item:1, but the log cannot prove it
+  BOOST_TEST(r.refusal == Refusal::LogTooShort);
   BOOST_TEST(h.stats().refused_log == 1u);
-  BOOST_TEST(h.register_page(1, 1, h.seq(), deps({"item:1"})).cacheable);
-  BOOST_TEST(!h.register_page(2, 2, h.seq() + 5, {}).cacheable);  // from another incarnation
-  BOOST_TEST(!h.register_page(3, 64, h.seq(), {}).cacheable);     // slot out of range
+  BOOST_TEST(h.register_page(1, h.seq(), deps({"item:1"})).cacheable());
+  auto other = h.register_page(2, h.seq() + 5, deps({"d"}));  // from another incarnation
+  BOOST_TEST(other.refusal == Refusal::OtherIncarnation);
 }
 
 BOOST_AUTO_TEST_CASE(evicting_a_key_bumps_it) {
   Table t(64);
   HomeState h(t.data(), 64, HomeLimits{2, 64}, true);
+  auto k = keys_apart(3, 64);
   uint64_t s = h.seq();
-  auto r1 = h.register_page(1, 1, s, deps({"a"}));
-  h.register_page(2, 2, s, deps({"b"}));
-  h.register_page(3, 3, s, deps({"c"}));  // evicts key 1 (oldest)
-  BOOST_TEST(h.version(1) == r1.version + 1);
+  auto r1 = h.register_page(k[0], s, deps({"a"}));
+  h.register_page(k[1], s, deps({"b"}));
+  h.register_page(k[2], s, deps({"c"}));  // evicts k[0] (oldest)
+  BOOST_TEST(h.version(r1.slot) == r1.version + 1);
   BOOST_TEST(h.stats().keys == 2u);
   BOOST_TEST(h.stats().evictions == 1u);
   BOOST_TEST(h.invalidate(deps({"a"}), Scheme::DependencyLists).keys_bumped == 0u);
@@ -314,6 +405,95 @@ BOOST_AUTO_TEST_CASE(schemes_parse) {
   BOOST_TEST(parse_scheme("invalidate-all") == Scheme::InvalidateAll);
   BOOST_TEST(parse_scheme("dependency-lists") == Scheme::DependencyLists);
   BOOST_CHECK_THROW(parse_scheme("all"), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// What a home has applied of each origin's invalidations: the evidence its fence renews on.
+BOOST_AUTO_TEST_SUITE(ledger)
+
+BOOST_AUTO_TEST_CASE(first_sight_is_unknown_until_covered) {
+  OriginLedger l(2);
+  BOOST_TEST(l.standing(0, {0, 0}) == Standing::Current);  // a counter nobody issued from yet
+  BOOST_TEST(l.standing(0, {77, 0}) == Standing::Unknown);
+  BOOST_TEST(l.standing(0, {77, 5}) == Standing::Unknown);
+  l.cover(0, {77, 5});
+  BOOST_TEST(l.standing(0, {77, 5}) == Standing::Current);
+  BOOST_TEST(l.view(0).covered == 5u);
+  BOOST_TEST(l.standing(1, {88, 1}) == Standing::Unknown);  // origins are apart
+}
+
+BOOST_AUTO_TEST_CASE(out_of_order_numbers_fill_the_gap) {
+  OriginLedger l(1);
+  l.cover(0, {7, 10});
+  BOOST_TEST(l.needed(0, {7, 12}));
+  l.applied(0, {7, 12});
+  BOOST_TEST(l.standing(0, {7, 12}) == Standing::Behind);  // 11 was issued, not applied
+  BOOST_TEST(!l.needed(0, {7, 12}));                       // a resent 12: ack only
+  BOOST_TEST(!l.needed(0, {7, 9}));                        // covered by the catch-up
+  l.applied(0, {7, 11});
+  BOOST_TEST(l.standing(0, {7, 12}) == Standing::Current);
+  BOOST_TEST(l.view(0).covered == 12u);
+  BOOST_TEST(l.view(0).above == 0u);
+  BOOST_TEST(l.standing(0, {7, 3}) == Standing::Unknown);  // a counter that went back
+}
+
+BOOST_AUTO_TEST_CASE(a_gap_is_closed_by_a_catch_up_and_late_numbers_only_ack) {
+  OriginLedger l(1);
+  l.cover(0, {7, 0});
+  l.applied(0, {7, 2});  // 1 was numbered by a writer that died before sending it
+  BOOST_TEST(l.standing(0, {7, 2}) == Standing::Behind);
+  l.cover(0, {7, 2});  // the home invalidated everything after reading 2
+  BOOST_TEST(l.standing(0, {7, 2}) == Standing::Current);
+  BOOST_TEST(!l.needed(0, {7, 1}));  // arriving late: superseded
+}
+
+BOOST_AUTO_TEST_CASE(a_new_incarnation_is_unknown_and_its_early_numbers_carry_over) {
+  OriginLedger l(1);
+  l.cover(0, {7, 5});
+  l.applied(0, {9, 1});  // a new writer segment (httpd restarted with a fresh one)
+  l.applied(0, {9, 3});
+  BOOST_TEST(!l.needed(0, {9, 3}));
+  BOOST_TEST(l.standing(0, {9, 3}) == Standing::Unknown);
+  l.cover(0, {9, 2});  // adopted at 2 after a catch-up: 3 (applied) carries over
+  BOOST_TEST(l.standing(0, {9, 3}) == Standing::Current);
+}
+
+BOOST_AUTO_TEST_CASE(memory_is_bounded_whatever_the_writers_do) {
+  OriginLedger l(1);
+  l.cover(0, {7, 0});
+  for (uint64_t n = 2; n < OriginLedger::kMaxAbove + 10; ++n) l.applied(0, {7, n});
+  BOOST_TEST(l.view(0).above <= OriginLedger::kMaxAbove);
+  BOOST_TEST(l.standing(0, {7, 5}) == Standing::Unknown);  // overflowed: catch up
+  l.cover(0, {7, OriginLedger::kMaxAbove + 10});
+  BOOST_TEST(l.standing(0, {7, OriginLedger::kMaxAbove + 10}) == Standing::Current);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(writer)
+
+BOOST_AUTO_TEST_CASE(numbers_are_shared_by_every_mapper_and_survive_a_remap) {
+  std::string name = "/tierce-unit-writer-" + std::to_string(::getpid());
+  tierce::fabric::SharedSegment::unlink(name);
+  {
+    WriterLog a(name), b(name);  // an httpd child and memd: the same counter
+    auto n1 = a.issue();
+    auto n2 = b.issue();
+    BOOST_TEST(n1.incarnation != 0u);
+    BOOST_TEST(n1.incarnation == n2.incarnation);
+    BOOST_TEST(n2.number == n1.number + 1);
+    BOOST_TEST(b.last().number == n2.number);
+    BOOST_TEST(!a.remap_if_replaced());
+    // Removed behind our backs: the next number goes to a segment found by the name again.
+    tierce::fabric::SharedSegment::unlink(name);
+    auto n3 = a.issue();
+    BOOST_TEST(n3.incarnation != n1.incarnation);
+    BOOST_TEST(b.remap_if_replaced());
+    BOOST_TEST(b.last().incarnation == n3.incarnation);
+    BOOST_TEST(b.last().number == n3.number);
+  }
+  tierce::fabric::SharedSegment::unlink(name);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,147 @@
+// coherence/invalidation.cc — one invalidation's rounds (see invalidation.h).
+#include "coherence/invalidation.h"
+
+#include <thread>
+
+#include "coherence/layout.h"
+#include "fabric/random.h"
+
+namespace tierce::coherence {
+
+struct InvalidationRound::Home {
+  NodePool* pool = nullptr;
+  bool done = false;
+  // This round:
+  uint64_t tag = 0;
+  uint32_t cell = 0;
+  std::unique_ptr<NodePool::Conn> conn;  // the connection the send went over (await reads on it)
+  bool conn_ok = false;
+  std::string why = "not sent";  // why it is not settled (for the outcome and logs)
+};
+
+InvalidationRound::InvalidationRound(std::vector<NodePool*> homes, const PoolContext& ctx,
+                                     InvalidateRequest req, Clock::time_point fence_at)
+    : homes_(homes.size()), ctx_(ctx), req_(std::move(req)), fence_at_(fence_at) {
+  for (size_t i = 0; i < homes.size(); ++i) homes_[i].pool = homes[i];
+}
+
+InvalidationRound::~InvalidationRound() {
+  for (auto& h : homes_) {
+    if (!h.conn) continue;
+    Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
+    if (h.conn_ok) b.done();
+  }
+}
+
+size_t InvalidationRound::unsettled() const {
+  size_t n = 0;
+  for (const auto& h : homes_) n += !h.done;
+  return n;
+}
+
+std::vector<std::string> InvalidationRound::unsettled_homes() const {
+  std::vector<std::string> v;
+  for (const auto& h : homes_)
+    if (!h.done) v.push_back(h.pool->info->name + " (" + h.why + ")");
+  return v;
+}
+
+void InvalidationRound::claim() {
+  for (auto& h : homes_) {
+    if (h.done) continue;
+    h.tag = fabric::random_u64() | 1;  // never 0: a fresh cell holds 0
+    h.cell = 0;                         // chosen at send, once the region's size is known
+  }
+}
+
+void InvalidationRound::send() {
+  for (auto& h : homes_) {
+    if (h.done) continue;
+    if (h.conn) {  // left from the previous round: returned (healthy) or dropped
+      Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
+      if (h.conn_ok) b.done();
+    }
+    h.conn_ok = false;
+    h.conn = rounds_ == 0 ? borrow(*h.pool, ctx_) : borrow_fresh(*h.pool, ctx_);
+    if (!h.conn) {
+      h.why = "unreachable";
+      continue;
+    }
+    try {
+      const fabric::RemoteRegion& acks = region(*h.conn, RegionKind::Acks, ctx_);
+      uint64_t cells = ack_cells_in(acks.len);
+      if (cells == 0) throw std::runtime_error("its acks region has no cells");
+      h.cell = uint32_t(fabric::random_u64() % cells);
+      req_.ack_cell = h.cell;
+      req_.ack_tag = h.tag;
+      h.conn->c->send(kInvalidateService, encode(req_));
+      h.conn_ok = true;
+      h.why = "sent, not acknowledged";
+    } catch (const std::exception& e) {
+      h.why = std::string("send failed: ") + e.what();
+      if (ctx_.log)
+        ctx_.log(fabric::LogLevel::Warn,
+                 "COH0103 invalidation to " + h.pool->info->name + " not sent: " + e.what());
+    }
+  }
+  ++rounds_;
+}
+
+void InvalidationRound::await(Clock::time_point until) {
+  for (int spins = 0;; ++spins) {
+    bool waiting = false;
+    for (auto& h : homes_) {
+      if (h.done || !h.conn || !h.conn_ok) continue;
+      try {
+        const fabric::RemoteRegion& acks = region(*h.conn, RegionKind::Acks, ctx_);
+        uint64_t v = 0;
+        h.conn->c->read(acks, ack_cell_offset(h.cell), &v, 8);
+        if (v == h.tag) {
+          h.done = true;
+          acked_.push_back(h.pool->info->name);
+        } else {
+          waiting = true;
+        }
+      } catch (const std::exception& e) {
+        h.conn_ok = false;  // dropped when the next round replaces it
+        h.why = std::string("ack not readable: ") + e.what();
+      }
+    }
+    if (!waiting || Clock::now() >= until) return;
+    if (spins > 50)
+      std::this_thread::sleep_for(std::chrono::microseconds(spins > 500 ? 1000 : 50));
+  }
+}
+
+void InvalidationRound::settle() {
+  for (auto& h : homes_) {
+    if (!h.done || !h.conn) continue;
+    Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
+    if (h.conn_ok) b.done();
+  }
+}
+
+bool InvalidationRound::run() {
+  const auto bound = fence_at_ - Clock::now();
+  auto slice = std::max<Clock::duration>(bound / 8, std::chrono::milliseconds(10));
+  while (!settled() && Clock::now() < fence_at_) {
+    claim();
+    send();
+    const size_t sent = [&] {
+      size_t n = 0;
+      for (const auto& h : homes_) n += !h.done && h.conn_ok;
+      return n;
+    }();
+    auto round_end = std::min(fence_at_, Clock::now() + slice);
+    slice = std::min<Clock::duration>(slice * 2, bound);
+    if (sent > 0) await(round_end);
+    settle();
+    if (settled()) break;
+    // A home we could not send to is retried after a short pause, not in a tight connect loop.
+    if (sent < unsettled())
+      std::this_thread::sleep_until(std::min(fence_at_, Clock::now() + std::chrono::milliseconds(10)));
+  }
+  return settled();
+}
+
+}  // namespace tierce::coherence

@@ -1,0 +1,65 @@
+// coherence/invalidation.h — one invalidation, from the writer's side: rounds of
+// claim -> send -> await -> settle until every home acknowledged or the fence bound passed.
+//
+//   claim   for each home not settled yet: a fresh random tag and a random ack cell of its
+//           "acks" region (layout.h). Nothing is reserved: a cell another writer overwrote
+//           meanwhile only costs a resend.
+//   send    the invalidation (its number, the tag and cell) to each of them, one-way; round 0
+//           over pooled connections, later rounds over fresh ones (a pooled connection may lead to
+//           a previous incarnation of the home, where a send "succeeds" and is lost)
+//   await   read each home's cell back (one-sided, over the connection the send used: on tcp the
+//           read is answered after the message was handled) until it shows the tag, or the
+//           round's slice ends (1/8 of the bound, doubling each round)
+//   settle  a home whose cell showed the tag has applied the invalidation: done with it
+//
+// Acknowledgements are idempotent and tagged with their round by construction: a home is
+// counted when the writer sees ITS tag in ITS cell — a late, repeated or stray ack cannot count
+// for another home or another round, and no slot can leak or run out.
+#pragma once
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coherence/pool.h"
+#include "coherence/protocol.h"
+
+namespace tierce::coherence {
+
+class InvalidationRound {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `homes`: every app node's pool; `req`: the invalidation (number, origin, deps, digest) —
+  // the round fills in cells and tags; `fence_at`: numbering time + the fence bound.
+  InvalidationRound(std::vector<NodePool*> homes, const PoolContext& ctx, InvalidateRequest req,
+                    Clock::time_point fence_at);
+  InvalidationRound(const InvalidationRound&) = delete;
+  ~InvalidationRound();
+
+  // Runs rounds until settled() or the fence bound; returns whether every home acknowledged.
+  bool run();
+
+  bool settled() const { return unsettled() == 0; }
+  size_t unsettled() const;
+  size_t rounds() const { return rounds_; }
+  const std::vector<std::string>& acked() const { return acked_; }
+  // The homes not settled, each with why (after run()).
+  std::vector<std::string> unsettled_homes() const;
+
+  void claim();
+  void send();
+  void await(Clock::time_point until);
+  void settle();
+
+ private:
+  struct Home;
+  std::vector<Home> homes_;
+  const PoolContext& ctx_;
+  InvalidateRequest req_;
+  Clock::time_point fence_at_;
+  size_t rounds_ = 0;
+  std::vector<std::string> acked_;
+};
+
+}  // namespace tierce::coherence

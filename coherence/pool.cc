@@ -1,0 +1,119 @@
+// coherence/pool.cc — per-node connection pools (see pool.h).
+#include "coherence/pool.h"
+
+#include "coherence/key.h"
+#include "coherence/layout.h"
+
+namespace tierce::coherence {
+
+Borrowed::~Borrowed() {
+  std::lock_guard lk(n_.mu);
+  if (ok_) {
+    n_.idle.push_back(std::move(c_));
+    n_.down_until = {};  // it answered: back in service (e.g. reached again over a fresh one)
+  } else {
+    --n_.total;
+    n_.down_until = NodePool::Clock::now() + retry_after_;
+  }
+  n_.cv.notify_one();
+}
+
+namespace {
+
+// Connects to `n` for a slot the caller already counted in n.total; on failure gives the slot
+// back, marks the node down for retry_after, says why and returns nullptr.
+std::unique_ptr<NodePool::Conn> connect_counted(NodePool& n, const PoolContext& ctx,
+                                                std::string* why) {
+  try {
+    fabric::ClientOptions o;
+    o.secret = ctx.secret;
+    o.connect_timeout = ctx.tuning.connect_timeout;
+    o.op_timeout = ctx.tuning.op_timeout;
+    o.clock_skew = ctx.clock_skew;
+    auto c = std::make_unique<NodePool::Conn>();
+    c->c = fabric::connect(n.uri, o);
+    return c;
+  } catch (const std::exception& e) {
+    *why = e.what();
+    std::lock_guard lk(n.mu);
+    --n.total;
+    n.down_until = NodePool::Clock::now() + ctx.tuning.retry_after;
+    n.cv.notify_one();
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<NodePool::Conn> borrow(NodePool& n, const PoolContext& ctx, bool ignore_down) {
+  const ClientTuning& t = ctx.tuning;
+  {
+    std::unique_lock lk(n.mu);
+    auto deadline = NodePool::Clock::now() + t.op_timeout;
+    for (;;) {
+      if (!ignore_down && NodePool::Clock::now() < n.down_until) return nullptr;
+      if (!n.idle.empty()) {
+        auto c = std::move(n.idle.back());
+        n.idle.pop_back();
+        return c;
+      }
+      if (n.total < t.max_connections_per_node) {
+        ++n.total;
+        break;
+      }
+      if (n.cv.wait_until(lk, deadline) == std::cv_status::timeout) return nullptr;
+    }
+  }
+  std::string why;
+  auto c = connect_counted(n, ctx, &why);
+  if (!c && ctx.log)
+    ctx.log(fabric::LogLevel::Warn, "COH0101 cannot reach " + n.info->name + " at " + n.uri + ": " +
+                                        why + " (its pages are not served from cache for " +
+                                        std::to_string(t.retry_after.count()) + " ms)");
+  return c;
+}
+
+std::unique_ptr<NodePool::Conn> borrow_fresh(NodePool& n, const PoolContext& ctx) {
+  std::vector<std::unique_ptr<NodePool::Conn>> stale;
+  {
+    std::lock_guard lk(n.mu);
+    stale.swap(n.idle);
+    n.total -= stale.size();
+    ++n.total;  // may exceed max_connections_per_node by the callers doing this at once
+  }
+  stale.clear();  // closed outside the lock
+  std::string why;
+  return connect_counted(n, ctx, &why);
+}
+
+const fabric::RemoteRegion& region(NodePool::Conn& c, RegionKind kind, const PoolContext& ctx) {
+  switch (kind) {
+    case RegionKind::Acks:
+      if (!c.acks) c.acks = c.c->lookup(kAcksRegion);
+      return *c.acks;
+    case RegionKind::Writer:
+      if (!c.writer) c.writer = c.c->lookup(kWriterRegion);
+      return *c.writer;
+    case RegionKind::Versions:
+      break;
+  }
+  if (!c.versions) {
+    fabric::RemoteRegion r = c.c->lookup(kVersionsRegion);
+    uint64_t hdr[kVersionsHeaderBytes / 8] = {};
+    if (r.len < kVersionsHeaderBytes)
+      throw fabric::FabricError(fabric::Errc::Fenced, "region versions is too small for a table");
+    c.c->read(r, 0, hdr, sizeof hdr);
+    if (hdr[0] != kVersionsMagic)
+      throw fabric::FabricError(fabric::Errc::Fenced, "region versions is not a version table");
+    if (hdr[kDigestOffset / 8] != ctx.digest)
+      throw fabric::FabricError(
+          fabric::Errc::Fenced,
+          "the home's version table was made from another topology (digest " +
+              to_hex(hdr[kDigestOffset / 8]) + ", ours " + to_hex(ctx.digest) +
+              "): version_slots, [coherence] or the app nodes differ between the files");
+    c.versions = r;
+  }
+  return *c.versions;
+}
+
+}  // namespace tierce::coherence
