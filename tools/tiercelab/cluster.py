@@ -1,9 +1,17 @@
-"""tierce-cluster logic: up / down / restart_node / status as plain functions (a `run` command or a
-test can call them in-process). Errors are raised as ClusterError; the CLI prints them.
+"""tierce-cluster logic: up / down / restart_node / status, and the fault commands signal_proc /
+restart_proc / link, as plain functions (a `run` command or a test can call them in-process).
+Errors are raised as ClusterError; the CLI prints them.
 
 State: DIR/cluster.json (written after every process start, so `down` can clean up even when `up`
 was killed), DIR/cluster.toml (topology), DIR/secret, DIR/mariadb/, DIR/www/ (the sample PHP),
 DIR/nodes/NAME/{conf,logs,run}/.
+
+With app_links = "relay" every ordered pair of app nodes (A, B) gets its own tierce-wanem relay
+(DIR/run/wanem-A-B.{sock,log}): A reaches B's memd only through it, so app-to-app traffic can be
+cut or slowed (`link`) while proxies still reach every memd directly. App node A then reads its
+own topology, DIR/nodes/A/cluster.toml: the shared file with every other app node B's memd
+replaced by the relay's tcp:// address (and transport "auto" in a shm cluster, so that A still
+reaches its own memd over shm); proxies keep DIR/cluster.toml.
 """
 
 import base64
@@ -15,6 +23,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,7 +53,10 @@ DEFAULTS = {
     "app_workers": 48,          # prefork MaxRequestWorkers per app node
     "mod_cache_bytes": (4 << 30) - 4096,  # shmcb size: its maximum (< 4 GiB); only touched as used
     "timeout": 60.0,            # seconds to wait for the whole cluster to answer
+    "app_links": "direct",      # direct | relay (a tierce-wanem relay per ordered app-node pair)
 }
+PROCS = ("memd", "httpd")       # the processes of a node that signal_proc / restart_proc act on
+SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
 
 
 class ClusterError(Exception):
@@ -90,6 +102,9 @@ def all_processes(st):
     out = []
     if st.get("mariadb", {}).get("process"):
         out.append(st["mariadb"]["process"])
+    for r in st.get("relays", []):
+        if r.get("process"):
+            out.append(r["process"])
     for n in st.get("nodes", []):
         for key in ("memd", "httpd"):
             if n.get(key):
@@ -231,6 +246,11 @@ def load_data(st, opts):
 # nodes
 
 
+def node_topology(st, n):
+    """The topology file node n reads: its own with app_links = relay (app nodes), else the shared."""
+    return n.get("topology") or st["topology"]
+
+
 def node_conf(st, n):
     """Writes the node's httpd.conf (and memd.toml with --cache tierce)."""
     opts = st["options"]
@@ -246,7 +266,7 @@ def node_conf(st, n):
         "NODE_DIR": n["dir"], "PORT": n["port"], "MODULES": MODULES, "NODE": n["name"],
         "DOCROOT": st["docroot"], "APP_WORKERS": opts["app_workers"],
         "DB_HOST": "127.0.0.1", "DB_PORT": m["port"], "DB_USER": DB_USER, "DB_PASSWORD": DB_PASSWORD,
-        "DB_NAME": DB_NAME, "TOPOLOGY": st["topology"], "SCHEME": opts["scheme"],
+        "DB_NAME": DB_NAME, "TOPOLOGY": node_topology(st, n), "SCHEME": opts["scheme"],
         "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
         "RCACHE_MODULE": os.path.join(opts["build"], "mod_rcache", "mod_rcache.so"),
         "TTL": opts["ttl"], "MOD_CACHE_BYTES": opts["mod_cache_bytes"],
@@ -267,7 +287,7 @@ def node_conf(st, n):
                  f"ready_file = {toml_str(n['memd_ready'])}",
                  'log = "stderr"', ""]
         if n["role"] == "app":
-            lines += ["[coherence]", f"topology = {toml_str(st['topology'])}", ""]
+            lines += ["[coherence]", f"topology = {toml_str(node_topology(st, n))}", ""]
         else:
             lines += ["[[region]]", 'name = "arena"', f"segment = {toml_str(n['segment_prefix'] + '.arena')}", ""]
         write_file(n["memd_conf"], "\n".join(lines))
@@ -277,12 +297,54 @@ def write_topology(st):
     o = st["options"]
     out = ["# Written by tools/tierce-cluster (template: conf/cluster.toml).", "[cluster]",
            f"name = {toml_str(st['name'])}", f"secret_file = {toml_str(st['secret_file'])}",
-           f"transport = {toml_str(o['transport'])}", "version_slots = 262144", ""]
+           f"transport = {toml_str(o['transport'])}", "version_slots = 262144", "",
+           "[coherence]  # one scheme per cluster; the fence (docs/coherence.md)",
+           f"scheme = {toml_str(o['scheme'])}", "lease_ms = 1000", "clock_skew_ms = 50", ""]
     for n in st["nodes"]:
         out += ["[[node]]", f"name = {toml_str(n['name'])}", f"role = {toml_str(n['role'])}",
                 "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]",
                 f"segment_prefix = {toml_str(n['segment_prefix'])}", ""]
     write_file(st["topology"], "\n".join(out))
+
+
+def relay_between(st, a, b):
+    """The relay record carrying connections app node a opens to app node b's memd, or None."""
+    for r in st.get("relays", []):
+        if r["from"] == a and r["to"] == b:
+            return r
+    return None
+
+
+def write_node_topology(st, n):
+    """App node n's own topology with app_links = relay: the shared file, line for line, except the
+    [cluster] transport ("auto" in a shm cluster: shm to its own memd, which alone keeps a shm://
+    URI, tcp to the relays; a tcp cluster stays "tcp") and every other app node's memd list, which
+    becomes the tcp:// address of the relay n -> that node. Derived from the shared file's text so
+    that every other line (names, order, version_slots, secret, tables added later) is the same."""
+    with open(st["topology"]) as f:
+        shared = f.read().split("\n")
+    transport = "auto" if st["options"]["transport"] == "shm" else st["options"]["transport"]
+    out, table, node = [], None, None
+    for line in shared:
+        stripped = line.strip()
+        if stripped.startswith("["):
+            table = stripped.split("#")[0].strip()
+            node = None
+        elif table == "[cluster]" and re.match(r"transport\s*=", stripped):
+            line = f"transport = {toml_str(transport)}"
+        elif table == "[[node]]" and re.match(r"name\s*=", stripped):
+            node = json.loads(stripped.split("=", 1)[1].split("#")[0].strip())
+        elif table == "[[node]]" and re.match(r"memd\s*=", stripped) and node != n["name"]:
+            r = relay_between(st, n["name"], node)
+            if r is not None:
+                line = f"memd = [{toml_str('tcp://127.0.0.1:%d' % r['port'])}]"
+        out.append(line)
+    text = "\n".join(out)
+    text = text.replace("# Written by tools/tierce-cluster (template: conf/cluster.toml).",
+                        f"# Written by tools/tierce-cluster for app node {n['name']} (--app-links relay): "
+                        f"{st['topology']} with the other app nodes' memd reached through "
+                        f"tierce-wanem relays.", 1)
+    write_file(n["topology"], text)
 
 
 def preflight(st):
@@ -349,6 +411,63 @@ def node_ready(st, n, deadline):
                lambda: http_get(n["port"], "/index.php")[0] == 200, deadline, watch, logs)
 
 
+def wanem_path(st):
+    return os.path.join(st["options"]["build"], "tools", "tierce-wanem", "tierce-wanem")
+
+
+def start_relay(st, r):
+    """Starts the tierce-wanem relay of record r (delay 0, control socket) and waits until it
+    listens. A port taken meanwhile (exit 1 "cannot bind") is replaced by a fresh one, and the
+    from-node's topology rewritten, up to 5 times."""
+    for attempt in range(5):
+        for f in (r["ready"],):
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
+        argv = [wanem_path(st), "--forward", f"127.0.0.1:{r['port']}=127.0.0.1:{r['target_port']}",
+                "--delay-us", "0", "--control", r["control"], "--ready-file", r["ready"]]
+        r["process"] = procs.spawn(r["name"], argv, r["log"])
+        deadline = time.monotonic() + 15
+        while not os.path.exists(r["ready"]):
+            if not procs.alive(r["process"]):
+                break
+            if time.monotonic() > deadline:
+                raise Failure(f"timed out waiting for relay {r['name']}", [r["log"]])
+            time.sleep(0.02)
+        if os.path.exists(r["ready"]):
+            return
+        procs.reap(r["process"]["pid"])
+        if "cannot bind 127.0.0.1" not in procs.tail(r["log"], 3) or attempt == 4:
+            raise Failure(f"relay {r['name']} exited at start", [r["log"]])
+        r["port"] = procs.free_ports(1)[0]
+        log(f"relay {r['name']}: port taken, retrying on {r['port']}")
+        write_node_topology(st, next(n for n in st["nodes"] if n["name"] == r["from"]))
+
+
+def relay_command(r, command, timeout=5.0):
+    """Sends one control command to relay r; returns its "ok ..." answer or raises ClusterError."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(r["control"])
+        s.sendall(command.encode() + b"\n")
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = s.recv(512)
+            if not chunk:
+                break
+            answer += chunk
+    except OSError as e:
+        raise ClusterError(f"relay {r['name']} ({r['control']}): {command!r}: {e}")
+    finally:
+        s.close()
+    text = answer.decode("utf-8", "replace").strip()
+    if not text.startswith("ok"):
+        raise ClusterError(f"relay {r['name']}: {command!r} answered {text!r}")
+    return text
+
+
 def start_load(n, count):
     recs = []
     for i in range(count):
@@ -403,12 +522,20 @@ def up(d=DEFAULT_DIR, **kw):
         raise ClusterError("--scheme must be dependency-lists or invalidate-all")
     if opts["app_nodes"] < 1 or opts["proxy_nodes"] < 1:
         raise ClusterError("--app-nodes and --proxy-nodes must be >= 1")
+    if opts["app_links"] not in ("direct", "relay"):
+        raise ClusterError("--app-links must be direct or relay")
+    if opts["app_links"] == "relay" and opts["cache"] != "tierce":
+        raise ClusterError("--app-links relay needs --cache tierce (the relays carry app-to-app memd traffic)")
     opts["build"] = os.path.abspath(opts["build"])
     d = os.path.abspath(d)
     if opts["cache"] == "tierce":
         for mod in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd"):
             if not os.path.exists(os.path.join(opts["build"], mod)):
                 raise ClusterError(f"--cache tierce needs {os.path.join(opts['build'], mod)}: build it first")
+    if opts["app_links"] == "relay":
+        wanem = os.path.join(opts["build"], "tools", "tierce-wanem", "tierce-wanem")
+        if not os.access(wanem, os.X_OK):
+            raise ClusterError(f"--app-links relay needs {wanem}: build it first")
     find_datagen(opts["build"])
 
     old = load_state(d) if os.path.isdir(d) else None
@@ -427,7 +554,8 @@ def up(d=DEFAULT_DIR, **kw):
             pass
 
     napp, nproxy = opts["app_nodes"], opts["proxy_nodes"]
-    ports = procs.free_ports(1 + 2 * (napp + nproxy))
+    nrelays = napp * (napp - 1) if opts["app_links"] == "relay" else 0
+    ports = procs.free_ports(1 + 2 * (napp + nproxy) + nrelays)
     name = f"c{ports[0]}"
     st = {"name": name, "dir": d, "state": "starting", "options": opts, "started": time.time(),
           "topology": os.path.join(d, "cluster.toml"), "secret_file": os.path.join(d, "secret"),
@@ -453,6 +581,22 @@ def up(d=DEFAULT_DIR, **kw):
                  "segment_prefix": f"/tierce.{name}.{nm}", "memd": None, "httpd": None, "load": []}
             st["nodes"].append(n)
             i += 2
+    st["relays"] = []
+    if nrelays:
+        apps = [n for n in st["nodes"] if n["role"] == "app"]
+        for a in apps:
+            a["topology"] = os.path.join(a["dir"], "cluster.toml")
+            for b in apps:
+                if a is b:
+                    continue
+                base = os.path.join(d, "run", f"wanem-{a['name']}-{b['name']}")
+                if len(base + ".sock") > 100:
+                    raise ClusterError(f"state directory path too long for a unix socket: {base}.sock")
+                st["relays"].append({"name": f"wanem {a['name']}->{b['name']}", "from": a["name"],
+                                     "to": b["name"], "port": ports[i], "target_port": b["memd_port"],
+                                     "control": base + ".sock", "ready": base + ".ready",
+                                     "log": base + ".log", "process": None})
+                i += 1
 
     old_int = signal.signal(signal.SIGINT, _interrupt)
     old_term = signal.signal(signal.SIGTERM, _interrupt)
@@ -472,8 +616,16 @@ def up(d=DEFAULT_DIR, **kw):
         for n in st["nodes"]:
             os.makedirs(os.path.join(n["dir"], "run"), exist_ok=True)
             os.makedirs(os.path.join(n["dir"], "logs"), exist_ok=True)
+            if n.get("topology"):
+                write_node_topology(st, n)
             node_conf(st, n)
         preflight(st)
+        for r in st["relays"]:  # before any memd: the app nodes reach each other through them
+            start_relay(st, r)
+            save_state(d, st)
+        if st["relays"]:
+            log("app links through tierce-wanem relays: "
+                + ", ".join(f"{r['from']}->{r['to']} :{r['port']}" for r in st["relays"]))
 
         log(f"{d}: MariaDB on 127.0.0.1:{st['mariadb']['port']}")
         start_mariadb(d, st, deadline)
@@ -531,9 +683,16 @@ def _stop_all(st):
     killed += procs.stop([n.get("httpd") for n in st.get("nodes", []) if n["role"] == "proxy"], deadline=10)
     killed += procs.stop([n.get("httpd") for n in st.get("nodes", []) if n["role"] == "app"], deadline=10)
     killed += procs.stop([n.get("memd") for n in st.get("nodes", [])], deadline=5)
+    killed += procs.stop([r.get("process") for r in st.get("relays", [])], deadline=5)
     if st.get("mariadb", {}).get("process"):
         killed += procs.stop([st["mariadb"]["process"]], deadline=30)
     removed = remove_shm(st)
+    for r in st.get("relays", []):  # a relay killed by SIGKILL leaves its socket file
+        for f in (r["control"], r["ready"]):
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
     return killed, removed
 
 
@@ -546,7 +705,7 @@ def down(d=DEFAULT_DIR):
         log(f"nothing to stop: no {state_path(d)}")
         return []
     killed, removed = _stop_all(st)
-    left = [r["name"] for r in all_processes(st) if procs.alive(r)]
+    left = [r["name"] for r in all_processes(st) if procs.alive(r) or procs.leftover_members(r)]
     st["state"] = "down"
     st["stopped"] = time.time()
     save_state(d, st)
@@ -586,6 +745,145 @@ def restart_node(d, name, sig="KILL", timeout=60.0):
     return st
 
 
+def _up_state(d):
+    d = os.path.abspath(d)
+    st = load_state(d)
+    if st is None or st.get("state") != "up":
+        raise ClusterError(f"no cluster up in {d}")
+    return d, st
+
+
+def _node(st, name):
+    nodes = {n["name"]: n for n in st["nodes"]}
+    if name not in nodes:
+        raise ClusterError(f"no node {name} (nodes: {', '.join(nodes)})")
+    return nodes[name]
+
+
+def _note_fault(d, st, what):
+    st["faults"] = st.get("faults", []) + [dict(what, time=time.time())]
+    save_state(d, st)
+
+
+def _wait_states(pids_of, want, what, timeout):
+    """Polls until every pid of pids_of() is in a state for which want(state) holds."""
+    end = time.monotonic() + timeout
+    while True:
+        states = pids_of()
+        if all(want(s) for _, s in states):
+            return
+        if time.monotonic() > end:
+            raise ClusterError(f"{what}: after {timeout:g} s still " +
+                               ", ".join(f"pid {p} state {s}" for p, s in states if not want(s)))
+        time.sleep(0.02)
+
+
+def signal_proc(d, name, proc, sig):
+    """Sends STOP, CONT, KILL or TERM to one process of a node: memd, or httpd with all its
+    children (the whole instance: STOP freezes the children too, KILL kills them). Returns once
+    the signal has taken effect: every process stopped (STOP), running again (CONT), gone (KILL),
+    or gone within 15 s (TERM)."""
+    d, st = _up_state(d)
+    n = _node(st, name)
+    if proc not in PROCS:
+        raise ClusterError(f"the process must be memd or httpd, not {proc}")
+    sig = sig.upper()
+    if sig not in SIGNALS:
+        raise ClusterError(f"the signal must be one of {', '.join(SIGNALS)}, not {sig}")
+    rec = n.get(proc)
+    if not rec:
+        raise ClusterError(f"{name} has no {proc} (--cache {st['options']['cache']})")
+    pids = procs.signal_instance(rec, SIGNALS[sig])
+    if not pids:
+        raise ClusterError(f"{rec['name']} is not running (pid {rec['pid']})")
+    pgid = rec.get("pgid") or rec["pid"]
+
+    def states():
+        mine = set(procs.members(rec))
+        return [(p, s) for p, s in procs.group_members(pgid, with_state=True) if p in mine]
+    if sig == "STOP":
+        _wait_states(states, lambda s: s in ("T", "t"), f"{rec['name']} STOP", 5)
+    elif sig == "CONT":
+        _wait_states(states, lambda s: s not in ("T", "t"), f"{rec['name']} CONT", 5)
+    else:
+        end = time.monotonic() + (5 if sig == "KILL" else 15)
+        while procs.members(rec) and time.monotonic() < end:
+            time.sleep(0.02)
+        if procs.members(rec):
+            raise ClusterError(f"{rec['name']}: still running {end and (5 if sig == 'KILL' else 15)} s "
+                               f"after SIG{sig}: pids {procs.members(rec)}")
+    _note_fault(d, st, {"node": name, "proc": proc, "signal": sig, "pids": len(pids)})
+    log(f"{rec['name']}: SIG{sig} sent to {len(pids)} process(es)")
+    return pids
+
+
+def restart_proc(d, name, which, timeout=60.0):
+    """Starts one process of a node again (memd, httpd, or both: memd first) with its ports and
+    configuration, after it was killed; one still running is SIGKILLed first. Waits until it is
+    ready: memd's ready file; httpd answering GET /index.php with 200."""
+    d, st = _up_state(d)
+    n = _node(st, name)
+    wanted = [p for p in PROCS if p in which or "all" in which]
+    if not wanted or any(w not in PROCS + ("all",) for w in which):
+        raise ClusterError(f"restart-proc wants memd, httpd or all, not {' '.join(which)}")
+    if "memd" in wanted and st["options"]["cache"] != "tierce":
+        raise ClusterError(f"{name} has no memd (--cache {st['options']['cache']})")
+    deadline = time.monotonic() + timeout
+    for proc in wanted:
+        rec = n.get(proc)
+        if rec and procs.members(rec):
+            log(f"{rec['name']} still running: SIGKILL first")
+            procs.signal_instance(rec, signal.SIGKILL)
+            procs.stop([rec], signal.SIGKILL, deadline=5)
+        if proc == "memd":
+            start_memd(st, n, deadline)
+            save_state(d, st)
+            wait_until(f"{n['name']}/memd ready file", lambda: os.path.exists(n["memd_ready"]), deadline,
+                       [n["memd"]], [n["memd"]["log"]])
+        else:
+            start_httpd(st, n)
+            save_state(d, st)
+            wait_until(f"{n['name']} to answer GET /index.php with 200",
+                       lambda: http_get(n["port"], "/index.php")[0] == 200, deadline, [n["httpd"]],
+                       [n["httpd"]["error_log"], n["httpd"]["log"]])
+    _note_fault(d, st, {"node": name, "restart": wanted})
+    log(f"{name}: restarted " + ", ".join(f"{p} (pid {n[p]['pid']})" for p in wanted))
+    return st
+
+
+def link(d, a, b, action, ms=None, one_way=False):
+    """Acts on the relays between app nodes a and b (--app-links relay): cut / heal both
+    directions, or with one_way only what a sends to b (a->b relay: client->target; b->a relay:
+    target->client); delay MS on both relays, both directions."""
+    d, st = _up_state(d)
+    if not st.get("relays"):
+        raise ClusterError("this cluster has no app-link relays (start it with --app-links relay)")
+    ab, ba = relay_between(st, a, b), relay_between(st, b, a)
+    if ab is None or ba is None:
+        apps = sorted({r["from"] for r in st["relays"]})
+        raise ClusterError(f"no relays between {a} and {b} (app nodes: {', '.join(apps)})")
+    if action == "delay":
+        if one_way:
+            raise ClusterError("--one-way applies to cut and heal; delay acts on both directions")
+        if ms is None or ms < 0 or ms > 60000:
+            raise ClusterError("delay wants milliseconds in 0..60000")
+        cmds = [(ab, f"delay {int(round(ms * 1000))}"), (ba, f"delay {int(round(ms * 1000))}")]
+    elif action in ("cut", "heal"):
+        if ms is not None:
+            raise ClusterError(f"{action} takes no milliseconds")
+        if one_way:
+            cmds = [(ab, f"{action} to-target"), (ba, f"{action} to-client")]
+        else:
+            cmds = [(ab, f"{action} both"), (ba, f"{action} both")]
+    else:
+        raise ClusterError(f"link action must be cut, heal or delay, not {action}")
+    answers = [f"{r['from']}->{r['to']}: {relay_command(r, c)}" for r, c in cmds]
+    _note_fault(d, st, {"link": [a, b], "action": action, "ms": ms, "one_way": one_way})
+    log(f"link {a} {b} {action}{'' if ms is None else ' %g ms' % ms}{' (one way)' if one_way else ''}: "
+        + "; ".join(answers))
+    return answers
+
+
 def status(d=DEFAULT_DIR, out=sys.stdout):
     """Prints the cluster state; returns True when every recorded process is alive."""
     d = os.path.abspath(d)
@@ -610,6 +908,14 @@ def status(d=DEFAULT_DIR, out=sys.stdout):
         print(f"  {rec['name']:<16} pid {rec['pid']:<8} {'alive' if a else 'DEAD':<6} {extra} log {rec['log']}",
               file=out)
     line(m.get("process"), f"port {m['port']}")
+    for r in st.get("relays", []):
+        state = ""
+        if r.get("process") and procs.alive(r["process"]):
+            try:
+                state = relay_command(r, "status", timeout=2).split(" connections=")[0][3:] + " "
+            except ClusterError as e:
+                state = f"(control: {e}) "
+        line(r.get("process"), f":{r['port']} -> :{r['target_port']} {state}")
     for n in st["nodes"]:
         line(n.get("memd"), f"{' '.join(n['memd_uris'])}")
         line(n.get("httpd"), f"{n['url']}")
