@@ -322,9 +322,10 @@ BOOST_AUTO_TEST_CASE(an_invalidation_is_sent_even_when_the_writers_own_memd_is_d
   BOOST_TEST((!v || *v == reg.version + 1));
 }
 
-// Issue 13, path 2: ack cells are never claimed, poisoned or exhausted. With 16 of them, 20
-// updates that a frozen home never acknowledges used to poison every ack slot of the writer's
-// node ("no free ack slot"), after which invalidations were not sent at all.
+// Issue 13, path 2: ack cells are never claimed, poisoned or exhausted. The old ack slots lived
+// in the writer's memd and a round whose ack came late poisoned its slot for that memd's life;
+// ~ack_slots such rounds left a node unable to send invalidations at all. Here, with 16 cells,
+// 20 updates that a frozen home never acknowledges leave nothing behind.
 BOOST_AUTO_TEST_CASE(ack_cells_are_never_exhausted_by_unacknowledged_rounds) {
   Cluster c(ClusterOptions{16});
   auto cl = c.client(200ms);
