@@ -243,7 +243,15 @@ void HomeService::fence_loop() {
   const auto period = std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
   std::string last_logged;
   for (;;) {
-    bool ok = renew_once();
+    bool ok = false;
+    try {
+      ok = renew_once();
+    } catch (const std::exception& e) {
+      // Never let the fence thread die: a home that cannot renew just stops vouching.
+      std::lock_guard lk(fence_mu_);
+      ++fence_stats_.failed_renewals;
+      fence_stats_.last_failure = std::string("renewal failed: ") + e.what();
+    }
     FenceStatus f = fence();
     if (!ok && log_ && f.renewals == 0) {
       // Starting: the other nodes' memd may not be up yet. Said once, quietly.

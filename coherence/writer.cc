@@ -47,7 +47,14 @@ bool WriterLog::remap_if_replaced() {
 
 IssuedNumber WriterLog::issue() {
   std::lock_guard lk(mu_);
-  if (!seg_->still_named()) map_locked();
+  if (!seg_->still_named()) {
+    try {
+      map_locked();
+    } catch (const std::exception&) {
+      // Cannot map the name (someone removed /dev/shm/... and we may not create it): keep
+      // numbering in the segment we have — memd keeps exporting the one it mapped too.
+    }
+  }
   IssuedNumber n;
   n.incarnation = seg_->incarnation();
   // acq_rel: the commit this invalidation follows happened before; a home that reads the new
