@@ -6,8 +6,9 @@
 // parse the `<meta name="tierce-data" content="KEY=VERSION">` markers. After the run every read is
 // checked against the writes that RETURNED BEFORE the read STARTED: a version smaller than the
 // highest such write's is a STALE READ. Errors (refused, timeouts, 5xx, missing marker) are counted
-// apart. Exit 0 when no read was stale and the error ratio is <= --max-error-ratio, 1 otherwise,
-// 2 on bad usage.
+// apart. --window NAME=FROM-TO reports the same per stretch of the run (e.g. while a fault lasts):
+// the operations that STARTED in it, and the latency of its writes. Exit 0 when no read was stale
+// and the error ratio is <= --max-error-ratio, 1 otherwise, 2 on bad usage.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,9 +47,15 @@ const char* kUsage =
     "                    [--hot 100] [--items 10000] [--users 2000] [--categories 20] [--seed 1]\n"
     "                    [--during \"SHELL COMMAND\"@SECONDS]... [--max-error-ratio 0.01]\n"
     "                    [--timeout 10] [--direct] [--json FILE] [--quiet]\n"
+    "                    [--window NAME=FROM-TO]... [--no-pace]\n"
     "Readers GET item.php / category.php / user.php through the proxies (--direct: the app nodes);\n"
     "writers POST bid.php / edit.php to the app nodes. A read showing an entity version older than\n"
     "one whose update returned before the read started is a STALE READ.\n"
+    "--window NAME=FROM-TO (seconds since the start; repeatable, a NAME given again adds a range):\n"
+    "reads, checked and stale reads, writes with their latency p50/p99/max, and errors of the\n"
+    "operations that started in it, printed and in --json \"windows\".\n"
+    "--no-pace: readers and writers each go as fast as they can (--write-ratio only decides whether\n"
+    "there are readers and writers at all): a stalled write path (a fault) does not hold reads back.\n"
     "Exit: 0 no stale read and errors <= --max-error-ratio; 1 otherwise; 2 bad usage.\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -115,6 +122,17 @@ struct During {
   double start_s = 0, end_s = 0;
 };
 
+// --window NAME=FROM-TO: the operations that start in [FROM, TO) seconds after the start count.
+struct Window {
+  std::string name;
+  std::vector<std::pair<double, double>> ranges;  // a NAME given several times: their union
+  bool contains(double t) const {
+    for (const auto& [from, to] : ranges)
+      if (t >= from && t < to) return true;
+    return false;
+  }
+};
+
 struct Options {
   std::vector<std::string> proxies, apps;
   int readers = 8, writers = 2;
@@ -125,8 +143,9 @@ struct Options {
   std::optional<int> items, users, categories;
   uint64_t seed = 1;
   std::vector<During> during;
+  std::vector<Window> windows;
   std::string json_path, cluster_path;
-  bool quiet = false, direct = false;
+  bool quiet = false, direct = false, pace = true;
   double max_error_ratio = 0.01;
   double timeout = 10;
   std::string cache = "unknown";
@@ -188,10 +207,29 @@ Options parse_args(int argc, char** argv) {
       d.command = s.substr(0, at);
       d.at_s = to_d("--during (seconds)", s.substr(at + 1), 0, 1e7);
       o.during.push_back(d);
+    } else if (a == "--window") {
+      std::string s = val();
+      size_t eq = s.find('='), dash = eq == std::string::npos ? eq : s.find('-', eq + 1);
+      if (eq == std::string::npos || eq == 0 || dash == std::string::npos)
+        usage_error("--window wants NAME=FROM-TO (seconds), got '" + s + "'");
+      std::string name = s.substr(0, eq);
+      for (char c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+          usage_error("--window NAME: letters, digits, '_', '-', '.' only, got '" + name + "'");
+      double from = to_d("--window (FROM)", s.substr(eq + 1, dash - eq - 1), 0, 1e7);
+      double to = to_d("--window (TO)", s.substr(dash + 1), 0, 1e7);
+      if (to <= from) usage_error("--window '" + s + "' ends before it starts");
+      auto it = std::find_if(o.windows.begin(), o.windows.end(), [&](const Window& w) { return w.name == name; });
+      if (it == o.windows.end()) {
+        o.windows.push_back(Window{name, {}});
+        it = o.windows.end() - 1;
+      }
+      it->ranges.emplace_back(from, to);
     } else if (a == "--json") o.json_path = val();
     else if (a == "--cluster") o.cluster_path = val();
     else if (a == "--quiet") o.quiet = true;
     else if (a == "--direct") o.direct = true;
+    else if (a == "--no-pace") o.pace = false;
     else if (a == "--max-error-ratio") o.max_error_ratio = to_d(a, val(), 0, 1);
     else if (a == "--timeout") o.timeout = to_d(a, val(), 0.01, 3600);
     else usage_error("unknown argument '" + a + "'");
@@ -262,6 +300,11 @@ struct ErrorSample {
   std::string role, kind, target, what;
   double at_s;
 };
+// Every operation, when there are --window's to count them in.
+struct OpRec {
+  int64_t t_start = 0, t_end = 0;
+  bool write = false, ok = false;
+};
 
 struct ThreadOut {
   std::vector<ReadRec> reads;       // one per marker of a successful read
@@ -272,6 +315,7 @@ struct ThreadOut {
   long long xcache_seen = 0, xcache_hits = 0;  // successful reads with an X-Cache-like header / saying HIT
   std::map<std::string, long long> read_errors, write_errors;
   std::vector<ErrorSample> error_samples;  // the first few
+  std::vector<OpRec> ops;                  // only with --window
   uint64_t connects = 0;
 };
 
@@ -301,6 +345,7 @@ struct Shared {
   std::atomic<long long> r_started{0}, w_started{0}, r_done{0}, w_done{0}, errors{0};
   std::atomic<bool> stop{false};
   std::atomic<int> readers_left{0}, writers_left{0};
+  bool record_ops = false;  // --window given: keep an OpRec per operation
 };
 
 double rel_s(const Shared& sh, int64_t t) { return double(t - sh.t0) / 1e9; }
@@ -315,7 +360,7 @@ bool may_go(Shared& sh, bool writer) {
     long long r = sh.r_started.load(), w = sh.w_started.load();
     bool other_gone = writer ? (sh.readers_left.load() == 0 || (sh.r_budget >= 0 && r >= sh.r_budget))
                              : (sh.writers_left.load() == 0 || (sh.w_budget >= 0 && w >= sh.w_budget));
-    if (other_gone || ratio <= 0 || ratio >= 1) return true;
+    if (other_gone || ratio <= 0 || ratio >= 1 || !sh.opt->pace) return true;
     double slack = 8.0 * (sh.opt->readers + sh.opt->writers) + 20;
     double implied_r = double(r) / (1 - ratio), implied_w = double(w) / ratio;
     if (writer ? implied_w <= implied_r + slack : implied_r <= implied_w + slack) return true;
@@ -372,6 +417,7 @@ void reader(Shared& sh, int idx, ThreadOut& out) {
     bool ok = conns[t]->request("GET", path, "", "", resp, kind, err);
     int64_t t_end = now_ns();
     sh.r_done++;
+    if (sh.record_ops) out.ops.push_back({t_start, t_end, false, false});
     if (!ok) {
       note_error(sh, out, false, err_kind_name(kind), sh.read_targets[t].text, "GET " + path + ": " + err);
       if (kind == ErrKind::Connect) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -392,6 +438,7 @@ void reader(Shared& sh, int idx, ThreadOut& out) {
       continue;
     }
     out.reads_ok++;
+    if (sh.record_ops) out.ops.back().ok = true;
     out.read_lat_ms.push_back(double(t_end - t_start) / 1e6);
     bool xc = false, hit = false;
     for (const auto& [hk, hv] : resp.headers) {
@@ -455,6 +502,7 @@ void writer(Shared& sh, int idx, ThreadOut& out) {
     bool ok = conns[t]->request("POST", path, body, "application/x-www-form-urlencoded", resp, kind, err);
     int64_t t_ret = now_ns();
     sh.w_done++;
+    if (sh.record_ops) out.ops.push_back({t_start, t_ret, true, false});
     if (!ok) {
       note_error(sh, out, true, err_kind_name(kind), sh.write_targets[t].text, what + ": " + err);
       if (kind == ErrKind::Connect) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -484,6 +532,7 @@ void writer(Shared& sh, int idx, ThreadOut& out) {
       continue;
     }
     out.writes_ok++;
+    if (sh.record_ops) out.ops.back().ok = true;
     out.write_lat_ms.push_back(double(t_ret - t_start) / 1e6);
     for (auto& w : recs) out.writes.push_back(std::move(w));
   }
@@ -576,6 +625,7 @@ int main(int argc, char** argv) {
 
   Shared sh;
   sh.opt = &opt;
+  sh.record_ops = !opt.windows.empty();
   std::string err;
   for (const auto& s : opt.proxies) {
     Url u;
@@ -678,8 +728,10 @@ int main(int argc, char** argv) {
   long long reads_ok = 0, writes_ok = 0, reads_total = 0, writes_total = 0, xc_seen = 0, xc_hits = 0;
   std::map<std::string, long long> rerr, werr;
   std::vector<ErrorSample> samples;
+  std::vector<OpRec> ops;
   uint64_t connects = 0;
   for (auto& o : outs) {
+    ops.insert(ops.end(), o.ops.begin(), o.ops.end());
     for (auto& r : o.reads) reads.push_back(std::move(r));
     for (auto& w : o.writes) writes.push_back(std::move(w));
     rlat.insert(rlat.end(), o.read_lat_ms.begin(), o.read_lat_ms.end());
@@ -741,11 +793,58 @@ int main(int argc, char** argv) {
   std::sort(stale.begin(), stale.end(), [&](auto& a, auto& b) { return reads[a.read].t_start < reads[b.read].t_start; });
   // Distinct stale page reads (a page has one marker today, but count pages not markers).
   long long stale_reads = 0;
+  std::vector<std::pair<int64_t, uint16_t>> stale_pages;
   {
-    std::vector<std::pair<int64_t, uint16_t>> seen;
+    auto& seen = stale_pages;
     for (auto& s : stale) seen.emplace_back(reads[s.read].t_start, reads[s.read].target);
     std::sort(seen.begin(), seen.end());
-    stale_reads = (long long)(std::unique(seen.begin(), seen.end()) - seen.begin());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    stale_reads = (long long)seen.size();
+  }
+
+  // Per --window: what started in it.
+  struct WindowStats {
+    long long reads = 0, reads_ok = 0, checked = 0, stale = 0, writes = 0, writes_ok = 0;
+    long long read_errors = 0, write_errors = 0;
+    std::vector<double> wlat;  // ms, successful writes
+    double p50 = 0, p99 = 0, max = 0;
+  };
+  std::vector<WindowStats> wstats(opt.windows.size());
+  for (size_t w = 0; w < opt.windows.size(); ++w) {
+    const Window& win = opt.windows[w];
+    WindowStats& ws = wstats[w];
+    for (const OpRec& op : ops) {
+      if (!win.contains(rel_s(sh, op.t_start))) continue;
+      if (op.write) {
+        ++ws.writes;
+        if (op.ok) {
+          ++ws.writes_ok;
+          ws.wlat.push_back(double(op.t_end - op.t_start) / 1e6);
+        } else {
+          ++ws.write_errors;
+        }
+      } else {
+        ++ws.reads;
+        if (op.ok) ++ws.reads_ok;
+        else ++ws.read_errors;
+      }
+    }
+    for (const auto& [t, target] : stale_pages) ws.stale += win.contains(rel_s(sh, t));
+    std::sort(ws.wlat.begin(), ws.wlat.end());
+    if (!ws.wlat.empty()) {
+      std::vector<double> tmp = ws.wlat;
+      ws.p50 = pct(tmp, 0.5);
+      ws.p99 = pct(tmp, 0.99);
+      ws.max = ws.wlat.back();
+    }
+  }
+  if (!wstats.empty()) {
+    for (size_t i = 0; i < reads.size(); ++i) {
+      auto it = hist.find(reads[i].key);
+      if (it == hist.end() || it->second.t.empty() || it->second.t.front() >= reads[i].t_start) continue;
+      double t = rel_s(sh, reads[i].t_start);
+      for (size_t w = 0; w < opt.windows.size(); ++w) wstats[w].checked += opt.windows[w].contains(t);
+    }
   }
 
   long long read_errors = 0, write_errors = 0;
@@ -799,6 +898,19 @@ int main(int argc, char** argv) {
     std::printf("  during          '%s'@%g: %s\n", d.command.c_str(), d.at_s,
                 d.started ? ("ran " + fmt("%.1f", d.start_s) + "-" + fmt("%.1f", d.end_s) + " s, exit " + std::to_string(d.exit_status)).c_str()
                           : "did not run");
+  auto ranges_text = [](const Window& w) {
+    std::string r;
+    for (const auto& [from, to] : w.ranges) r += (r.empty() ? "" : ",") + fmt("%g", from) + "-" + fmt("%g", to);
+    return r + " s";
+  };
+  for (size_t w = 0; w < opt.windows.size(); ++w) {
+    const WindowStats& ws = wstats[w];
+    std::printf("  window %-8s %s: reads %lld (ok %lld, checked %lld, STALE %lld); writes %lld (ok %lld), "
+                "latency p50 %.1f ms p99 %.1f ms max %.1f ms; errors %lld (reads %lld, writes %lld)\n",
+                opt.windows[w].name.c_str(), ranges_text(opt.windows[w]).c_str(), ws.reads, ws.reads_ok, ws.checked,
+                ws.stale, ws.writes, ws.writes_ok, ws.p50, ws.p99, ws.max, ws.read_errors + ws.write_errors,
+                ws.read_errors, ws.write_errors);
+  }
 
   // Proxy metrics (deltas over the run).
   struct PM {
@@ -906,6 +1018,21 @@ int main(int argc, char** argv) {
       j << (i ? ", " : "") << "{\"command\": " << json_escape(d.command) << ", \"at_s\": " << d.at_s
         << ", \"ran\": " << (d.started ? "true" : "false") << ", \"exit\": " << d.exit_status
         << ", \"start_s\": " << d.start_s << ", \"end_s\": " << d.end_s << "}";
+    }
+    j << "]";
+    j << ",\n  \"windows\": [";
+    for (size_t w = 0; w < opt.windows.size(); ++w) {
+      const WindowStats& ws = wstats[w];
+      j << (w ? "," : "") << "\n    {\"name\": " << json_escape(opt.windows[w].name) << ", \"ranges\": [";
+      for (size_t r = 0; r < opt.windows[w].ranges.size(); ++r)
+        j << (r ? ", " : "") << "[" << opt.windows[w].ranges[r].first << ", " << opt.windows[w].ranges[r].second << "]";
+      j << "], \"reads\": " << ws.reads << ", \"reads_ok\": " << ws.reads_ok << ", \"checked_reads\": " << ws.checked
+        << ", \"stale_reads\": " << ws.stale << ", \"writes\": " << ws.writes << ", \"writes_ok\": " << ws.writes_ok
+        << ", \"write_latency_ms\": {\"p50\": " << ws.p50 << ", \"p99\": " << ws.p99 << ", \"max\": " << ws.max << "}"
+        << ", \"errors\": " << (ws.read_errors + ws.write_errors) << ", \"read_errors\": " << ws.read_errors
+        << ", \"write_errors\": " << ws.write_errors << ", \"write_latencies_ms\": [";
+      for (size_t k = 0; k < ws.wlat.size(); ++k) j << (k ? ", " : "") << ws.wlat[k];
+      j << "]}";
     }
     j << "]";
     if (tierce_metrics) {

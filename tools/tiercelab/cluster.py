@@ -806,12 +806,13 @@ def signal_proc(d, name, proc, sig):
     elif sig == "CONT":
         _wait_states(states, lambda s: s not in ("T", "t"), f"{rec['name']} CONT", 5)
     else:
-        end = time.monotonic() + (5 if sig == "KILL" else 15)
+        limit = 5 if sig == "KILL" else 15
+        end = time.monotonic() + limit
         while procs.members(rec) and time.monotonic() < end:
             time.sleep(0.02)
         if procs.members(rec):
-            raise ClusterError(f"{rec['name']}: still running {end and (5 if sig == 'KILL' else 15)} s "
-                               f"after SIG{sig}: pids {procs.members(rec)}")
+            raise ClusterError(f"{rec['name']}: still running {limit} s after SIG{sig}: "
+                               f"pids {procs.members(rec)}")
     _note_fault(d, st, {"node": name, "proc": proc, "signal": sig, "pids": len(pids)})
     log(f"{rec['name']}: SIG{sig} sent to {len(pids)} process(es)")
     return pids
@@ -905,7 +906,8 @@ def status(d=DEFAULT_DIR, out=sys.stdout):
             return
         a = procs.alive(rec)
         ok = ok and a
-        print(f"  {rec['name']:<16} pid {rec['pid']:<8} {'alive' if a else 'DEAD':<6} {extra} log {rec['log']}",
+        word = ("STOPPED" if procs.state(rec["pid"]) in ("T", "t") else "alive") if a else "DEAD"
+        print(f"  {rec['name']:<16} pid {rec['pid']:<8} {word:<7} {extra} log {rec['log']}",
               file=out)
     line(m.get("process"), f"port {m['port']}")
     for r in st.get("relays", []):

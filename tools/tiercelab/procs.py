@@ -1,4 +1,5 @@
-"""Process helpers of tierce-cluster: start in a new session, identify, stop, wait, tail logs."""
+"""Process helpers of tierce-cluster: start in a new session, identify, signal (the whole process
+group: an httpd and its children), stop, wait, tail logs."""
 
 import os
 import signal
@@ -25,6 +26,17 @@ def proc_starttime(pid):
         return int(rest[19])
     except (IndexError, ValueError):
         return None
+
+
+def state(pid):
+    """The state letter of pid (/proc/PID/stat field 3: R, S, T stopped, Z, ...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    return rest[0] if rest else None
 
 
 def reap(pid):
@@ -83,8 +95,9 @@ def _signal_group(rec, sig):
             pass
 
 
-def group_members(pgid):
-    """pids whose process group is pgid (children of a killed httpd parent, etc.)."""
+def group_members(pgid, with_state=False):
+    """pids whose process group is pgid (children of a killed httpd parent, etc.); with_state:
+    (pid, state letter) pairs ("T" = stopped)."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -97,10 +110,62 @@ def group_members(pgid):
         rest = data[data.rfind(")") + 2:].split()
         try:
             if int(rest[2]) == pgid and rest[0] != "Z":
-                out.append(int(d))
+                out.append((int(d), rest[0]) if with_state else int(d))
         except (IndexError, ValueError):
             pass
     return out
+
+
+def _exe_of(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0", 1)[0].decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def leftover_members(rec):
+    """Processes left in rec's process group after its leader is gone (an httpd parent killed
+    alone leaves its children): only those running rec's program and started after it, so that a
+    group id the kernel handed out again (pids wrap at pid_max) is never taken for ours."""
+    if not rec or not rec.get("pid") or alive(rec):
+        return []
+    pgid = rec.get("pgid") or rec["pid"]
+    t0 = rec.get("starttime") or 0
+    out = []
+    for pid in group_members(pgid):
+        st = proc_starttime(pid)
+        if st is not None and st >= t0 and _exe_of(pid) == rec["argv"][0]:
+            out.append(pid)
+    return out
+
+
+def members(rec):
+    """Every live process of rec's instance: its process group while the leader lives, else what
+    leftover_members finds."""
+    if not rec or not rec.get("pid"):
+        return []
+    if alive(rec):
+        return group_members(rec.get("pgid") or rec["pid"])
+    return leftover_members(rec)
+
+
+def signal_instance(rec, sig):
+    """Sends sig to every process of rec's instance (leader and children: a stopped httpd must not
+    leave children serving, a killed one must not leave children holding its port). Returns the
+    pids signalled."""
+    pids = members(rec)
+    if alive(rec):
+        try:
+            os.killpg(rec.get("pgid") or rec["pid"], sig)
+        except ProcessLookupError:
+            pass
+    for pid in pids:  # the leftovers of a dead leader (killpg reaches them too while it lives)
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return pids
 
 
 def stop(recs, sig=signal.SIGTERM, deadline=10.0):
@@ -110,18 +175,29 @@ def stop(recs, sig=signal.SIGTERM, deadline=10.0):
     started = {id(r): alive(r) for r in recs}
     for r in recs:
         _signal_group(r, sig)
+        for pid in leftover_members(r):  # children of a leader killed alone
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if sig not in (signal.SIGKILL, signal.SIGCONT):
+            # A stopped process (tierce-cluster signal ... STOP) acts on TERM only once continued.
+            _signal_group(r, signal.SIGCONT)
     end = time.monotonic() + deadline
+
+    def left(r):
+        return alive(r) or (started[id(r)] and group_members(r.get("pgid") or r["pid"])) or leftover_members(r)
     while time.monotonic() < end:
-        if not any(alive(r) or (started[id(r)] and group_members(r.get("pgid") or r["pid"])) for r in recs):
+        if not any(left(r) for r in recs):
             return []
         time.sleep(0.05)
     killed = []
     for r in recs:
         pgid = r.get("pgid") or r["pid"]
-        if alive(r) or (started[id(r)] and group_members(pgid)):
+        if left(r):
             killed.append(r["name"])
             _signal_group(r, signal.SIGKILL)
-            for pid in group_members(pgid):
+            for pid in (group_members(pgid) if started[id(r)] else []) + leftover_members(r):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -144,11 +220,44 @@ def tail(path, lines=20):
     return "\n".join(data.splitlines()[-lines:])
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Listening ports are taken below the kernel's ephemeral range: a port a killed process freed must
+# still be free when `restart-proc` binds it again, and the kernel hands ports of the ephemeral
+# range to outgoing connections (PHP -> MariaDB, fabric clients, other tests) at any time.
+LOW_PORT = 10000
+
+
 def free_ports(n):
-    """n distinct free TCP ports on 127.0.0.1 (bound to port 0 together, then released)."""
+    """n distinct free TCP ports on 127.0.0.1, below the ephemeral port range when it leaves room
+    (random, each checked by binding it; all held together, then released), else from the kernel
+    (bound to port 0)."""
+    import random
     socks = []
     try:
-        for _ in range(n):
+        hi = _ephemeral_low() - 1
+        if hi - LOW_PORT >= 1000:
+            rng = random.SystemRandom()
+            tried = set()
+            while len(socks) < n and len(tried) < 4 * (hi - LOW_PORT):
+                port = rng.randint(LOW_PORT, hi)
+                if port in tried:
+                    continue
+                tried.add(port)
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    continue
+                socks.append(s)
+        while len(socks) < n:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", 0))
             socks.append(s)
