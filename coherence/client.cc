@@ -117,23 +117,22 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
     throw TopologyError(topo_.path + ": node " + self + " is not an app node: it cannot write");
   auto t0 = Clock::now();
   InvalidateOutcome out;
-  // Numbered first (before anything is sent): from now on no home can renew its fence without
-  // holding this invalidation, so after the bound an unconfirmed home is fenced.
-  out.number = writer.issue();
-  const auto fence_at = Clock::now() + std::chrono::milliseconds(topo_.coherence.fence_bound_ms());
-
   InvalidateRequest req;
   req.digest = ctx_.digest;
   req.scheme = scheme;
   req.origin = self;
-  req.writer_incarnation = out.number.incarnation;
-  req.number = out.number.number;
   if (scheme == Scheme::DependencyLists) req.deps.assign(deps.begin(), deps.end());
 
   std::vector<NodePool*> homes;
   for (const NodeInfo* a : topo_.app_nodes()) homes.push_back(&node(a->name));
   out.homes = homes.size();
-  InvalidationRound round(homes, ctx_, std::move(req), fence_at);
+  InvalidationRound round(homes, ctx_, std::move(req));
+  round.connect();
+  // Numbered before anything is sent: from now on no home can renew its fence without holding
+  // this invalidation, so after the bound an unconfirmed home is fenced.
+  out.number = writer.issue();
+  const auto fence_at = Clock::now() + std::chrono::milliseconds(topo_.coherence.fence_bound_ms());
+  round.number(out.number, fence_at);
   if (!round.run()) {
     // Never earlier than the bound: the homes not confirmed may still vouch until then.
     std::this_thread::sleep_until(fence_at);

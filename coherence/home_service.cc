@@ -189,8 +189,11 @@ bool HomeService::renew_once() {
   if (!failure.empty()) return fail(failure);
 
   // Every origin must be Current: numbers read that are not applied here yet are waited for
-  // (they are usually in flight, microseconds behind), then caught up with.
-  const uint64_t grace_end = fabric::monotonic_ns() + ms_to_ns(topo_.coherence.lease_ms / 4);
+  // (they are usually in flight, microseconds behind; a writer stalled between numbering and
+  // sending takes longer), then caught up with. Up to lease/2: the cap set before still covers
+  // most of that wait, and a catch-up flushes every registered page of this home.
+  const uint64_t grace_ms = topo_.coherence.lease_ms / 2;
+  const uint64_t grace_end = fabric::monotonic_ns() + ms_to_ns(grace_ms);
   bool waited = false;
   for (;;) {
     std::string unknown, behind;
@@ -210,7 +213,7 @@ bool HomeService::renew_once() {
     if (behind.empty()) break;
     if (fabric::monotonic_ns() >= grace_end) {
       catch_up(readings, "invalidations numbered by " + behind + " did not arrive within " +
-                             std::to_string(topo_.coherence.lease_ms / 4) + " ms");
+                             std::to_string(grace_ms) + " ms");
       break;
     }
     if (!waited) {

@@ -20,9 +20,24 @@ struct InvalidationRound::Home {
 };
 
 InvalidationRound::InvalidationRound(std::vector<NodePool*> homes, const PoolContext& ctx,
-                                     InvalidateRequest req, Clock::time_point fence_at)
-    : homes_(homes.size()), ctx_(ctx), req_(std::move(req)), fence_at_(fence_at) {
+                                     InvalidateRequest req)
+    : homes_(homes.size()), ctx_(ctx), req_(std::move(req)) {
   for (size_t i = 0; i < homes.size(); ++i) homes_[i].pool = homes[i];
+}
+
+void InvalidationRound::connect() {
+  for (auto& h : homes_) {
+    if (h.conn) continue;
+    h.conn = borrow(*h.pool, ctx_);
+    h.conn_ok = h.conn != nullptr;
+    if (!h.conn) h.why = "unreachable";
+  }
+}
+
+void InvalidationRound::number(const IssuedNumber& n, Clock::time_point fence_at) {
+  req_.writer_incarnation = n.incarnation;
+  req_.number = n.number;
+  fence_at_ = fence_at;
 }
 
 InvalidationRound::~InvalidationRound() {
@@ -57,12 +72,17 @@ void InvalidationRound::claim() {
 void InvalidationRound::send() {
   for (auto& h : homes_) {
     if (h.done) continue;
-    if (h.conn) {  // left from the previous round: returned (healthy) or dropped
-      Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
-      if (h.conn_ok) b.done();
+    if (rounds_ == 0 && h.conn && h.conn_ok) {
+      // taken by connect()
+    } else {
+      if (h.conn) {  // left from the previous round: returned (healthy) or dropped
+        Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
+        if (h.conn_ok) b.done();
+      }
+      h.conn_ok = false;
+      h.conn = rounds_ == 0 ? borrow(*h.pool, ctx_) : borrow_fresh(*h.pool, ctx_);
     }
     h.conn_ok = false;
-    h.conn = rounds_ == 0 ? borrow(*h.pool, ctx_) : borrow_fresh(*h.pool, ctx_);
     if (!h.conn) {
       h.why = "unreachable";
       continue;

@@ -23,6 +23,7 @@
 
 #include "coherence/pool.h"
 #include "coherence/protocol.h"
+#include "coherence/writer.h"
 
 namespace tierce::coherence {
 
@@ -30,13 +31,18 @@ class InvalidationRound {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `homes`: every app node's pool; `req`: the invalidation (number, origin, deps, digest) —
-  // the round fills in cells and tags; `fence_at`: numbering time + the fence bound.
-  InvalidationRound(std::vector<NodePool*> homes, const PoolContext& ctx, InvalidateRequest req,
-                    Clock::time_point fence_at);
+  // `homes`: every app node's pool; `req`: the invalidation (origin, deps, digest) — numbered
+  // by number(), the round fills in cells and tags.
+  InvalidationRound(std::vector<NodePool*> homes, const PoolContext& ctx, InvalidateRequest req);
   InvalidationRound(const InvalidationRound&) = delete;
   ~InvalidationRound();
 
+  // Takes the connections of the first round (pooled ones, or new ones: a handshake can take a
+  // while) BEFORE the invalidation is numbered, so that a number is in flight for microseconds,
+  // not for a connect: a home that reads the counter meanwhile waits for it, or catches up.
+  void connect();
+  // The number the writer counter gave it, and the fence bound from then.
+  void number(const IssuedNumber& n, Clock::time_point fence_at);
   // Runs rounds until settled() or the fence bound; returns whether every home acknowledged.
   bool run();
 

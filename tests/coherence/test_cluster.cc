@@ -245,7 +245,9 @@ BOOST_AUTO_TEST_CASE(invalidate_all_and_concurrent_updates) {
     });
   for (auto& x : th) x.join();
   BOOST_TEST(complete.load() == 400);
-  BOOST_TEST(c.stat(0, "fence_catch_ups") <= 2u);  // the first renewals only: no gap lasted
+  // Numbers are in flight for microseconds (connections are taken before numbering): a
+  // catch-up (which flushes a home's pages) is rare, not one per update.
+  BOOST_TEST(c.stat(0, "fence_catch_ups") <= 10u);
 }
 
 BOOST_AUTO_TEST_CASE(garbage_messages_are_refused_and_memd_serves_on) {
