@@ -779,7 +779,7 @@ void error_log_hook(const ap_errorlog_info* info, const char* errstr) {
   request_rec* r = const_cast<request_rec*>(info->r);
   while (r->main) r = r->main;
   if (!av::is_php_abort(info->level & APLOG_LEVELMASK, errstr)) return;
-  if (!enabled(r)) return;
+  if (!r->per_dir_config || !r->notes || !enabled(r)) return;
   apr_table_setn(r->notes, kAbortNote, "1");
 }
 
