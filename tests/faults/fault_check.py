@@ -326,8 +326,13 @@ def main():
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=2)
     rc = 0 if summary["pass"] else 1
-    if rc != 0 or a.keep:
+    if a.keep:
         print(f"state directory kept (logs under nodes/*/logs, run/): {d}")
+    elif rc != 0:
+        # The logs and the checker's results stay for a look; the database (200 MB) goes.
+        shutil.rmtree(os.path.join(d, "mariadb", "db"), ignore_errors=True)
+        print(f"state directory kept without its database (logs under nodes/*/logs, run/; "
+              f"tierce-check-*.json): {d}")
     else:
         shutil.rmtree(d, ignore_errors=True)
     print("PASS" if rc == 0 else "FAIL")
