@@ -8,7 +8,7 @@ tierce-cluster down (always) and a check that nothing of the cluster is left (pr
   fault_check.py --checker PATH [--build DIR] --variant NAME --transport tcp|shm
                  [--fault-at 4] [--fault-for 4] [--after 8] [--cycles 1] [--period S]
                  [--min-checked N] [--readers 8] [--writers 2] [--hot 100] [--seed 1]
-                 [--app-links direct|relay] [--max-error-ratio R] [--json FILE] [--keep]
+                 [--app-links direct|relay] [--max-error-ratio R] [--budget S] [--json FILE] [--keep]
   fault_check.py --list
 
 One round: the fault starts --fault-at seconds into the checker's run and is healed --fault-for
@@ -19,7 +19,10 @@ soak). Variant "mixed" goes through every variant, one per cycle. Windows report
 before, fault (while it lasts), recovery (3 s after the heal), after.
 
 Pass: no stale read; the checker finished in its budget (a hang is killed and fails); every fault
-command worked; errors within the variant's allowance (VARIANTS below says why each has its own).
+command worked; at most --max-error-ratio (1 %) of the operations failed, not counting, for the
+variants that take down what serves them (app1's or proxy1's httpd killed: VARIANTS says why),
+those that started while the process was down or within 3 s of its restart. Counted per window,
+so the allowance does not depend on how many operations this machine manages in a run.
 Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
 """
 import argparse
@@ -37,48 +40,48 @@ CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
 sys.path.insert(0, os.path.join(REPO, "tools"))
 from tiercelab import cluster as tcluster, procs as tprocs  # noqa: E402
 
-# The default error allowance: an operation that failed and was not caused by the fault (none is
+# The error allowance: operations that failed although the fault does not explain it (none is
 # expected; a stray 5xx of a loaded 2-core machine should not fail the run).
 BASE = 0.01
 
-# name -> (letter, fault commands, heal commands, needs app-link relays, error allowance, why).
-# Commands are tierce-cluster arguments ("--dir D" is added). Error ratios are of all operations of
-# the run (16 s: ~50 000 reads, ~3 000 writes), so a fault of 4 s costing every write and half the
-# reads would be ~4 %.
+# name -> (letter, fault commands, heal commands, needs app-link relays, operations may fail while
+# the fault lasts and 3 s after the heal, why). Commands are tierce-cluster arguments ("--dir D" is
+# added). Where failures are expected they are not counted then, however many: their number
+# depends on how fast the machine retries, not on the system under test; before and after they
+# are held to BASE like everywhere else.
 VARIANTS = {
-    "app1_memd_kill": ("a", ["signal app1 memd KILL"], ["restart-proc app1 memd"], False, BASE,
+    "app1_memd_kill": ("a", ["signal app1 memd KILL"], ["restart-proc app1 memd"], False, False,
                        "the home of half the pages dies: its pages forward, updates wait for its ack "
                        "or fence it; nothing should fail"),
-    "app1_memd_stop": ("a'", ["signal app1 memd STOP"], ["signal app1 memd CONT"], False, BASE,
+    "app1_memd_stop": ("a'", ["signal app1 memd STOP"], ["signal app1 memd CONT"], False, False,
                        "a frozen home looks dead to its peers (timeouts, not refusals); nothing should fail"),
-    "app2_memd_kill": ("b", ["signal app2 memd KILL"], ["restart-proc app2 memd"], False, BASE,
+    "app2_memd_kill": ("b", ["signal app2 memd KILL"], ["restart-proc app2 memd"], False, False,
                        "a remote home dies: app1's updates cannot collect its ack; nothing should fail"),
-    "app2_memd_stop": ("b'", ["signal app2 memd STOP"], ["signal app2 memd CONT"], False, BASE,
+    "app2_memd_stop": ("b'", ["signal app2 memd STOP"], ["signal app2 memd CONT"], False, False,
                        "a remote home frozen; nothing should fail"),
-    "app1_httpd_kill": ("c", ["signal app1 httpd KILL"], ["restart-proc app1 httpd"], False, 0.05,
-                        "app1's httpd takes every write: while it is down each write is refused and "
-                        "the 2 writers retry every 20 ms (at most ~400 errors in 4 s), and a read the "
-                        "proxies balance to it fails until they mark it out (retry=1); measured "
-                        "0.3 % of ~50 000 operations, at most ~1.5 % of 30 000 on a slow run"),
-    "app1_httpd_stop": ("c'", ["signal app1 httpd STOP"], ["signal app1 httpd CONT"], False, BASE,
+    "app1_httpd_kill": ("c", ["signal app1 httpd KILL"], ["restart-proc app1 httpd"], False, True,
+                        "app1's httpd takes every write: while it is down each write is refused (the "
+                        "2 writers retry every 20 ms: ~400 errors in 4 s), and a read the proxies "
+                        "balance to it fails until they mark it out (retry=1 s), also after the restart"),
+    "app1_httpd_stop": ("c'", ["signal app1 httpd STOP"], ["signal app1 httpd CONT"], False, False,
                         "writes and the reads balanced to app1 wait out the freeze: 4 s, below the "
                         "checker's 30 s request timeout and the proxies' ProxyTimeout 30"),
-    "proxy1_httpd_kill": ("d", ["signal proxy1 httpd KILL"], ["restart-proc proxy1 httpd"], False, 0.08,
+    "proxy1_httpd_kill": ("d", ["signal proxy1 httpd KILL"], ["restart-proc proxy1 httpd"], False, True,
                           "half the readers' requests go to proxy1: each is refused while it is down "
-                          "and the reader retries after 20 ms, so the 8 readers pile up to ~1 600 "
-                          "errors in 4 s; measured 3.2 % of ~45 000 operations"),
-    "proxy1_httpd_stop": ("d'", ["signal proxy1 httpd STOP"], ["signal proxy1 httpd CONT"], False, BASE,
+                          "and the reader retries after 20 ms, so the 8 readers pile up ~1 600 errors "
+                          "in 4 s (~4 % of a run here, more on a slower machine)"),
+    "proxy1_httpd_stop": ("d'", ["signal proxy1 httpd STOP"], ["signal proxy1 httpd CONT"], False, False,
                           "reads sent to proxy1 wait out the freeze (below the request timeout)"),
-    "proxy1_memd_kill": ("e", ["signal proxy1 memd KILL"], ["restart-proc proxy1 memd"], False, BASE,
+    "proxy1_memd_kill": ("e", ["signal proxy1 memd KILL"], ["restart-proc proxy1 memd"], False, False,
                          "a proxy's memd only exports its arena; nothing should fail"),
-    "proxy1_memd_stop": ("e'", ["signal proxy1 memd STOP"], ["signal proxy1 memd CONT"], False, BASE,
+    "proxy1_memd_stop": ("e'", ["signal proxy1 memd STOP"], ["signal proxy1 memd CONT"], False, False,
                          "as above, frozen"),
-    "slow_home": ("f", ["link app1 app2 delay 1500"], ["link app1 app2 delay 0"], True, BASE,
+    "slow_home": ("f", ["link app1 app2 delay 1500"], ["link app1 app2 delay 0"], True, False,
                   "every byte between app1 and app2 takes 1.5 s each way: updates are slow, not failed"),
-    "partition": ("g", ["link app1 app2 cut"], ["link app1 app2 heal"], True, BASE,
+    "partition": ("g", ["link app1 app2 cut"], ["link app1 app2 heal"], True, False,
                   "app1 and app2 cannot reach each other (proxies reach both): updates wait or fence "
                   "app2; nothing should fail"),
-    "partition_one_way": ("h", ["link app1 app2 cut --one-way"], ["link app1 app2 heal --one-way"], True, BASE,
+    "partition_one_way": ("h", ["link app1 app2 cut --one-way"], ["link app1 app2 heal --one-way"], True, False,
                           "what app1 sends to app2 is lost, the other way works; nothing should fail"),
 }
 ORDER = list(VARIANTS)
@@ -142,6 +145,9 @@ class Round:
             self.ranges["before" if k == 0 else "after"].append((t, start))
             self.ranges["fault"].append((start, start + length))
             self.ranges["recovery"].append((start + length, start + length + 3))
+            # The same per variant: the error allowance is per variant (see VARIANTS).
+            self.ranges.setdefault(f"fault-{name}", []).append((start, start + length))
+            self.ranges.setdefault(f"recovery-{name}", []).append((start + length, start + length + 3))
             t = start + length + 3
         self.duration = f + (a.cycles - 1) * period + length + a.after
         self.ranges["after"].append((t, self.duration))
@@ -152,7 +158,7 @@ class Round:
         argv = [a.checker, "--cluster", os.path.join(self.d, "cluster.json"), "--app", app1,
                 "--duration", f"{self.duration:g}", "--no-pace", "--readers", str(a.readers),
                 "--writers", str(a.writers), "--hot", str(a.hot), "--seed", str(a.seed),
-                "--timeout", str(a.request_timeout), "--max-error-ratio", str(a.max_error_ratio),
+                "--timeout", str(a.request_timeout), "--max-error-ratio", "1",  # counted per window here
                 "--json", result]
         for name, rs in self.ranges.items():
             for lo, hi in rs:
@@ -237,15 +243,19 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=30.0,
                     help="tierce-check --timeout: one HTTP request's deadline (a hang beyond it is an error)")
     ap.add_argument("--app-links", choices=["direct", "relay"])
-    ap.add_argument("--max-error-ratio", type=float, help="default: the variant's allowance")
+    ap.add_argument("--max-error-ratio", type=float, default=BASE,
+                    help="of the operations whose failure the fault does not explain (default %(default)s)")
+    ap.add_argument("--budget", type=float, help="seconds a round's checker may take before it is killed as "
+                                                 "hung (default: its duration + 3 request timeouts + 30)")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
     ap.add_argument("--list", action="store_true", help="list the variants and exit")
     a = ap.parse_args()
     if a.list:
-        for name, (letter, fault, heal, relay, allow, why) in VARIANTS.items():
+        for name, (letter, fault, heal, relay, may_fail, why) in VARIANTS.items():
             print(f"{letter:3} {name:18} {'; '.join(fault)} -> {'; '.join(heal)}  "
-                  f"(errors <= {allow:g}{', relays' if relay else ''}): {why}")
+                  f"({'errors expected while down' if may_fail else 'no errors expected'}"
+                  f"{', relays' if relay else ''}): {why}")
         return 0
     if not a.checker or not a.variant:
         ap.error("--checker and --variant are required")
@@ -259,8 +269,6 @@ def main():
         a.app_links = "relay" if any(VARIANTS[n][3] for n in names) else "direct"
     if a.app_links == "direct" and any(VARIANTS[n][3] for n in names):
         ap.error(f"{a.variant} needs --app-links relay")
-    if a.max_error_ratio is None:
-        a.max_error_ratio = max(VARIANTS[n][4] for n in names)
 
     why = skip_reason(a)
     if why:
@@ -288,7 +296,7 @@ def main():
             r = Round(a, d, cycle0)
             cycle0 += a.cycles
             result = os.path.join(d, f"tierce-check-{len(rounds) + 1}.json")
-            budget = r.duration + 3 * a.request_timeout + 30
+            budget = a.budget or r.duration + 3 * a.request_timeout + 30
             crc, res = run_checker(a, r.argv(a, result), budget)
             rounds.append((r, crc, res))
             if crc is None:
@@ -357,11 +365,22 @@ def summarize(a, rounds, problems, elapsed):
     for x in win.values():
         lat = x.pop("lat")
         x["write_latency_ms"] = {"p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": max(lat) if lat else 0.0}
-    names = sorted({v for r, _, _ in rounds for v in r.variants}, key=ORDER.index)
+    names = sorted({v for r, _, _ in rounds for v in r.variants}, key=ORDER.index) or \
+        (ORDER if a.variant == "mixed" else [a.variant])
+    # Errors the fault does not explain: every window but the fault and recovery windows of the
+    # variants that take down what serves the requests.
+    counted = ["before", "after"] + [f"{w}-{n}" for n in names if not VARIANTS[n][4] for w in ("fault", "recovery")]
+    c_errors = sum(win[w]["errors"] for w in counted if w in win)
+    c_ops = sum(win[w]["reads"] + win[w]["writes"] for w in counted if w in win)
+    c_ratio = c_errors / c_ops if c_ops else 0.0
+    if c_ratio > a.max_error_ratio:
+        problems.append(f"{c_errors} errors of {c_ops} operations the fault does not explain "
+                        f"(ratio {c_ratio:.4f} > {a.max_error_ratio:g})")
     s = {"variant": a.variant, "letters": [VARIANTS[n][0] for n in names], "transport": a.transport,
          "app_links": a.app_links, "rounds": len(rounds), "cycles_per_round": a.cycles,
          "max_error_ratio": a.max_error_ratio, "elapsed_s": round(elapsed, 1), **tot,
-         "error_ratio": (tot["errors"] / tot["ops"]) if tot["ops"] else None, "windows": win,
+         "error_ratio": (tot["errors"] / tot["ops"]) if tot["ops"] else None,
+         "counted_errors": c_errors, "counted_ops": c_ops, "counted_error_ratio": c_ratio, "windows": win,
          "problems": problems}
     if tot["stale_reads"] and not any("stale" in p for p in problems):
         problems.append(f"{tot['stale_reads']} stale read(s)")
@@ -370,7 +389,8 @@ def summarize(a, rounds, problems, elapsed):
           f"{a.app_links}: {len(rounds)} round(s) x {a.cycles} fault(s), {elapsed:.0f} s")
     print(f"  checked reads {tot['checked_reads']} of {tot['reads']}, STALE {tot['stale_reads']}, "
           f"writes ok {tot['writes_ok']}, errors {tot['errors']} (ratio "
-          f"{0 if not tot['ops'] else tot['errors'] / tot['ops']:.4f}, allowed {a.max_error_ratio:g})")
+          f"{0 if not tot['ops'] else tot['errors'] / tot['ops']:.4f}; not explained by the fault "
+          f"{c_errors} of {c_ops}, ratio {c_ratio:.4f}, allowed {a.max_error_ratio:g})")
     for name in ("before", "fault", "recovery", "after"):
         x = win.get(name)
         if x:
