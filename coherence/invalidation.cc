@@ -28,9 +28,8 @@ InvalidationRound::InvalidationRound(std::vector<NodePool*> homes, const PoolCon
 void InvalidationRound::connect() {
   for (auto& h : homes_) {
     if (h.conn) continue;
-    h.conn = borrow(*h.pool, ctx_);
+    h.conn = borrow_idle(*h.pool);
     h.conn_ok = h.conn != nullptr;
-    if (!h.conn) h.why = "unreachable";
   }
 }
 
@@ -41,11 +40,33 @@ void InvalidationRound::number(const IssuedNumber& n, Clock::time_point fence_at
 }
 
 InvalidationRound::~InvalidationRound() {
-  for (auto& h : homes_) {
-    if (!h.conn) continue;
-    Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
-    if (h.conn_ok) b.done();
+  for (auto& h : homes_) release(h);
+}
+
+void InvalidationRound::release(Home& h) {
+  if (!h.conn) return;
+  if (h.conn_ok) {
+    try {
+      h.conn->c->set_op_timeout(ctx_.tuning.op_timeout);  // back to the pool's own deadline
+    } catch (const std::exception&) {
+      h.conn_ok = false;
+    }
   }
+  Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
+  if (h.conn_ok) b.done();
+}
+
+fabric::Millis InvalidationRound::op_deadline() const {
+  // What is left of the bound, but never below a floor that a healthy home answers within: a
+  // read of an ack that is already there must not fail for want of a millisecond (the update
+  // then overshoots the bound by at most the floor).
+  constexpr fabric::Millis kFloor{50};
+  return std::max(std::min(ctx_.tuning.op_timeout, left()), std::min(ctx_.tuning.op_timeout, kFloor));
+}
+
+fabric::Millis InvalidationRound::left() const {
+  auto d = std::chrono::duration_cast<fabric::Millis>(fence_at_ - Clock::now());
+  return std::max(d, fabric::Millis(0));
 }
 
 size_t InvalidationRound::unsettled() const {
@@ -70,17 +91,29 @@ void InvalidationRound::claim() {
 }
 
 void InvalidationRound::send() {
-  for (auto& h : homes_) {
-    if (h.done) continue;
+  // Homes with a connection in hand first: a connect to a slow or cut-off home (up to what is
+  // left of the bound) must not keep the invalidation from the healthy ones.
+  std::vector<Home*> order;
+  for (auto& h : homes_)
+    if (!h.done && h.conn && h.conn_ok && rounds_ == 0) order.push_back(&h);
+  for (auto& h : homes_)
+    if (!h.done && !(h.conn && h.conn_ok && rounds_ == 0)) order.push_back(&h);
+  for (Home* hp : order) {
+    Home& h = *hp;
     if (rounds_ == 0 && h.conn && h.conn_ok) {
       // taken by connect()
     } else {
-      if (h.conn) {  // left from the previous round: returned (healthy) or dropped
-        Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
-        if (h.conn_ok) b.done();
-      }
+      release(h);  // left from the previous round: returned (healthy) or dropped
       h.conn_ok = false;
-      h.conn = rounds_ == 0 ? borrow(*h.pool, ctx_) : borrow_fresh(*h.pool, ctx_);
+      // Nothing started here may outlast the bound: a connect gets what is left of it.
+      PoolContext c = ctx_;
+      c.tuning.connect_timeout = std::min(c.tuning.connect_timeout, left());
+      c.tuning.op_timeout = op_deadline();
+      if (c.tuning.connect_timeout.count() <= 0) {
+        h.why = "unreachable";
+        continue;
+      }
+      h.conn = rounds_ == 0 ? borrow(*h.pool, c) : borrow_fresh(*h.pool, c);
     }
     h.conn_ok = false;
     if (!h.conn) {
@@ -88,6 +121,7 @@ void InvalidationRound::send() {
       continue;
     }
     try {
+      h.conn->c->set_op_timeout(op_deadline());
       const fabric::RemoteRegion& acks = region(*h.conn, RegionKind::Acks, ctx_);
       uint64_t cells = ack_cells_in(acks.len);
       if (cells == 0) throw std::runtime_error("its acks region has no cells");
@@ -108,6 +142,9 @@ void InvalidationRound::send() {
 }
 
 void InvalidationRound::await(Clock::time_point until) {
+  // When the slice is over, one more pass: a read of a frozen home may have used it up (it
+  // fails, and is skipped from then on) while a healthy home's ack arrived meanwhile.
+  bool last_pass = false;
   for (int spins = 0;; ++spins) {
     bool waiting = false;
     for (auto& h : homes_) {
@@ -115,6 +152,7 @@ void InvalidationRound::await(Clock::time_point until) {
       try {
         const fabric::RemoteRegion& acks = region(*h.conn, RegionKind::Acks, ctx_);
         uint64_t v = 0;
+        h.conn->c->set_op_timeout(op_deadline());
         h.conn->c->read(acks, ack_cell_offset(h.cell), &v, 8);
         if (v == h.tag) {
           h.done = true;
@@ -127,18 +165,19 @@ void InvalidationRound::await(Clock::time_point until) {
         h.why = std::string("ack not readable: ") + e.what();
       }
     }
-    if (!waiting || Clock::now() >= until) return;
+    if (!waiting || last_pass) return;
+    if (Clock::now() >= until) {
+      last_pass = true;
+      continue;
+    }
     if (spins > 50)
       std::this_thread::sleep_for(std::chrono::microseconds(spins > 500 ? 1000 : 50));
   }
 }
 
 void InvalidationRound::settle() {
-  for (auto& h : homes_) {
-    if (!h.done || !h.conn) continue;
-    Borrowed b(*h.pool, std::move(h.conn), ctx_.tuning.retry_after);
-    if (h.conn_ok) b.done();
-  }
+  for (auto& h : homes_)
+    if (h.done) release(h);
 }
 
 bool InvalidationRound::run() {

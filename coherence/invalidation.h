@@ -37,9 +37,10 @@ class InvalidationRound {
   InvalidationRound(const InvalidationRound&) = delete;
   ~InvalidationRound();
 
-  // Takes the connections of the first round (pooled ones, or new ones: a handshake can take a
-  // while) BEFORE the invalidation is numbered, so that a number is in flight for microseconds,
-  // not for a connect: a home that reads the counter meanwhile waits for it, or catches up.
+  // Takes the idle pooled connections of the first round BEFORE the invalidation is numbered,
+  // so that a number is usually in flight for microseconds: a home that reads the counter
+  // meanwhile waits for it, or catches up. Never connects (a handshake with a slow or cut-off home
+  // must not come before the bound starts): send() connects to the others after numbering.
   void connect();
   // The number the writer counter gave it, and the fence bound from then.
   void number(const IssuedNumber& n, Clock::time_point fence_at);
@@ -60,6 +61,9 @@ class InvalidationRound {
 
  private:
   struct Home;
+  void release(Home& h);        // returns its connection to the pool (or drops a failed one)
+  fabric::Millis left() const;  // until the fence bound
+  fabric::Millis op_deadline() const;  // for one send or read now
   std::vector<Home> homes_;
   const PoolContext& ctx_;
   InvalidateRequest req_;

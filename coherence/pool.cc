@@ -73,6 +73,14 @@ std::unique_ptr<NodePool::Conn> borrow(NodePool& n, const PoolContext& ctx, bool
   return c;
 }
 
+std::unique_ptr<NodePool::Conn> borrow_idle(NodePool& n) {
+  std::lock_guard lk(n.mu);
+  if (NodePool::Clock::now() < n.down_until || n.idle.empty()) return nullptr;
+  auto c = std::move(n.idle.back());
+  n.idle.pop_back();
+  return c;
+}
+
 std::unique_ptr<NodePool::Conn> borrow_fresh(NodePool& n, const PoolContext& ctx) {
   std::vector<std::unique_ptr<NodePool::Conn>> stale;
   {

@@ -76,6 +76,8 @@ struct PoolContext {
 // `ignore_down`) or cannot be reached (then it is marked down; logged as COH0101).
 std::unique_ptr<NodePool::Conn> borrow(NodePool& n, const PoolContext& ctx,
                                        bool ignore_down = false);
+// An idle pooled connection of `n`, or nullptr — never connects, never waits.
+std::unique_ptr<NodePool::Conn> borrow_idle(NodePool& n);
 // A new connection, even while the node is marked down, after dropping its idle pooled ones (they
 // may lead to a previous incarnation of its memd); nullptr when it cannot be reached. Quiet.
 std::unique_ptr<NodePool::Conn> borrow_fresh(NodePool& n, const PoolContext& ctx);

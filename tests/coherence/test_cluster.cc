@@ -337,6 +337,7 @@ BOOST_AUTO_TEST_CASE(ack_cells_are_never_exhausted_by_unacknowledged_rounds) {
     auto out = cl.invalidate(w, "app1", deps({"item:2"}), Scheme::DependencyLists);
     BOOST_REQUIRE(!out.complete());
     BOOST_TEST(out.acked.size() == 1u);  // app1 acknowledged every one
+    for (const auto& f : out.fenced) BOOST_TEST_MESSAGE("round " << i << " (" << out.rounds << " rounds): " << f);
   }
   c.memd[1].signal(SIGCONT);
   BOOST_REQUIRE(c.both_vouch());
