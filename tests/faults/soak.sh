@@ -10,8 +10,8 @@
 #                             [--no-mixed] [--out DIR]
 #
 # About 40 minutes on a 2-core machine with the defaults (37 min measured). Results:
-# OUT/<variant>-<transport>.json and OUT/<variant>-<transport>.log (default OUT: /tmp/tierce-soak.<date>), the table also in
-# OUT/table.txt. Exit 0 when every run passed, 1 otherwise, 77 when fault_check.py skipped.
+# OUT/<variant>-<transport>.json and .log (default OUT: /tmp/tierce-soak.<date>), the table also
+# in OUT/table.txt. Exit 0 when every run passed, 1 otherwise, 77 when fault_check.py skipped.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
