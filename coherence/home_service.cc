@@ -12,6 +12,9 @@ namespace tierce::coherence {
 
 namespace {
 uint64_t ms_to_ns(uint64_t ms) { return ms * 1'000'000ull; }
+// How soon a home that does not vouch tries again (a renewal is a few reads of the other app
+// nodes' writer counters; a refused connect costs nothing).
+constexpr std::chrono::milliseconds kFencedRetry{20};
 }  // namespace
 
 // A new incarnation must not acknowledge an invalidation while proxies can still validate pages
@@ -279,8 +282,11 @@ void HomeService::fence_loop() {
     } else if (ok) {
       last_logged.clear();
     }
+    // A home that does not vouch retries sooner: until it does, its pages are not served from
+    // cache (at start-up, until the other app nodes' memd are up; after a cut, until it heals).
+    const auto wait = f.vouching ? period : std::min(period, kFencedRetry);
     std::unique_lock lk(fence_mu_);
-    if (fence_cv_.wait_for(lk, period, [&] { return stopping_; })) return;
+    if (fence_cv_.wait_for(lk, wait, [&] { return stopping_; })) return;
   }
 }
 

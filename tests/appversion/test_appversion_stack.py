@@ -235,6 +235,22 @@ AppVersionOpTimeout 200
                            os.path.join(self.dir, f"{n}-memd.toml")], f"{n}-memd.log")
         wait_port(self.ports[n], p, f"tierce-memd {n}")
 
+    def wait_vouching(self, nodes, timeout=15.0):
+        """Wait until each node's memd, in its latest incarnation, logs that it vouches (COH0212):
+        before that its pages are rightly not tagged (it has not yet read every writer counter)."""
+        deadline = time.time() + timeout
+        pending = list(nodes)
+        while pending and time.time() < deadline:
+            for n in list(pending):
+                with open(os.path.join(self.dir, "logs", f"{n}-memd.log"), errors="replace") as f:
+                    text = f.read()
+                if "COH0212" in text[text.rfind("COH0201"):]:
+                    pending.remove(n)
+            time.sleep(0.02)
+        if pending:
+            raise Failure(f"tierce-memd of {', '.join(pending)} did not vouch (COH0212) "
+                               f"within {timeout:.0f} s")
+
     def start_httpd(self):
         p = self.start("httpd", [APACHE, "-f", self.conf, "-DFOREGROUND"], "httpd.out")
         wait_port(self.ports["http"], p, "httpd")
@@ -365,6 +381,7 @@ def run(s):
     # -- the cluster ----------------------------------------------------------------------
     s.start_memd("app1")
     s.start_memd("app2")
+    s.wait_vouching(["app1", "app2"])
     s.start_httpd()
     keys = s.keys_by_home(4)
     k1a, k1b = keys["app1"][0], keys["app2"][0]   # page.php (item:1), one per home
