@@ -8,13 +8,20 @@
 //   16      8     violations: overlaps and token regressions found by any worker
 //   24      8     exclusive sections completed
 //   32      8     unused
-//   40+16i  16    slot i (one per worker): pid (8), mode inside the lock (8): 0 out, 1 shared,
-//                 2 exclusive
+//   40+32i  32    slot i (one per worker): pid (8), mode inside the lock (8): 0 out, 1 shared,
+//                 2 exclusive; the process's start time (8, /proc/PID/stat field 22, clock
+//                 ticks since boot); unused (8)
 //
 // A worker entering announces itself in its slot, then looks at every other slot whose process
 // is alive: another exclusive (or, entering exclusively, anyone) inside is a violation. Slots of
 // dead processes are ignored: a node killed mid-section leaves its worker's slot behind, and the
 // next holder may enter once the lock manager has given the lock away (that is the point).
+//
+// "Alive" means: that pid exists, is not exiting or a zombie, AND started at the recorded time.
+// The pid alone is not enough: the driver reaps a killed holder at once, and on a busy machine
+// (pid_max 32768 here, thousands of processes per test run) its pid is handed to another process
+// within seconds — which the old check took for the holder still inside its section, reporting
+// a violation that never happened (issue 14: every reported violation named the killed holder).
 //
 // Usage: stress_worker SOCKET STATEFILE SLOT LOCKNAME ITERATIONS SEED [--hold-forever]
 // Exit: 0 done, 1 a violation or an unexpected error, 3 the lockd went away (node killed).
@@ -47,6 +54,8 @@ constexpr int kSlots = 64;
 struct Slot {
   std::atomic<int64_t> pid;
   std::atomic<int64_t> mode;
+  std::atomic<uint64_t> start;  // start time of that process (clock ticks since boot)
+  uint64_t unused;
 };
 struct State {
   std::atomic<uint64_t> counter;
@@ -56,27 +65,50 @@ struct State {
   uint64_t unused;
   Slot slots[kSlots];
 };
-static_assert(sizeof(State) == 40 + 16 * kSlots);
+static_assert(sizeof(State) == 40 + 32 * kSlots);
 
-// A process counts as alive until it starts exiting: one that is exiting (PF_EXITING, after a
-// SIGKILL: it runs no more user code, and its lockd connection closes during the exit) or a
-// zombie (exited, not reaped by its parent yet) is dead for this purpose.
-bool alive(int64_t pid) {
-  if (pid <= 0) return false;
+// What /proc/PID/stat says of a process: its state, flags, start time and name.
+struct ProcStat {
+  bool exists = false;
+  char state = 0;
+  unsigned long flags = 0;
+  unsigned long long start = 0;
+  std::string comm;
+};
+
+ProcStat proc_stat(int64_t pid) {
+  ProcStat ps;
+  if (pid <= 0) return ps;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
   FILE* f = std::fopen(path, "r");
-  if (!f) return false;
-  char buf[1024] = {};
+  if (!f) return ps;
+  char buf[2048] = {};
   size_t n = std::fread(buf, 1, sizeof buf - 1, f);
   std::fclose(f);
-  const char* p = std::strrchr(buf, ')');  // "pid (comm) state ppid pgrp session tty tpgid flags"
-  if (n == 0 || !p) return true;
-  char state = 0;
-  unsigned long flags = 0;
-  if (std::sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return true;
+  ps.exists = n > 0;
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
+  //  stime cutime cstime priority nice num_threads itrealvalue starttime ..." (proc(5))
+  const char* open = std::strchr(buf, '(');
+  const char* close = std::strrchr(buf, ')');
+  if (!open || !close || close < open) return ps;
+  ps.comm.assign(open + 1, close);
+  std::sscanf(close + 1,
+              " %c %*d %*d %*d %*d %*d %lu %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+              &ps.state, &ps.flags, &ps.start);
+  return ps;
+}
+
+// A process counts as alive until it starts exiting: one that is exiting (PF_EXITING, after a
+// SIGKILL: it runs no more user code, and its lockd connection closes during the exit) or a
+// zombie (exited, not reaped by its parent yet) is dead for this purpose — and so is another
+// process that was given the same pid later (its start time differs).
+bool alive(int64_t pid, uint64_t start) {
+  ProcStat ps = proc_stat(pid);
+  if (!ps.exists) return false;
   constexpr unsigned long kPfExiting = 0x4;
-  return state != 'Z' && state != 'X' && !(flags & kPfExiting);
+  if (ps.state == 'Z' || ps.state == 'X' || (ps.flags & kPfExiting)) return false;
+  return ps.start == start;
 }
 
 // Announces `mode` in slot `me` and returns how many live others conflict with it.
@@ -87,7 +119,22 @@ int enter(State& st, int me, int64_t mode) {
     if (i == me) continue;
     int64_t m = st.slots[i].mode.load();
     if (m == 0 || (mode == 1 && m == 1)) continue;
-    if (alive(st.slots[i].pid.load())) {
+    const int64_t pid = st.slots[i].pid.load();
+    const uint64_t start = st.slots[i].start.load();
+    if (!alive(pid, start)) {
+      // Say so when the pid now belongs to another process: what the old check mistook.
+      static uint64_t noted = 0;  // slots already reported (once per worker and slot)
+      ProcStat ps = proc_stat(pid);
+      if (ps.exists && ps.start != start && ps.state != 'Z' && !(noted & (1ull << i)) &&
+          (noted |= 1ull << i))
+        std::fprintf(stderr,
+                     "note: slot %d's pid %lld (inside %s, started at tick %llu) is now another "
+                     "process, '%s' started at tick %llu: the holder is gone, not inside\n",
+                     i, static_cast<long long>(pid), m == 2 ? "exclusively" : "shared",
+                     static_cast<unsigned long long>(start), ps.comm.c_str(), ps.start);
+      continue;
+    }
+    {
       std::fprintf(stderr, "VIOLATION: slot %d entered %s while slot %d (pid %lld) is inside %s\n", me,
                    mode == 2 ? "exclusively" : "shared", i,
                    static_cast<long long>(st.slots[i].pid.load()), m == 2 ? "exclusively" : "shared");
@@ -125,6 +172,7 @@ int main(int argc, char** argv) {
   }
   State& st = *static_cast<State*>(p);
   st.slots[me].mode.store(0);
+  st.slots[me].start.store(proc_stat(::getpid()).start);
   st.slots[me].pid.store(::getpid());
   std::mt19937 rng(seed);
   try {
