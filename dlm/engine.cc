@@ -75,6 +75,10 @@ struct LockEngine::Slot {
   std::string name;
   uint64_t gen = 0;
   uint32_t early_recovered_rels = 0;  // RecoveredRel that beat the recovery record
+  // The token of the last recovery ticket of this slot. K in the table is only written when a
+  // release is published, so after a recovery it may still be older than the recovery's token
+  // (handed on by messages since): the next recovery starts above this one, not above K.
+  Token last_recovery_token = 0;
   // SRSL state.
   struct Holder {
     uint32_t rank;
@@ -556,6 +560,16 @@ void LockEngine::granted(Step& st, Request& r, Token token) {
     return;
   }
   r.state = Request::State::Held;
+  if (r.home != opts_.self_rank && opts_.lease_valid && !opts_.lease_valid(r.home)) {
+    // This node's lease on the home lapsed (it was frozen or cut off): the home may have given
+    // the lock away since this grant was computed. Not handed out; released like a ghost.
+    ++counters_.revoked;
+    fail(st, r, Status::LeaseLost,
+         "granted, but this lockd's lease on the home of lock "" + r.name + "" (member " +
+             std::to_string(r.home) + ") had lapsed (was this lockd frozen or cut off?): retry");
+    release_request(st, r);
+    return;
+  }
   Grant g;
   g.status = Status::Ok;
   g.hold = r.id;
@@ -955,7 +969,14 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
   std::erase_if(records_, [&](const auto& kv) { return std::get<0>(kv.first) == rank; });
   std::erase_if(resolved_, [&](const auto& kv) { return kv.second.home == rank; });
   std::erase_if(last_word_, [&](const auto& kv) { return uint32_t(kv.first >> 32) == rank; });
-  // SRSL homes forget the dead member's holders and waiters at once.
+  finish(lk, st);
+}
+
+void LockEngine::member_dead(uint32_t rank) {
+  std::unique_lock lk(mu_);
+  if (rank >= alive_.size() || rank == opts_.self_rank) return;
+  Step st;
+  // SRSL homes forget the dead member's holders and waiters.
   if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
     for (uint32_t s = 0; s < slots_.size(); ++s) {
       std::erase_if(slots_[s]->holders, [&](const Slot::Holder& h) { return h.rank == rank; });
@@ -1039,6 +1060,7 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
     }
     // 2. Ask every live member (this node too) what it holds; their waiters step back.
     std::vector<ReportedHold> holds;
+    std::vector<bool> warned(opts_.members + 1, false);
     for (uint32_t rank = 1; rank <= opts_.members; ++rank) {
       for (;;) {
         if (rank != opts_.self_rank && !alive(rank)) break;
@@ -1051,10 +1073,15 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
           holds.insert(holds.end(), rep->begin(), rep->end());
           break;
         } catch (const std::exception& e) {
-          log_line(opts_.log, fabric::LogLevel::Warn,
-                   "DLM0303 recovery of slot " + std::to_string(s) + ": member " +
-                       std::to_string(rank) + " did not answer (" + e.what() +
-                       "); asking again until it answers or is declared dead");
+          // Said once per member and recovery: it is asked again every 10 ms.
+          if (!warned[rank]) {
+            warned[rank] = true;
+            log_line(opts_.log, fabric::LogLevel::Warn,
+                     "DLM0303 recovery of slot " + std::to_string(s) + ": member " +
+                         std::to_string(rank) + " did not answer (" + e.what() +
+                         "); asking again until it answers or is declared dead (silent for "
+                         "a lease)");
+          }
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
       }
@@ -1062,7 +1089,9 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
     // 3. A home ticket R becomes the tail; it counts as held until every reported holder released.
     std::unique_lock lk(mu_);
     Step st;
-    Token top = word_at(table_, off + 8).load();
+    // Every token granted since K was published, or since the last recovery, is less than
+    // either plus the jump (2^32 grants apart): above the highest of them and of the holds.
+    Token top = std::max(word_at(table_, off + 8).load(), slots_[s]->last_recovery_token);
     for (const auto& h : holds) top = std::max(top, h.token);
     Ticket r = new_ticket();
     auto rec = std::make_unique<Record>();
@@ -1072,6 +1101,7 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
     rec->gen = q.new_gen;
     rec->granted = true;
     rec->token = top + kRecoveryTokenJump;
+    slots_[s]->last_recovery_token = rec->token;
     uint32_t early = slots_[s]->early_recovered_rels;
     rec->holders_outstanding = holds.size() > early ? uint32_t(holds.size() - early) : 0;
     bool free_now = rec->holders_outstanding == 0;

@@ -60,6 +60,12 @@ struct EngineOptions {
   // (lockd: lease_ms — a home that sits on a request longer is declared dead anyway).
   std::chrono::milliseconds uncertain_release_delay{1000};
   size_t max_requests = 1u << 20;               // local requests + holds
+  // Whether this node still holds a lease on `home`'s locks (lockd: an answer from it within
+  // lease_ms - lease_ms/4). Asked at every grant on a lock homed elsewhere: a grant computed
+  // from a completion or message that waited while this lockd was frozen or cut off is not
+  // handed to the client (LeaseLost), as that home may have given the lock away meanwhile.
+  // Unset: always valid (tests of the engine alone).
+  std::function<bool(uint32_t home)> lease_valid;
   fabric::LogSink log;
 };
 
@@ -96,6 +102,11 @@ class LockEngine final : public LocalLockService {
   // - as a home, this node recovers every lock of its table that may involve the member
   //   (run by recover_all() on the caller's thread: it makes calls to the members).
   void member_down(uint32_t rank, const std::string& why);
+  // The member is dead (not heard from for a whole lease): its holds on this home's locks may be
+  // given away. SRSL forgets its holders and waiters here; N-CoSED's recover_all() does it for
+  // the members its `alive` callback calls dead. member_down() alone (the member's answers are
+  // late, lease_ms - lease_ms/4) never gives its holds away: it revokes its own on that member's.
+  void member_dead(uint32_t rank);
   void member_up(uint32_t rank);
   bool member_alive(uint32_t rank) const;
   // Recovers every allocated slot of this home (docs/dlm.md "Recovery"). Calls the live

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -34,8 +35,14 @@ struct Lockd::Peer {
   // Liveness (under Lockd::mu_).
   Clock::time_point last_heard{};   // it called our heartbeat
   Clock::time_point last_answer{};  // send time of our heartbeat that it answered
+  // last_answer for the engine's grant-time lease check (read without Lockd::mu_, which the
+  // heartbeat logic holds while it calls the engine); nanoseconds of Clock.
+  std::atomic<int64_t> last_answer_ns{0};
   uint64_t incarnation = 0;         // as last seen
+  // up: its answers are fresh (lease - guard): this node trusts its holds on the member's locks.
+  // dead: not heard from, or no answer, for a whole lease: its holds here may be given away.
   bool up = false;
+  bool dead = true;
   std::string why_down = "not heard from yet";
   uint64_t send_failures = 0;
 };
@@ -126,6 +133,13 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
     return topo_.rank_of(topo_.lock_home_of(cluster::hash64(name)).name);
   };
   eo.uncertain_release_delay = std::chrono::milliseconds(topo_.dlm.lease_ms);
+  eo.lease_valid = [this](uint32_t home) {
+    if (home == 0 || home >= peers_.size() || home == rank_) return true;
+    const int64_t answered = peers_[home]->last_answer_ns.load(std::memory_order_acquire);
+    const auto lease = std::chrono::milliseconds(topo_.dlm.lease_ms);
+    const int64_t valid_ns = std::chrono::nanoseconds(lease - lease / 4).count();
+    return answered != 0 && Clock::now().time_since_epoch().count() - answered <= valid_ns;
+  };
   eo.log = opts_.log;
   engine_ = std::make_unique<dlm::LockEngine>(eo, std::span(table_->data(), table_bytes), *this);
   for (uint32_t r = 1; r < peers_.size(); ++r)
@@ -299,7 +313,32 @@ void Lockd::heartbeat_loop() {
       if (err.empty()) note_incarnation(r, answer->incarnation);
       std::lock_guard plk(mu_);
       const auto now = Clock::now();
-      if (err.empty()) p.last_answer = sent;
+      // Our lease on its locks had lapsed before this heartbeat left, yet it answers: this lockd
+      // was frozen (or cut off) and is back. The member may have declared us down and given our
+      // holds on its locks away, and dropped what it kept for our locks' queues: revoke ours
+      // before the fresh answer renews the lease (a grant checks the lease: it sees the lapse
+      // until then), and rebuild our own locks' queues by asking it (it is alive).
+      if (err.empty() && p.up && p.last_answer != Clock::time_point{} &&
+          sent - p.last_answer > lease - guard) {
+        const std::string why =
+            "this lockd had no answer from it for " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(sent - p.last_answer)
+                               .count()) +
+            " ms (was it frozen, or cut off?)";
+        p.up = false;
+        p.why_down = why;
+        log(fabric::LogLevel::Warn, "LOCKD0035 lease on member " + std::to_string(r) + " (" +
+                                        p.name + ") lapsed: " + why +
+                                        "; holds on its locks are revoked (LeaseLost) and this "
+                                        "node's locks are rebuilt");
+        engine_->member_down(r, why);
+        recovery_needed_ = true;
+        cv_.notify_all();
+      }
+      if (err.empty()) {
+        p.last_answer = sent;
+        p.last_answer_ns.store(sent.time_since_epoch().count(), std::memory_order_release);
+      }
       // Grace at our own start: peers get one lease to show up before they count as down.
       auto heard = std::max(p.last_heard, started);
       auto answered = p.last_answer;
@@ -319,11 +358,26 @@ void Lockd::heartbeat_loop() {
                                         "; its holds are released and the locks it was home of "
                                         "fail with HomeDown until it is back");
         engine_->member_down(r, why);
+        recovery_needed_ = true;  // waits for its answers, or for it to be dead (below)
+        cv_.notify_all();
+      }
+      // Dead: silent for a whole lease. Only now are its holds on our locks given away: it
+      // revoked them itself a quarter lease earlier (its answers from us were as old).
+      const bool alive = now - heard <= lease &&
+                         now - std::max(answered, started) <= lease;
+      if (!p.dead && !alive) {
+        p.dead = true;
+        log(fabric::LogLevel::Warn,
+            "LOCKD0034 member " + std::to_string(r) + " (" + p.name + ") is dead: silent for " +
+                std::to_string(topo_.dlm.lease_ms) + " ms; its holds on this node's locks are "
+                "given away (it revoked them itself a quarter lease ago)");
+        engine_->member_dead(r);
         recovery_needed_ = true;
         cv_.notify_all();
       }
       if (!p.up && fresh) {
         p.up = true;
+        p.dead = false;
         engine_->member_up(r);
         log(fabric::LogLevel::Info,
             "LOCKD0032 member " + std::to_string(r) + " (" + p.name + ") is up");
@@ -361,6 +415,7 @@ bool Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) {
               "LOCKD0033 member " + std::to_string(rank) + " (" + p.name + ") " + why +
                   ": its old holds are released, the holds on locks it was home of are revoked");
   engine_->member_down(rank, why);
+  engine_->member_dead(rank);  // the old incarnation is gone: its holds here with it
   p.up = false;
   p.why_down = why;
   // Up again at the next heartbeat round, once both directions are fresh.
@@ -376,7 +431,12 @@ void Lockd::recovery_loop() {
     if (stopping_) break;
     recovery_needed_ = false;
     lk.unlock();
-    engine_->recover_all([this](uint32_t r) { return engine_->member_alive(r); });
+    // Asked for its holds until it answers or is dead: a member whose answers are merely late
+    // may still hold, and its holds are kept until it is silent for a whole lease.
+    engine_->recover_all([this](uint32_t r) {
+      std::lock_guard lk(mu_);
+      return r < peers_.size() && peers_[r] && !peers_[r]->dead;
+    });
     lk.lock();
   }
 }

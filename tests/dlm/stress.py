@@ -131,17 +131,81 @@ class Run:
         return {"counter": vals[0], "max_token": vals[1], "violations": vals[2],
                 "sections": vals[3]}
 
-    def worker(self, node, state, slot, lock, iterations, hold=False):
+    def worker(self, node, state, slot, lock, iterations, mode=None):
+        """A stress_worker; mode: None (ITERATIONS lock/unlock), "--hold-forever",
+        "--hold-ms=N" or "--wait" (then its stdout is a pipe: HOLDING / WAITING)."""
         args = [self.a.worker, self.sock(node), state, str(slot), lock, str(iterations),
                 str(1000 + slot)]
-        if hold:
-            args.append("--hold-forever")
-        p = subprocess.Popen(args, stdout=subprocess.PIPE if hold else subprocess.DEVNULL,
+        if mode:
+            args.append(mode)
+        p = subprocess.Popen(args, stdout=subprocess.PIPE if mode else subprocess.DEVNULL,
                              stderr=open(os.path.join(self.dir, "worker%d.err" % slot), "a"),
                              text=True)
         p.node, p.slot, p.state = node, slot, state
         self.procs.append(p)
         return p
+
+    def progress(self, state, since, timeout, what):
+        """Waits until the group's exclusive sections pass `since`; returns the wait in ms."""
+        t = time.monotonic()
+        while self.read_state(state)["sections"] <= since:
+            if time.monotonic() - t > timeout:
+                raise SystemExit("FAIL: group A made no progress within %d s %s" % (timeout, what))
+            time.sleep(0.005)
+        return (time.monotonic() - t) * 1000
+
+    def freeze_holder(self, state, lock, slot):
+        lease = self.a.lease_ms / 1000
+        holder = self.worker(self.nodes[1], state, slot, lock, 1,
+                             mode="--hold-ms=%d" % int(lease * 1000 + 1500))
+        line = holder.stdout.readline().strip()
+        if not line.startswith("HOLDING"):
+            raise SystemExit("FAIL: the holder to freeze did not get the lock: %r" % line)
+        waiter = self.worker(self.nodes[0], state, slot + 1, lock, 1, mode="--wait")
+        if waiter.stdout.readline().strip() != "WAITING":
+            raise SystemExit("FAIL: the waiter did not start")
+        time.sleep(0.2)  # it has asked, and waits behind the holder
+        waiter.kill()
+        waiter.wait()
+        os.kill(holder.pid, signal.SIGSTOP)
+        before = self.read_state(state)["sections"]
+        time.sleep(lease * 1.5)
+        during = self.read_state(state)["sections"] - before
+        os.kill(holder.pid, signal.SIGCONT)
+        if during:
+            raise SystemExit("FAIL: %d exclusive sections ran while the holder (%s) was frozen "
+                             "inside its own" % (during, line))
+        rc = holder.wait(timeout=30)
+        if rc != 0:
+            raise SystemExit("FAIL: the frozen holder exited %d after SIGCONT (see worker%d.err)"
+                             % (rc, holder.slot))
+        waited = self.progress(state, self.read_state(state)["sections"] - 1, 10,
+                               "after the frozen holder resumed and unlocked")
+        self.log("holder %s frozen %.0f ms (> lease): nobody entered; a waiter was killed in the "
+                 "queue; group A went on after the holder resumed and unlocked"
+                 % (line, lease * 1500))
+        del waited
+        return slot + 2
+
+    def freeze_lockd(self, node, state):
+        lease = self.a.lease_ms / 1000
+        p = self.lockd[node]
+        os.kill(p.pid, signal.SIGSTOP)
+        t = time.monotonic()
+        try:
+            # Past the lease the home has declared it dead and rebuilt the queue without its
+            # entries: the group goes on while it is still frozen.
+            time.sleep(lease + 0.3)
+            since = self.read_state(state)["sections"]
+            waited = self.progress(state, since, 15, "more than a lease after %s's lockd froze"
+                                   % node)
+            time.sleep(max(0, 2 * lease - (time.monotonic() - t)))
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        self.log("lockd %s frozen %.0f ms: group A ran exclusive sections %.0f ms after it froze"
+                 % (node, (time.monotonic() - t) * 1000, (lease + 0.3) * 1000 + waited))
+        self.wait_members_up()
+        self.log("lockd %s resumed; members all up again" % node)
 
     def impersonate(self, pid, state):
         """Starts a process under a dead worker's pid (root: /proc/sys/kernel/ns_last_pid) and
@@ -220,7 +284,7 @@ class Run:
                                            a.iterations))
                 slot += 1
         # 1. A holder killed while it holds group A's lock and others queue behind it.
-        holder = self.worker(self.nodes[1 % len(self.nodes)], state_a, slot, lock_a, 1, hold=True)
+        holder = self.worker(self.nodes[1 % len(self.nodes)], state_a, slot, lock_a, 1, mode="--hold-forever")
         slot += 1
         line = holder.stdout.readline().strip()
         if not line.startswith("HOLDING"):
@@ -242,7 +306,13 @@ class Run:
         # did by chance, pid_max being 32768): the holder's slot still says "inside
         # exclusively"; a checker that trusts the pid sees a violation that never happened.
         self.impersonate(holder.pid, state_a)
-        # 2. The last node dies: lockd + its workers.
+        # 2. A holder frozen (SIGSTOP) inside its section for longer than the lease, while a
+        # client killed as it waits sits in the queue: holds have no client lease, so nobody
+        # enters until the holder, resumed, unlocks; the dead waiter's entry does not block.
+        slot = self.freeze_holder(state_a, lock_a, slot)
+        # 3. A lockd frozen for twice the lease (n2: a member of group A's queue, not a home).
+        self.freeze_lockd(self.nodes[1], state_a)
+        # 4. The last node dies: lockd + its workers.
         if a.kill_node:
             time.sleep(0.5)
             victims = [w for w in workers if w.node == last]

@@ -23,10 +23,15 @@
 // within seconds — which the old check took for the holder still inside its section, reporting
 // a violation that never happened (issue 14: every reported violation named the killed holder).
 //
-// Usage: stress_worker SOCKET STATEFILE SLOT LOCKNAME ITERATIONS SEED [--hold-forever]
+// Usage: stress_worker SOCKET STATEFILE SLOT LOCKNAME ITERATIONS SEED [MODE]
 // Exit: 0 done, 1 a violation or an unexpected error, 3 the lockd went away (node killed).
-// --hold-forever: takes the lock exclusively, prints "HOLDING <token>" and sleeps (the driver
-// SIGKILLs it: the lock must be released when the holder process dies).
+// MODE (the driver's fault steps):
+//   --hold-forever  takes the lock exclusively, prints "HOLDING <token>" and sleeps (the driver
+//                   SIGKILLs it: the lock must be released when the holder process dies)
+//   --hold-ms=N     takes it exclusively, prints "HOLDING <token>", stays inside N ms (the
+//                   driver SIGSTOPs it meanwhile), leaves, unlocks and exits 0
+//   --wait          prints "WAITING", then asks for it exclusively (the driver SIGKILLs it while
+//                   it waits: its queue entry must not block the others)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -155,7 +160,14 @@ int main(int argc, char** argv) {
   const int me = std::atoi(argv[3]);
   const int iterations = std::atoi(argv[5]);
   const unsigned seed = unsigned(std::atoi(argv[6]));
-  const bool hold_forever = argc > 7 && std::string(argv[7]) == "--hold-forever";
+  const std::string mode = argc > 7 ? argv[7] : "";
+  const bool hold_forever = mode == "--hold-forever";
+  const bool wait_only = mode == "--wait";
+  const int hold_ms = mode.rfind("--hold-ms=", 0) == 0 ? std::atoi(mode.c_str() + 10) : -1;
+  if (!mode.empty() && !hold_forever && !wait_only && hold_ms < 0) {
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
   if (me < 0 || me >= kSlots) {
     std::fprintf(stderr, "SLOT must be 0..%d\n", kSlots - 1);
     return 2;
@@ -177,6 +189,24 @@ int main(int argc, char** argv) {
   std::mt19937 rng(seed);
   try {
     LockClient client(socket);
+    if (wait_only) {
+      std::printf("WAITING\n");
+      std::fflush(stdout);
+      auto h = client.lock(lock, Mode::Exclusive, std::chrono::milliseconds(60000));
+      std::fprintf(stderr, "worker --wait: granted (token %llu) before it was killed\n",
+                   static_cast<unsigned long long>(h.token()));
+      return 1;
+    }
+    if (hold_ms >= 0) {
+      auto h = client.lock(lock, Mode::Exclusive, std::chrono::milliseconds(20000));
+      st.violations += uint64_t(enter(st, me, 2));
+      std::printf("HOLDING %llu\n", static_cast<unsigned long long>(h.token()));
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+      st.slots[me].mode.store(0);
+      h.unlock();
+      return 0;
+    }
     if (hold_forever) {
       auto h = client.lock(lock, Mode::Exclusive, std::chrono::milliseconds(20000));
       st.violations += uint64_t(enter(st, me, 2));
@@ -193,7 +223,9 @@ int main(int argc, char** argv) {
       } catch (const LockError& e) {
         // A node of the cluster died: its locks are unavailable (HomeDown) until it is back,
         // or our hold was revoked. Not a violation: retry.
-        if (e.status() == Status::HomeDown || e.status() == Status::Timeout) {
+        // LeaseLost: our lockd lost contact with the home (frozen, partitioned) while asking.
+        if (e.status() == Status::HomeDown || e.status() == Status::Timeout ||
+            e.status() == Status::LeaseLost) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
           continue;
         }
@@ -225,7 +257,8 @@ int main(int argc, char** argv) {
       try {
         h.unlock();
       } catch (const LockError& e) {
-        if (e.status() != Status::NotHeld) throw;  // revoked meanwhile (a node died): fine
+        // revoked meanwhile (a node died, our lockd was cut off): fine
+        if (e.status() != Status::NotHeld && e.status() != Status::LeaseLost) throw;
       }
       ++done;
     }

@@ -316,6 +316,41 @@ BOOST_AUTO_TEST_CASE(dead_holder_node_is_recovered) {
   BOOST_TEST(again.token > w.token);
 }
 
+// Three recoveries of one lock, the last with no holder to report, while the lock word's K was
+// last published before the second: the third recovery's token must still be above every grant
+// (issue 14: it was computed from the stale K, and the next grant reused an earlier token).
+BOOST_AUTO_TEST_CASE(tokens_increase_across_successive_recoveries) {
+  Cluster c(3);
+  const std::string name = c.name_homed_at(1, "recoveries");
+  Grant x = acquire(c.node(3), 1, name, Mode::Exclusive);
+  BOOST_REQUIRE(x.status == Status::Ok);
+  Pending w2;
+  w2.start(c.node(2), 2, name, Mode::Exclusive);
+  std::this_thread::sleep_for(50ms);
+  c.stop(3);  // recovery 1: nobody reports a hold; node 2 is granted after it
+  BOOST_REQUIRE_MESSAGE(w2.ready(10s), "not granted after the holder's node died");
+  Grant w = w2.f.get();
+  BOOST_REQUIRE_MESSAGE(w.status == Status::Ok, w.message);
+  BOOST_TEST(w.token > x.token);
+  c.start(3);  // recovery 2 (a new incarnation): node 2 reports its hold
+  c.wait_all_up();
+  Pending w3;
+  w3.start(c.node(3), 3, name, Mode::Exclusive);
+  std::this_thread::sleep_for(200ms);
+  BOOST_TEST(!w3.ready(), "granted while node 2 holds the lock");
+  BOOST_TEST(c.node(2).engine().release(2, w.hold) == Status::Ok);
+  BOOST_REQUIRE_MESSAGE(w3.ready(10s), "node 3 was not granted after node 2 released");
+  Grant y = w3.f.get();
+  BOOST_REQUIRE_MESSAGE(y.status == Status::Ok, y.message);
+  BOOST_TEST(y.token > w.token);
+  c.stop(3);  // recovery 3: the holder's node died, no hold to report
+  Grant z = acquire(c.node(2), 4, name, Mode::Exclusive, 10000ms);
+  BOOST_REQUIRE_MESSAGE(z.status == Status::Ok, z.message);
+  BOOST_TEST_MESSAGE("tokens x " << x.token << " w " << w.token << " y " << y.token << " z " << z.token);
+  BOOST_TEST(z.token > y.token, "token " << z.token << " after recovery 3 is not above " << y.token
+                                         << ", granted before it");
+}
+
 BOOST_AUTO_TEST_CASE(dead_home_fails_fast_and_revokes) {
   Cluster c(3);
   const std::string name = c.name_homed_at(3, "dead-home");
