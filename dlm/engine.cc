@@ -814,7 +814,22 @@ void LockEngine::handle(Step& st, const Msg& m) {
       return srsl_home(st, m);
     case MsgType::SrslGrant: {
       auto it = requests_.find(m.x);
-      if (it == requests_.end() || it->second->gen != m.gen) return stale();
+      if (it == requests_.end() || it->second->gen != m.gen) {
+        // A grant for a request this node dropped (its lease on the home lapsed, or it gave the
+        // home up for dead, and the home granted a request sent before): the home counts it as
+        // held. Released at once, or the lock stays held by nobody.
+        if (Status(m.a) == Status::Ok) {
+          Msg rel;
+          rel.type = MsgType::SrslRel;
+          rel.home = m.home;
+          rel.slot = m.slot;
+          rel.gen = m.gen;
+          rel.c = opts_.self_rank;
+          rel.x = m.x;
+          deliver(st, m.home, rel);
+        }
+        return stale();
+      }
       Request& r = *it->second;
       if (Status(m.a) == Status::Ok) {
         granted(st, r, m.y);

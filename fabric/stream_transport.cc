@@ -308,6 +308,14 @@ void StreamConnection::check_usable() const {
 void StreamConnection::fail(const FabricError& e) {
   broken_ = true;
   broken_why_ = e.what();
+  // Reset, not closed gracefully: after a timeout, a request may still sit in this socket's send
+  // queue, and TCP would keep retransmitting it after the close (and deliver it once a partition
+  // heals, long after the caller gave up on it and moved on). A reset drops it; what the server
+  // already received it handled when it arrived.
+  if (fd_) {
+    linger lg{1, 0};
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
   fd_.reset();
   throw FabricError(e.code(), uri_ + ": " + e.what());
 }

@@ -133,13 +133,7 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
     return topo_.rank_of(topo_.lock_home_of(cluster::hash64(name)).name);
   };
   eo.uncertain_release_delay = std::chrono::milliseconds(topo_.dlm.lease_ms);
-  eo.lease_valid = [this](uint32_t home) {
-    if (home == 0 || home >= peers_.size() || home == rank_) return true;
-    const int64_t answered = peers_[home]->last_answer_ns.load(std::memory_order_acquire);
-    const auto lease = std::chrono::milliseconds(topo_.dlm.lease_ms);
-    const int64_t valid_ns = std::chrono::nanoseconds(lease - lease / 4).count();
-    return answered != 0 && Clock::now().time_since_epoch().count() - answered <= valid_ns;
-  };
+  eo.lease_valid = [this](uint32_t home) { return lease_valid(home); };
   eo.log = opts_.log;
   engine_ = std::make_unique<dlm::LockEngine>(eo, std::span(table_->data(), table_bytes), *this);
   for (uint32_t r = 1; r < peers_.size(); ++r)
@@ -209,8 +203,24 @@ size_t Lockd::members_up() const {
 // ---------------------------------------------------------------------------------------------
 // dlm::Network
 
+// This node's lease on `home`: an answer to a heartbeat sent within lease - lease/4. Lock-free
+// (the engine asks under its mutex; the heartbeat logic holds mu_ while it calls the engine).
+bool Lockd::lease_valid(uint32_t home) const {
+  if (home == 0 || home >= peers_.size() || home == rank_) return true;
+  const int64_t answered = peers_[home]->last_answer_ns.load(std::memory_order_acquire);
+  const auto lease = std::chrono::milliseconds(topo_.dlm.lease_ms);
+  const int64_t valid_ns = std::chrono::nanoseconds(lease - lease / 4).count();
+  return answered != 0 && Clock::now().time_since_epoch().count() - answered <= valid_ns;
+}
+
 void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
   Peer& p = peer(home);
+  // Nothing is posted to a home on a lapsed lease: after this lockd was frozen or cut off, the
+  // home may have recovered the lock, and an operation of the old state (a release's WRITE K)
+  // landing after that recovery would set K back.
+  if (!lease_valid(home))
+    throw std::runtime_error("this lockd's lease on member " + std::to_string(home) + " (" +
+                             p.name + ") has lapsed: no operation on its table until renewed");
   std::lock_guard lk(p.ops_mu);
   try {
     if (!p.ops) {

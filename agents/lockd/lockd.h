@@ -55,6 +55,8 @@ class Lockd final : public dlm::Network {
   dlm::LockEngine& engine() { return *engine_; }
   // Members currently up (this node included).
   size_t members_up() const;
+  // Whether this node's lease on `home`'s locks holds (docs/dlm.md "Failures").
+  bool lease_valid(uint32_t home) const;
 
   // dlm::Network
   void table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) override;

@@ -66,6 +66,7 @@ class Run:
         self.dir = tempfile.mkdtemp(prefix="tierce-dlm-stress-")
         self.procs = []  # every process started, for the final cleanup
         self.lockd = {}
+        self.relays = {}  # (from, to) -> control socket of the relay of that link (--partition)
         self.nodes = ["n%d" % i for i in range(1, a.nodes + 1)]
 
     def log(self, *msg):
@@ -80,22 +81,69 @@ class Run:
                  'transport = "%s"' % self.a.transport, '[dlm]',
                  'algorithm = "%s"' % self.a.algorithm, 'heartbeat_ms = 50',
                  'lease_ms = %d' % self.a.lease_ms]
+        self.uris = {}
         for n in self.nodes:
             if self.a.transport == "shm":
-                uri = "shm://" + os.path.join(self.dir, n + "-lockd.sock")
+                self.uris[n] = "shm://" + os.path.join(self.dir, n + "-lockd.sock")
             else:
-                uri = "tcp://127.0.0.1:%d" % free_port()
-            lines += ["[[node]]", 'name = "%s"' % n, 'lockd = ["%s"]' % uri]
+                self.uris[n] = "tcp://127.0.0.1:%d" % free_port()
+        self.head = lines
         self.topology = os.path.join(self.dir, "cluster.toml")
-        with open(self.topology, "w") as f:
+        self.write_nodes(self.topology, self.uris)
+        self.topologies = {}
+        if self.partitioned():
+            # One relay per directed link: node X's file names the relays X -> Y as the other
+            # nodes' lockds (the lockd digest has no URIs), its own entry its real address.
+            for x in self.nodes:
+                uris = dict(self.uris)
+                for y in self.nodes:
+                    if y != x:
+                        uris[y] = "tcp://127.0.0.1:%d" % self.start_relay(x, y)
+                self.topologies[x] = os.path.join(self.dir, "cluster-%s.toml" % x)
+                self.write_nodes(self.topologies[x], uris)
+
+    def write_nodes(self, path, uris):
+        lines = list(self.head)
+        for n in self.nodes:
+            lines += ["[[node]]", 'name = "%s"' % n, 'lockd = ["%s"]' % uris[n]]
+        with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
+
+    def partitioned(self):
+        return self.a.partition and self.a.transport == "tcp"
+
+    def start_relay(self, x, y):
+        port = free_port()
+        target = self.uris[y][len("tcp://"):]
+        ctl = os.path.join(self.dir, "relay-%s-%s.ctl" % (x, y))
+        ready = ctl + ".ready"
+        p = subprocess.Popen([self.a.wanem, "--forward", "127.0.0.1:%d=%s" % (port, target),
+                              "--delay-us", "0", "--control", ctl, "--ready-file", ready],
+                             stdout=open(os.path.join(self.dir, "relay-%s-%s.log" % (x, y)), "a"),
+                             stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(ready):
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("FAIL: the relay %s -> %s did not start (relay-%s-%s.log)"
+                                 % (x, y, x, y))
+            time.sleep(0.01)
+        self.relays[(x, y)] = ctl
+        return port
+
+    def relay(self, x, y, command):
+        r = subprocess.run([self.a.wanem, "--control", self.relays[(x, y)], "--send", command],
+                           capture_output=True, text=True, timeout=10)
+        if r.returncode != 0:
+            raise SystemExit("FAIL: relay %s -> %s refused %r: %s" % (x, y, command,
+                                                                     r.stdout + r.stderr))
 
     def sock(self, node):
         return os.path.join(self.dir, node + "-ipc.sock")
 
     def start_lockd(self, node):
         logf = open(os.path.join(self.dir, node + ".log"), "a")
-        p = subprocess.Popen([self.a.lockd, "-t", self.topology, "-n", node, "-s", self.sock(node),
+        p = subprocess.Popen([self.a.lockd, "-t", self.topologies.get(node, self.topology), "-n", node, "-s", self.sock(node),
                               "-d", os.path.join(self.dir, node + "-state"), "-f"],
                              stdout=logf, stderr=subprocess.STDOUT)
         self.procs.append(p)
@@ -207,6 +255,27 @@ class Run:
         self.wait_members_up()
         self.log("lockd %s resumed; members all up again" % node)
 
+    def partition(self, x, y, state):
+        """Cuts both links between x and y (every byte held, as a silent network) for twice
+        the lease, then heals them (the held bytes arrive late)."""
+        lease = self.a.lease_ms / 1000
+        t = time.monotonic()
+        for link in ((x, y), (y, x)):
+            self.relay(*link, "cut both")
+        try:
+            time.sleep(lease + 0.3)
+            since = self.read_state(state)["sections"]
+            waited = self.progress(state, since, 15, "more than a lease into the partition "
+                                   "%s | %s" % (x, y))
+            time.sleep(max(0, 2 * lease - (time.monotonic() - t)))
+        finally:
+            for link in ((x, y), (y, x)):
+                self.relay(*link, "heal")
+        self.log("%s cut off from %s for %.0f ms: group A ran exclusive sections %.0f ms into it"
+                 % (x, y, (time.monotonic() - t) * 1000, (lease + 0.3) * 1000 + waited))
+        self.wait_members_up()
+        self.log("partition healed; members all up again")
+
     def impersonate(self, pid, state):
         """Starts a process under a dead worker's pid (root: /proc/sys/kernel/ns_last_pid) and
         lets the group run 50 exclusive sections while it lives."""
@@ -312,7 +381,12 @@ class Run:
         slot = self.freeze_holder(state_a, lock_a, slot)
         # 3. A lockd frozen for twice the lease (n2: a member of group A's queue, not a home).
         self.freeze_lockd(self.nodes[1], state_a)
-        # 4. The last node dies: lockd + its workers.
+        # 4. (--partition, tcp) n2 cut off from n1, group A's home, for twice the lease.
+        if self.partitioned():
+            self.partition(self.nodes[1], self.nodes[0], state_a)
+        elif a.partition:
+            self.log("partition step skipped: shm links cannot be cut in user space (tcp only)")
+        # 5. The last node dies: lockd + its workers.
         if a.kill_node:
             time.sleep(0.5)
             victims = [w for w in workers if w.node == last]
@@ -342,6 +416,12 @@ class Run:
                                            a.iterations // 2))
                 slot += 1
             workers = [w for w in workers if w not in victims]
+        # The fault steps are over: the workers stop once they have done their iterations.
+        time.sleep(1.0)
+        for st in (state_a, state_b):
+            with open(st, "r+b") as f:
+                f.seek(32)
+                f.write((1).to_bytes(8, "little"))
         deadline = time.monotonic() + a.deadline
         failed = []
         for w in workers:
@@ -404,11 +484,16 @@ def main():
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--lease-ms", type=int, default=800)
     ap.add_argument("--kill-node", action="store_true")
+    ap.add_argument("--partition", action="store_true",
+                    help="cut n2 off from n1 for twice the lease (tcp: needs --wanem)")
+    ap.add_argument("--wanem", help="tierce-wanem (the relays of --partition)")
     ap.add_argument("--deadline", type=int, default=120)
     ap.add_argument("--keep", action="store_true", help="keep the directory")
     a = ap.parse_args()
     if a.nodes < 3:
         ap.error("--nodes must be at least 3")
+    if a.partition and a.transport == "tcp" and not a.wanem:
+        ap.error("--partition over tcp needs --wanem")
     r = Run(a)
     rc = 1
     try:
@@ -416,6 +501,7 @@ def main():
     except SystemExit as e:
         print(e)
         r.dump_status()
+        print("logs in", r.dir)
         rc = 1
     finally:
         r.cleanup()

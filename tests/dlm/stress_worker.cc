@@ -7,7 +7,8 @@
 //   8       8     highest exclusive fencing token seen
 //   16      8     violations: overlaps and token regressions found by any worker
 //   24      8     exclusive sections completed
-//   32      8     unused
+//   32      8     stop: set by the driver when its fault steps are over; a worker runs at least
+//                 ITERATIONS sections, and on until then (so that every step finds it at work)
 //   40+32i  32    slot i (one per worker): pid (8), mode inside the lock (8): 0 out, 1 shared,
 //                 2 exclusive; the process's start time (8, /proc/PID/stat field 22, clock
 //                 ticks since boot); unused (8)
@@ -67,7 +68,7 @@ struct State {
   std::atomic<uint64_t> max_token;
   std::atomic<uint64_t> violations;
   std::atomic<uint64_t> sections;
-  uint64_t unused;
+  std::atomic<uint64_t> stop;
   Slot slots[kSlots];
 };
 static_assert(sizeof(State) == 40 + 32 * kSlots);
@@ -215,7 +216,7 @@ int main(int argc, char** argv) {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     int done = 0;
-    while (done < iterations) {
+    while (done < iterations || st.stop.load() == 0) {
       const bool excl = rng() % 3 == 0;
       tierce::dlm::HeldLock h;
       try {

@@ -262,10 +262,13 @@ void pump(Direction& d, const Options& o, uint64_t delay_us, bool cut, Clock::ti
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
         from.readable = false;
       } else if (errno != EINTR) {
-        // A reset: deliver what is queued, then end the other side as well.
+        // A reset: deliver what is queued, then end the other side as well. But not what a cut
+        // holds: over a silent network those bytes were still in the sender's retransmission
+        // queue, which its reset discarded; they would never arrive.
         d.src_eof = true;
         d.eof_due = now + delay;
         from.broken = true;
+        if (cut) d.drop_queue();
       }
     }
 
