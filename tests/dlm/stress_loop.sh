@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/dlm/stress_loop.sh — runs the lock manager's stress tests (the ctest entries
-# dlm_stress_*) again and again, outside CI, and counts: runs, passes, failures, and the
+# dlm_stress_*, every fault step: --kill-node --partition) again and again, outside CI, and counts: runs, passes, failures, and the
 # violations the workers reported (overlaps, token regressions). A failing run's directory is
 # kept and named in the summary; the summary is also written to OUT/summary.txt.
 #
@@ -27,7 +27,8 @@ build=${build:-$root/build}
 out=${out:-/tmp/tierce-dlm-stress-loop-$(date +%Y%m%d-%H%M%S)}
 configs=("$@")
 [ ${#configs[@]} -eq 0 ] && configs=(ncosed:tcp ncosed:shm dqnl:tcp srsl:tcp)
-for bin in agents/lockd/tierce-lockd tests/dlm/stress_worker tools/tierce-lock/tierce-lock; do
+for bin in agents/lockd/tierce-lockd tests/dlm/stress_worker tools/tierce-lock/tierce-lock \
+           tools/tierce-wanem/tierce-wanem; do
   [ -x "$build/$bin" ] || { echo "missing $build/$bin: build first (cmake --build $build)"; exit 2; }
 done
 mkdir -p "$out"
@@ -40,7 +41,8 @@ one_config() {  # ALG TRANSPORT: RUNS runs, one line per run in OUT/ALG-TRANSPOR
     log="$out/$alg-$tr-$i.log"
     python3 "$here/stress.py" --lockd "$build/agents/lockd/tierce-lockd" \
       --worker "$build/tests/dlm/stress_worker" --cli "$build/tools/tierce-lock/tierce-lock" \
-      --algorithm "$alg" --transport "$tr" --kill-node > "$log" 2>&1
+      --algorithm "$alg" --transport "$tr" --kill-node \
+      --partition --wanem "$build/tools/tierce-wanem/tierce-wanem" > "$log" 2>&1
     rc=$?
     viol=$(grep -o 'violations [0-9]*' "$log" | awk '{s += $2} END {print s + 0}')
     if [ $rc -eq 0 ]; then
