@@ -52,12 +52,20 @@ def home_of(name: str, nodes):
     return max(nodes, key=lambda n: hash64((key + "@" + n).encode()))
 
 
+_taken = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A free port, never one this run already handed out: the lockds' ports are chosen before
+    the relays', and bound only after the relays started (a repeat made a lockd fail to bind)."""
+    while True:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _taken:
+            _taken.add(port)
+            return port
 
 
 class Run:
