@@ -262,7 +262,8 @@ class Run:
         self.dir = tempfile.mkdtemp(prefix="tierce-dlm-fence-")
         self.procs = []
         self.lockd = {}
-        self.relays = {}  # (from, to) -> control socket
+        self.relays = {}  # (from, to) -> (control socket, ready file, process)
+        self.ports = set()
         self.nodes = ["n1", "n2", "n3"]
         self.t0 = time.monotonic()
         self.lock = next("fence-%d" % i for i in range(1000)
@@ -298,7 +299,7 @@ class Run:
             shared = self.topology(uris, os.path.join(self.dir, "cluster.toml"))
             self.topo = {n: shared for n in self.nodes}
         else:
-            real = {n: free_port() for n in self.nodes}
+            real = {n: self.free_port() for n in self.nodes}
             if not relays:
                 shared = self.topology({n: "tcp://127.0.0.1:%d" % real[n] for n in self.nodes},
                                        os.path.join(self.dir, "cluster.toml"))
@@ -315,8 +316,17 @@ class Run:
             self.start_lockd(n)
         self.wait_members_up(15)
 
+    def free_port(self):
+        """A free port never handed out before in this run (free_port() alone may return the
+        same port twice: it is free again until the lockd or relay given it binds it)."""
+        while True:
+            port = free_port()
+            if port not in self.ports:
+                self.ports.add(port)
+                return port
+
     def start_relay(self, x, y, target):
-        port = free_port()
+        port = self.free_port()
         ctl = os.path.join(self.dir, "wanem-%s-%s.sock" % (x, y))
         ready = os.path.join(self.dir, "wanem-%s-%s.ready" % (x, y))
         p = subprocess.Popen([self.a.wanem, "--forward", "127.0.0.1:%d=127.0.0.1:%d" % (port, target),
