@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/dlm/stress_loop.sh — runs the lock manager's stress tests (the ctest entries
-# dlm_stress_*, every fault step: --kill-node --partition) again and again, outside CI, and counts: runs, passes, failures, and the
+# dlm_stress_*, plus the lockd freeze that CI leaves out: --kill-node --freeze-lockd
+# --partition) again and again, outside CI, and counts: runs, passes, failures, and the
 # violations the workers reported (overlaps, token regressions). A failing run's directory is
 # kept and named in the summary; the summary is also written to OUT/summary.txt.
 #
@@ -41,7 +42,7 @@ one_config() {  # ALG TRANSPORT: RUNS runs, one line per run in OUT/ALG-TRANSPOR
     log="$out/$alg-$tr-$i.log"
     python3 "$here/stress.py" --lockd "$build/agents/lockd/tierce-lockd" \
       --worker "$build/tests/dlm/stress_worker" --cli "$build/tools/tierce-lock/tierce-lock" \
-      --algorithm "$alg" --transport "$tr" --kill-node \
+      --algorithm "$alg" --transport "$tr" --kill-node --freeze-lockd \
       --partition --wanem "$build/tools/tierce-wanem/tierce-wanem" > "$log" 2>&1
     rc=$?
     viol=$(grep -o 'violations [0-9]*' "$log" | awk '{s += $2} END {print s + 0}')
