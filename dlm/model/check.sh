@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # check.sh -- verify the N-CoSED Promela model (ncosed.pml) with spin. See README.md.
 #
-#   check.sh [--full] [--only safety|liveness] [--expect-violation] [--workdir DIR] [--keep]
+#   check.sh [--suite default|restart] [--full] [--configs NAME,...] [--only safety|liveness]
+#            [--opt N] [--assertions-only] [--expect-violation] [--workdir DIR] [--keep]
 #            [-DNAME[=VALUE]...]
 #
-# For every configuration of the suite (below), two verifications:
+# For every configuration of the suite (below; --configs picks some by name), two verifications:
 #   safety    spin -a; pan compiled -DSAFETY -DNOCLAIM -DCOLLAPSE; ./pan -q: assertion
 #             violations and invalid end states (a request never granted or never released
 #             leaves its node outside its end state; -q: every message must have been consumed)
@@ -12,7 +13,12 @@
 #             acceptance cycles, i.e. a run (finite, stuttering at the end, or infinite) where
 #             some request is never granted or released
 # -D flags are passed to spin (protocol variant: -DEARLY_HANDOFF, -DTHESIS_RESET, -DK_AFTER_CAS,
-# -DNO_TOKEN_CHECK, -DCAS_RETRY; configuration: -DN, -DR, -DMIX override the suite's).
+# -DNO_TOKEN_CHECK, -DCAS_RETRY; failures: -DCLIENT_DEATH, and with the restart suite the
+# engine's behaviours -DENGINE_AS_IS, -DENGINE_SKIP_IDLE, ... (ncosed.pml's header); configuration:
+# -DN, -DR, -DMIX, -DSPURIOUS ... override the suite's). --opt sets gcc's -O level for pan.c
+# (0 compiles in seconds: enough for a search that stops at the first violation).
+# --assertions-only: the safety run alone, with pan -E: assertion violations only (mutual
+# exclusion, tokens, invariants), stuck requests (invalid end states) are not reported.
 #
 # Environment: SPIN (default spin), PAN_CC (default gcc) to compile pan.c.
 #
@@ -25,6 +31,10 @@ set -u -o pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 model="$here/ncosed.pml"
 full=0
+suite=default
+pick=""
+optover=""
+noend=0
 only=""
 expect=0
 keep=0
@@ -36,6 +46,10 @@ usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; 
 while [ $# -gt 0 ]; do
   case "$1" in
     --full) full=1 ;;
+    --suite) suite="$2"; shift ;;
+    --configs) pick="$2"; shift ;;
+    --opt) optover="$2"; shift ;;
+    --assertions-only) noend=1 ;;
     --only) only="$2"; shift ;;
     --expect-violation) expect=1 ;;
     --workdir) workdir="$2"; shift ;;
@@ -72,12 +86,40 @@ fi
 #             after a shared group, shared joining while the released bit is being set)
 #   n4r1      4 nodes x 1 request, nondeterministic modes
 #   n3r2      (--full) 3 nodes x 2 requests, nondeterministic modes
+# The restart suite (-DLOCKD_RESTART: a member's lockd crashes and restarts, the home recovers):
+#   rs-n2r2       2 nodes x 2 requests, any mode, one crash, one recovery
+#   rs-n3r1       3 nodes x 1 request, any mode, one crash (of either member), one recovery
+#   rs-n2r1-2rec  2 nodes x 1 request, one crash, and one more recovery at any time
+#   rs-n2r2-death 2 nodes x 2 requests, one crash and one client death (-DCLIENT_DEATH)
+#   rs-n2r2-2rec  (--full) 2 nodes x 2 requests, one crash, two recoveries (5 GB)
+#   rs-n3r1-death (--full) 3 nodes x 1 request, one crash, one client death (1.5 GB)
 # Fields: name | flags | pan -w | gcc -O level (-O1 compiles twice as fast, -O2 runs faster).
-configs=("n2r2|-DN=2 -DR=2|22|1" "n3r2-mix|-DN=3 -DR=2 -DMIX=1|23|1" "n4r1|-DN=4 -DR=1|24|1")
-if [ "$full" = 1 ]; then
-  configs+=("n3r2|-DN=3 -DR=2|26|2")
+case "$suite" in
+  default)
+    configs=("n2r2|-DN=2 -DR=2|22|1" "n3r2-mix|-DN=3 -DR=2 -DMIX=1|23|1" "n4r1|-DN=4 -DR=1|24|1")
+    if [ "$full" = 1 ]; then
+      configs+=("n3r2|-DN=3 -DR=2|26|2")
+    fi ;;
+  restart)
+    configs=("rs-n2r2|-DLOCKD_RESTART -DN=2 -DR=2|24|1" "rs-n3r1|-DLOCKD_RESTART -DN=3 -DR=1|24|1"
+             "rs-n2r1-2rec|-DLOCKD_RESTART -DN=2 -DR=1 -DSPURIOUS=1|22|1"
+             "rs-n2r2-death|-DLOCKD_RESTART -DCLIENT_DEATH -DN=2 -DR=2|24|1")
+    if [ "$full" = 1 ]; then
+      configs+=("rs-n2r2-2rec|-DLOCKD_RESTART -DN=2 -DR=2 -DSPURIOUS=1|26|2"
+                "rs-n3r1-death|-DLOCKD_RESTART -DCLIENT_DEATH -DN=3 -DR=1|26|2")
+    fi ;;
+  *) echo "check.sh: --suite default|restart" >&2; exit 2 ;;
+esac
+if [ -n "$pick" ]; then
+  picked=()
+  for cfg in "${configs[@]}"; do
+    case ",$pick," in *",${cfg%%|*},"*) picked+=("$cfg") ;; esac
+  done
+  [ "${#picked[@]}" -gt 0 ] || { echo "check.sh: --configs $pick: no such configuration in suite $suite" >&2; exit 2; }
+  configs=("${picked[@]}")
 fi
 modes=(safety liveness)
+[ "$noend" = 1 ] && modes=(safety)
 if [ -n "$only" ]; then
   case "$only" in safety|liveness) modes=("$only") ;; *) echo "check.sh: --only safety|liveness" >&2; exit 2 ;; esac
 fi
@@ -105,7 +147,7 @@ trail_summary() {
   "$SPIN" -t -k ncosed.pml.trail $flags ncosed.pml 2>&1 | awk '
     /^ltl / { next }
     /^[ \t]*$/ { next }
-    /^\t\t(Wrel|Wtail|Wcnt|K|nex|nsh|maxtok|maxX|ndone) = / { sub(/^\t\t/, "  "); print; next }
+    /^\t\t(Wrel|Wtail|Wcnt|K|nex|nsh|maxtok|maxX|ndone|hgen|lastR|rph|nrec|ncrash|ndeath) = / { sub(/^\t\t/, "  "); print; next }
     /^\t\tqueue [0-9]+ \(net\[[0-9]+\]\): *$/ { next }
     /^\t\tqueue / { sub(/^\t\t/, "  in flight: "); print; next }
     /^\t\t/ { next }
@@ -125,6 +167,7 @@ verify() {
   "$SPIN" -a $flags ncosed.pml >spin.out 2>&1 || { cat spin.out >&2; echo 2 >rc; return 2; }
   if [ "$mode" = safety ]; then
     cc_flags="-DSAFETY -DNOCLAIM -DCOLLAPSE"; run_flags="-q"
+    [ "$noend" = 1 ] && run_flags="-E"
   else
     cc_flags="-DCOLLAPSE"; run_flags="-a"
   fi
@@ -149,6 +192,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 runs=()
 for cfg in "${configs[@]}"; do
   IFS='|' read -r cname cflags hashw opt <<<"$cfg"
+  [ -n "$optover" ] && opt="$optover"
   flags=$(merge_flags "$cflags")
   for mode in "${modes[@]}"; do
     run="$workdir/$cname-$mode"
