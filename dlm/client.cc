@@ -555,6 +555,25 @@ ipc::Reply acquire(LockClient::Impl& m, const std::string& name, Mode mode,
   }
   r.req_id = m.new_id(true);
   ipc::Reply rep = m.call(r, r.req_id, true, d, lock_what(name, mode));
+  if (rep.status == Status::Ok && rep.valid_until != 0 &&
+      uint64_t(std::chrono::nanoseconds(Clock::now().time_since_epoch()).count()) >=
+          rep.valid_until) {
+    // Read after lockd's lease on the lock's home ended: lockd (between its lease check and
+    // its write) or this process (before this read) was frozen or slow, and the home may have
+    // given the lock to another node already. Not used: released, LeaseLost (docs/dlm.md).
+    {
+      std::lock_guard lk(m.mu);
+      m.holds.erase(rep.hold);
+      m.orphans.push_back(rep.hold);
+    }
+    m.flush_orphans();
+    throw LockError(Status::LeaseLost,
+                    status_message(lock_what(name, mode), Status::LeaseLost,
+                                   "granted (token " + std::to_string(rep.token) +
+                                       "), but the grant was read after the end of "
+                                       "tierce-lockd's lease on the lock's home (was lockd or "
+                                       "this process frozen?): not used, released; retry"));
+  }
   if (rep.status == Status::Ok || (rep.status == Status::WouldBlock && timeout.count() == 0))
     return rep;
   std::string detail = rep.message;

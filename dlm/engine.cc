@@ -560,20 +560,26 @@ void LockEngine::granted(Step& st, Request& r, Token token) {
     return;
   }
   r.state = Request::State::Held;
-  if (r.home != opts_.self_rank && opts_.lease_valid && !opts_.lease_valid(r.home)) {
-    // This node's lease on the home lapsed (it was frozen or cut off): the home may have given
-    // the lock away since this grant was computed. Not handed out; released like a ghost.
-    ++counters_.revoked;
-    fail(st, r, Status::LeaseLost,
-         "granted, but this lockd's lease on the home of lock "" + r.name + "" (member " +
-             std::to_string(r.home) + ") had lapsed (was this lockd frozen or cut off?): retry");
-    release_request(st, r);
-    return;
+  uint64_t until = 0;
+  if (r.home != opts_.self_rank && opts_.lease_until) {
+    until = opts_.lease_until(r.home);
+    const auto now = Clock::now().time_since_epoch();
+    if (until <= uint64_t(std::chrono::nanoseconds(now).count())) {
+      // This node's lease on the home lapsed (it was frozen or cut off): the home may have given
+      // the lock away since this grant was computed. Not handed out; released like a ghost.
+      ++counters_.revoked;
+      fail(st, r, Status::LeaseLost,
+           "granted, but this lockd's lease on the home of lock '" + r.name + "' (member " +
+               std::to_string(r.home) + ") had lapsed (was this lockd frozen or cut off?): retry");
+      release_request(st, r);
+      return;
+    }
   }
   Grant g;
   g.status = Status::Ok;
   g.hold = r.id;
   g.token = token;
+  g.valid_until_ns = until;
   if (r.done) st.completions.emplace_back(std::move(r.done), std::move(g));
   r.done = nullptr;
 }

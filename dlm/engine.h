@@ -60,12 +60,14 @@ struct EngineOptions {
   // (lockd: lease_ms — a home that sits on a request longer is declared dead anyway).
   std::chrono::milliseconds uncertain_release_delay{1000};
   size_t max_requests = 1u << 20;               // local requests + holds
-  // Whether this node still holds a lease on `home`'s locks (lockd: an answer from it within
-  // lease_ms - lease_ms/4). Asked at every grant on a lock homed elsewhere: a grant computed
-  // from a completion or message that waited while this lockd was frozen or cut off is not
-  // handed to the client (LeaseLost), as that home may have given the lock away meanwhile.
-  // Unset: always valid (tests of the engine alone).
-  std::function<bool(uint32_t home)> lease_valid;
+  // Until when this node holds a lease on `home`'s locks, in nanoseconds of the steady clock
+  // (CLOCK_MONOTONIC; lockd: the last answered heartbeat's sending time + lease_ms - lease_ms/4).
+  // Asked at every grant on a lock homed elsewhere: a grant computed from a completion or message
+  // that waited while this lockd was frozen or cut off (the deadline has passed) is not handed to
+  // the client (LeaseLost), as that home may have given the lock away meanwhile; a grant that is
+  // handed out carries the deadline (Grant::valid_until_ns), which the client checks when it
+  // reads the grant. Unset: always valid, no deadline (tests of the engine alone).
+  std::function<uint64_t(uint32_t home)> lease_until;
   fabric::LogSink log;
 };
 

@@ -150,9 +150,10 @@ void encode(const Reply& r, Frame* f) {
   put64(f->bytes + 4, r.req_id);
   put64(f->bytes + 12, r.hold);
   put64(f->bytes + 20, r.token);
-  put8(f->bytes + 28, uint8_t(r.status));
-  put8(f->bytes + 29, 0);
-  f->size = put_string(f, 30, r.message, kMaxReplyMessage);
+  put64(f->bytes + 28, r.valid_until);
+  put8(f->bytes + 36, uint8_t(r.status));
+  put8(f->bytes + 37, 0);
+  f->size = put_string(f, 38, r.message, kMaxReplyMessage);
 }
 
 void encode(const RevokedEvent& r, Frame* f) {
@@ -247,7 +248,7 @@ std::optional<Event> decode_event(std::span<const uint8_t> b, DecodeError* err) 
       fail(err, "REPLY frame with flags " + std::to_string(p[3]), id);
       return std::nullopt;
     }
-    const size_t len = get16(p + 30);
+    const size_t len = get16(p + 38);
     if (b.size() != kReplyFixed + len) {
       fail(err,
            "REPLY frame of " + std::to_string(b.size()) + " bytes, expected " +
@@ -255,15 +256,16 @@ std::optional<Event> decode_event(std::span<const uint8_t> b, DecodeError* err) 
            id);
       return std::nullopt;
     }
-    if (p[28] > uint8_t(Status::Internal) || p[29] != 0) {
-      fail(err, "REPLY with unknown status " + std::to_string(p[28]), id);
+    if (p[36] > uint8_t(Status::Internal) || p[37] != 0) {
+      fail(err, "REPLY with unknown status " + std::to_string(p[36]), id);
       return std::nullopt;
     }
     Reply r;
     r.req_id = id;
     r.hold = get64(p + 12);
     r.token = get64(p + 20);
-    r.status = Status(p[28]);
+    r.valid_until = get64(p + 28);
+    r.status = Status(p[36]);
     r.more = (p[3] & kFlagMore) != 0;
     r.message.assign(reinterpret_cast<const char*>(p + kReplyFixed), len);
     return Event(std::move(r));

@@ -6,7 +6,7 @@
 //
 //   offset  size  field
 //   0       1     magic 0xD1 ("dlm IPC"): anything else is not a lockd frame
-//   1       1     version (kVersion = 1)
+//   1       1     version (kVersion = 2; version 1 had no valid_until in REPLY)
 //   2       1     type (FrameType)
 //   3       1     flags: bit 0 MORE (REPLY only, see STATUS), bit 1 NOREPLY (UNLOCK only);
 //                 every other bit 0
@@ -21,12 +21,18 @@
 //
 // Replies and events (lockd -> client):
 //
-//   REPLY   (0x81) 4 req_id u64 | 12 hold u64 | 20 token u64 | 28 status u8 (dlm::Status)
-//                  | 29 reserved u8 = 0 | 30 msg_len u16 | 32 message (msg_len bytes)    = 32+len
+//   REPLY   (0x81) 4 req_id u64 | 12 hold u64 | 20 token u64 | 28 valid_until u64
+//                  | 36 status u8 (dlm::Status) | 37 reserved u8 = 0 | 38 msg_len u16
+//                  | 40 message (msg_len bytes)                                         = 40+len
 //   REVOKED (0x82) 4 hold u64 | 12 why_len u16 | 14 why (why_len bytes)                  = 14+len
 //
 // - A REPLY answers the request with the same req_id. hold/token are meaningful for a LOCK
 //   answered Ok; message is the error text (or, for STATUS, the status text); both may be 0/empty.
+// - valid_until (a LOCK answered Ok on a lock homed on another member; else 0): the end of
+//   lockd's lease on that member, in nanoseconds of the host's CLOCK_MONOTONIC. After it the
+//   home may give the lock away, so a client that reads the grant at or after valid_until (lockd
+//   or the client was frozen or slow between the grant and the read) must not use it: the client
+//   library releases it and reports LeaseLost (docs/dlm.md, "Faults, exactly").
 // - A REPLY with req_id 0 is about the connection itself (lockd refusing a client over its
 //   limit, lockd stopping): the client reports its status/message for every call from then on.
 // - STATUS: the text is split into consecutive REPLY frames of the same req_id, every one but
@@ -54,7 +60,7 @@
 namespace tierce::dlm::ipc {
 
 inline constexpr uint8_t kMagic = 0xD1;
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kMaxFrame = 4096;  // one SEQPACKET message, both directions
 inline constexpr size_t kHeaderSize = 4;
 inline constexpr uint8_t kFlagMore = 0x01;     // REPLY: more frames of this reply follow
@@ -63,7 +69,7 @@ inline constexpr uint8_t kFlagNoReply = 0x02;  // UNLOCK: do not answer
 inline constexpr size_t kLockFixed = 20;
 inline constexpr size_t kUnlockSize = 20;
 inline constexpr size_t kStatusSize = 12;
-inline constexpr size_t kReplyFixed = 32;
+inline constexpr size_t kReplyFixed = 40;
 inline constexpr size_t kRevokedFixed = 14;
 // The longest message one REPLY / REVOKED frame carries (longer text is cut, or split: STATUS).
 inline constexpr size_t kMaxReplyMessage = kMaxFrame - kReplyFixed;
@@ -102,6 +108,9 @@ struct Reply {
   Status status = Status::Internal;
   uint64_t hold = 0;
   Token token = 0;
+  // LOCK answered Ok: lockd's lease on the lock's home ends here (CLOCK_MONOTONIC ns); 0: none
+  // (the lock is homed on this node's lockd).
+  uint64_t valid_until = 0;
   std::string message;
   bool more = false;  // STATUS: more frames of this reply follow
 };

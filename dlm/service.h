@@ -18,6 +18,10 @@ struct Grant {
   Status status = Status::Internal;
   HoldId hold = 0;  // valid when status == Ok
   Token token = 0;  // valid when status == Ok
+  // Ok on a lock homed on another member: the end of this node's lease on that home
+  // (CLOCK_MONOTONIC ns). A grant used at or after it may overlap the home's next holder: the
+  // client refuses it (dlm/ipc.h, REPLY valid_until). 0: no deadline.
+  uint64_t valid_until_ns = 0;
   std::string message;  // for errors: what happened and what to do
 };
 

@@ -588,6 +588,7 @@ void IpcServer::State::on_grant(const std::weak_ptr<State>& w, const std::shared
   r.status = g.status;
   r.hold = g.status == dlm::Status::Ok ? g.hold : 0;
   r.token = g.status == dlm::Status::Ok ? g.token : 0;
+  r.valid_until = g.status == dlm::Status::Ok ? g.valid_until_ns : 0;
   r.message = g.message;
   ipc::Frame f;
   ipc::encode(r, &f);

@@ -133,7 +133,7 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
     return topo_.rank_of(topo_.lock_home_of(cluster::hash64(name)).name);
   };
   eo.uncertain_release_delay = std::chrono::milliseconds(topo_.dlm.lease_ms);
-  eo.lease_valid = [this](uint32_t home) { return lease_valid(home); };
+  eo.lease_until = [this](uint32_t home) { return lease_until(home); };
   eo.log = opts_.log;
   engine_ = std::make_unique<dlm::LockEngine>(eo, std::span(table_->data(), table_bytes), *this);
   for (uint32_t r = 1; r < peers_.size(); ++r)
@@ -203,14 +203,21 @@ size_t Lockd::members_up() const {
 // ---------------------------------------------------------------------------------------------
 // dlm::Network
 
-// This node's lease on `home`: an answer to a heartbeat sent within lease - lease/4. Lock-free
-// (the engine asks under its mutex; the heartbeat logic holds mu_ while it calls the engine).
-bool Lockd::lease_valid(uint32_t home) const {
-  if (home == 0 || home >= peers_.size() || home == rank_) return true;
+// This node's lease on `home`: lease - lease/4 from the sending of the last heartbeat it
+// answered. The home gives this node's holds away only after a whole lease without hearing from
+// it (LOCKD0034), and it heard this node after that sending: a quarter lease is left for the
+// client to read its grant and for the two clocks' rates. Lock-free (the engine asks under its
+// mutex; the heartbeat logic holds mu_ while it calls the engine).
+uint64_t Lockd::lease_until(uint32_t home) const {
+  if (home == 0 || home >= peers_.size() || home == rank_) return UINT64_MAX;
   const int64_t answered = peers_[home]->last_answer_ns.load(std::memory_order_acquire);
+  if (answered <= 0) return 0;
   const auto lease = std::chrono::milliseconds(topo_.dlm.lease_ms);
-  const int64_t valid_ns = std::chrono::nanoseconds(lease - lease / 4).count();
-  return answered != 0 && Clock::now().time_since_epoch().count() - answered <= valid_ns;
+  return uint64_t(answered) + uint64_t(std::chrono::nanoseconds(lease - lease / 4).count());
+}
+
+bool Lockd::lease_valid(uint32_t home) const {
+  return uint64_t(Clock::now().time_since_epoch().count()) < lease_until(home);
 }
 
 void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {

@@ -55,7 +55,9 @@ class Lockd final : public dlm::Network {
   dlm::LockEngine& engine() { return *engine_; }
   // Members currently up (this node included).
   size_t members_up() const;
-  // Whether this node's lease on `home`'s locks holds (docs/dlm.md "Failures").
+  // Until when this node's lease on `home`'s locks holds, in steady-clock (CLOCK_MONOTONIC)
+  // nanoseconds: 0 if it never had one; UINT64_MAX for this node itself (docs/dlm.md "Failures").
+  uint64_t lease_until(uint32_t home) const;
   bool lease_valid(uint32_t home) const;
 
   // dlm::Network

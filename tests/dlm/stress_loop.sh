@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/dlm/stress_loop.sh — runs the lock manager's stress tests (the ctest entries
-# dlm_stress_*, plus the lockd freeze that CI leaves out: --kill-node --freeze-lockd
-# --partition) again and again, outside CI, and counts: runs, passes, failures, and the
-# violations the workers reported (overlaps, token regressions). A failing run's directory is
+# dlm_stress_*: --kill-node --freeze-lockd --partition) again and again, outside CI, and
+# counts: runs, passes, failures, and the violations the workers reported (overlaps, token
+# regressions). A failing run's directory is
 # kept and named in the summary; the summary is also written to OUT/summary.txt.
 #
 #   tests/dlm/stress_loop.sh [-n RUNS] [-j JOBS] [-b BUILD] [-o OUT] [CONFIG...]

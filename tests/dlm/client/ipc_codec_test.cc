@@ -46,7 +46,7 @@ BOOST_AUTO_TEST_CASE(lock_frame_layout_is_as_documented) {
   auto b = enc(sample_lock());
   BOOST_TEST_REQUIRE(b.size() == kLockFixed + 9);
   BOOST_TEST(b[0] == 0xD1);
-  BOOST_TEST(b[1] == 1);
+  BOOST_TEST(b[1] == 2);
   BOOST_TEST(b[2] == 1);  // LOCK
   BOOST_TEST(b[3] == 0);
   BOOST_TEST(b[4] == 0x08);  // req_id little-endian
@@ -64,16 +64,23 @@ BOOST_AUTO_TEST_CASE(lock_frame_layout_is_as_documented) {
   r.status = Status::Ok;
   r.hold = 0x1122;
   r.token = 0x3344;
+  r.valid_until = 0x5566;
   r.message = "hi";
   auto rb = enc(r);
   BOOST_TEST_REQUIRE(rb.size() == kReplyFixed + 2);
+  BOOST_TEST(kReplyFixed == 40u);
+  BOOST_TEST(rb[1] == 2);
   BOOST_TEST(rb[2] == 0x81);
   BOOST_TEST(rb[4] == 7);
   BOOST_TEST(rb[12] == 0x22);
   BOOST_TEST(rb[13] == 0x11);
   BOOST_TEST(rb[20] == 0x44);
-  BOOST_TEST(rb[28] == 0);
-  BOOST_TEST(rb[30] == 2);
+  BOOST_TEST(rb[28] == 0x66);
+  BOOST_TEST(rb[29] == 0x55);
+  BOOST_TEST(rb[36] == 0);  // Status::Ok
+  BOOST_TEST(rb[37] == 0);
+  BOOST_TEST(rb[38] == 2);
+  BOOST_TEST(rb[40] == 'h');
 }
 
 BOOST_AUTO_TEST_CASE(requests_round_trip) {
@@ -111,6 +118,7 @@ BOOST_AUTO_TEST_CASE(events_round_trip) {
     r.status = Status(st);
     r.hold = 42;
     r.token = 1ull << 50;
+    r.valid_until = 0xfedcba9876543210ull - uint64_t(st);
     r.message = "message " + std::to_string(st);
     r.more = st % 2;
     DecodeError err;
@@ -121,6 +129,7 @@ BOOST_AUTO_TEST_CASE(events_round_trip) {
     BOOST_TEST(d.status == r.status);
     BOOST_TEST(d.hold == 42u);
     BOOST_TEST(d.token == r.token);
+    BOOST_TEST(d.valid_until == r.valid_until);
     BOOST_TEST(d.message == r.message);
     BOOST_TEST(d.more == r.more);
   }
@@ -210,8 +219,11 @@ BOOST_AUTO_TEST_CASE(header_and_field_violations_are_refused) {
   BOOST_TEST(err.why.find("magic") != std::string::npos);
   BOOST_TEST(!err.req_id.has_value());
 
-  BOOST_TEST(!decode_request(mutate(lock, 1, 2), &err).has_value());  // a newer version
-  BOOST_TEST(err.why.find("version 2") != std::string::npos, err.why);
+  BOOST_TEST(!decode_request(mutate(lock, 1, 3), &err).has_value());  // a newer version
+  BOOST_TEST(err.why.find("version 3") != std::string::npos, err.why);
+  BOOST_TEST(err.req_id.has_value());
+  BOOST_TEST(!decode_request(mutate(lock, 1, 1), &err).has_value());  // version 1 (no valid_until)
+  BOOST_TEST(err.why.find("version 1") != std::string::npos, err.why);
   BOOST_TEST(err.req_id.has_value());  // bytes 0..11 are stable: answerable
 
   BOOST_TEST(!decode_request(mutate(lock, 2, 9), &err).has_value());     // unknown type
@@ -226,8 +238,9 @@ BOOST_AUTO_TEST_CASE(header_and_field_violations_are_refused) {
   Reply r;
   r.req_id = 1;
   auto rep = enc(r);
-  BOOST_TEST(!decode_event(mutate(rep, 28, 11), &err).has_value());  // unknown status
-  BOOST_TEST(!decode_event(mutate(rep, 29, 1), &err).has_value());   // reserved
+  BOOST_TEST(!decode_event(mutate(rep, 36, 11), &err).has_value());  // unknown status
+  BOOST_TEST(!decode_event(mutate(rep, 37, 1), &err).has_value());   // reserved
+  BOOST_TEST(!decode_event(mutate(rep, 1, 1), &err).has_value());    // version 1's REPLY
   BOOST_TEST(!decode_event(mutate(rep, 3, 2), &err).has_value());    // unknown flag
   BOOST_TEST(!decode_event(mutate(rep, 2, 1), &err).has_value());    // a request as an event
   BOOST_TEST(!decode_event(mutate(rep, 1, 0), &err).has_value());    // version 0

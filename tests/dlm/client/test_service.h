@@ -112,6 +112,12 @@ class TestLockService final : public LocalLockService {
     std::lock_guard g(mu_);
     ignore_timeouts_ = v;
   }
+  // Grants carry valid_until_ns = now + offset (a lockd's lease on a remote home); a negative
+  // offset gives a grant that is read after its lease ended. Unset: no deadline.
+  void set_grant_lease(std::optional<std::chrono::nanoseconds> offset) {
+    std::lock_guard g(mu_);
+    grant_lease_ = offset;
+  }
   void set_status_text(std::string s) {
     std::lock_guard g(mu_);
     status_ = std::move(s);
@@ -190,6 +196,8 @@ class TestLockService final : public LocalLockService {
     g.status = Status::Ok;
     g.hold = next_hold_++;
     g.token = ++l.last_token;
+    if (grant_lease_)
+      g.valid_until_ns = uint64_t((Clock::now().time_since_epoch() + *grant_lease_).count());
     holds_[g.hold] = Hold{name, owner, mode, g.token};
     return g;
   }
@@ -260,6 +268,7 @@ class TestLockService final : public LocalLockService {
 
   bool async_;
   bool ignore_timeouts_ = false;
+  std::optional<std::chrono::nanoseconds> grant_lease_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
