@@ -73,7 +73,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import socketserver
 import subprocess
 import sys
@@ -81,41 +80,14 @@ import tempfile
 import threading
 import time
 
+from dlmtest import free_port, home_of
+
 SCENARIOS = ["lockd_frozen", "node_frozen", "unlock_frozen", "partition", "partition_unlock",
              "holder_frozen"]
 
 
 class Fail(Exception):
     pass
-
-
-def hash64(data: bytes) -> int:
-    """cluster/hash.h: FNV-1a 64, then the splitmix64 finaliser (as tests/dlm/stress.py)."""
-    m = (1 << 64) - 1
-    h = 0xCBF29CE484222325
-    for c in data:
-        h ^= c
-        h = (h * 0x100000001B3) & m
-    h ^= h >> 30
-    h = (h * 0xBF58476D1CE4E5B9) & m
-    h ^= h >> 27
-    h = (h * 0x94D049BB133111EB) & m
-    h ^= h >> 31
-    return h
-
-
-def home_of(name, nodes):
-    """cluster::Topology::lock_home_of: rendezvous over the lockd members."""
-    key = "%016x" % hash64(name.encode())
-    return max(nodes, key=lambda n: hash64((key + "@" + n).encode()))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def proc_state(pid):
@@ -263,7 +235,6 @@ class Run:
         self.procs = []
         self.lockd = {}
         self.relays = {}  # (from, to) -> (control socket, ready file, process)
-        self.ports = set()
         self.nodes = ["n1", "n2", "n3"]
         self.t0 = time.monotonic()
         self.lock = next("fence-%d" % i for i in range(1000)
@@ -299,7 +270,7 @@ class Run:
             shared = self.topology(uris, os.path.join(self.dir, "cluster.toml"))
             self.topo = {n: shared for n in self.nodes}
         else:
-            real = {n: self.free_port() for n in self.nodes}
+            real = {n: free_port() for n in self.nodes}
             if not relays:
                 shared = self.topology({n: "tcp://127.0.0.1:%d" % real[n] for n in self.nodes},
                                        os.path.join(self.dir, "cluster.toml"))
@@ -316,17 +287,8 @@ class Run:
             self.start_lockd(n)
         self.wait_members_up(15)
 
-    def free_port(self):
-        """A free port never handed out before in this run (free_port() alone may return the
-        same port twice: it is free again until the lockd or relay given it binds it)."""
-        while True:
-            port = free_port()
-            if port not in self.ports:
-                self.ports.add(port)
-                return port
-
     def start_relay(self, x, y, target):
-        port = self.free_port()
+        port = free_port()
         ctl = os.path.join(self.dir, "wanem-%s-%s.sock" % (x, y))
         ready = os.path.join(self.dir, "wanem-%s-%s.ready" % (x, y))
         p = subprocess.Popen([self.a.wanem, "--forward", "127.0.0.1:%d=127.0.0.1:%d" % (port, target),
@@ -453,15 +415,13 @@ def expect_accepted(res, who, tag, answer):
         raise Fail("%s's write %s was not accepted: %s" % (who, tag, answer))
 
 
-def scenario_lost(run, res, how):
-    """1a lockd_frozen, 1b node_frozen, 1c unlock_frozen, 2 partition: H loses the lock, O gets
-    it, H's late write must be refused, and the tokens go on increasing."""
+def start_holder(run, res, relays):
+    """Every scenario's start: 3 lockds (links through relays when `relays`), H on n1 and O on
+    n2 connected, H holding the lock (home n3, checked) and its first write accepted."""
     a = run.a
-    lease = a.lease_ms / 1000
-    cut = how.startswith("partition")
-    run.start(relays=cut)
+    run.start(relays=relays)
     run.log("3 lockds up (%s over %s%s); lock %s, home n3" % (
-        a.algorithm, a.transport, ", links through relays" if cut else "", run.lock))
+        a.algorithm, a.transport, ", links through relays" if relays else "", run.lock))
     H = Client(run, "n1", "H")
     O = Client(run, "n2", "O")
     st, t1, ms, msg = H.lock(10000)
@@ -473,6 +433,16 @@ def scenario_lost(run, res, how):
         raise Fail("n3 is not the home of %s (home_of out of date?): %s" % (run.lock, out))
     expect_accepted(res, "H", "first", H.write("first"))
     run.log("H holds %s with token %d and wrote once (accepted)" % (run.lock, t1))
+    return H, O, t1
+
+
+def scenario_lost(run, res, how):
+    """1a lockd_frozen, 1b node_frozen, 1c unlock_frozen, 2 partition: H loses the lock, O gets
+    it, H's late write must be refused, and the tokens go on increasing."""
+    a = run.a
+    lease = a.lease_ms / 1000
+    cut = how.startswith("partition")
+    H, O, t1 = start_holder(run, res, relays=cut)
 
     lockd1 = run.lockd["n1"]
     frozen = [lockd1] + ([H.p] if how == "node_frozen" else [])
@@ -605,18 +575,10 @@ def scenario_holder_frozen(run, res):
     """3: H alone frozen; its hold stays; O waits; after SIGCONT H's write is accepted."""
     a = run.a
     lease = a.lease_ms / 1000
-    run.start(relays=False)
-    run.log("3 lockds up (%s over %s); lock %s, home n3" % (a.algorithm, a.transport, run.lock))
-    H = Client(run, "n1", "H")
-    O = Client(run, "n2", "O")
-    st, t1, ms, msg = H.lock(10000)
-    if st != "GRANTED":
-        raise Fail("H did not get the lock: %s %s" % (st, msg))
-    res["t1"] = t1
-    expect_accepted(res, "H", "first", H.write("first"))
+    H, O, t1 = start_holder(run, res, relays=False)
     run.freeze([H.p], "H")
     t_fault = time.monotonic()
-    run.log("H holds token %d, wrote once; SIGSTOP H (its lockd runs)" % t1)
+    run.log("SIGSTOP H (its lockd runs)")
     st, t, ms, msg = O.lock(int(2 * a.lease_ms))
     if st == "GRANTED":
         raise Fail("O got the lock (token %d) after %d ms while H, frozen, still held it" % (t, ms))

@@ -21,51 +21,15 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from dlmtest import free_port, home_of
+
 SLOTS = 64
 STATE_BYTES = 40 + 32 * SLOTS  # stress_worker.cc: State
-
-
-def hash64(data: bytes) -> int:
-    """cluster/hash.h: FNV-1a 64, then the splitmix64 finaliser."""
-    m = (1 << 64) - 1
-    h = 0xCBF29CE484222325
-    for c in data:
-        h ^= c
-        h = (h * 0x100000001B3) & m
-    h ^= h >> 30
-    h = (h * 0xBF58476D1CE4E5B9) & m
-    h ^= h >> 27
-    h = (h * 0x94D049BB133111EB) & m
-    h ^= h >> 31
-    return h
-
-
-def home_of(name: str, nodes):
-    """cluster::Topology::lock_home_of: rendezvous over the lockd members."""
-    key = "%016x" % hash64(name.encode())
-    return max(nodes, key=lambda n: hash64((key + "@" + n).encode()))
-
-
-_taken = set()
-
-
-def free_port():
-    """A free port, never one this run already handed out: the lockds' ports are chosen before
-    the relays', and bound only after the relays started (a repeat made a lockd fail to bind)."""
-    while True:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        if port not in _taken:
-            _taken.add(port)
-            return port
 
 
 class Run:
