@@ -116,6 +116,10 @@ struct Cluster {
   }
 };
 
+uint64_t mono_ns() {
+  return uint64_t(std::chrono::nanoseconds(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
 // Blocking acquire through the service interface.
 Grant acquire(tierce::lockd::Lockd& n, uint64_t owner, const std::string& name, Mode m,
               std::chrono::milliseconds timeout = std::chrono::milliseconds(-1)) {
@@ -153,9 +157,19 @@ BOOST_AUTO_TEST_CASE(serial_exclusive_and_shared_tokens_increase) {
     for (int i = 0; i < 50; ++i) {
       int at = 1 + i % 3;
       Mode m = i % 4 == 3 ? Mode::Shared : Mode::Exclusive;
+      const auto before = mono_ns();
       Grant g = acquire(c.node(at), 100 + uint64_t(at), name, m);
+      const auto after = mono_ns();
       BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
       BOOST_TEST(g.token > last, "token " << g.token << " after " << last);
+      // The grant carries the end of the lease on its home (lease - lease/4 after a heartbeat
+      // sent before the grant, and after the grant: it was checked); none for its own locks.
+      if (at == home) {
+        BOOST_TEST(g.valid_until_ns == 0u);
+      } else {
+        BOOST_TEST(g.valid_until_ns > before);
+        BOOST_TEST(g.valid_until_ns <= after + 450'000'000u);
+      }
       last = g.token;
       BOOST_TEST(c.node(at).engine().release(100 + uint64_t(at), g.hold) == Status::Ok);
     }
