@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "fabric/errors.h"
 
@@ -99,6 +100,7 @@ struct LockEngine::Step {
 };
 
 namespace {
+constexpr unsigned kRequestIdShift = 47;
 uint64_t key_of(uint32_t home, uint32_t slot) { return (uint64_t(home) << 32) | slot; }
 std::atomic_ref<uint64_t> word_at(std::span<uint8_t> table, uint64_t off) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(table.data() + off));
@@ -122,9 +124,17 @@ void log_line(const fabric::LogSink& log, fabric::LogLevel lv, const std::string
 }  // namespace
 
 LockEngine::LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& net)
-    : opts_(std::move(opts)), table_(table), net_(net), alive_(opts_.members + 1, true) {
+    : opts_(std::move(opts)), table_(table), net_(net), records_lost_(opts_.members + 1, false),
+      alive_(opts_.members + 1, true) {
   if (opts_.self_rank == 0 || opts_.self_rank > opts_.members)
     throw std::invalid_argument("LockEngine: self_rank must be 1..members");
+  if (opts_.epoch == 0 || opts_.epoch >= (1ull << (64 - kEpochShift)))
+    throw std::invalid_argument("LockEngine: epoch must be 1..2^16-1");
+  // Request ids (HoldIds, and the `request` of SHARED_REQ/SHARED_GRANT/SRSL messages) are unique
+  // across incarnations: an incarnation numbers them from epoch << 47, and a grant meant for the
+  // previous incarnation's request cannot match one of this incarnation's (2^47 requests per
+  // incarnation before its ids would reach the next epoch's: not in this universe's lifetime).
+  next_id_ = (opts_.epoch << kRequestIdShift) + 1;
   if (table_.size() < uint64_t(opts_.lock_slots) * kSlotBytes)
     throw std::invalid_argument("LockEngine: the table is smaller than lock_slots slots");
   if (!opts_.home_of) throw std::invalid_argument("LockEngine: home_of is required");
@@ -227,22 +237,31 @@ void LockEngine::drop_request(Request& r) {
   requests_.erase(r.id);
 }
 
+// Tickets are numbered 1..kSeqPerBlock in the block of this incarnation's epoch (dlm/word.h), so
+// they differ from the tickets of the three previous incarnations of this member, which other
+// members' records, W and messages in flight may still name until the homes have recovered the
+// locks involved (docs/dlm.md "Tickets"). Within the incarnation the number wraps after 2^19-2
+// tickets; from then on a number that a record of this node still holds is skipped. A record
+// that was dropped is named by no message any more (a record goes when its successor is known
+// and its group's releases have all arrived, or at a recovery, which bumps the generation), so
+// a wrapped ticket cannot match a stale message of this incarnation either.
 Ticket LockEngine::new_ticket() {
-  for (;;) {
-    uint32_t seq = next_seq_++;
-    if (next_seq_ > kMaxSeq) {
+  for (uint32_t tries = 0; tries <= kSeqPerBlock; ++tries) {
+    uint32_t n = next_seq_++;
+    if (next_seq_ > kSeqPerBlock) {
       next_seq_ = 1;
       seq_wrapped_ = true;
     }
-    Ticket t = make_ticket(opts_.self_rank, seq);
-    // Unique by construction until the sequence wraps (2^21 tickets); after that, skip one that
-    // an old record (a released tail still waiting for its successor) still holds.
+    Ticket t = make_ticket(opts_.self_rank, block_seq(opts_.epoch, n));
     if (!seq_wrapped_) return t;
     bool used = false;
     for (auto it = records_.begin(); it != records_.end() && !used; ++it)
       used = std::get<2>(it->first) == t;
     if (!used) return t;
   }
+  // Every number of the block is held by a live record (over 500 000 queue entries at once).
+  throw std::runtime_error("no free ticket: this lockd has " + std::to_string(records_.size()) +
+                           " queue entries");
 }
 
 LockEngine::Record* LockEngine::record(uint32_t home, uint32_t slot, Ticket t) {
@@ -344,6 +363,13 @@ void LockEngine::acquire(OwnerId owner, const std::string& name, Mode mode,
   }
   std::unique_lock lk(mu_);
   Step st;
+  // The generation was read in an earlier critical section (or by dlm.resolve, in none): a
+  // recovery's on_recover may have run since, with no request of this one to update. Its record
+  // is taken here, in the section that creates the request, so no recovery falls in between: a
+  // request of an older generation would have its messages to the recovery ticket dropped as
+  // stale, and wait for ever (found by the spin model, -DENGINE_STALE_GEN).
+  if (auto g = recovered_gen_.find(key_of(c.home, c.slot)); g != recovered_gen_.end())
+    c.gen = std::max(c.gen, g->second);
   auto r = std::make_unique<Request>();
   r->id = next_id_++;
   r->owner = owner;
@@ -794,9 +820,13 @@ void LockEngine::handle(Step& st, const Msg& m) {
     }
     case MsgType::RecoveredRel: {
       if (m.home != opts_.self_rank || gen != m.gen) return stale();
+      // Only the recovery ticket of this generation: one of an earlier recovery that still
+      // waits (the home's own on_recover has not erased it yet) must not take a release that
+      // the new ticket counts (-DENGINE_RREL_ANY_GEN in the spin model): that one counts early.
       Record* rec = nullptr;
       for (auto& [k, r] : records_)
-        if (std::get<0>(k) == m.home && std::get<1>(k) == m.slot && r->holders_outstanding > 0)
+        if (std::get<0>(k) == m.home && std::get<1>(k) == m.slot && r->gen == m.gen &&
+            r->holders_outstanding > 0)
           rec = r.get();
       if (!rec) {
         ++slots_[m.slot]->early_recovered_rels;
@@ -996,6 +1026,7 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
 void LockEngine::member_dead(uint32_t rank) {
   std::unique_lock lk(mu_);
   if (rank >= alive_.size() || rank == opts_.self_rank) return;
+  records_lost_[rank] = true;  // for recover_all's idle test
   Step st;
   // SRSL homes forget the dead member's holders and waiters.
   if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
@@ -1044,7 +1075,11 @@ std::vector<uint8_t> LockEngine::on_recover(std::span<const uint8_t> body) {
     return std::get<0>(kv.first) == q->home && std::get<1>(kv.first) == q->slot;
   });
   for (auto& [name, c] : resolved_)
-    if (c.home == q->home && c.slot == q->slot) c.gen = q->new_gen;
+    if (c.home == q->home && c.slot == q->slot) c.gen = std::max(c.gen, q->new_gen);
+  // Also when nothing is cached or requested: an acquire() that read the old generation before
+  // this call creates its request after it (see acquire()).
+  uint64_t& rg = recovered_gen_[key_of(q->home, q->slot)];
+  rg = std::max(rg, q->new_gen);
   last_word_.erase(key_of(q->home, q->slot));
   finish(lk, st);
   return encode_report(holds);
@@ -1053,16 +1088,26 @@ std::vector<uint8_t> LockEngine::on_recover(std::span<const uint8_t> body) {
 void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
   if (opts_.algorithm == cluster::LockAlgorithm::SRSL) return;  // done in member_down
   size_t n;
+  std::vector<bool> lost;
   {
     std::lock_guard lk(mu_);
     n = slots_.size();
+    // Members that died or restarted since the last run: taken now, so one that does so during
+    // this run is seen by the next (lockd asks for one).
+    lost = std::exchange(records_lost_, std::vector<bool>(records_lost_.size(), false));
   }
   for (uint32_t s = 0; s < n; ++s) {
     const uint64_t off = uint64_t(s) * kSlotBytes;
     auto w = word_at(table_, off);
-    // A quiescent lock (released, no shared member, tail on a live node) needs nothing.
+    // A quiescent lock (released, no shared member, tail on a live node) needs nothing. A tail of
+    // a member that restarted is not quiescent: that member is alive, but the record of the tail
+    // went with its old incarnation, so the next SHARED_REL and SUCCESSOR to it would be dropped
+    // and the lock would wedge (found by the spin model, -DENGINE_SKIP_IDLE).
     Word cur = Word::decode(w.load());
-    if (cur.tail != kFence && cur.released && cur.count == 0 && alive(rank_of(cur.tail))) continue;
+    const uint32_t tail_rank = rank_of(cur.tail);
+    if (cur.tail != kFence && cur.released && cur.count == 0 &&
+        !(tail_rank < lost.size() && lost[tail_rank]) && alive(tail_rank))
+      continue;
     // 1. Fence: nobody may enqueue until the queue is rebuilt.
     uint64_t old = w.load();
     while (!w.compare_exchange_weak(old, Word{false, kFence, 0}.encode())) {
@@ -1114,7 +1159,16 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
     // either plus the jump (2^32 grants apart): above the highest of them and of the holds.
     Token top = std::max(word_at(table_, off + 8).load(), slots_[s]->last_recovery_token);
     for (const auto& h : holds) top = std::max(top, h.token);
-    Ticket r = new_ticket();
+    Ticket r;
+    try {
+      r = new_ticket();
+    } catch (const std::exception& e) {
+      // Over 500 000 queue entries at this lockd: the lock stays fenced until the next recovery.
+      log_line(opts_.log, fabric::LogLevel::Error,
+               "DLM0305 recovery of slot " + std::to_string(s) + " failed: " + e.what());
+      finish(lk, st);
+      continue;
+    }
     auto rec = std::make_unique<Record>();
     rec->home = opts_.self_rank;
     rec->slot = s;

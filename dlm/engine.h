@@ -51,7 +51,10 @@ struct EngineOptions {
   uint32_t self_rank = 0;
   uint32_t members = 0;   // ranks 1..members
   uint32_t lock_slots = 65536;
-  uint64_t epoch = 1;     // this incarnation's persisted epoch (tokens start at epoch << 48)
+  // This incarnation's persisted epoch, 1..2^16-1: tokens start at epoch << 48, request ids at
+  // epoch << 47, tickets are numbered in block epoch % 4 (dlm/word.h): none of them repeats one
+  // of a previous incarnation that messages in flight or other members' records may still name.
+  uint64_t epoch = 1;
   uint64_t incarnation = 0;
   // Which member is the home of a lock name (rendezvous over the topology).
   std::function<uint32_t(const std::string&)> home_of;
@@ -104,15 +107,20 @@ class LockEngine final : public LocalLockService {
   // - as a home, this node recovers every lock of its table that may involve the member
   //   (run by recover_all() on the caller's thread: it makes calls to the members).
   void member_down(uint32_t rank, const std::string& why);
-  // The member is dead (not heard from for a whole lease): its holds on this home's locks may be
-  // given away. SRSL forgets its holders and waiters here; N-CoSED's recover_all() does it for
-  // the members its `alive` callback calls dead. member_down() alone (the member's answers are
-  // late, lease_ms - lease_ms/4) never gives its holds away: it revokes its own on that member's.
+  // The member is dead (not heard from for a whole lease), or restarted (a new incarnation): its
+  // holds on this home's locks may be given away, and its queue records are gone (or may be).
+  // SRSL forgets its holders and waiters here; N-CoSED's recover_all() does it for the members
+  // its `alive` callback calls dead, and the next recover_all() does not take a lock whose tail
+  // is a ticket of this member for idle (a restarted member is alive, but the record of that
+  // ticket went with its old incarnation). member_down() alone (the member's answers are late,
+  // lease_ms - lease_ms/4) never gives its holds away: it revokes its own on that member's.
   void member_dead(uint32_t rank);
   void member_up(uint32_t rank);
   bool member_alive(uint32_t rank) const;
-  // Recovers every allocated slot of this home (docs/dlm.md "Recovery"). Calls the live
-  // members; `alive` says whether to keep waiting for a member's answer.
+  // Recovers every allocated slot of this home (docs/dlm.md "Recovery") that is not idle. Calls
+  // the live members; `alive` says whether to keep waiting for a member's answer. Idle: released,
+  // count 0, the tail's member alive and not dead or restarted (member_dead) since the previous
+  // recover_all() started.
   void recover_all(const std::function<bool(uint32_t)>& alive);
 
   EngineCounters counters() const;
@@ -161,9 +169,16 @@ class LockEngine final : public LocalLockService {
   mutable std::mutex mu_;
   std::condition_variable timer_cv_;
   bool stopping_ = false;
-  uint32_t next_seq_ = 1;
+  uint32_t next_seq_ = 1;      // the next ticket number n in this incarnation's block
   bool seq_wrapped_ = false;
-  uint64_t next_id_ = 1;
+  uint64_t next_id_ = 1;       // set from the epoch by the constructor
+  // Ranks that died or restarted (member_dead) since recover_all() last started: a tail ticket
+  // of theirs does not make a lock idle.
+  std::vector<bool> records_lost_;
+  // (home << 32 | slot) -> the highest generation a recovery told this node (on_recover), also
+  // for locks it has neither cached nor requested: acquire() starts no request below it, though
+  // the generation it read (cache or dlm.resolve) may predate that recovery.
+  std::unordered_map<uint64_t, uint64_t> recovered_gen_;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // by request id
   std::map<std::tuple<uint32_t, uint32_t, Ticket>, std::unique_ptr<Record>> records_;
   // Resolution cache: name -> (home, slot, gen).

@@ -8,6 +8,11 @@
 //
 //   ticket (31 bits) = rank:10 | seq:21    rank 1..1023 (the lockd's member rank),
 //                                          seq 1..kMaxSeq (never 0, never all ones)
+//   seq (21 bits)    = block:2 | n:19      block = the issuing incarnation's epoch mod 4,
+//                                          n 1..kSeqPerBlock (wraps within the block)
+//     so the tickets of the last four incarnations of a member are pairwise distinct: a new
+//     incarnation never issues a ticket that its predecessors' entries, still in a queue, in W
+//     or in a message in flight until the home's recovery, may name (docs/dlm.md "Tickets").
 //   kFence = all 31 bits set: the lock is being recovered by its home; nobody may CAS over it.
 #pragma once
 #include <cstdint>
@@ -19,6 +24,10 @@ using Ticket = uint32_t;
 inline constexpr unsigned kSeqBits = 21;
 inline constexpr Ticket kFence = 0x7fffffffu;
 inline constexpr uint32_t kMaxSeq = (1u << kSeqBits) - 2;  // all ones is reserved for kFence
+// The incarnation block of a seq (its top bits) and the numbers within one block.
+inline constexpr unsigned kSeqBlockBits = 2;
+inline constexpr unsigned kSeqNumberBits = kSeqBits - kSeqBlockBits;
+inline constexpr uint32_t kSeqPerBlock = (1u << kSeqNumberBits) - 2;  // n = 1..2^19-2
 inline constexpr uint64_t kReleasedBit = 1ull << 63;
 inline constexpr uint64_t kSlotBytes = 16;  // W then K
 // A shared count past this is renormalised by an internal exclusive lock (docs/dlm.md):
@@ -30,6 +39,13 @@ inline constexpr uint64_t kRecoveryTokenJump = 1ull << 32;
 inline constexpr unsigned kEpochShift = 48;
 
 static_assert(kMaxSeq < (1u << kSeqBits) - 1, "seq all-ones would collide with kFence");
+static_assert((((1u << kSeqBlockBits) - 1) << kSeqNumberBits | kSeqPerBlock) <= kMaxSeq,
+              "the last block's highest seq must stay below all ones");
+
+// The seq of number n (1..kSeqPerBlock) in the block of incarnation epoch `epoch`.
+inline constexpr uint32_t block_seq(uint64_t epoch, uint32_t n) {
+  return uint32_t(epoch % (1u << kSeqBlockBits)) << kSeqNumberBits | n;
+}
 
 inline constexpr Ticket make_ticket(uint32_t rank, uint32_t seq) {
   return (rank << kSeqBits) | seq;

@@ -114,6 +114,13 @@ struct ClientOptions {
   // verbs: the largest difference between this host's wall clock and a server's (NTP keeps it
   // to a few ms). A segment's lease counts as lapsed this long before its wall-clock deadline.
   Millis clock_skew{50};
+  // tcp: SO_LINGER {1, 0} from the moment the connection is opened, so that every close of its
+  // socket is a reset that drops what the kernel still queues to send, also the close the kernel
+  // does when the process dies (by default an orphaned socket keeps retransmitting its queued
+  // bytes for minutes, and they are delivered if the peer becomes reachable again). For a client
+  // whose requests must not be executed after it is gone. The server sees "peer reset" where it
+  // would see an end of stream. shm, verbs: no effect (nothing outlives the process there).
+  bool reset_on_close = false;
 };
 
 // A client's link to one Server. Not thread-safe: one per thread, or guard it.

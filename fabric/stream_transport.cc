@@ -288,6 +288,11 @@ StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
     throw FabricError(Errc::Config, "no shared secret configured for " + uri_);
   Deadline d = deadline_in(opts_.connect_timeout);
   fd_ = open_socket(d);
+  if (opts_.reset_on_close && addr_.transport == Transport::Tcp) {
+    linger lg{1, 0};  // ClientOptions::reset_on_close
+    if (::setsockopt(fd_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
+      throw FabricError(Errc::System, uri_ + ": setsockopt SO_LINGER: " + std::strerror(errno));
+  }
   peer_name_ = client_handshake(fd_.get(), opts_.secret, d);
   reader_ = std::make_unique<FrameReader>(fd_.get(), opts_.spin);
 }

@@ -27,7 +27,7 @@ struct Lockd::Peer {
   std::string uri;
   // Three connections, one per use, so that none waits behind another: one-sided operations
   // (under the engine's mutex), one-way messages (any thread), calls (heartbeat, resolve,
-  // recovery).
+  // recovery). `ops` is opened with reset_on_close (see table_ops).
   std::mutex ops_mu, msg_mu, call_mu;
   std::unique_ptr<fabric::Connection> ops, msg, calls;
   fabric::RemoteRegion table;
@@ -45,6 +45,7 @@ struct Lockd::Peer {
   bool dead = true;
   std::string why_down = "not heard from yet";
   uint64_t send_failures = 0;
+  uint64_t old_incarnation_msgs = 0;  // dropped (note_incarnation), under Lockd::mu_
 };
 
 namespace {
@@ -95,7 +96,9 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   rank_ = topo_.rank_of(node_);  // throws: not a member
   const auto members = topo_.lockd_nodes();
   epoch_ = next_epoch(opts_.state_dir);
-  incarnation_ = fabric::random_u64() | 1;
+  // Ordered by the epoch (note_incarnation); the random half tells two processes of one epoch
+  // apart (two lockds started on one state directory by mistake).
+  incarnation_ = (epoch_ << 32) | (fabric::random_u64() & 0xffffffffu) | 1;
   digest_ = topo_.dlm_digest();
   auto log = [this](fabric::LogLevel l, const std::string& s) {
     if (opts_.log) opts_.log(l, s);
@@ -141,9 +144,9 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
 
   server_->on_call("dlm.msg", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
     if (auto m = dlm::Msg::decode(b.first(std::min(b.size(), dlm::kMsgBytes)));
-        m && m->sender > 0 && m->sender < peers_.size() &&
-                                        m->sender != rank_)
-      note_incarnation(m->sender, m->from);
+        m && m->sender > 0 && m->sender < peers_.size() && m->sender != rank_ &&
+        note_incarnation(m->sender, m->from) == Incarnation::Old)
+      return std::vector<uint8_t>{};  // sent by a process that is gone: its state was dropped
     engine_->on_message(b);
     return std::vector<uint8_t>{};
   });
@@ -231,7 +234,15 @@ void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
   std::lock_guard lk(p.ops_mu);
   try {
     if (!p.ops) {
-      p.ops = fabric::connect(p.uri, client_options(secret_, topo_));
+      // SO_LINGER {1, 0} from the start (fabric::ClientOptions::reset_on_close): when this process
+      // dies, its kernel resets the connection and drops what it still queues, instead of
+      // retransmitting it for minutes. Else a release's WRITE K queued during a partition could
+      // land at the home after the home declared this lockd dead and recovered the lock, and set
+      // K below the recovery token (the spin model's -DLATE_OPS). A connection this process gives
+      // up on is reset too (fabric does that on any failure), so this covers the crash.
+      auto o = client_options(secret_, topo_);
+      o.reset_on_close = true;
+      p.ops = fabric::connect(p.uri, o);
       p.table = p.ops->lookup("dlm.table");
     }
     for (auto& op : ops) op.region = &p.table;
@@ -291,7 +302,8 @@ std::vector<uint8_t> Lockd::on_heartbeat(std::span<const uint8_t> body) {
                     "differ): refused; give every lockd the same file");
     throw std::runtime_error("topology mismatch: members, algorithm, lease or lock_slots differ");
   }
-  note_incarnation(hb->rank, hb->incarnation);
+  if (note_incarnation(hb->rank, hb->incarnation) == Incarnation::Old)
+    throw std::runtime_error("a heartbeat of an old incarnation (the process is gone)");
   {
     std::lock_guard lk(mu_);
     Peer& p = *peers_[hb->rank];
@@ -327,7 +339,8 @@ void Lockd::heartbeat_loop() {
       } catch (const std::exception& e) {
         err = e.what();
       }
-      if (err.empty()) note_incarnation(r, answer->incarnation);
+      if (err.empty() && note_incarnation(r, answer->incarnation) == Incarnation::Old)
+        err = "an answer of an old incarnation (that process is gone)";
       std::lock_guard plk(mu_);
       const auto now = Clock::now();
       // Our lease on its locks had lapsed before this heartbeat left, yet it answers: this lockd
@@ -417,14 +430,28 @@ void Lockd::reset_connections(Peer& p) {
   }
 }
 
-bool Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) {
-  if (incarnation == 0) return false;
+Lockd::Incarnation Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) {
+  if (incarnation == 0) return Incarnation::Current;
   std::lock_guard lk(mu_);
   Peer& p = *peers_[rank];
-  if (p.incarnation == incarnation) return false;
+  if (p.incarnation == incarnation) return Incarnation::Current;
+  // Older: a message or answer of the previous process, arriving after its successor's (the old
+  // process's kernel may still send what it had queued). Taking it for another restart would drop
+  // the member's state again, here and at nobody else.
+  if (p.incarnation != 0 && (incarnation >> 32) < (p.incarnation >> 32)) {
+    if (p.old_incarnation_msgs++ % 100 == 0 && opts_.log)
+      opts_.log(fabric::LogLevel::Warn,
+                "LOCKD0036 dropped a message of member " + std::to_string(rank) + " (" + p.name +
+                    ")'s old incarnation (epoch " + std::to_string(incarnation >> 32) +
+                    "; it runs epoch " + std::to_string(p.incarnation >> 32) +
+                    "). If that member's state directory was reset, it is refused until it is "
+                    "restarted with one whose epoch is above " +
+                    std::to_string(p.incarnation >> 32));
+    return Incarnation::Old;
+  }
   const bool restart = p.incarnation != 0;
   p.incarnation = incarnation;
-  if (!restart) return false;
+  if (!restart) return Incarnation::Current;
   reset_connections(p);
   const std::string why = "it restarted (new incarnation)";
   if (opts_.log)
@@ -438,7 +465,7 @@ bool Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) {
   // Up again at the next heartbeat round, once both directions are fresh.
   recovery_needed_ = true;
   cv_.notify_all();
-  return true;
+  return Incarnation::Restarted;
 }
 
 void Lockd::recovery_loop() {

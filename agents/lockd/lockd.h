@@ -72,11 +72,14 @@ class Lockd final : public dlm::Network {
   void heartbeat_loop();
   void recovery_loop();
   std::vector<uint8_t> on_heartbeat(std::span<const uint8_t> body);
-  // A member's incarnation as seen in a heartbeat or a message. A new one means it restarted:
-  // its old state is dropped (engine.member_down) *before* anything of the new one is handled,
-  // and the connections to it are replaced (a write to the old one could vanish silently).
-  // Returns true when it was a restart. Takes mu_.
-  bool note_incarnation(uint32_t rank, uint64_t incarnation);
+  // A member's incarnation as seen in a heartbeat or a message. Incarnations are ordered: the
+  // high 32 bits are the member's persisted epoch (+1 per start), the low 32 random. A newer one
+  // means it restarted: its old state is dropped (engine.member_down, member_dead) *before*
+  // anything of the new one is handled, and the connections to it are replaced (a write to the
+  // old one could vanish silently). An older one is a late message of a process that is gone
+  // (its kernel may still be sending what it had queued): the caller drops it. Takes mu_.
+  enum class Incarnation { Current, Restarted, Old };
+  Incarnation note_incarnation(uint32_t rank, uint64_t incarnation);
   void reset_connections(Peer& p);
   Peer& peer(uint32_t rank);
   static uint64_t next_epoch(const std::string& state_dir);

@@ -440,3 +440,37 @@ BOOST_AUTO_TEST_CASE(garbage_from_an_authenticated_peer_is_rejected) {
   }
   BOOST_TEST(c.node(1).engine().counters().bad_messages + c.node(1).engine().counters().stale_messages > 0u);
 }
+
+// A message or heartbeat of a member's previous incarnation that arrives after the current one
+// was seen (the dead process's kernel may still send what it had queued) is dropped: it is not
+// taken for another restart, which would revoke this node's holds on that member's locks and
+// drop its queue records (incarnations are ordered by the persisted epoch).
+BOOST_AUTO_TEST_CASE(a_late_message_of_an_old_incarnation_is_not_a_restart) {
+  Cluster c(3);
+  const std::string name = c.name_homed_at(2, "old-incarnation");
+  Grant x = acquire(c.node(1), 1, name, Mode::Exclusive);
+  BOOST_REQUIRE(x.status == Status::Ok);
+  const uint64_t old_incarnation = ((c.node(2).epoch() - 1) << 32) | 1;
+  tierce::fabric::ClientOptions o;
+  o.secret = c.secret;
+  auto conn = tierce::fabric::connect(c.node(1).bound_uris().front(), o);
+  tierce::dlm::Msg m;
+  m.type = tierce::dlm::MsgType::Resume;
+  m.home = 2;
+  m.slot = 0;
+  m.gen = 1ull << 32;
+  m.sender = 2;
+  m.from = old_incarnation;
+  conn->send("dlm.msg", m.encode());
+  tierce::dlm::Heartbeat hb{2, c.topo.dlm_digest(), old_incarnation, c.node(2).epoch() - 1};
+  BOOST_CHECK_THROW((void)conn->call("dlm.heartbeat", hb.encode()), tierce::fabric::FabricError);
+  conn->ping();
+  std::this_thread::sleep_for(200ms);  // a few heartbeat rounds
+  BOOST_TEST(c.revocations.load() == 0, "the old incarnation's message was taken for a restart");
+  BOOST_TEST(c.node(1).members_up() == 3u);
+  BOOST_TEST(c.node(1).engine().release(1, x.hold) == Status::Ok);
+  Grant y = acquire(c.node(3), 2, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(y.status == Status::Ok, y.message);
+  BOOST_TEST(y.token > x.token);
+  BOOST_TEST(c.node(3).engine().release(2, y.hold) == Status::Ok);
+}
