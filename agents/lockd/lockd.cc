@@ -445,8 +445,8 @@ Lockd::Incarnation Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) 
                     ")'s old incarnation (epoch " + std::to_string(incarnation >> 32) +
                     "; it runs epoch " + std::to_string(p.incarnation >> 32) +
                     "). If that member's state directory was reset, it is refused until it is "
-                    "restarted with one whose epoch is above " +
-                    std::to_string(p.incarnation >> 32));
+                    "restarted with a number above " + std::to_string(p.incarnation >> 32) +
+                    " in its <state-dir>/epoch (its tokens must stay above those it issued)");
     return Incarnation::Old;
   }
   const bool restart = p.incarnation != 0;
