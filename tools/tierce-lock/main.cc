@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dlm/client.h"
@@ -56,7 +59,8 @@ Options:
   -s, --shared             shared lock (any number of shared holders, no exclusive one)
   -n, --nonblock           fail at once, with the conflict code, if the lock is not free
   -w, --timeout SECONDS    fail, with the conflict code, if the lock is not granted within
-                           SECONDS (decimals allowed; 0 is the same as -n)
+                           SECONDS (decimals allowed; 0 is the same as -n). A grant that
+                           lockd's lease made worthless (LeaseLost) is asked for again
   -E, --conflict-exit-code CODE
                            the exit code when -n or -w could not get the lock (default 1)
   -c, --command CMD        run CMD with "$SHELL -c" (/bin/sh when SHELL is unset), may also
@@ -251,6 +255,9 @@ int lock_error_exit(const Options& o, const LockError& e) {
     case Status::WouldBlock:
       if (o.verbose) std::fprintf(stderr, "tierce-lock: %s\n", e.what());
       return o.conflict_code;
+    case Status::LeaseLost:  // still so when the wait ran out (run() asks again until then)
+      std::fprintf(stderr, "tierce-lock: %s\n", e.what());
+      return o.conflict_code;
     case Status::BadName:
       std::fprintf(stderr, "tierce-lock: invalid lock name: %s\n", e.what());
       return kExitUsage;
@@ -290,20 +297,38 @@ int run(const Options& o) {
   // Waiting for the lock: the signals keep their default action (tierce-lock dies, lockd sees the
   // connection close and withdraws the request).
   tierce::dlm::HeldLock held;
-  try {
-    if (o.timeout_ms == 0) {
-      auto t = client->try_lock(o.name, o.mode);
-      if (!t) {
-        if (o.verbose)
-          std::fprintf(stderr, "tierce-lock: lock '%s' is held by someone else\n", o.name.c_str());
-        return o.conflict_code;
+  // LeaseLost while acquiring: a grant arrived after its lockd's lease on the lock's home ended
+  // (lockd was frozen or cut off for a moment) and was released unused. Transient: asked again
+  // while the wait allows (a try-lock: a few times), as a user of -w expects.
+  using SteadyClock = std::chrono::steady_clock;
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(std::max(o.timeout_ms, 0L));
+  for (int attempt = 1;; ++attempt) {
+    try {
+      if (o.timeout_ms == 0) {
+        auto t = client->try_lock(o.name, o.mode);
+        if (!t) {
+          if (o.verbose)
+            std::fprintf(stderr, "tierce-lock: lock '%s' is held by someone else\n", o.name.c_str());
+          return o.conflict_code;
+        }
+        held = std::move(*t);
+      } else {
+        auto wait = std::chrono::milliseconds(o.timeout_ms);
+        if (o.timeout_ms > 0)
+          wait = std::max(std::chrono::milliseconds(1),
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              deadline - SteadyClock::now()));
+        held = client->lock(o.name, o.mode, wait);
       }
-      held = std::move(*t);
-    } else {
-      held = client->lock(o.name, o.mode, std::chrono::milliseconds(o.timeout_ms));
+      break;
+    } catch (const LockError& e) {
+      const bool again = e.status() == Status::LeaseLost &&
+                         (o.timeout_ms < 0 || (o.timeout_ms == 0 && attempt < 3) ||
+                          (o.timeout_ms > 0 && SteadyClock::now() < deadline));
+      if (!again) return lock_error_exit(o, e);
+      if (o.verbose) std::fprintf(stderr, "tierce-lock: %s (asking again)\n", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-  } catch (const LockError& e) {
-    return lock_error_exit(o, e);
   }
   const uint64_t hold = held.id();
   if (o.verbose)

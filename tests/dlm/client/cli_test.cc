@@ -159,6 +159,25 @@ BOOST_FIXTURE_TEST_CASE(conflicts_give_the_conflict_code, CliFixture) {
   BOOST_TEST(run({"-n", "free", "true"}) == 0);
 }
 
+// A grant read after its lockd's lease ended is released by the library (LeaseLost): the CLI asks
+// again while its wait allows, then gives the conflict code with the reason; never runs COMMAND.
+BOOST_FIXTURE_TEST_CASE(a_lapsed_grant_is_asked_again_within_the_wait, CliFixture) {
+  std::string marker = dir / "ran";
+  svc.set_grant_lease(-1ms);
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(run({"-w", "0.3", "lapsed", "touch", marker}) == 1);
+  auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_TEST((took >= 290ms));
+  BOOST_TEST(slurp(err).find("lease") != std::string::npos, slurp(err));
+  BOOST_TEST(run({"-n", "-E", "7", "lapsed", "touch", marker}) == 7);
+  BOOST_TEST(!std::filesystem::exists(marker));
+  BOOST_TEST(svc.acquires() >= 4u);  // asked again, not given up at the first LeaseLost
+  BOOST_TEST(eventually([&] { return svc.holders("lapsed").empty(); }));
+  svc.set_grant_lease(std::chrono::nanoseconds(10s));  // read in time: used
+  BOOST_TEST(run({"-w", "1", "lapsed", "touch", marker}) == 0, slurp(err));
+  BOOST_TEST(std::filesystem::exists(marker));
+}
+
 BOOST_FIXTURE_TEST_CASE(waits_for_the_holder, CliFixture) {
   LockClient holder(sock);
   auto h = holder.lock("queue", Mode::Exclusive);
