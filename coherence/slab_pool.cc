@@ -33,8 +33,8 @@ std::string_view to_string(PoolStatus s) {
 
 std::string check_owner_name(std::string_view name) {
   if (name.empty() || name.size() > SlabPoolLimits::kMaxOwnerName)
-    return "an owner name has 1.." + std::to_string(SlabPoolLimits::kMaxOwnerName) + " bytes, not " +
-           std::to_string(name.size());
+    return "an owner name has 1.." + std::to_string(SlabPoolLimits::kMaxOwnerName) +
+           " bytes, not " + std::to_string(name.size());
   for (char c : name) {
     auto u = static_cast<unsigned char>(c);
     if (u <= 0x20 || u >= 0x7f) return "an owner name is printable ASCII without spaces";
@@ -119,7 +119,8 @@ void SlabPool::forget_old_retired() {
     auto oldest = by_name_.end();
     for (auto it = by_name_.begin(); it != by_name_.end(); ++it) {
       const Owner& o = owners_[it->second];
-      if (!o.active && (oldest == by_name_.end() || o.retired_at < owners_[oldest->second].retired_at))
+      if (!o.active &&
+          (oldest == by_name_.end() || o.retired_at < owners_[oldest->second].retired_at))
         oldest = it;
     }
     vacant_.push_back(oldest->second);
@@ -152,16 +153,18 @@ SlabPool::Owner* SlabPool::find_current(const std::string& owner, uint64_t incar
   }
   if (incarnation == 0) {
     *refusal = refuse(PoolStatus::BadRequest,
-                      "owner " + owner + ": incarnation 0 is reserved; pick a random non-zero one "
-                                         "at process start");
+                      "owner " + owner +
+                          ": incarnation 0 is reserved; pick a random non-zero one "
+                          "at process start");
     return nullptr;
   }
   auto it = by_name_.find(owner);
   if (it == by_name_.end()) {
     if (!create) {
-      *refusal = refuse(PoolStatus::UnknownOwner,
-                        "owner " + owner + " holds nothing in this pool (never allocated, or "
-                                           "forgotten); allocate first");
+      *refusal =
+          refuse(PoolStatus::UnknownOwner, "owner " + owner +
+                                               " holds nothing in this pool (never allocated, or "
+                                               "forgotten); allocate first");
       return nullptr;
     }
     uint32_t idx;
@@ -252,10 +255,10 @@ PoolResult SlabPool::alloc(const std::string& owner, uint64_t incarnation, uint3
       const uint32_t idx = by_name_.find(owner)->second;
       if (opts_.max_slabs_per_owner && uint64_t(o->slabs) + count > opts_.max_slabs_per_owner) {
         auto replaced = std::move(r.replaced);
-        r = refuse(PoolStatus::OverQuota,
-                   "owner " + owner + " holds " + std::to_string(o->slabs) + " slabs; " +
-                       std::to_string(count) + " more would pass max_slabs_per_owner (" +
-                       std::to_string(opts_.max_slabs_per_owner) + ")");
+        r = refuse(PoolStatus::OverQuota, "owner " + owner + " holds " + std::to_string(o->slabs) +
+                                              " slabs; " + std::to_string(count) +
+                                              " more would pass max_slabs_per_owner (" +
+                                              std::to_string(opts_.max_slabs_per_owner) + ")");
         r.replaced = std::move(replaced);
       } else if (free_list_.size() < count) {
         auto replaced = std::move(r.replaced);
@@ -308,7 +311,8 @@ PoolResult SlabPool::free(const std::string& owner, uint64_t incarnation,
         uint32_t s = sorted[i];
         if (s >= slab_count_)
           r = refuse(PoolStatus::BadSlab, "slab " + std::to_string(s) + " is beyond the pool (" +
-                                              std::to_string(slab_count_) + " slabs); nothing freed");
+                                              std::to_string(slab_count_) +
+                                              " slabs); nothing freed");
         else if (i > 0 && sorted[i - 1] == s)
           r = refuse(PoolStatus::BadRequest,
                      "slab " + std::to_string(s) + " is named twice; nothing freed");
@@ -442,7 +446,8 @@ std::optional<size_t> choose_donor(std::span<const DonorCandidate> candidates, u
       }
       const auto& b = candidates[*best];
       const auto& c = candidates[i];
-      if (c.free_slabs > b.free_slabs || (c.free_slabs == b.free_slabs && c.is_local && !b.is_local))
+      if (c.free_slabs > b.free_slabs ||
+          (c.free_slabs == b.free_slabs && c.is_local && !b.is_local))
         best = i;
     }
     return best;

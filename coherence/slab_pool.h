@@ -143,8 +143,7 @@ class SlabPool {
   // All or nothing: `count` free slabs for `owner`, or a refusal (NotEnoughFree, OverQuota,
   // BadRequest, LeaseLost). A new incarnation of a known owner first reclaims the old one's slabs.
   // `now_ms` is a monotonic clock in ms (the lease runs from it).
-  PoolResult alloc(const std::string& owner, uint64_t incarnation, uint32_t count,
-                   uint64_t now_ms);
+  PoolResult alloc(const std::string& owner, uint64_t incarnation, uint32_t count, uint64_t now_ms);
   // All or nothing: frees `slabs` (no duplicates), each zeroed before it can be handed out again;
   // refuses (changing nothing) with BadSlab, NotHeld, UnknownOwner, LeaseLost or BadRequest.
   // Returns after the zeroing.
@@ -181,7 +180,7 @@ class SlabPool {
   // Prereq: mu_ held. Marks every slab of `o` as zeroing, retires its incarnation, and returns the
   // slabs (the caller zeroes them with finish_zeroing once mu_ is released).
   std::vector<uint32_t> take_back(Owner& o, uint32_t index);
-  void retire(Owner& o);  // Prereq: mu_ held; o holds no slab
+  void retire(Owner& o);                                    // Prereq: mu_ held; o holds no slab
   void finish_zeroing(const std::vector<uint32_t>& slabs);  // Prereq: mu_ NOT held
   void forget_old_retired();                                // Prereq: mu_ held
   // Prereq: mu_ NOT held. When `incarnation` is a new one of an active owner, retires the old one
@@ -218,7 +217,8 @@ enum class Placement : uint8_t {
   PowerOfTwo,  // two distinct donors at random among those with room: the one with more free
 };
 std::string_view to_string(Placement p);
-std::optional<Placement> parse_placement(std::string_view s);  // "local_first|most_free|power_of_two"
+std::optional<Placement> parse_placement(
+    std::string_view s);  // "local_first|most_free|power_of_two"
 
 struct DonorCandidate {
   std::string node;

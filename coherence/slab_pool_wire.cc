@@ -120,8 +120,7 @@ AllocRequest decode_alloc(std::span<const uint8_t> b) {
   exact(b, kRequestHeader + h.owner.size(), kAllocService);
   if (h.word4 == 0 || h.word4 > SlabPoolLimits::kMaxSlabsPerCall)
     throw PoolWireError(std::string(kAllocService) + ": count " + std::to_string(h.word4) +
-                        " is out of range 1.." +
-                        std::to_string(SlabPoolLimits::kMaxSlabsPerCall));
+                        " is out of range 1.." + std::to_string(SlabPoolLimits::kMaxSlabsPerCall));
   return AllocRequest{h.owner, h.incarnation, h.word4};
 }
 
@@ -129,8 +128,7 @@ FreeRequest decode_free(std::span<const uint8_t> b) {
   Head h = head(b, kFreeService);
   if (h.word4 == 0 || h.word4 > SlabPoolLimits::kMaxSlabsPerCall)
     throw PoolWireError(std::string(kFreeService) + ": count " + std::to_string(h.word4) +
-                        " is out of range 1.." +
-                        std::to_string(SlabPoolLimits::kMaxSlabsPerCall));
+                        " is out of range 1.." + std::to_string(SlabPoolLimits::kMaxSlabsPerCall));
   exact(b, kRequestHeader + h.owner.size() + 4 * size_t(h.word4), kFreeService);
   FreeRequest r{h.owner, h.incarnation, {}};
   size_t at = kRequestHeader + h.owner.size();

@@ -306,16 +306,16 @@ BOOST_AUTO_TEST_CASE(wire_round_trips_and_strict_decoders) {
   };
   bad([](auto& b) { b.clear(); });
   bad([](auto& b) { b.resize(10); });
-  bad([](auto& b) { b[0] = 2; });                // unknown version
-  bad([](auto& b) { b[1] = 1; });                // reserved
-  bad([](auto& b) { b.push_back(0); });          // trailing byte
-  bad([](auto& b) { b.pop_back(); });            // short owner
-  bad([](auto& b) { b[2] = 0; });                // owner_len 0
-  bad([](auto& b) { b[2] = 65; });               // owner_len too long
-  bad([](auto& b) { b[4] = b[5] = b[6] = b[7] = 0; });  // count 0
-  bad([](auto& b) { b[7] = 0x7f; });             // count too large
+  bad([](auto& b) { b[0] = 2; });                                     // unknown version
+  bad([](auto& b) { b[1] = 1; });                                     // reserved
+  bad([](auto& b) { b.push_back(0); });                               // trailing byte
+  bad([](auto& b) { b.pop_back(); });                                 // short owner
+  bad([](auto& b) { b[2] = 0; });                                     // owner_len 0
+  bad([](auto& b) { b[2] = 65; });                                    // owner_len too long
+  bad([](auto& b) { b[4] = b[5] = b[6] = b[7] = 0; });                // count 0
+  bad([](auto& b) { b[7] = 0x7f; });                                  // count too large
   bad([](auto& b) { std::fill(b.begin() + 8, b.begin() + 16, 0); });  // incarnation 0
-  bad([](auto& b) { b[16] = ' '; });             // owner with a space
+  bad([](auto& b) { b[16] = ' '; });                                  // owner with a space
   // Free: the count must match the body.
   auto fb = w::encode(w::FreeRequest{"p", 5, {1, 2}});
   fb.pop_back();
