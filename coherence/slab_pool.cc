@@ -113,6 +113,7 @@ std::vector<uint32_t> SlabPool::take_back(Owner& o, uint32_t index) {
 }
 
 void SlabPool::forget_old_retired() {
+  if (by_name_.size() <= SlabPoolLimits::kMaxRetiredOwners) return;  // the usual case: O(1)
   size_t retired = 0;
   for (auto& [name, idx] : by_name_) retired += !owners_[idx].active;
   while (retired > SlabPoolLimits::kMaxRetiredOwners) {

@@ -661,8 +661,10 @@ std::string Memd::status_text() const {
 
 void Memd::stop() {
   home_.reset();  // ends this incarnation: its regions are revoked and unlinked
-  pool_.reset();  // likewise: the pool segment is revoked and unlinked
   if (server_) server_->stop();
+  // After the server stopped (its connection threads joined): no pool.* handler can run on a
+  // destroyed role. The pool segment is revoked and unlinked.
+  pool_.reset();
   std::lock_guard g(mu_);
   for (auto& r : regions_) {
     r->seg.reset();
