@@ -432,19 +432,76 @@ void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
   if (auto v = c.integer(t, W, "ack_slots", 16, 1L << 20, 4096)) cfg.coherence.ack_slots = size_t(*v);
 }
 
+// [pool] bytes = N: donate N bytes (slabs of slab_bytes) to the cooperative cache pool, exported
+// as region "pool". Integers only (TOML allows 268_435_456); sizes must divide evenly.
+void parse_pool_table(Checker& c, const toml::table& t, Config& cfg) {
+  const std::string W = "[pool]";
+  c.only_known_keys(t, W, {"bytes", "slab_bytes", "lease_ms", "max_slabs_per_owner"});
+  PoolConfig& p = cfg.pool;
+  bool ok = true;
+  if (auto v = c.integer(t, W, "slab_bytes", PoolConfig::kMinSlabBytes, PoolConfig::kMaxSlabBytes,
+                         PoolConfig::kDefaultSlabBytes)) {
+    if (*v & (*v - 1)) {
+      long up = 1;
+      while (up < *v) up <<= 1;
+      c.problem(t.get("slab_bytes")->source(),
+                W + " slab_bytes: " + std::to_string(*v) +
+                    " is not a power of two; write e.g. slab_bytes = " + std::to_string(up));
+      ok = false;
+    } else {
+      p.slab_bytes = size_t(*v);
+    }
+  } else if (t.get("slab_bytes")) {
+    ok = false;
+  }
+  auto bytes = c.integer(t, W, "bytes", PoolConfig::kMinSlabBytes, PoolConfig::kMaxBytes,
+                         256L << 20);
+  if (!bytes && !t.get("bytes"))
+    c.problem(t.source(), W + " bytes is required: how much memory this node donates, a multiple "
+                              "of slab_bytes; write e.g. bytes = 268435456 (256 MiB)");
+  if (bytes && ok) {
+    if (size_t(*bytes) % p.slab_bytes != 0) {
+      size_t down = size_t(*bytes) / p.slab_bytes * p.slab_bytes;
+      c.problem(t.get("bytes")->source(),
+                W + " bytes: " + std::to_string(*bytes) + " is not a multiple of slab_bytes (" +
+                    std::to_string(p.slab_bytes) + "); write e.g. bytes = " +
+                    std::to_string(down ? down : p.slab_bytes));
+    } else {
+      p.bytes = size_t(*bytes);
+    }
+  }
+  if (auto v = c.integer(t, W, "lease_ms", PoolConfig::kMinLeaseMs, PoolConfig::kMaxLeaseMs,
+                         PoolConfig::kDefaultLeaseMs))
+    p.lease = std::chrono::milliseconds(*v);
+  if (auto v = c.integer(t, W, "max_slabs_per_owner", 0, 1L << 31, 0))
+    p.max_slabs_per_owner = uint32_t(*v);
+  p.enabled = p.bytes > 0;
+  if (!p.enabled) return;
+  for (auto& r : cfg.regions) {
+    if (r.name == "pool")
+      c.problem(t.source(), W + ": a [[region]] is already named \"pool\", the region the pool "
+                                "role exports; rename that [[region]] or remove [pool]");
+    if (r.segment == pool_segment_name(cfg.node))
+      c.problem(t.source(), W + ": [[region]] \"" + r.name + "\" exports segment " + r.segment +
+                                ", which the pool role creates itself; remove that [[region]]");
+  }
+}
+
 Config parse_checked(const toml::table& root, const std::string& source_name,
                      const std::filesystem::path& base) {
   Checker c(source_name, base);
   Config cfg;
   for (auto&& [k, v] : root) {
-    if (k.str() == "memd" || k.str() == "region" || k.str() == "coherence") continue;
+    if (k.str() == "memd" || k.str() == "region" || k.str() == "coherence" || k.str() == "pool")
+      continue;
     std::string hint;
     if (distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
     if (distance(k.str(), "region") <= 2) hint = "; did you mean [[region]]?";
     c.problem(k.source(),
               "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
                   (v.is_table() ? "]" : "'") + hint +
-                  " (memd knows [memd], [[region]] and [coherence]; every key belongs under one of them)");
+                  " (memd knows [memd], [[region]], [coherence] and [pool]; every key belongs under one of "
+                  "them)");
   }
   if (const toml::node* m = root.get("memd")) {
     if (const toml::table* t = m->as_table())
@@ -462,6 +519,12 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
       parse_coherence_table(c, *t, cfg);
     else
       c.problem(co->source(), "coherence: expected a [coherence] table, got " + describe_type(*co));
+  }
+  if (const toml::node* po = root.get("pool")) {
+    if (const toml::table* t = po->as_table())
+      parse_pool_table(c, *t, cfg);
+    else
+      c.problem(po->source(), "pool: expected a [pool] table, got " + describe_type(*po));
   }
   if (!c.problems().empty()) {
     // In file order, so the list reads like the file; problems without a line come last.
@@ -492,6 +555,10 @@ std::filesystem::path base_dir_of(const std::string& source_name) {
 }
 
 }  // namespace
+
+std::string pool_segment_name(const std::string& node) {
+  return "/tierce." + node + ".pool";
+}
 
 ConfigError::ConfigError(std::vector<std::string> problems)
     : std::runtime_error(join(problems, "\n")), problems_(std::move(problems)) {}

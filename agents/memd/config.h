@@ -22,6 +22,12 @@
 //   segment = "/tierce.app1.versions"           # the POSIX shm object its owner creates
 //   follow_owner = true                         # revoke when the segment's creator exits
 //
+//   [pool]                                      # optional: donate memory to the cooperative
+//   bytes = 268435456                           # cache pool (region "pool", segment
+//   slab_bytes = 1048576                        # /tierce.<node>.pool), slabs leased to owners
+//   lease_ms = 2000
+//   max_slabs_per_owner = 0                     # 0 = no quota
+//
 // Every problem names the file, the line, the key and what to write instead. Unknown keys and
 // tables are errors: a typo must never be silently ignored. Relative paths are resolved against
 // the directory of the configuration file (memd changes to / when it daemonizes).
@@ -29,6 +35,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -75,6 +82,25 @@ struct CoherenceConfig {
   bool operator==(const CoherenceConfig&) const = default;
 };
 
+// [pool]: this memd donates memory to the cooperative cache pool (agents/memd/pool_role.h).
+struct PoolConfig {
+  static constexpr long kDefaultSlabBytes = 1L << 20;
+  static constexpr long kMinSlabBytes = 64L * 1024;  // coherence::SlabPoolLimits::kMinSlabBytes
+  static constexpr long kMaxSlabBytes = 1L << 30;
+  static constexpr long kMaxBytes = 1L << 40;  // 1 TiB: more is a typo, not a donation
+  static constexpr long kDefaultLeaseMs = 2000;
+  static constexpr long kMinLeaseMs = 20;  // reclaim runs every lease/4
+  static constexpr long kMaxLeaseMs = 3'600'000;
+  bool enabled = false;
+  size_t bytes = 0;  // a multiple of slab_bytes, at least one slab
+  size_t slab_bytes = kDefaultSlabBytes;
+  std::chrono::milliseconds lease{kDefaultLeaseMs};
+  uint32_t max_slabs_per_owner = 0;  // 0 = no quota
+  bool operator==(const PoolConfig&) const = default;
+};
+// The POSIX shm name of a node's pool segment.
+std::string pool_segment_name(const std::string& node);
+
 struct Config {
   std::string source;  // absolute path of the file it was read from ("" for text)
   std::string node;
@@ -91,6 +117,7 @@ struct Config {
   std::chrono::microseconds spin{50};  // fabric ServerOptions::spin (tcp/shm responders)
   std::vector<RegionConfig> regions;
   CoherenceConfig coherence;
+  PoolConfig pool;
 };
 
 // All the problems found in one file, one per line in what().

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -33,13 +34,15 @@ constexpr const char* kDefaultConfig = "/etc/tierce/memd.toml";
 void usage(FILE* out) {
   std::fprintf(
       out,
-      "Usage: %s [-c FILE] [--foreground] [--check]\n"
+      "Usage: %s [-c FILE] [--foreground] [--check | --status | --metrics]\n"
       "Exports this node's shared segments through the Tierce fabric and answers\n"
       "\"region name -> descriptor\" lookups (see docs/memd.md).\n"
       "\n"
       "  -c, --config FILE   configuration file (default %s)\n"
       "  -f, --foreground    stay in the foreground; log to stderr unless log = \"syslog\"\n"
       "      --check         validate the configuration and the secret file, then exit\n"
+      "      --status        ask the running memd of this configuration for memd.status, print it\n"
+      "      --metrics       ask it for pool.metrics ([pool] counters, Prometheus text), print it\n"
       "  -V, --version       print the version and exit\n"
       "  -h, --help          print this help and exit\n"
       "\n"
@@ -53,6 +56,7 @@ struct Options {
   std::string config = kDefaultConfig;
   bool foreground = false;
   bool check = false;
+  const char* query = nullptr;  // --status / --metrics: the service to call on the running memd
 };
 
 // Returns an exit code when the command line says to stop here (help, version, bad usage).
@@ -60,6 +64,7 @@ std::optional<int> parse_options(int argc, char** argv, Options* o) {
   static const option longopts[] = {
       {"config", required_argument, nullptr, 'c'}, {"foreground", no_argument, nullptr, 'f'},
       {"check", no_argument, nullptr, 'k'},        {"version", no_argument, nullptr, 'V'},
+      {"status", no_argument, nullptr, 's'},       {"metrics", no_argument, nullptr, 'm'},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -73,6 +78,12 @@ std::optional<int> parse_options(int argc, char** argv, Options* o) {
         break;
       case 'k':
         o->check = true;
+        break;
+      case 's':
+        o->query = "memd.status";
+        break;
+      case 'm':
+        o->query = "pool.metrics";
         break;
       case 'V':
         std::printf("%s %s\n", kProgram, TIERCE_VERSION);
@@ -116,6 +127,34 @@ std::optional<int> load(const std::string& path, Config* cfg, fabric::Secret* se
     return kExitUsage;
   }
   return std::nullopt;
+}
+
+// --status / --metrics: calls `service` on the memd this configuration describes (the URIs of its
+// ready file, else its listen addresses) and prints the reply. Exit 0, or 1 when unreachable.
+int query_running(const Config& cfg, const fabric::Secret& secret, const std::string& service) {
+  std::vector<std::string> uris;
+  if (!cfg.ready_file.empty()) {
+    std::ifstream in(cfg.ready_file);
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty()) uris.push_back(l);
+  }
+  if (uris.empty()) uris = cfg.listen;
+  std::string errors;
+  for (auto& u : uris) {
+    try {
+      fabric::ClientOptions o;
+      o.secret = secret;
+      auto c = fabric::connect(u, o);
+      auto body = c->call(service, {});
+      std::fwrite(body.data(), 1, body.size(), stdout);
+      return kExitOk;
+    } catch (const std::exception& e) {
+      errors += "\n  " + u + ": " + e.what();
+    }
+  }
+  std::fprintf(stderr, "%s: cannot ask the running memd of %s for %s:%s\n", kProgram,
+               cfg.source.c_str(), service.c_str(), errors.c_str());
+  return kExitFailure;
 }
 
 std::string join_lines(const std::vector<std::string>& v, const char* sep) {
@@ -352,11 +391,16 @@ int main(int argc, char** argv) {
   tierce::fabric::Secret secret;
   if (auto code = load(opts.config, &cfg, &secret)) return *code;
   if (opts.check) {
-    std::printf("%s: %s: configuration OK (node %s, %zu listen address(es), %zu region(s))\n",
+    std::printf("%s: %s: configuration OK (node %s, %zu listen address(es), %zu region(s)%s)\n",
                 kProgram, cfg.source.c_str(), cfg.node.c_str(), cfg.listen.size(),
-                cfg.regions.size());
+                cfg.regions.size(),
+                cfg.pool.enabled ? (", pool of " + std::to_string(cfg.pool.bytes / cfg.pool.slab_bytes) +
+                                    " slabs of " + std::to_string(cfg.pool.slab_bytes) + " bytes")
+                                       .c_str()
+                                 : "");
     return kExitOk;
   }
+  if (opts.query) return query_running(cfg, secret, opts.query);
   Daemon d(std::move(opts), std::move(cfg), std::move(secret));
   return d.run();
 }

@@ -175,6 +175,7 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
           std::string(e.what()) + " ([memd] node must name an app node of the topology in [coherence] topology)");
     }
   }
+  if (cfg_.pool.enabled) pool_ = std::make_unique<PoolRole>(*server_, cfg_.node, cfg_.pool, log_);
 }
 
 Memd::~Memd() {
@@ -497,6 +498,7 @@ ReloadOutcome Memd::reload(Config next) {
     restart("node", next.node != cfg_.node);
     restart("listen", next.listen != cfg_.listen);
     restart("coherence", !(next.coherence == cfg_.coherence));
+    restart("pool", !(next.pool == cfg_.pool));
     restart("secret_file", next.secret_file != cfg_.secret_file);
     restart("pid_file", next.pid_file != cfg_.pid_file);
     restart("ready_file", next.ready_file != cfg_.ready_file);
@@ -650,12 +652,19 @@ std::string Memd::status_text() const {
     std::istringstream in(home_->status_text());
     for (std::string line; std::getline(in, line);) o << "coherence_" << line << "\n";
   }
+  if (pool_) {
+    std::istringstream in(pool_->status_text());
+    for (std::string line; std::getline(in, line);) o << "pool_" << line << "\n";
+  }
   return o.str();
 }
 
 void Memd::stop() {
   home_.reset();  // ends this incarnation: its regions are revoked and unlinked
   if (server_) server_->stop();
+  // After the server stopped (its connection threads joined): no pool.* handler can run on a
+  // destroyed role. The pool segment is revoked and unlinked.
+  pool_.reset();
   std::lock_guard g(mu_);
   for (auto& r : regions_) {
     r->seg.reset();

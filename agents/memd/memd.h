@@ -20,7 +20,7 @@
 //
 // Threads: rescan(), check_owners(), poll_once(), reload() and stop() belong to one thread (the
 // daemon's main loop). The services "memd.list" and "memd.status" run on the server's connection
-// threads and only read, under mu_.
+// threads and only read, under mu_. The roles ([coherence] home, [pool]) run their own threads.
 #pragma once
 
 #include <sys/types.h>
@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "agents/memd/config.h"
+#include "agents/memd/pool_role.h"
 #include "coherence/home_service.h"
 #include "fabric/fabric.h"
 
@@ -110,6 +111,8 @@ class Memd {
   // "key value" lines: node, pid, uptime, listen addresses, server and memd counters, then one
   // "region NAME STATE key=value..." line per configured region.
   std::string status_text() const;
+  // The [pool] role, or nullptr without [pool].
+  PoolRole* pool() { return pool_.get(); }
 
   // Stops serving (peers' leases end at once). Exports are withdrawn, segments are not revoked:
   // their owners live on, and a restarted memd exports them again.
@@ -133,6 +136,7 @@ class Memd {
   fabric::LogSink log_;
   std::unique_ptr<fabric::Server> server_;
   std::unique_ptr<coherence::HomeService> home_;  // with [coherence]: this app node's home role
+  std::unique_ptr<PoolRole> pool_;                // with [pool]: memory donated to the pool
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point next_rescan_;
 
