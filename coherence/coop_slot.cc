@@ -50,7 +50,8 @@ void check_writable(std::span<const uint8_t> slot, const char* what) {
   check_geometry(slot, what);
   if (load<uint32_t>(slot.data() + kMagic) != kSlotMagic ||
       load<uint16_t>(slot.data() + kVersion) != kSlotVersion)
-    throw std::invalid_argument(std::string(what) + ": not a formatted slot (call init_slot first)");
+    throw std::invalid_argument(std::string(what) +
+                                ": not a formatted slot (call init_slot first)");
   if (generation_word(slot.data()).load(std::memory_order_relaxed) % 2 != 0)
     throw std::invalid_argument(std::string(what) +
                                 ": odd generation: another writer is active or one died mid-write");
@@ -72,19 +73,29 @@ void end_write(uint8_t* slot, uint64_t even) {
 
 std::string_view to_string(MissReason r) {
   switch (r) {
-    case MissReason::Empty: return "empty";
-    case MissReason::KeyMismatch: return "key_mismatch";
-    case MissReason::GenerationChanged: return "generation_changed";
-    case MissReason::Torn: return "torn";
-    case MissReason::LengthOutOfBounds: return "length_out_of_bounds";
-    case MissReason::BadMagic: return "bad_magic";
-    case MissReason::BadVersion: return "bad_version";
-    case MissReason::Checksum: return "checksum";
+    case MissReason::Empty:
+      return "empty";
+    case MissReason::KeyMismatch:
+      return "key_mismatch";
+    case MissReason::GenerationChanged:
+      return "generation_changed";
+    case MissReason::Torn:
+      return "torn";
+    case MissReason::LengthOutOfBounds:
+      return "length_out_of_bounds";
+    case MissReason::BadMagic:
+      return "bad_magic";
+    case MissReason::BadVersion:
+      return "bad_version";
+    case MissReason::Checksum:
+      return "checksum";
   }
   return "unknown";
 }
 
-std::ostream& operator<<(std::ostream& o, MissReason r) { return o << to_string(r); }
+std::ostream& operator<<(std::ostream& o, MissReason r) {
+  return o << to_string(r);
+}
 
 void SlotCounters::count(const SlotResult& r) {
   if (const Miss* m = std::get_if<Miss>(&r))
@@ -155,7 +166,8 @@ void write_slot(std::span<uint8_t> slot, uint64_t key_hash, std::string_view key
   store<uint32_t>(s + kFlags, kSlotOccupied);
   std::memset(s + 48, 0, kSlotHeaderSize - 48);
   if (!key.empty()) std::memcpy(s + kSlotHeaderSize, key.data(), key.size());
-  if (!payload.empty()) std::memcpy(s + kSlotHeaderSize + key.size(), payload.data(), payload.size());
+  if (!payload.empty())
+    std::memcpy(s + kSlotHeaderSize + key.size(), payload.data(), payload.size());
   // The checksum covers the generation word: computed over the final (even) value, written into
   // the checksum input only for the computation and restored to odd before publication. Doing it
   // on a stack copy of the header keeps the shared word odd throughout.
@@ -182,8 +194,7 @@ uint64_t erase_slot(std::span<uint8_t> slot) {
   uint8_t head[kSlotHeaderSize];
   std::memcpy(head, s, kSlotHeaderSize);
   store<uint64_t>(head + kGeneration, next);
-  store<uint64_t>(s + kChecksum,
-                  XXH3_64bits(head + kChecksummed, kSlotHeaderSize - kChecksummed));
+  store<uint64_t>(s + kChecksum, XXH3_64bits(head + kChecksummed, kSlotHeaderSize - kChecksummed));
   end_write(s, next);
   return next;
 }
@@ -199,8 +210,8 @@ bool copy_slot(std::span<const uint8_t> slot, std::span<uint8_t> out) {
   return before == after && before % 2 == 0;
 }
 
-SlotResult verify_slot(std::span<const uint8_t> b, uint64_t expected_key_hash,
-                       std::string_view key, std::optional<uint64_t> expected_generation) {
+SlotResult verify_slot(std::span<const uint8_t> b, uint64_t expected_key_hash, std::string_view key,
+                       std::optional<uint64_t> expected_generation) {
   if (b.size() < kSlotHeaderSize) return Miss{MissReason::LengthOutOfBounds};
   const uint8_t* p = b.data();
   if (load<uint32_t>(p + kMagic) != kSlotMagic) return Miss{MissReason::BadMagic};

@@ -30,7 +30,9 @@ struct AlignedSlot {
   std::unique_ptr<uint8_t, Free> p;
 };
 
-std::vector<uint8_t> bytes_of(std::string_view s) { return {s.begin(), s.end()}; }
+std::vector<uint8_t> bytes_of(std::string_view s) {
+  return {s.begin(), s.end()};
+}
 
 MissReason reason(const SlotResult& r) {
   BOOST_REQUIRE(std::holds_alternative<Miss>(r));
@@ -103,8 +105,7 @@ BOOST_AUTO_TEST_CASE(reuse_and_erase_are_misses) {
   BOOST_TEST(reason(verify_slot(s.span(), 2, "b", kAnyGeneration)) == MissReason::Empty);
   // A key-hash collision: same hash and length, another key → a miss, never the other's bytes.
   write_slot(s.span(), 99, "key-A", bytes_of("A's page"), next_generation(s.span()));
-  BOOST_TEST(reason(verify_slot(s.span(), 99, "key-B", kAnyGeneration)) ==
-             MissReason::KeyMismatch);
+  BOOST_TEST(reason(verify_slot(s.span(), 99, "key-B", kAnyGeneration)) == MissReason::KeyMismatch);
   BOOST_TEST(reason(verify_slot(s.span(), 99, "key-AA", kAnyGeneration)) ==
              MissReason::KeyMismatch);
 }
@@ -132,21 +133,19 @@ BOOST_AUTO_TEST_CASE(every_miss_reason_from_a_forged_header) {
   check([](auto& v) { poke<uint16_t>(v, o::kVersion, 2); }, MissReason::BadVersion);
   check([&](auto& v) { poke<uint64_t>(v, o::kGeneration, g + 1); }, MissReason::Torn);
   check([](auto& v) { poke<uint32_t>(v, o::kFlags, 0); }, MissReason::Empty);
-  check([&](auto& v) { poke<uint64_t>(v, o::kGeneration, g + 2); },
-        MissReason::GenerationChanged);
+  check([&](auto& v) { poke<uint64_t>(v, o::kGeneration, g + 2); }, MissReason::GenerationChanged);
   check([](auto& v) { poke<uint64_t>(v, o::kKeyHash, 0xBEEF); }, MissReason::KeyMismatch);
   check([](auto& v) { poke<uint32_t>(v, o::kPayloadLen, 0xFFFFFFFFu); },
         MissReason::LengthOutOfBounds);
-  check([](auto& v) { poke<uint32_t>(v, o::kKeyLen, 0xFFFFFFF0u); },
-        MissReason::LengthOutOfBounds);
+  check([](auto& v) { poke<uint32_t>(v, o::kKeyLen, 0xFFFFFFF0u); }, MissReason::LengthOutOfBounds);
   check([](auto& v) { poke<uint32_t>(v, o::kPayloadLen, 512 - 64 - 18 + 1); },
         MissReason::LengthOutOfBounds);
   check([](auto& v) { poke<uint32_t>(v, o::kCapacity, 64); }, MissReason::LengthOutOfBounds);
   check([](auto& v) { poke<uint32_t>(v, o::kPayloadLen, 10); }, MissReason::Checksum);
-  check([](auto& v) { v[64 + 18 + 5] ^= 1; }, MissReason::Checksum);          // payload byte
-  check([](auto& v) { v[64 + 2] ^= 0x20; }, MissReason::Checksum);           // key byte
-  check([](auto& v) { v[o::kChecksum] ^= 0x80; }, MissReason::Checksum);    // the checksum itself
-  check([](auto& v) { v[50] = 1; }, MissReason::Checksum);                    // reserved, covered
+  check([](auto& v) { v[64 + 18 + 5] ^= 1; }, MissReason::Checksum);      // payload byte
+  check([](auto& v) { v[64 + 2] ^= 0x20; }, MissReason::Checksum);        // key byte
+  check([](auto& v) { v[o::kChecksum] ^= 0x80; }, MissReason::Checksum);  // the checksum itself
+  check([](auto& v) { v[50] = 1; }, MissReason::Checksum);                // reserved, covered
   // Short reads.
   BOOST_TEST(reason(verify_slot(std::span(good).first(63), 0xFEED, key, g)) ==
              MissReason::LengthOutOfBounds);
@@ -226,9 +225,7 @@ BOOST_AUTO_TEST_CASE(writer_refuses_misuse_and_leaves_the_slot_intact) {
   init_slot(s.span());
   uint64_t g = next_generation(s.span());
   write_slot(s.span(), 3, "k", bytes_of("v"), g);
-  auto intact = [&] {
-    return hit_payload(verify_slot(s.span(), 3, "k", g)) == bytes_of("v");
-  };
+  auto intact = [&] { return hit_payload(verify_slot(s.span(), 3, "k", g)) == bytes_of("v"); };
   BOOST_CHECK_THROW(write_slot(s.span(), 3, "k", bytes_of("w"), g), std::invalid_argument);
   BOOST_CHECK_THROW(write_slot(s.span(), 3, "k", bytes_of("w"), g + 3), std::invalid_argument);
   std::vector<uint8_t> big(slot_room(256));

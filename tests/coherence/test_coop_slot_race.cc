@@ -37,7 +37,9 @@ constexpr auto kRunFor = 4s;
 std::string key_of(uint64_t id) {
   return "GET /item?id=" + std::to_string(id) + std::string(id % 7, '&');
 }
-uint64_t hash_of(uint64_t id) { return 0x9E3779B97F4A7C15ull * (id + 1); }
+uint64_t hash_of(uint64_t id) {
+  return 0x9E3779B97F4A7C15ull * (id + 1);
+}
 
 // The payload written under (key id, generation): its length and every byte follow from both.
 std::vector<uint8_t> payload_of(uint64_t id, uint64_t gen) {
@@ -49,7 +51,7 @@ std::vector<uint8_t> payload_of(uint64_t id, uint64_t gen) {
 
 struct ReaderResult {
   SlotCounters c;
-  uint64_t wrong = 0;       // accepted, but not the bytes written under (key, generation)
+  uint64_t wrong = 0;        // accepted, but not the bytes written under (key, generation)
   uint64_t read_errors = 0;  // fabric errors (none expected)
 };
 
@@ -62,7 +64,9 @@ BOOST_AUTO_TEST_CASE(evict_while_reading_never_serves_wrong_bytes) {
   auto dir = [&](size_t i) {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base + 8 * i));
   };
-  auto slot = [&](size_t i) { return std::span<uint8_t>(base + kDirBytes + i * kSlotSize, kSlotSize); };
+  auto slot = [&](size_t i) {
+    return std::span<uint8_t>(base + kDirBytes + i * kSlotSize, kSlotSize);
+  };
   for (size_t i = 0; i < kSlots; ++i) init_slot(slot(i));
 
   fabric::ServerOptions so;
@@ -163,9 +167,8 @@ BOOST_AUTO_TEST_CASE(evict_while_reading_never_serves_wrong_bytes) {
     BOOST_TEST(x->read_errors == 0u);
     BOOST_TEST(x->c.hits > 0u);  // reads did succeed: the check is not vacuous
     // Read failures were forced: reads that landed on a rewritten or half-written slot.
-    const uint64_t forced = x->c.miss(MissReason::GenerationChanged) +
-                            x->c.miss(MissReason::Torn) + x->c.miss(MissReason::Checksum) +
-                            x->c.miss(MissReason::KeyMismatch);
+    const uint64_t forced = x->c.miss(MissReason::GenerationChanged) + x->c.miss(MissReason::Torn) +
+                            x->c.miss(MissReason::Checksum) + x->c.miss(MissReason::KeyMismatch);
     BOOST_TEST(forced > 0u);
     BOOST_TEST(x->c.miss(MissReason::BadMagic) == 0u);
     BOOST_TEST(x->c.miss(MissReason::BadVersion) == 0u);
