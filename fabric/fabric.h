@@ -121,6 +121,14 @@ struct ClientOptions {
   // whose requests must not be executed after it is gone. The server sees "peer reset" where it
   // would see an end of stream. shm, verbs: no effect (nothing outlives the process there).
   bool reset_on_close = false;
+  // verbs: a registration cache of this many bytes of unused registrations (fabric/reg_cache.h,
+  // Wu's FMRD) for one-sided READ/WRITE buffers too large for the bounce memory: a buffer used
+  // again is not registered again, and unused registrations are deregistered lazily, in batches.
+  // 0 (the default): each batch registers such buffers and deregisters them in wait().
+  // Prereq when > 0: before freeing, unmapping or re-purposing memory passed to read()/write()/
+  // post(), call fabric::invalidate_registrations(addr, len) (reg_cache.h says why). tcp, shm: no
+  // effect.
+  size_t registration_cache_bytes = 0;
 };
 
 // A client's link to one Server. Not thread-safe: one per thread, or guard it.

@@ -90,6 +90,20 @@ ClientLink::ClientLink(const Address& a, const ClientOptions& o, Kind kind, Dead
           kMemlockHint);
     cfg = EndpointConfig{Tunables::kClientRecvDepth, Tunables::kClientSendDepth,
                          Tunables::kClientSendBuffers};
+    if (o.registration_cache_bytes > 0) {
+      // Caller buffers of large READ/WRITEs (verbs_datapath.cc). Process-wide, so that
+      // fabric::invalidate_registrations() reaches it before the caller frees memory.
+      RegCacheLimits lim;
+      lim.max_unused_bytes = o.registration_cache_bytes;
+      lim.max_unused_count = Tunables::kRegCacheMaxUnused;
+      ibv_pd* pd = pd_.get();
+      reg_cache_ = std::make_unique<RegCache>(
+          [pd](void* addr, size_t len, uint32_t access) -> RegCache::Handle {
+            return ibv_reg_mr(pd, addr, len, int(access));
+          },
+          [](RegCache::Handle h) { (void)ibv_dereg_mr(static_cast<ibv_mr*>(h)); }, lim,
+          /*process_wide=*/true);
+    }
   } else {
     cfg = EndpointConfig{Tunables::kStreamRecvDepth, Tunables::kStreamSendDepth,
                          Tunables::kStreamSendBuffers};

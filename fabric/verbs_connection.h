@@ -7,9 +7,10 @@
 //
 // One-sided batches: post() checks each op locally (bounds against RemoteRegion.len → OutOfBounds,
 // 8-byte alignment of atomics → Misaligned), stages small transfers in the registered bounce memory
-// (or registers the caller's buffer for larger ones) and posts the WRs with one ibv_post_send per
-// run; every WR is signaled, so each op gets its own status. A batch larger than the send queue is
-// posted in pieces as completions free room (in wait()). wait() reaps completions until all ops
+// (or registers the caller's buffer for larger ones, through the link's registration cache when
+// ClientOptions::registration_cache_bytes asks for one) and posts the WRs with one ibv_post_send
+// per run; every WR is signaled, so each op gets its own status. A batch larger than the send queue
+// is posted in pieces as completions free room (in wait()). wait() reaps completions until all ops
 // ended or op_timeout passed (→ Timeout; the connection is marked broken and its QP destroyed, so
 // the HCA stops touching our memory).
 //
@@ -46,6 +47,7 @@
 #include <vector>
 
 #include "fabric/fabric.h"
+#include "fabric/reg_cache.h"
 #include "fabric/verbs_endpoint.h"
 #include "fabric/verbs_resources.h"
 
@@ -80,6 +82,11 @@ class ClientLink {
   // MRs of caller buffers registered for the current batch. Owned here so that they are released
   // after the QP and before the PD whatever way the link ends.
   std::vector<Mr>& batch_mrs() { return batch_mrs_; }
+  // With ClientOptions::registration_cache_bytes > 0: the cache large READ/WRITE buffers are
+  // registered through (on this link's PD; a reconnect starts a new one), and the current batch's
+  // leases on it. nullptr: per-batch registration (batch_mrs()).
+  RegCache* reg_cache() const { return reg_cache_.get(); }
+  std::vector<RegCache::Lease>& batch_leases() { return batch_leases_; }
 
   // rdma_disconnect: the QP goes to the error state at once, so the HCA stops touching our memory
   // and every posted WR completes (flushed). Idempotent.
@@ -100,6 +107,8 @@ class ClientLink {
   AlignedBuffer bounce_;
   Mr bounce_mr_;
   std::vector<Mr> batch_mrs_;
+  std::unique_ptr<RegCache> reg_cache_;        // deregisters its MRs after the QP, before the PD
+  std::vector<RegCache::Lease> batch_leases_;  // released before the cache goes
   std::unique_ptr<Endpoint> ep_;
   PeerParams server_;
   std::string server_name_;

@@ -462,8 +462,19 @@ Errc VerbsConnection::prepare(ClientLink& l, OneSidedOp& op, size_t i) {
       sge.lkey = l.bounce_lkey();
       return Errc::Ok;
     }
-    // Too large for the bounce memory: register the caller's buffer for this batch (zero-copy).
+    // Too large for the bounce memory: the caller's buffer, registered (zero-copy) through the
+    // link's registration cache when the caller asked for one (then it stays registered for the
+    // next batch that uses it), else for this batch only.
     errno = 0;
+    if (RegCache* cache = l.reg_cache()) {
+      RegCache::Lease lease =
+          cache->acquire(local, op.len, uint32_t(is_read ? kAccessLocalWrite : 0));
+      if (!lease) return Errc::System;  // typically the locked-memory limit (ulimit -l)
+      sge.addr = reinterpret_cast<uintptr_t>(local);
+      sge.lkey = static_cast<ibv_mr*>(lease.handle())->lkey;
+      l.batch_leases().push_back(std::move(lease));
+      return Errc::Ok;
+    }
     ibv_mr* mr = ibv_reg_mr(l.pd(), local, op.len, is_read ? kAccessLocalWrite : 0);
     if (!mr) return Errc::System;  // typically the locked-memory limit (ulimit -l)
     l.batch_mrs().emplace_back(mr);
@@ -631,6 +642,7 @@ void VerbsConnection::post(std::span<OneSidedOp> ops) {
   checks_.clear();
   sent_.clear();
   l.batch_mrs().clear();
+  l.batch_leases().clear();
   l.ep().op_completions().clear();
   bounce_used_ = ClientLink::kLeaseArea;
   next_post_ = 0;
@@ -767,6 +779,7 @@ void VerbsConnection::wait(std::span<OneSidedOp> ops) {
   judge_leases(l, ops);
   pending_ = false;
   l.batch_mrs().clear();
+  l.batch_leases().clear();
   if (ep.failed() && ep.fail_code() != Errc::BadKey && ep.fail_code() != Errc::BadRequest)
     fail(FabricError(ep.fail_code(), ep.fail_why()));
   // A refused op (BadKey/BadRequest) leaves the server alive: the next operation reconnects.

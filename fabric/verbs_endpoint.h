@@ -108,10 +108,13 @@ struct Tunables {
   // of a batch are staged here (one copy, no registration on the datapath).
   static constexpr size_t kBounceBytes = size_t(512) << 10;
   // Larger transfers (or what no longer fits the bounce memory) register the caller's buffer for
-  // the batch and deregister it in wait(): zero-copy, but ~tens of µs per registration. No
-  // registration cache: without memory-release hooks a cached MR can outlive free()+malloc() of
-  // the same address and silently move bytes to/from the old pages.
+  // the batch and deregister it in wait(): zero-copy, but ~tens of µs per registration. The
+  // registration cache (reg_cache.h) is opt-in (ClientOptions::registration_cache_bytes): without
+  // memory-release hooks a cached MR can outlive free()+malloc() of the same address and silently
+  // move bytes to/from the old pages, so only callers that invalidate before freeing may use it.
   static constexpr size_t kBounceMaxOp = size_t(64) << 10;
+  // Unused registrations a link's cache keeps at most (the byte budget is the caller's).
+  static constexpr size_t kRegCacheMaxUnused = 64;
 
   // ---- reliability: a dead peer must surface within seconds ------------------------------------
   // Local ACK timeout exponent: 4.096 µs × 2^16 ≈ 268 ms before a retransmission (rdma_cm would

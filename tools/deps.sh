@@ -3,7 +3,7 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
-  libboost-test-dev libtomlplusplus-dev libssl-dev
+  libboost-test-dev libtomlplusplus-dev libssl-dev libxxhash-dev
   rdma-core libibverbs-dev librdmacm-dev
   apache2 apache2-dev libapr1-dev libaprutil1-dev
   libapache2-mod-php8.2 php8.2-mysql libphp8.2-embed php8.2-dev
