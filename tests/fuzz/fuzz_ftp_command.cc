@@ -190,10 +190,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 #ifndef TIERCE_LIBFUZZER
 // ---- deterministic replay driver (any compiler; in ctest) ---------------------------------------
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <vector>
+
+#include "replay_args.h"
 
 static std::vector<std::string> seeds() {
   return {
@@ -219,30 +219,11 @@ static std::vector<std::string> seeds() {
 }
 
 int main(int argc, char** argv) {
-  long iterations = 200000;
-  std::vector<std::string> files;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--iterations" && i + 1 < argc) {
-      iterations = std::stol(argv[++i]);
-    } else if (a == "--write-seeds" && i + 1 < argc) {
-      std::string dir = argv[++i];
-      int n = 0;
-      for (auto& s : seeds()) {
-        std::ofstream f(dir + "/seed-" + std::to_string(n++), std::ios::binary);
-        f.write(s.data(), std::streamsize(s.size()));
-      }
-      std::printf("wrote %d seeds to %s\n", n, dir.c_str());
-      return 0;
-    } else {
-      files.push_back(a);
-    }
-  }
-  for (auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::string v((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(v.data()), v.size());
-  }
+  auto args = tierce_fuzz::parse_replay_args(argc, argv, 200000, seeds());
+  if (args.exit_code) return *args.exit_code;
+  const long iterations = args.iterations;
+  const auto& files = args.files;
+  tierce_fuzz::replay_files(files);
   auto base = seeds();
   for (auto& s : base) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   static const char* tokens[] = {"\r\n", "\xff",    "\xff\xff", "\xff\xfa", "\xff\xf0",  "\xff\xfd",

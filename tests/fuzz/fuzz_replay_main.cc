@@ -6,15 +6,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "replay_args.h"
+
 #include "fabric/wire.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 extern "C" void fuzz_wire_stats(uint64_t* one_sided, uint64_t* rejected, uint64_t* messages);
 
 using namespace tierce::fabric;
@@ -53,30 +52,11 @@ static std::vector<std::vector<uint8_t>> seeds() {
 }
 
 int main(int argc, char** argv) {
-  long iterations = 200000;
-  std::vector<std::string> files;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--iterations" && i + 1 < argc) {
-      iterations = std::stol(argv[++i]);
-    } else if (a == "--write-seeds" && i + 1 < argc) {
-      std::string dir = argv[++i];
-      int n = 0;
-      for (auto& s : seeds()) {
-        std::ofstream f(dir + "/seed-" + std::to_string(n++), std::ios::binary);
-        f.write(reinterpret_cast<const char*>(s.data()), std::streamsize(s.size()));
-      }
-      std::printf("wrote %d seeds to %s\n", n, dir.c_str());
-      return 0;
-    } else {
-      files.push_back(a);
-    }
-  }
-  for (auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::vector<uint8_t> v((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    LLVMFuzzerTestOneInput(v.data(), v.size());
-  }
+  auto args = tierce_fuzz::parse_replay_args(argc, argv, 200000, seeds());
+  if (args.exit_code) return *args.exit_code;
+  const long iterations = args.iterations;
+  const auto& files = args.files;
+  tierce_fuzz::replay_files(files);
   auto base = seeds();
   std::mt19937_64 rng(20261120);
   for (long it = 0; it < iterations; ++it) {
