@@ -31,32 +31,9 @@ namespace {
 
 constexpr auto kStartLimit = 10s;
 
-// Starts `binary args...` with stdout and stderr appended to `log_path`.
+// Starts tierce-memd with `args`, its output appended to `log_path`.
 Child spawn(const std::vector<std::string>& args, const std::string& log_path) {
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork");
-  if (pid == 0) {
-    tierce_test::die_with_parent(parent);
-    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    for (int i = 3; i < 1024; ++i) ::close(i);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    std::vector<char*> argv;
-    std::string bin = TIERCE_MEMD_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  return Child(pid);
+  return spawn_binary(TIERCE_MEMD_BINARY, args, log_path);
 }
 
 // A process that is not our child (a daemon): SIGKILLed at scope end unless it is gone.

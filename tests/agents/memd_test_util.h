@@ -115,6 +115,36 @@ class Child {
   int status_ = 0;
 };
 
+// Starts `binary args...` (a daemon under test) with stdout and stderr appended to `log_path`, no
+// other descriptor inherited, an empty signal mask, and killed if the test process dies.
+inline Child spawn_binary(const std::string& binary, const std::vector<std::string>& args,
+                          const std::string& log_path) {
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    tierce_test::die_with_parent(parent);
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    for (int i = 3; i < 1024; ++i) ::close(i);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> argv;
+    std::string bin = binary;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return Child(pid);
+}
+
 // A child that creates segment `name` (so the child is its creator/owner), reports through a
 // pipe, and exits when told to (or when the test process goes away).
 class SegmentOwner {
