@@ -101,6 +101,7 @@ std::vector<uint8_t> encode(const Reply& r) {
   put<uint16_t>(b, 2, uint16_t(msg.size()));
   put<uint32_t>(b, 4, uint32_t(r.slabs.size()));
   put<uint32_t>(b, 8, r.held);
+  put<uint32_t>(b, 12, r.free_slabs);
   put<uint64_t>(b, 16, r.slab_bytes);
   put<uint64_t>(b, 24, r.pool_incarnation);
   put<uint64_t>(b, 32, r.lease_ms);
@@ -151,7 +152,6 @@ Reply decode_reply(std::span<const uint8_t> b) {
     throw PoolWireError("pool reply version " + std::to_string(b[0]) + " is not understood");
   if (b[1] > uint8_t(PoolStatus::BadRequest))
     throw PoolWireError("pool reply status " + std::to_string(b[1]) + " is unknown");
-  if (get<uint32_t>(b, 12) != 0) throw PoolWireError("pool reply: reserved word 12 is not 0");
   Reply r;
   r.status = PoolStatus(b[1]);
   uint16_t msg_len = get<uint16_t>(b, 2);
@@ -160,6 +160,7 @@ Reply decode_reply(std::span<const uint8_t> b) {
     throw PoolWireError("pool reply: " + std::to_string(count) + " descriptors is too many");
   exact(b, kReplyHeader + kDescriptorBytes * size_t(count) + msg_len, "pool reply");
   r.held = get<uint32_t>(b, 8);
+  r.free_slabs = get<uint32_t>(b, 12);
   r.slab_bytes = get<uint64_t>(b, 16);
   r.pool_incarnation = get<uint64_t>(b, 24);
   r.lease_ms = get<uint64_t>(b, 32);

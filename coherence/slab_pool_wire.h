@@ -16,7 +16,8 @@
 // Reply to alloc, free and renew (memd -> owner):
 //
 //   0 version u8 | 1 status u8 (PoolStatus) | 2 msg_len u16 | 4 count u32 (descriptors that
-//   follow: alloc Ok only, else 0) | 8 held u32 (slabs the owner holds now) | 12 reserved u32 = 0
+//   follow: alloc Ok only, else 0) | 8 held u32 (slabs the owner holds now)
+//   | 12 free u32 (slabs free in the pool after the request: what requesters place by)
 //   | 16 slab_bytes u64 | 24 pool_incarnation u64 (region "pool"'s segment incarnation)
 //   | 32 lease_ms u64
 //   | 40 descriptors, count × { 0 slab u32 | 4 reserved u32 = 0 | 8 offset u64 | 16 length u64 }
@@ -79,6 +80,7 @@ struct Reply {
   PoolStatus status = PoolStatus::Ok;
   std::string message;
   uint32_t held = 0;
+  uint32_t free_slabs = 0;  // in the pool, after the request
   uint64_t slab_bytes = 0;
   uint64_t pool_incarnation = 0;
   uint64_t lease_ms = 0;

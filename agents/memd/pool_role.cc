@@ -184,6 +184,7 @@ std::vector<uint8_t> PoolRole::handle(Op op, std::span<const uint8_t> body) {
     rep.status = r.status;
     rep.message = r.message;
     rep.held = r.held;
+    rep.free_slabs = pool_->free_slabs();
   } catch (const poolwire::PoolWireError& e) {
     if (bad_requests_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_)
       log_(fabric::LogLevel::Warn, std::string("MEMD0134 pool: malformed request refused: ") +
@@ -192,6 +193,7 @@ std::vector<uint8_t> PoolRole::handle(Op op, std::span<const uint8_t> body) {
                                        "version, or a bug)");
     rep.status = PoolStatus::BadRequest;
     rep.message = e.what();
+    rep.free_slabs = pool_->free_slabs();
   }
   return poolwire::encode(rep);
 }

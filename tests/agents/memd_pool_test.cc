@@ -2,13 +2,15 @@
 // the real tierce-memd binary with [pool] over tcp and shm: allocate, write and read slabs
 // one-sided, free (zeroed), an owner that stops renewing loses its slabs (a stale read sees
 // zeros), malformed bodies get error replies and memd keeps serving, a restart is a new pool
-// incarnation, and the --status / --metrics flags.
+// incarnation, and the --status / --metrics flags. Then the requester side (coherence::PoolOwner)
+// against two real memds: placement, renewals past the lease, frees, a donor restarted or frozen.
 #define BOOST_TEST_MODULE memd_pool
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
 
 #include "agents/memd/config.h"
+#include "coherence/pool_owner.h"
 #include "coherence/slab_pool_wire.h"
 #include "memd_test_util.h"
 
@@ -87,14 +89,16 @@ struct Fixture {
   }
 
   std::string config_text(const std::string& pool) {
-    return "[memd]\nnode = \"" + node + "\"\nlisten = [\"tcp://127.0.0.1:0\", \"shm://" +
+    return "[memd]\nnode = \"" + node + "\"\nlisten = [\"" + tcp_listen + "\", \"shm://" +
            sock_path + "\"]\nsecret_file = \"" + secret_path + "\"\nready_file = \"" + ready_path +
            "\"\nlog = \"stderr\"\nlog_level = \"debug\"\nheartbeat_ms = 10\nlease_ms = 200\n"
            "rescan_ms = 50\n\n" +
            pool;
   }
+  int slabs = kSlabs;
+  std::string tcp_listen = "tcp://127.0.0.1:0";  // a restart may keep the port (pool owners)
   std::string pool_section() {
-    return "[pool]\nbytes = " + std::to_string(kSlabs * kSlab) +
+    return "[pool]\nbytes = " + std::to_string(slabs * kSlab) +
            "\nslab_bytes = " + std::to_string(kSlab) + "\nlease_ms = " + std::to_string(kLeaseMs) +
            "\nmax_slabs_per_owner = 8\n";
   }
@@ -431,3 +435,153 @@ BOOST_AUTO_TEST_CASE(cli_status_metrics_and_a_bad_pool_config) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the requester side: coherence::PoolOwner against two real donors -------------------------
+
+namespace {
+
+std::string tcp_uri(Fixture& f) {
+  std::istringstream in(read_file(f.ready_path));
+  for (std::string u; std::getline(in, u);)
+    if (u.rfind("tcp://", 0) == 0) return u;
+  throw std::runtime_error("no tcp address in the ready file");
+}
+
+struct TwoDonors {
+  Fixture a, b;  // a: this node's own memd (local), b: a remote one
+  TwoDonors(int slabs_a, int slabs_b) {
+    a.slabs = slabs_a;
+    b.slabs = slabs_b;
+    b.secret_path = a.secret_path;  // one cluster, one secret
+    b.secret = a.secret;
+    a.start();
+    b.start();
+  }
+  std::unique_ptr<coherence::PoolOwner> owner(coherence::Placement p, std::string name = "proxy1") {
+    coherence::PoolOwnerOptions o;
+    o.owner = std::move(name);
+    o.client.secret = a.secret;
+    o.client.op_timeout = 1000ms;
+    o.placement = p;
+    o.seed = 7;
+    o.renew_period = 50ms;
+    // Both fixtures wrote their own secret file: b is told to use a's (same cluster secret).
+    return std::make_unique<coherence::PoolOwner>(
+        std::vector<coherence::PoolDonor>{{"a", tcp_uri(a), true}, {"b", tcp_uri(b), false}}, o);
+  }
+};
+
+size_t count_at(const std::vector<coherence::OwnedSlab>& v, size_t donor) {
+  return size_t(std::count_if(v.begin(), v.end(), [&](auto& s) { return s.donor == donor; }));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(pool_owner_places_renews_past_the_lease_and_frees) {
+  TwoDonors d(4, 12);
+  auto lf = d.owner(coherence::Placement::LocalFirst);
+  std::string why;
+  auto s1 = lf->alloc(3, &why);
+  BOOST_TEST_REQUIRE(s1.size() == 3u, why);
+  BOOST_TEST(count_at(s1, 0) == 3u);  // local first
+  auto s2 = lf->alloc(2, &why);       // the local pool has 1 left: the remote one
+  BOOST_TEST_REQUIRE(s2.size() == 2u, why);
+  BOOST_TEST(count_at(s2, 1) == 2u);
+  auto none = lf->alloc(20, &why);
+  BOOST_TEST(none.empty());
+  BOOST_TEST(why.find("no donor has 20 free slab(s)") != std::string::npos, why);
+
+  // Renewals keep every slab past several leases; the bytes written stay.
+  auto c = d.a.connect("tcp");
+  auto region = c->lookup(poolwire::kRegion);
+  auto p = pattern(9, 4096);
+  c->write(region, s1[0].slab.offset, p.data(), p.size());
+  lf->start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kLeaseMs));
+  BOOST_TEST(lf->held().size() == 5u);
+  BOOST_TEST(lf->counters().slabs_lost == 0u);
+  BOOST_TEST(lf->counters().renewals >= 6u);
+  BOOST_TEST(lf->writable(0));
+  BOOST_TEST(lf->writable(1));
+  std::vector<uint8_t> back(p.size());
+  c->read(region, s1[0].slab.offset, back.data(), back.size());
+  BOOST_TEST((back == p), "a renewed slab lost its bytes");
+
+  // Most free: the remote donor (10 free against 1).
+  auto mf = d.owner(coherence::Placement::MostFree, "proxy2");
+  BOOST_TEST(mf->renew_now() == 2u);
+  auto s3 = mf->alloc(1, &why);
+  BOOST_TEST_REQUIRE(s3.size() == 1u, why);
+  BOOST_TEST(count_at(s3, 1) == 1u);
+
+  // Frees go back to the donors (zeroed there) and show in the free counts.
+  lf->free(s1);
+  lf->free(s2);
+  BOOST_TEST(lf->held().empty());
+  BOOST_TEST(lf->counters().slabs_freed == 5u);
+  lf->renew_now();
+  auto ds = lf->donors();
+  BOOST_TEST(ds[0].free_slabs == 4u);
+  BOOST_TEST(ds[1].free_slabs == 11u);  // proxy2 holds one
+  c->read(region, s1[0].slab.offset, back.data(), back.size());
+  BOOST_TEST(all_zero(back));
+}
+
+BOOST_AUTO_TEST_CASE(pool_owner_loses_only_the_slabs_of_a_restarted_or_silent_donor) {
+  TwoDonors d(8, 8);
+  auto o = d.owner(coherence::Placement::LocalFirst);
+  std::vector<std::pair<size_t, std::string>> lost;
+  std::mutex mu;
+  o->on_lost([&](const std::vector<coherence::OwnedSlab>& v, const std::string& why) {
+    std::lock_guard lk(mu);
+    for (auto& s : v) lost.emplace_back(s.donor, why);
+  });
+  o->start();  // renewals every 50 ms (lease 300 ms)
+  std::string why;
+  BOOST_TEST_REQUIRE(o->alloc(2, &why).size() == 2u, why);  // a
+  BOOST_TEST_REQUIRE(o->alloc(7, &why).size() == 7u, why);  // b (a has 6 left)
+  BOOST_TEST(count_at(o->held(), 1) == 7u);
+
+  // b restarts: its pool is a new incarnation; only b's slabs are lost, with the reason.
+  d.b.tcp_listen = tcp_uri(d.b);  // same address after the restart, as a real donor's
+  d.b.memd.kill_now();
+  fabric::SharedSegment::unlink(memd::pool_segment_name(d.b.node));
+  d.b.start();
+  BOOST_TEST(eventually([&] { return o->held().size() == 2u; }, 5s));
+  {
+    std::lock_guard lk(mu);
+    BOOST_TEST_REQUIRE(lost.size() == 7u);
+    BOOST_TEST(lost[0].first == 1u);
+    BOOST_TEST(lost[0].second.find("new incarnation") != std::string::npos, lost[0].second);
+  }
+  BOOST_TEST(o->held().size() == 2u);
+  BOOST_TEST(count_at(o->held(), 0) == 2u);
+  BOOST_TEST(o->writable(0));
+  BOOST_TEST(!o->writable(1));
+
+  // a's memd frozen past the lease: the owner stops writing at lease - lease/4, and drops a's
+  // slabs once a renewal fails after that, speaking to a as a new incarnation from then on; when
+  // a is back, that first request makes it reclaim the old slabs (no leak) and a new alloc works.
+  d.a.memd.signal(SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(eventually([&] { return !o->writable(0); }, 2s));
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 <= std::chrono::milliseconds(kLeaseMs)));
+  BOOST_TEST(eventually([&] { return o->held().empty(); }, 5s));  // a renewal failed after it
+  std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs));
+  d.a.memd.signal(SIGCONT);
+  {
+    std::lock_guard lk(mu);
+    BOOST_TEST(lost.size() == 9u);
+  }
+  // The renewal thread's first request as the new incarnation made a take the old slabs back.
+  BOOST_TEST(eventually(
+      [&] {
+        auto ds = o->donors();
+        return ds[0].answered && ds[0].free_slabs == 8u;
+      },
+      5s));
+  auto again = o->alloc(8, &why);
+  BOOST_TEST_REQUIRE(again.size() == 8u, why);
+  BOOST_TEST(count_at(again, 0) == 8u);
+  BOOST_TEST(o->counters().slabs_lost == 9u);
+}

@@ -286,6 +286,7 @@ BOOST_AUTO_TEST_CASE(wire_round_trips_and_strict_decoders) {
   rep.status = PoolStatus::NotHeld;
   rep.message = "why";
   rep.held = 2;
+  rep.free_slabs = 77;
   rep.slab_bytes = kSlab;
   rep.pool_incarnation = 0x1234;
   rep.lease_ms = 2000;
@@ -294,6 +295,7 @@ BOOST_AUTO_TEST_CASE(wire_round_trips_and_strict_decoders) {
   BOOST_TEST(back.status == PoolStatus::NotHeld);
   BOOST_TEST(back.message == "why");
   BOOST_TEST(back.held == 2u);
+  BOOST_TEST(back.free_slabs == 77u);
   BOOST_TEST(back.pool_incarnation == 0x1234u);
   BOOST_TEST_REQUIRE(back.slabs.size() == 1u);
   BOOST_TEST(back.slabs[0].offset == 3 * kSlab);
