@@ -315,14 +315,14 @@ DirReadResult read_entry(const DirectoryGeometry& g, std::span<const uint8_t> b,
   return DirMiss{DirMissReason::NotFound};
 }
 
-std::variant<std::vector<DirEntry>, DirMiss> read_bucket(const DirectoryGeometry& g,
-                                                         std::span<const uint8_t> b,
-                                                         uint64_t expected_index) {
+std::variant<DirBucket, DirMiss> read_bucket(const DirectoryGeometry& g,
+                                             std::span<const uint8_t> b, uint64_t expected_index) {
   if (g.buckets == 0 || g.nodes == 0) return DirMiss{DirMissReason::BadHeader};
   auto v = verify_bucket(b, expected_index);
   if (auto* m = std::get_if<DirMiss>(&v)) return *m;
   const uint32_t count = std::get<uint32_t>(v);
-  std::vector<DirEntry> out;
+  DirBucket out;
+  out.sequence = load<uint64_t>(b.data() + kSequence);
   for (size_t i = 0; i < kDirEntriesPerBucket; ++i) {
     const uint8_t* e = b.data() + kFirstEntry + i * kDirEntrySize;
     if (i >= count) {
@@ -332,8 +332,8 @@ std::variant<std::vector<DirEntry>, DirMiss> read_bucket(const DirectoryGeometry
     }
     auto d = decode_entry(e, g.nodes);
     if (!d) return DirMiss{DirMissReason::BadBucket};
-    d->sequence = load<uint64_t>(b.data() + kSequence);
-    out.push_back(*d);
+    d->sequence = out.sequence;
+    out.entries.push_back(*d);
   }
   return out;
 }

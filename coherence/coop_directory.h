@@ -206,10 +206,15 @@ uint64_t coop_key_check(std::string_view key);
 // as the owner's publish (node < geometry.nodes, kind known, slot size >= length...).
 DirReadResult read_entry(const DirectoryGeometry& g, std::span<const uint8_t> bucket_bytes,
                          uint64_t key_hash, uint64_t key_check);
-// Every entry of a verified bucket (tests, status pages). Same checks as read_entry.
-std::variant<std::vector<DirEntry>, DirMiss> read_bucket(const DirectoryGeometry& g,
-                                                         std::span<const uint8_t> bucket_bytes,
-                                                         uint64_t expected_index);
+// Every entry of a verified bucket (tests, status pages): the checks of read_entry, and the
+// unused entry slots must be zero.
+struct DirBucket {
+  uint64_t sequence = 0;  // of the state read
+  std::vector<DirEntry> entries;
+};
+std::variant<DirBucket, DirMiss> read_bucket(const DirectoryGeometry& g,
+                                             std::span<const uint8_t> bucket_bytes,
+                                             uint64_t expected_index);
 
 // The home proxy of a key: rendezvous hashing over the topology's proxies (role = "proxy"), the
 // same weight as page homes (hash64(to_hex(key_hash) + "@" + name)). Throws TopologyError when
