@@ -16,7 +16,8 @@ namespace tierce::coherence {
 
 // Fields are stored in host order and the sequence word is a CPU atomic shared with local
 // readers: the documented little-endian layout holds on little-endian hosts only.
-static_assert(std::endian::native == std::endian::little, "coop_directory.h's layout is little-endian");
+static_assert(std::endian::native == std::endian::little,
+              "coop_directory.h's layout is little-endian");
 static_assert(std::atomic_ref<uint64_t>::required_alignment <= 8);
 
 namespace {
@@ -155,7 +156,8 @@ uint64_t random_nonzero() {
 
 }  // namespace
 
-// ---- names ---------------------------------------------------------------------------------------
+// ---- names
+// ---------------------------------------------------------------------------------------
 
 std::string_view to_string(RegionKind k) {
   switch (k) {
@@ -186,7 +188,9 @@ std::string_view to_string(DirMissReason r) {
   }
   return "unknown";
 }
-std::ostream& operator<<(std::ostream& o, DirMissReason r) { return o << to_string(r); }
+std::ostream& operator<<(std::ostream& o, DirMissReason r) {
+  return o << to_string(r);
+}
 
 std::string_view to_string(UpdateStatus s) {
   switch (s) {
@@ -221,7 +225,9 @@ std::string_view to_string(UpdateStatus s) {
   }
   return "unknown";
 }
-std::ostream& operator<<(std::ostream& o, UpdateStatus s) { return o << to_string(s); }
+std::ostream& operator<<(std::ostream& o, UpdateStatus s) {
+  return o << to_string(s);
+}
 
 bool update_ok(UpdateStatus s) {
   switch (s) {
@@ -238,7 +244,8 @@ bool update_ok(UpdateStatus s) {
   }
 }
 
-// ---- counters --------------------------------------------------------------------------------------
+// ---- counters
+// --------------------------------------------------------------------------------------
 
 void DirReadCounters::count(const DirReadResult& r) {
   if (const DirMiss* m = std::get_if<DirMiss>(&r))
@@ -257,7 +264,8 @@ DirReadCounters& DirReadCounters::operator+=(const DirReadCounters& o) {
   return *this;
 }
 
-// ---- readers ---------------------------------------------------------------------------------------
+// ---- readers
+// ---------------------------------------------------------------------------------------
 
 uint64_t DirectoryGeometry::bucket_index(uint64_t key_hash) const {
   // A mix independent of the bits that chose the home (rendezvous) and the version slot
@@ -315,8 +323,8 @@ DirReadResult read_entry(const DirectoryGeometry& g, std::span<const uint8_t> b,
   return DirMiss{DirMissReason::NotFound};
 }
 
-std::variant<DirBucket, DirMiss> read_bucket(const DirectoryGeometry& g,
-                                             std::span<const uint8_t> b, uint64_t expected_index) {
+std::variant<DirBucket, DirMiss> read_bucket(const DirectoryGeometry& g, std::span<const uint8_t> b,
+                                             uint64_t expected_index) {
   if (g.buckets == 0 || g.nodes == 0) return DirMiss{DirMissReason::BadHeader};
   auto v = verify_bucket(b, expected_index);
   if (auto* m = std::get_if<DirMiss>(&v)) return *m;
@@ -338,7 +346,8 @@ std::variant<DirBucket, DirMiss> read_bucket(const DirectoryGeometry& g,
   return out;
 }
 
-// ---- home choice -----------------------------------------------------------------------------------
+// ---- home choice
+// -----------------------------------------------------------------------------------
 
 const NodeInfo& directory_home_of(const Topology& t, uint64_t key_hash) {
   const NodeInfo* best = nullptr;
@@ -353,8 +362,9 @@ const NodeInfo& directory_home_of(const Topology& t, uint64_t key_hash) {
     }
   }
   if (!best)
-    throw TopologyError((t.path.empty() ? std::string("topology") : t.path) +
-                        ": no node has role = \"proxy\": cooperative caching needs directory homes");
+    throw TopologyError(
+        (t.path.empty() ? std::string("topology") : t.path) +
+        ": no node has role = \"proxy\": cooperative caching needs directory homes");
   return *best;
 }
 
@@ -367,7 +377,8 @@ uint16_t node_index(const Topology& t, std::string_view name) {
                       std::string(name) + "\"");
 }
 
-// ---- owner -----------------------------------------------------------------------------------------
+// ---- owner
+// -----------------------------------------------------------------------------------------
 
 struct CoopDirectory::Image {
   uint64_t sequence = 0;
@@ -573,8 +584,8 @@ UpdateResult CoopDirectory::withdraw(uint64_t key_hash, uint64_t key_check, uint
                                      RegionKind kind, uint64_t offset, uint64_t generation) {
   std::lock_guard lk(mu_);
   if (node >= geo_.nodes || (kind != RegionKind::Arena && kind != RegionKind::Pool))
-    return done_locked({UpdateStatus::BadLocation, 0,
-                        "withdraw refused: node index or region kind out of range"});
+    return done_locked(
+        {UpdateStatus::BadLocation, 0, "withdraw refused: node index or region kind out of range"});
   const uint64_t bi = geo_.bucket_index(key_hash);
   Image img = load_locked(bi);
   const int i = img.find(key_hash, key_check);
@@ -630,8 +641,13 @@ UpdateResult CoopDirectory::invalidate(uint64_t key_hash, uint64_t key_check) {
   return done_locked({UpdateStatus::Invalidated, 1, {}});
 }
 
-DirReadResult CoopDirectory::lookup(uint64_t key_hash, uint64_t key_check) const {
-  const uint8_t* b = bucket(geo_.bucket_index(key_hash));
+DirReadResult lookup_local(std::span<const uint8_t> memory, const DirectoryGeometry& g,
+                           uint64_t key_hash, uint64_t key_check) {
+  if (g.buckets == 0 || g.nodes == 0) return DirMiss{DirMissReason::BadHeader};
+  if (memory.size() < g.total_bytes()) return DirMiss{DirMissReason::ShortRead};
+  if (reinterpret_cast<uintptr_t>(memory.data()) % 8 != 0)
+    throw std::invalid_argument("lookup_local: directory memory must be 8-byte aligned");
+  const uint8_t* b = memory.data() + g.bucket_offset(key_hash);
   alignas(64) uint8_t copy[kDirBucketSize];
   const uint64_t before = sequence_word(b).load(std::memory_order_acquire);
   if (before % 2 != 0) return DirMiss{DirMissReason::Torn};
@@ -640,7 +656,11 @@ DirReadResult CoopDirectory::lookup(uint64_t key_hash, uint64_t key_check) const
   std::atomic_thread_fence(std::memory_order_acquire);
   if (sequence_word(b).load(std::memory_order_relaxed) != before)
     return DirMiss{DirMissReason::Torn};
-  return read_entry(geo_, copy, key_hash, key_check);
+  return read_entry(g, copy, key_hash, key_check);
+}
+
+DirReadResult CoopDirectory::lookup(uint64_t key_hash, uint64_t key_check) const {
+  return lookup_local(mem_, geo_, key_hash, key_check);
 }
 
 std::array<uint64_t, kUpdateStatusCount> CoopDirectory::update_counters() const {

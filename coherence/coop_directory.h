@@ -160,6 +160,7 @@ enum class DirMissReason : uint8_t {
   BadHeader,    // the directory header: magic, version, geometry or checksum
 };
 inline constexpr size_t kDirMissReasonCount = 7;
+static_assert(size_t(DirMissReason::BadHeader) + 1 == kDirMissReasonCount);
 std::string_view to_string(DirMissReason r);
 std::ostream& operator<<(std::ostream& o, DirMissReason r);
 
@@ -206,6 +207,14 @@ uint64_t coop_key_check(std::string_view key);
 // as the owner's publish (node < geometry.nodes, kind known, slot size >= length...).
 DirReadResult read_entry(const DirectoryGeometry& g, std::span<const uint8_t> bucket_bytes,
                          uint64_t key_hash, uint64_t key_check);
+// A local reader's lookup in a directory it maps (a child of the owner's process, or any process
+// that mapped the exported segment): `memory` is the directory (64-byte aligned, as created),
+// `g` what parse_directory_header(memory) returned. Copies the bucket with the seqlock read
+// discipline (acquire load, copy, acquire fence, reload: Torn when it moved) and checks the copy
+// with read_entry. ShortRead when `memory` is smaller than the geometry says.
+DirReadResult lookup_local(std::span<const uint8_t> memory, const DirectoryGeometry& g,
+                           uint64_t key_hash, uint64_t key_check);
+
 // Every entry of a verified bucket (tests, status pages): the checks of read_entry, and the
 // unused entry slots must be zero.
 struct DirBucket {
@@ -226,22 +235,23 @@ uint16_t node_index(const Topology& t, std::string_view name);
 
 // Results of updates (the reply status of the update messages too).
 enum class UpdateStatus : uint8_t {
-  Added,       // publish: a new copy (and a new entry if the key had none)
-  Replaced,    // publish: the copy at the same node + region + offset was replaced
-  Superseded,  // publish with a newer tag: the older version's copies were dropped first
-  Withdrawn,   // withdraw: the copy is gone (and the entry, if it was the last)
-  Invalidated,       // invalidate: the entry is gone
-  NodeWithdrawn,     // withdraw_node: done (count says how many copies went)
-  NotFound,          // withdraw/invalidate: no such key or copy (a no-op)
+  Added,               // publish: a new copy (and a new entry if the key had none)
+  Replaced,            // publish: the copy at the same node + region + offset was replaced
+  Superseded,          // publish with a newer tag: the older version's copies were dropped first
+  Withdrawn,           // withdraw: the copy is gone (and the entry, if it was the last)
+  Invalidated,         // invalidate: the entry is gone
+  NodeWithdrawn,       // withdraw_node: done (count says how many copies went)
+  NotFound,            // withdraw/invalidate: no such key or copy (a no-op)
   GenerationMismatch,  // withdraw: a copy at that place but of another generation: kept
-  BucketFull,    // publish refused: the key's bucket already holds 4 other keys
-  LocationsFull,  // publish refused: the key already has 4 copies
-  StaleTag,      // publish refused: the entry has a newer version of that object
-  LengthMismatch,  // publish refused: same tag, other length (a caller bug)
-  BadLocation,   // publish/withdraw refused: node out of range, unknown kind, size/offset invalid
-  BadRequest,    // apply(): the message did not decode (coop_directory_wire.h)
+  BucketFull,          // publish refused: the key's bucket already holds 4 other keys
+  LocationsFull,       // publish refused: the key already has 4 copies
+  StaleTag,            // publish refused: the entry has a newer version of that object
+  LengthMismatch,      // publish refused: same tag, other length (a caller bug)
+  BadLocation,  // publish/withdraw refused: node out of range, unknown kind, size/offset invalid
+  BadRequest,   // apply_body(): the message did not decode (coop_directory_wire.h)
 };
 inline constexpr size_t kUpdateStatusCount = 14;
+static_assert(size_t(UpdateStatus::BadRequest) + 1 == kUpdateStatusCount);
 std::string_view to_string(UpdateStatus s);
 std::ostream& operator<<(std::ostream& o, UpdateStatus s);
 // Whether the update changed (or legitimately did not need to change) the directory.
@@ -291,7 +301,7 @@ class CoopDirectory {
   // Drops the key's entry (the object changed at its app home).
   UpdateResult invalidate(uint64_t key_hash, uint64_t key_check);
 
-  // Local reader (lock-free; any thread, or another process through create()'s memory).
+  // Local reader (lock-free, any thread): lookup_local() on this directory's memory.
   DirReadResult lookup(uint64_t key_hash, uint64_t key_check) const;
 
   const DirectoryGeometry& geometry() const { return geo_; }

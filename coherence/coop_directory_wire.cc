@@ -104,7 +104,9 @@ struct Encoder {
 
 }  // namespace
 
-std::vector<uint8_t> encode(const Message& m) { return std::visit(Encoder{}, m); }
+std::vector<uint8_t> encode(const Message& m) {
+  return std::visit(Encoder{}, m);
+}
 
 std::vector<uint8_t> encode(const Reply& r) {
   const size_t len = std::min(r.message.size(), kMaxReplyMessage);

@@ -40,7 +40,8 @@ struct Aligned {
 
 struct Dir {
   explicit Dir(uint64_t buckets, uint16_t nodes = 8)
-      : mem(CoopDirectory::bytes_for(buckets)), d(CoopDirectory::create(mem.span(), buckets, nodes, 77)) {}
+      : mem(CoopDirectory::bytes_for(buckets)),
+        d(CoopDirectory::create(mem.span(), buckets, nodes, 77)) {}
   Aligned mem;
   std::unique_ptr<CoopDirectory> d;
   // What a remote read of the key's bucket returns: a private copy of the 640 bytes.
@@ -141,8 +142,9 @@ BOOST_AUTO_TEST_CASE(publish_replace_withdraw_invalidate) {
   BOOST_TEST((e.locations[0] == pool(2, 4096, 4)));
 
   // A second copy elsewhere, then the same place rewritten (new generation): replaced, not added.
-  BOOST_TEST(x.d->publish(k.h, k.c, tag, 1000, Location{3, RegionKind::Arena, 123, 9, 1200}).status ==
-             UpdateStatus::Added);
+  BOOST_TEST(
+      x.d->publish(k.h, k.c, tag, 1000, Location{3, RegionKind::Arena, 123, 9, 1200}).status ==
+      UpdateStatus::Added);
   BOOST_TEST(x.d->publish(k.h, k.c, tag, 1000, pool(2, 4096, 6)).status == UpdateStatus::Replaced);
   e = hit(x.d->lookup(k.h, k.c));
   BOOST_REQUIRE(e.count == 2u);
@@ -152,20 +154,31 @@ BOOST_AUTO_TEST_CASE(publish_replace_withdraw_invalidate) {
   BOOST_TEST(x.d->publish(k.h, k.c, tag, 1000, pool(3, 123 * 64, 2)).status == UpdateStatus::Added);
   BOOST_TEST(hit(x.d->lookup(k.h, k.c)).count == 3u);
 
+  // Another process's view: the geometry from the header, then the seqlock copy.
+  {
+    auto g2 = std::get<DirectoryGeometry>(parse_directory_header(x.d->memory()));
+    BOOST_TEST(same(hit(lookup_local(x.d->memory(), g2, k.h, k.c)), hit(x.d->lookup(k.h, k.c))));
+    BOOST_TEST(reason(lookup_local(x.d->memory().first(100), g2, k.h, k.c)) ==
+               DirMissReason::ShortRead);
+  }
   // The remote reader sees what the local one sees.
   auto b = x.bucket_of(k.h);
   BOOST_TEST(same(hit(read_entry(x.d->geometry(), b, k.h, k.c)), hit(x.d->lookup(k.h, k.c))));
-  BOOST_TEST(hit(read_entry(x.d->geometry(), b, k.h, k.c)).sequence == x.d->bucket_sequence(x.d->geometry().bucket_index(k.h)));
+  BOOST_TEST(hit(read_entry(x.d->geometry(), b, k.h, k.c)).sequence ==
+             x.d->bucket_sequence(x.d->geometry().bucket_index(k.h)));
   // Another key check (a 64-bit collision of the key hash) is not this entry.
   BOOST_TEST(reason(read_entry(x.d->geometry(), b, k.h, k.c ^ 1)) == DirMissReason::NotFound);
 
   // Withdraw: the wrong generation keeps the (newer) copy; the right one drops it.
   BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 4).status ==
              UpdateStatus::GenerationMismatch);
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 6).status == UpdateStatus::Withdrawn);
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 6).status == UpdateStatus::NotFound);
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 6).status ==
+             UpdateStatus::Withdrawn);
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 6).status ==
+             UpdateStatus::NotFound);
   BOOST_TEST(hit(x.d->lookup(k.h, k.c)).count == 2u);
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 3, RegionKind::Arena, 123, 9).status == UpdateStatus::Withdrawn);
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 3, RegionKind::Arena, 123, 9).status ==
+             UpdateStatus::Withdrawn);
   // The last copy withdrawn: the entry goes.
   BOOST_TEST(x.d->withdraw(k.h, k.c, 3, RegionKind::Pool, 123 * 64, 2).status ==
              UpdateStatus::Withdrawn);
@@ -350,7 +363,8 @@ BOOST_AUTO_TEST_CASE(random_corruption_never_yields_an_entry) {
   auto keys = keys_in_bucket0(x.d->geometry(), 4);
   for (size_t i = 0; i < 4; ++i)
     for (uint16_t n = 0; n <= i; ++n)
-      x.d->publish(keys[i].h, keys[i].c, Tag{uint32_t(i), 3 * i, 5}, 100 + i, pool(n, 64 * i, 2 * i));
+      x.d->publish(keys[i].h, keys[i].c, Tag{uint32_t(i), 3 * i, 5}, 100 + i,
+                   pool(n, 64 * i, 2 * i));
   auto good = x.bucket_of(keys[0].h);
   const auto& g = x.d->geometry();
   std::mt19937_64 r(42);
@@ -386,10 +400,9 @@ namespace {
 std::vector<dirwire::Message> sample_messages() {
   using namespace dirwire;
   return {Publish{1, 2, 300, Tag{4, 5, 6}, Location{7, RegionKind::Pool, 4096, 8, 512}},
-          Publish{~0ull, ~0ull, 0, Tag{~0u, ~0ull, ~0ull}, Location{0xFFFF, RegionKind::Arena, ~0ull, ~0ull, ~0u}},
-          Withdraw{9, 10, 11, RegionKind::Arena, 12, 13},
-          WithdrawNode{14},
-          Invalidate{15, 16}};
+          Publish{~0ull, ~0ull, 0, Tag{~0u, ~0ull, ~0ull},
+                  Location{0xFFFF, RegionKind::Arena, ~0ull, ~0ull, ~0u}},
+          Withdraw{9, 10, 11, RegionKind::Arena, 12, 13}, WithdrawNode{14}, Invalidate{15, 16}};
 }
 }  // namespace
 
@@ -534,7 +547,8 @@ BOOST_AUTO_TEST_CASE(apply_runs_messages_against_the_directory) {
   using namespace dirwire;
   Dir x(16, 8);
   Key k("k");
-  auto rep = decode_reply(apply_body(*x.d, encode(Publish{k.h, k.c, 10, Tag{0, 1, 1}, pool(2, 0)})));
+  auto rep =
+      decode_reply(apply_body(*x.d, encode(Publish{k.h, k.c, 10, Tag{0, 1, 1}, pool(2, 0)})));
   BOOST_TEST((rep.status == UpdateStatus::Added));
   BOOST_TEST(hit(x.d->lookup(k.h, k.c)).count == 1u);
   rep = decode_reply(apply_body(*x.d, encode(Publish{k.h, k.c, 10, Tag{0, 1, 1}, pool(9, 0)})));

@@ -1,7 +1,7 @@
 // tests/coherence/test_coop_directory_race.cc — one-sided directory reads racing the owner over
 // the real fabric (issue 15): a directory segment (memfd) exported by a fabric::Server on tcp and
 // shm; the owner thread publishes, replaces, withdraws, invalidates and withdraws nodes as fast as
-// it can over few buckets, while readers fetch a key's bucket with ONE one-sided read (tcp: the
+// it can over two buckets, while readers fetch a key's bucket with ONE one-sided read (tcp: the
 // server's responder copies; shm: the reader's own mapping) and check it with read_entry and
 // read_bucket.
 //
@@ -36,13 +36,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr uint64_t kBuckets = 4;
+constexpr uint64_t kBuckets = 2;
 constexpr uint16_t kNodes = 8;
-constexpr size_t kKeys = 20;  // ~5 per bucket: full buckets happen too
+constexpr size_t kKeys = 12;  // ~6 per bucket: full buckets happen too
 constexpr auto kRunFor = 2s;
 constexpr auto kRunMax = 40s;
 constexpr uint64_t kWantForced = 10;
-constexpr size_t kRing = size_t(1) << 18;  // registry states kept per bucket
+constexpr size_t kRing = size_t(1) << 20;  // registry states kept per bucket (~1 s)
 
 struct Key {
   std::string k;
@@ -59,13 +59,12 @@ std::vector<Key> make_keys() {
 
 // The digest of a bucket's entries from their fields, independent of the order and the encoding.
 uint64_t digest(std::vector<DirEntry> es) {
-  std::sort(es.begin(), es.end(), [](const DirEntry& a, const DirEntry& b) {
-    return a.key_hash < b.key_hash;
-  });
+  std::sort(es.begin(), es.end(),
+            [](const DirEntry& a, const DirEntry& b) { return a.key_hash < b.key_hash; });
   std::vector<uint64_t> w;
   for (auto& e : es) {
-    w.insert(w.end(), {e.key_hash, e.key_check, e.length, e.tag.home, e.tag.slot, e.tag.version,
-                       e.count});
+    w.insert(w.end(),
+             {e.key_hash, e.key_check, e.length, e.tag.home, e.tag.slot, e.tag.version, e.count});
     std::vector<Location> ls(e.locations.begin(), e.locations.begin() + e.count);
     std::sort(ls.begin(), ls.end(), [](const Location& a, const Location& b) {
       return std::tie(a.node, a.kind, a.offset) < std::tie(b.node, b.kind, b.offset);
@@ -110,8 +109,8 @@ struct Registry {
 struct ReaderResult {
   DirReadCounters c;
   std::atomic<uint64_t> torn{0}, checksum{0};  // live view for the stop condition
-  uint64_t verified = 0;      // accepted reads checked against the registry
-  uint64_t entries_seen = 0;  // of which a key was found
+  uint64_t verified = 0;                       // accepted reads checked against the registry
+  uint64_t entries_seen = 0;                   // of which a key was found
   uint64_t wrong = 0;         // accepted, but not a state the owner published (must stay 0)
   uint64_t unverifiable = 0;  // accepted, state already evicted from the registry ring
   uint64_t read_errors = 0;
@@ -184,7 +183,8 @@ BOOST_AUTO_TEST_CASE(racing_bucket_reads_never_yield_an_unpublished_entry) {
             break;
           case UpdateStatus::Replaced:
             for (uint32_t j = 0; j < it->second.count; ++j)
-              if (it->second.locations[j].node == l.node && it->second.locations[j].offset == l.offset)
+              if (it->second.locations[j].node == l.node &&
+                  it->second.locations[j].offset == l.offset)
                 it->second.locations[j] = l;
             break;
           default:
@@ -329,9 +329,9 @@ BOOST_AUTO_TEST_CASE(racing_bucket_reads_never_yield_an_unpublished_entry) {
     for (size_t i = 0; i < kDirMissReasonCount; ++i)
       s += std::string(i ? ", " : "") + std::string(to_string(DirMissReason(i))) + " " +
            std::to_string(x.c.misses[i]);
-    return s + "), verified against the owner " + std::to_string(x.verified) +
-           ", unverifiable " + std::to_string(x.unverifiable) + ", wrong " +
-           std::to_string(x.wrong) + ", read errors " + std::to_string(x.read_errors);
+    return s + "), verified against the owner " + std::to_string(x.verified) + ", unverifiable " +
+           std::to_string(x.unverifiable) + ", wrong " + std::to_string(x.wrong) +
+           ", read errors " + std::to_string(x.read_errors);
   };
   std::string st;
   for (size_t i = 0; i < kUpdateStatusCount; ++i)
@@ -357,5 +357,7 @@ BOOST_AUTO_TEST_CASE(racing_bucket_reads_never_yield_an_unpublished_entry) {
   BOOST_TEST(shm.c.miss(DirMissReason::Torn) > 0u);
   BOOST_TEST(shm.c.miss(DirMissReason::Checksum) > 0u);
   // The owner's refusals were exercised too.
-  BOOST_TEST(statuses[size_t(UpdateStatus::BucketFull)] + statuses[size_t(UpdateStatus::LocationsFull)] > 0u);
+  BOOST_TEST(statuses[size_t(UpdateStatus::BucketFull)] +
+                 statuses[size_t(UpdateStatus::LocationsFull)] >
+             0u);
 }
