@@ -1,6 +1,7 @@
 // coherence/coop_directory.cc — the directory's owner (updates), local and remote readers, and the
 // home choice of cooperative caching (coop_directory.h).
 #include "coherence/coop_directory.h"
+#include "coherence/bytes.h"
 
 #include <xxhash.h>
 
@@ -24,16 +25,8 @@ namespace {
 
 using namespace dir_offset;
 
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <typename T>
-void store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using bytes::load;
+using bytes::store;
 
 constexpr uint64_t kKeyCheckSeed = 0x642D656372656974ull;  // "tierce-d"
 

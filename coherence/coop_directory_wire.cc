@@ -1,6 +1,7 @@
 // coherence/coop_directory_wire.cc — strict encoders/decoders of the directory's update messages
 // (coop_directory_wire.h).
 #include "coherence/coop_directory_wire.h"
+#include "coherence/bytes.h"
 
 #include <algorithm>
 #include <bit>
@@ -13,16 +14,8 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "the directory wire format is little-endian; this host is not");
 
-template <class T>
-void put(std::vector<uint8_t>& b, size_t at, T v) {
-  std::memcpy(b.data() + at, &v, sizeof(T));
-}
-template <class T>
-T get(std::span<const uint8_t> b, size_t at) {
-  T v;
-  std::memcpy(&v, b.data() + at, sizeof(T));
-  return v;
-}
+using bytes::get;
+using bytes::put;
 
 std::vector<uint8_t> head(MessageType t, size_t size) {
   std::vector<uint8_t> b(size, 0);

@@ -1,5 +1,6 @@
 // coherence/coop_slot.cc — writer, local reader and verifier of self-verifying slots (coop_slot.h).
 #include "coherence/coop_slot.h"
+#include "coherence/bytes.h"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack (the writer hashes in two parts)
 #include <xxhash.h>
@@ -21,16 +22,8 @@ namespace {
 
 using namespace slot_offset;
 
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <typename T>
-void store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using bytes::load;
+using bytes::store;
 
 std::atomic_ref<uint64_t> generation_word(const uint8_t* slot) {
   // The slot is kSlotAlign-aligned (checked by the callers), so offset 16 is 8-aligned.

@@ -1,5 +1,6 @@
 // coherence/slab_pool_wire.cc — strict encoders/decoders of the pool services (slab_pool_wire.h).
 #include "coherence/slab_pool_wire.h"
+#include "coherence/bytes.h"
 
 #include <bit>
 #include <cstring>
@@ -11,16 +12,8 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "the pool wire format is little-endian; this host is not");
 
-template <class T>
-void put(std::vector<uint8_t>& b, size_t at, T v) {
-  std::memcpy(b.data() + at, &v, sizeof(T));
-}
-template <class T>
-T get(std::span<const uint8_t> b, size_t at) {
-  T v;
-  std::memcpy(&v, b.data() + at, sizeof(T));
-  return v;
-}
+using bytes::get;
+using bytes::put;
 
 std::vector<uint8_t> request(uint32_t word4, uint64_t incarnation, const std::string& owner,
                              size_t extra) {
