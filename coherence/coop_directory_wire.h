@@ -1,6 +1,7 @@
 // coherence/coop_directory_wire.h — the update messages of the cooperative cache's directory
-// (coop_directory.h): what a proxy sends to a key's home proxy (its memd, service "coop.dir.update"
-// once wired) to publish or withdraw a copy, withdraw a dead node's copies or invalidate a key.
+// (coop_directory.h): what a proxy sends to a key's home proxy (its memd's [coop] role, service
+// "coop.dir.update") to publish or withdraw a copy, withdraw a dead node's copies or invalidate a
+// key.
 // Metadata reads are one-sided (read_entry); only updates are messages, applied by the owner.
 //
 // All integers little-endian; every message has a fixed size. Common head (8 bytes):

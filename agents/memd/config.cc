@@ -487,12 +487,45 @@ void parse_pool_table(Checker& c, const toml::table& t, Config& cfg) {
   }
 }
 
+// [coop] buckets = N: host this node's part of the cooperative-cache directory (N buckets of 640
+// bytes, 4 keys each), exported as region "coop.dir".
+void parse_coop_table(Checker& c, const toml::table& t, Config& cfg) {
+  const std::string W = "[coop]";
+  c.only_known_keys(t, W, {"buckets"});
+  auto v = c.integer(t, W, "buckets", 1, CoopConfig::kMaxBuckets, 65536);
+  if (!v) {
+    if (!t.get("buckets"))
+      c.problem(t.source(), W + " buckets is required: the directory's bucket count (4 keys per "
+                                "bucket), a power of two; write e.g. buckets = 65536");
+    return;
+  }
+  if (*v & (*v - 1)) {
+    long up = 1;
+    while (up < *v) up <<= 1;
+    c.problem(t.get("buckets")->source(),
+              W + " buckets: " + std::to_string(*v) +
+                  " is not a power of two; write e.g. buckets = " + std::to_string(up));
+    return;
+  }
+  cfg.coop.enabled = true;
+  cfg.coop.buckets = uint64_t(*v);
+  for (auto& r : cfg.regions) {
+    if (r.name == "coop.dir")
+      c.problem(t.source(), W + ": a [[region]] is already named \"coop.dir\", the region the "
+                                "coop role exports; rename that [[region]] or remove [coop]");
+    if (r.segment == coop_segment_name(cfg.node))
+      c.problem(t.source(), W + ": [[region]] \"" + r.name + "\" exports segment " + r.segment +
+                                ", which the coop role creates itself; remove that [[region]]");
+  }
+}
+
 Config parse_checked(const toml::table& root, const std::string& source_name,
                      const std::filesystem::path& base) {
   Checker c(source_name, base);
   Config cfg;
   for (auto&& [k, v] : root) {
-    if (k.str() == "memd" || k.str() == "region" || k.str() == "coherence" || k.str() == "pool")
+    if (k.str() == "memd" || k.str() == "region" || k.str() == "coherence" || k.str() == "pool" ||
+        k.str() == "coop")
       continue;
     std::string hint;
     if (distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
@@ -500,8 +533,8 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
     c.problem(k.source(),
               "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
                   (v.is_table() ? "]" : "'") + hint +
-                  " (memd knows [memd], [[region]], [coherence] and [pool]; every key belongs under one of "
-                  "them)");
+                  " (memd knows [memd], [[region]], [coherence], [pool] and [coop]; every key "
+                  "belongs under one of them)");
   }
   if (const toml::node* m = root.get("memd")) {
     if (const toml::table* t = m->as_table())
@@ -525,6 +558,12 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
       parse_pool_table(c, *t, cfg);
     else
       c.problem(po->source(), "pool: expected a [pool] table, got " + describe_type(*po));
+  }
+  if (const toml::node* co = root.get("coop")) {
+    if (const toml::table* t = co->as_table())
+      parse_coop_table(c, *t, cfg);
+    else
+      c.problem(co->source(), "coop: expected a [coop] table, got " + describe_type(*co));
   }
   if (!c.problems().empty()) {
     // In file order, so the list reads like the file; problems without a line come last.
@@ -558,6 +597,10 @@ std::filesystem::path base_dir_of(const std::string& source_name) {
 
 std::string pool_segment_name(const std::string& node) {
   return "/tierce." + node + ".pool";
+}
+
+std::string coop_segment_name(const std::string& node) {
+  return "/tierce." + node + ".coop";
 }
 
 ConfigError::ConfigError(std::vector<std::string> problems)

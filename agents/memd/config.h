@@ -28,6 +28,10 @@
 //   lease_ms = 2000
 //   max_slabs_per_owner = 0                     # 0 = no quota
 //
+//   [coop]                                      # optional: host this proxy's part of the
+//   buckets = 65536                             # cooperative-cache directory (region
+//                                               # "coop.dir", segment /tierce.<node>.coop)
+//
 // Every problem names the file, the line, the key and what to write instead. Unknown keys and
 // tables are errors: a typo must never be silently ignored. Relative paths are resolved against
 // the directory of the configuration file (memd changes to / when it daemonizes).
@@ -101,6 +105,17 @@ struct PoolConfig {
 // The POSIX shm name of a node's pool segment.
 std::string pool_segment_name(const std::string& node);
 
+// [coop]: this memd hosts its node's part of the cooperative-cache directory
+// (agents/memd/coop_role.h, coherence/coop_directory.h).
+struct CoopConfig {
+  static constexpr long kMaxBuckets = long(1) << 26;  // coherence::kDirMaxBuckets
+  bool enabled = false;
+  uint64_t buckets = 0;  // a power of two in 1..kMaxBuckets
+  bool operator==(const CoopConfig&) const = default;
+};
+// The POSIX shm name of a node's directory segment.
+std::string coop_segment_name(const std::string& node);
+
 struct Config {
   std::string source;  // absolute path of the file it was read from ("" for text)
   std::string node;
@@ -118,6 +133,7 @@ struct Config {
   std::vector<RegionConfig> regions;
   CoherenceConfig coherence;
   PoolConfig pool;
+  CoopConfig coop;
 };
 
 // All the problems found in one file, one per line in what().

@@ -391,13 +391,15 @@ int main(int argc, char** argv) {
   tierce::fabric::Secret secret;
   if (auto code = load(opts.config, &cfg, &secret)) return *code;
   if (opts.check) {
+    std::string roles;
+    if (cfg.pool.enabled)
+      roles += ", pool of " + std::to_string(cfg.pool.bytes / cfg.pool.slab_bytes) + " slabs of " +
+               std::to_string(cfg.pool.slab_bytes) + " bytes";
+    if (cfg.coop.enabled)
+      roles += ", coop directory of " + std::to_string(cfg.coop.buckets) + " buckets";
     std::printf("%s: %s: configuration OK (node %s, %zu listen address(es), %zu region(s)%s)\n",
                 kProgram, cfg.source.c_str(), cfg.node.c_str(), cfg.listen.size(),
-                cfg.regions.size(),
-                cfg.pool.enabled ? (", pool of " + std::to_string(cfg.pool.bytes / cfg.pool.slab_bytes) +
-                                    " slabs of " + std::to_string(cfg.pool.slab_bytes) + " bytes")
-                                       .c_str()
-                                 : "");
+                cfg.regions.size(), roles.c_str());
     return kExitOk;
   }
   if (opts.query) return query_running(cfg, secret, opts.query);

@@ -176,6 +176,7 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
     }
   }
   if (cfg_.pool.enabled) pool_ = std::make_unique<PoolRole>(*server_, cfg_.node, cfg_.pool, log_);
+  if (cfg_.coop.enabled) coop_ = std::make_unique<CoopRole>(*server_, cfg_.node, cfg_.coop, log_);
 }
 
 Memd::~Memd() {
@@ -499,6 +500,7 @@ ReloadOutcome Memd::reload(Config next) {
     restart("listen", next.listen != cfg_.listen);
     restart("coherence", !(next.coherence == cfg_.coherence));
     restart("pool", !(next.pool == cfg_.pool));
+    restart("coop", !(next.coop == cfg_.coop));
     restart("secret_file", next.secret_file != cfg_.secret_file);
     restart("pid_file", next.pid_file != cfg_.pid_file);
     restart("ready_file", next.ready_file != cfg_.ready_file);
@@ -656,15 +658,20 @@ std::string Memd::status_text() const {
     std::istringstream in(pool_->status_text());
     for (std::string line; std::getline(in, line);) o << "pool_" << line << "\n";
   }
+  if (coop_) {
+    std::istringstream in(coop_->status_text());
+    for (std::string line; std::getline(in, line);) o << "coop_" << line << "\n";
+  }
   return o.str();
 }
 
 void Memd::stop() {
   home_.reset();  // ends this incarnation: its regions are revoked and unlinked
   if (server_) server_->stop();
-  // After the server stopped (its connection threads joined): no pool.* handler can run on a
-  // destroyed role. The pool segment is revoked and unlinked.
+  // After the server stopped (its connection threads joined): no pool.* or coop.dir.* handler
+  // can run on a destroyed role. The pool and directory segments are revoked and unlinked.
   pool_.reset();
+  coop_.reset();
   std::lock_guard g(mu_);
   for (auto& r : regions_) {
     r->seg.reset();

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "agents/memd/config.h"
+#include "agents/memd/coop_role.h"
 #include "agents/memd/pool_role.h"
 #include "coherence/home_service.h"
 #include "fabric/fabric.h"
@@ -113,6 +114,8 @@ class Memd {
   std::string status_text() const;
   // The [pool] role, or nullptr without [pool].
   PoolRole* pool() { return pool_.get(); }
+  // The [coop] role, or nullptr without [coop].
+  CoopRole* coop() { return coop_.get(); }
 
   // Stops serving (peers' leases end at once). Exports are withdrawn, segments are not revoked:
   // their owners live on, and a restarted memd exports them again.
@@ -137,6 +140,7 @@ class Memd {
   std::unique_ptr<fabric::Server> server_;
   std::unique_ptr<coherence::HomeService> home_;  // with [coherence]: this app node's home role
   std::unique_ptr<PoolRole> pool_;                // with [pool]: memory donated to the pool
+  std::unique_ptr<CoopRole> coop_;                // with [coop]: this node's directory part
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point next_rescan_;
 

@@ -40,11 +40,6 @@ constexpr size_t kSlab = 64 * 1024;
 constexpr int kSlabs = 16;
 constexpr int kLeaseMs = 300;
 
-// Starts tierce-memd with `args`, its output appended to `log_path`.
-Child spawn(const std::vector<std::string>& args, const std::string& log_path) {
-  return spawn_binary(TIERCE_MEMD_BINARY, args, log_path);
-}
-
 // A pool owner as a proxy would be: a name, an incarnation, a connection to the donor's memd.
 struct Owner {
   fabric::Connection& c;
@@ -72,76 +67,19 @@ std::string text(const std::vector<uint8_t>& b) {
   return std::string(b.begin(), b.end());
 }
 
-struct Fixture {
-  TempDir dir;
-  std::string secret_path = make_secret(dir);
-  fabric::Secret secret = fabric::Secret::from_file(secret_path);
-  std::string node = "pt" + std::to_string(::getpid()) + "-" + random_suffix().substr(0, 8);
-  std::string config_path = dir / "memd.toml";
-  std::string log_path = dir / "memd.log";
-  std::string ready_path = dir / "memd.ready";
-  std::string sock_path = dir / "memd.sock";
-  Child memd;
-
-  ~Fixture() {
+// memd with [pool] (16 slabs of 64 KiB by default); the pool segment is unlinked after a SIGKILL.
+struct Fixture : MemdFixture {
+  Fixture() : MemdFixture(TIERCE_MEMD_BINARY, "pt") {}
+  ~Fixture() override {
     memd.kill_now();
     fabric::SharedSegment::unlink(memd::pool_segment_name(node));  // after a SIGKILL
   }
-
-  std::string config_text(const std::string& pool) {
-    return "[memd]\nnode = \"" + node + "\"\nlisten = [\"" + tcp_listen + "\", \"shm://" +
-           sock_path + "\"]\nsecret_file = \"" + secret_path + "\"\nready_file = \"" + ready_path +
-           "\"\nlog = \"stderr\"\nlog_level = \"debug\"\nheartbeat_ms = 10\nlease_ms = 200\n"
-           "rescan_ms = 50\n\n" +
-           pool;
-  }
   int slabs = kSlabs;
-  std::string tcp_listen = "tcp://127.0.0.1:0";  // a restart may keep the port (pool owners)
+  std::string role_section() override { return pool_section(); }
   std::string pool_section() {
     return "[pool]\nbytes = " + std::to_string(slabs * kSlab) +
            "\nslab_bytes = " + std::to_string(kSlab) + "\nlease_ms = " + std::to_string(kLeaseMs) +
            "\nmax_slabs_per_owner = 8\n";
-  }
-  std::string log() { return read_file(log_path); }
-
-  void start() {
-    ::unlink(ready_path.c_str());
-    write_file(config_path, config_text(pool_section()));
-    memd = spawn({"--foreground", "-c", config_path}, log_path);
-    bool ready = eventually(
-        [&] {
-          if (::access(ready_path.c_str(), F_OK) == 0) return true;
-          memd.wait_exit(0ms);
-          if (!memd.running())
-            throw std::runtime_error("tierce-memd exited during startup:\n" + log());
-          return false;
-        },
-        10s);
-    BOOST_TEST_INFO("memd log:\n" << log());
-    BOOST_TEST_REQUIRE(ready);
-  }
-  void stop() {
-    memd.signal(SIGTERM);
-    BOOST_TEST(memd.wait_exit(5000ms) == 0);
-  }
-  std::unique_ptr<fabric::Connection> connect(const std::string& scheme) {
-    std::istringstream in(read_file(ready_path));
-    for (std::string u; std::getline(in, u);)
-      if (u.rfind(scheme + "://", 0) == 0) {
-        fabric::ClientOptions o;
-        o.secret = secret;
-        o.op_timeout = 2000ms;
-        return fabric::connect(u, o);
-      }
-    throw std::runtime_error("no " + scheme + " address in the ready file");
-  }
-  // Runs the binary with `args` to its end; returns its exit code and output.
-  int run(const std::vector<std::string>& args, std::string* out) {
-    std::string path = dir / ("run-" + random_suffix() + ".out");
-    Child c = spawn(args, path);
-    int code = c.wait_exit(10000ms);
-    *out = read_file(path);
-    return code;
   }
 };
 
@@ -441,10 +379,7 @@ BOOST_AUTO_TEST_SUITE_END()
 namespace {
 
 std::string tcp_uri(Fixture& f) {
-  std::istringstream in(read_file(f.ready_path));
-  for (std::string u; std::getline(in, u);)
-    if (u.rfind("tcp://", 0) == 0) return u;
-  throw std::runtime_error("no tcp address in the ready file");
+  return f.uri("tcp");
 }
 
 struct TwoDonors {

@@ -1,6 +1,9 @@
 // tests/agents/memd_test_util.h — what the memd tests share beyond tests/test_util.h: unique
-// segment names, RAII owners for segments and child processes.
+// segment names, RAII owners for segments and child processes, and MemdFixture (a real
+// tierce-memd with one role section, over tcp and shm).
 #pragma once
+
+#include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -198,6 +202,94 @@ class SegmentOwner {
  private:
   Child child_;
   int go_ = -1;
+};
+
+// A real tierce-memd in its own temporary directory (secret, config, log, ready file, shm socket),
+// listening on tcp and shm, with the role section a test suite gives (role_section()). The
+// process is SIGKILLed at scope end; a derived fixture unlinks its role's segments after that.
+class MemdFixture {
+ public:
+  MemdFixture(std::string binary, const std::string& node_prefix)
+      : node(node_prefix + std::to_string(::getpid()) + "-" + random_suffix().substr(0, 8)),
+        binary_(std::move(binary)) {}
+  virtual ~MemdFixture() { memd.kill_now(); }
+  MemdFixture(const MemdFixture&) = delete;
+  MemdFixture& operator=(const MemdFixture&) = delete;
+
+  TempDir dir;
+  std::string secret_path = make_secret(dir);
+  tierce::fabric::Secret secret = tierce::fabric::Secret::from_file(secret_path);
+  std::string node;
+  std::string config_path = dir / "memd.toml";
+  std::string log_path = dir / "memd.log";
+  std::string ready_path = dir / "memd.ready";
+  std::string sock_path = dir / "memd.sock";
+  std::string tcp_listen = "tcp://127.0.0.1:0";  // a restart may keep the port
+  Child memd;
+
+  // The role's configuration (e.g. "[pool]\nbytes = ...\n"), appended to the [memd] table.
+  virtual std::string role_section() { return ""; }
+
+  std::string config_text(const std::string& role) {
+    return "[memd]\nnode = \"" + node + "\"\nlisten = [\"" + tcp_listen + "\", \"shm://" +
+           sock_path + "\"]\nsecret_file = \"" + secret_path + "\"\nready_file = \"" + ready_path +
+           "\"\nlog = \"stderr\"\nlog_level = \"debug\"\nheartbeat_ms = 10\nlease_ms = 200\n"
+           "rescan_ms = 50\n\n" +
+           role;
+  }
+  std::string log() { return read_file(log_path); }
+
+  // Starts tierce-memd with `args`, its output appended to `log_path`.
+  Child spawn(const std::vector<std::string>& args, const std::string& log_path) {
+    return spawn_binary(binary_, args, log_path);
+  }
+
+  // Writes the configuration, starts memd in the foreground and waits for its ready file.
+  void start() {
+    ::unlink(ready_path.c_str());
+    write_file(config_path, config_text(role_section()));
+    memd = spawn({"--foreground", "-c", config_path}, log_path);
+    bool ready = eventually(
+        [&] {
+          if (::access(ready_path.c_str(), F_OK) == 0) return true;
+          memd.wait_exit(0ms);
+          if (!memd.running())
+            throw std::runtime_error("tierce-memd exited during startup:\n" + log());
+          return false;
+        },
+        10s);
+    BOOST_TEST_INFO("memd log:\n" << log());
+    BOOST_TEST_REQUIRE(ready);
+  }
+  // SIGTERM, and a clean exit (0) within 5 s.
+  void stop() {
+    memd.signal(SIGTERM);
+    BOOST_TEST(memd.wait_exit(5000ms) == 0);
+  }
+  // The address of `scheme` ("tcp", "shm") memd wrote to its ready file.
+  std::string uri(const std::string& scheme) {
+    std::istringstream in(read_file(ready_path));
+    for (std::string u; std::getline(in, u);)
+      if (u.rfind(scheme + "://", 0) == 0) return u;
+    throw std::runtime_error("no " + scheme + " address in the ready file");
+  }
+  std::unique_ptr<tierce::fabric::Connection> connect(const std::string& scheme) {
+    tierce::fabric::ClientOptions o;
+    o.secret = secret;
+    o.op_timeout = 2000ms;
+    return tierce::fabric::connect(uri(scheme), o);
+  }
+  // Runs the binary with `args` to its end; returns its exit code and output.
+  int run(const std::vector<std::string>& args, std::string* out) {
+    std::string path = dir / ("run-" + random_suffix() + ".out");
+    Child c = spawn(args, path);
+    int code = c.wait_exit(10000ms);
+    *out = read_file(path);
+    return code;
+  }
+
+ private:
+  std::string binary_;
 };
 
 }  // namespace memd_test
