@@ -47,13 +47,13 @@ std::string check_location(const Location& l, uint64_t length, uint16_t nodes) {
   if (l.node >= nodes)
     return "node index " + std::to_string(l.node) + " is not below the directory's node count " +
            std::to_string(nodes);
-  if (l.kind != RegionKind::Arena && l.kind != RegionKind::Pool)
+  if (l.kind != CopyRegion::Arena && l.kind != CopyRegion::Pool)
     return "region kind " + std::to_string(unsigned(l.kind)) + " is neither arena (1) nor pool (2)";
   if (l.slot_size == 0) return "slot size 0";
   if (length > l.slot_size)
     return "object length " + std::to_string(length) + " exceeds the slot size " +
            std::to_string(l.slot_size);
-  if (l.kind == RegionKind::Pool) {
+  if (l.kind == CopyRegion::Pool) {
     if (l.offset % 64 != 0 || l.slot_size % 64 != 0)
       return "a pool slot's offset and size are multiples of 64";
     if (l.generation % 2 != 0) return "a pool slot's generation is even once written";
@@ -73,7 +73,7 @@ void encode_location(uint8_t* p, const Location& l) {
 Location decode_location(const uint8_t* p) {
   Location l;
   l.node = load<uint16_t>(p + kNode);
-  l.kind = RegionKind(p[kKind]);
+  l.kind = CopyRegion(p[kKind]);
   l.slot_size = load<uint32_t>(p + kSlotSize);
   l.offset = load<uint64_t>(p + kOffset);
   l.generation = load<uint64_t>(p + kGeneration);
@@ -152,11 +152,11 @@ uint64_t random_nonzero() {
 // ---- names
 // ---------------------------------------------------------------------------------------
 
-std::string_view to_string(RegionKind k) {
+std::string_view to_string(CopyRegion k) {
   switch (k) {
-    case RegionKind::Arena:
+    case CopyRegion::Arena:
       return "arena";
-    case RegionKind::Pool:
+    case CopyRegion::Pool:
       return "pool";
   }
   return "unknown";
@@ -574,9 +574,9 @@ UpdateResult CoopDirectory::publish(uint64_t key_hash, uint64_t key_check, const
 }
 
 UpdateResult CoopDirectory::withdraw(uint64_t key_hash, uint64_t key_check, uint16_t node,
-                                     RegionKind kind, uint64_t offset, uint64_t generation) {
+                                     CopyRegion kind, uint64_t offset, uint64_t generation) {
   std::lock_guard lk(mu_);
-  if (node >= geo_.nodes || (kind != RegionKind::Arena && kind != RegionKind::Pool))
+  if (node >= geo_.nodes || (kind != CopyRegion::Arena && kind != CopyRegion::Pool))
     return done_locked(
         {UpdateStatus::BadLocation, 0, "withdraw refused: node index or region kind out of range"});
   const uint64_t bi = geo_.bucket_index(key_hash);

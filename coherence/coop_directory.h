@@ -122,13 +122,13 @@ inline constexpr size_t kKeyHash = 0, kKeyCheck = 8, kLength = 16, kTagHome = 24
 inline constexpr size_t kNode = 0, kKind = 2, kSlotSize = 4, kOffset = 8, kGeneration = 16;
 }  // namespace dir_offset
 
-enum class RegionKind : uint8_t { Arena = 1, Pool = 2 };
-std::string_view to_string(RegionKind k);
+enum class CopyRegion : uint8_t { Arena = 1, Pool = 2 };
+std::string_view to_string(CopyRegion k);
 
 // One copy of an object.
 struct Location {
   uint16_t node = 0;  // index into the topology's node list
-  RegionKind kind = RegionKind::Pool;
+  CopyRegion kind = CopyRegion::Pool;
   uint64_t offset = 0;      // within that node's region of this kind
   uint64_t generation = 0;  // the slot generation the copy was written at
   uint32_t slot_size = 0;   // bytes to read for it
@@ -294,7 +294,7 @@ class CoopDirectory {
   UpdateResult publish(uint64_t key_hash, uint64_t key_check, const Tag& tag, uint64_t length,
                        const Location& where);
   // Drops the copy at (node, kind, offset) if its generation is `generation`.
-  UpdateResult withdraw(uint64_t key_hash, uint64_t key_check, uint16_t node, RegionKind kind,
+  UpdateResult withdraw(uint64_t key_hash, uint64_t key_check, uint16_t node, CopyRegion kind,
                         uint64_t offset, uint64_t generation);
   // Drops every copy on `node` (it died or lost its regions); entries left without copies go.
   UpdateResult withdraw_node(uint16_t node);

@@ -49,11 +49,11 @@ void zero(std::span<const uint8_t> b, size_t at, size_t len, MessageType t) {
       throw DirWireError(std::string("coop.dir ") + name_of(t) + ": reserved byte " +
                          std::to_string(k) + " is not 0");
 }
-RegionKind kind_of(uint8_t k, MessageType t) {
-  if (k != uint8_t(RegionKind::Arena) && k != uint8_t(RegionKind::Pool))
+CopyRegion kind_of(uint8_t k, MessageType t) {
+  if (k != uint8_t(CopyRegion::Arena) && k != uint8_t(CopyRegion::Pool))
     throw DirWireError(std::string("coop.dir ") + name_of(t) + ": region kind " +
                        std::to_string(k) + " is neither arena (1) nor pool (2)");
-  return RegionKind(k);
+  return CopyRegion(k);
 }
 
 struct Encoder {

@@ -68,7 +68,7 @@ struct Withdraw {
   uint64_t key_hash = 0;
   uint64_t key_check = 0;
   uint16_t node = 0;
-  RegionKind kind = RegionKind::Pool;
+  CopyRegion kind = CopyRegion::Pool;
   uint64_t offset = 0;
   uint64_t generation = 0;
 };

@@ -25,9 +25,7 @@
 #include "agents/memd/config.h"
 #include "fabric/fabric.h"
 
-// Declared only: coop_directory.h's coherence::RegionKind and coherence/pool.h's (the client
-// connection pool, which memd.h includes through home_service.h) are two different enums of the
-// same name, so the two headers cannot meet in one translation unit.
+// Declared only: memd.h, which includes this, need not see the directory's layout.
 namespace tierce::coherence {
 class CoopDirectory;
 }

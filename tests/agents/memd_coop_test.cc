@@ -94,7 +94,7 @@ dirwire::Publish publish_of(const std::string& key, uint16_t node, uint64_t offs
   p.length = 1000;
   p.tag = coherence::Tag{1, 42, 7};
   p.where.node = node;
-  p.where.kind = coherence::RegionKind::Pool;
+  p.where.kind = coherence::CopyRegion::Pool;
   p.where.offset = offset;
   p.where.generation = 2;
   p.where.slot_size = 4096;

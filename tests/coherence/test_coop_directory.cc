@@ -59,7 +59,7 @@ struct Key {
 };
 
 Location pool(uint16_t node, uint64_t off, uint64_t gen = 2, uint32_t size = 4096) {
-  return Location{node, RegionKind::Pool, off, gen, size};
+  return Location{node, CopyRegion::Pool, off, gen, size};
 }
 
 DirEntry hit(const DirReadResult& r) {
@@ -143,13 +143,13 @@ BOOST_AUTO_TEST_CASE(publish_replace_withdraw_invalidate) {
 
   // A second copy elsewhere, then the same place rewritten (new generation): replaced, not added.
   BOOST_TEST(
-      x.d->publish(k.h, k.c, tag, 1000, Location{3, RegionKind::Arena, 123, 9, 1200}).status ==
+      x.d->publish(k.h, k.c, tag, 1000, Location{3, CopyRegion::Arena, 123, 9, 1200}).status ==
       UpdateStatus::Added);
   BOOST_TEST(x.d->publish(k.h, k.c, tag, 1000, pool(2, 4096, 6)).status == UpdateStatus::Replaced);
   e = hit(x.d->lookup(k.h, k.c));
   BOOST_REQUIRE(e.count == 2u);
   BOOST_TEST(e.locations[0].generation == 6u);
-  BOOST_TEST((e.locations[1].kind == RegionKind::Arena));
+  BOOST_TEST((e.locations[1].kind == CopyRegion::Arena));
   // Same node and offset but another region kind: another copy.
   BOOST_TEST(x.d->publish(k.h, k.c, tag, 1000, pool(3, 123 * 64, 2)).status == UpdateStatus::Added);
   BOOST_TEST(hit(x.d->lookup(k.h, k.c)).count == 3u);
@@ -170,17 +170,17 @@ BOOST_AUTO_TEST_CASE(publish_replace_withdraw_invalidate) {
   BOOST_TEST(reason(read_entry(x.d->geometry(), b, k.h, k.c ^ 1)) == DirMissReason::NotFound);
 
   // Withdraw: the wrong generation keeps the (newer) copy; the right one drops it.
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 4).status ==
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, CopyRegion::Pool, 4096, 4).status ==
              UpdateStatus::GenerationMismatch);
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 6).status ==
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, CopyRegion::Pool, 4096, 6).status ==
              UpdateStatus::Withdrawn);
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, RegionKind::Pool, 4096, 6).status ==
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 2, CopyRegion::Pool, 4096, 6).status ==
              UpdateStatus::NotFound);
   BOOST_TEST(hit(x.d->lookup(k.h, k.c)).count == 2u);
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 3, RegionKind::Arena, 123, 9).status ==
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 3, CopyRegion::Arena, 123, 9).status ==
              UpdateStatus::Withdrawn);
   // The last copy withdrawn: the entry goes.
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 3, RegionKind::Pool, 123 * 64, 2).status ==
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 3, CopyRegion::Pool, 123 * 64, 2).status ==
              UpdateStatus::Withdrawn);
   BOOST_TEST(reason(x.d->lookup(k.h, k.c)) == DirMissReason::NotFound);
   BOOST_TEST(x.d->entries() == 0u);
@@ -258,15 +258,15 @@ BOOST_AUTO_TEST_CASE(bad_locations_are_refused) {
   BOOST_TEST(x.d->publish(k.h, k.c, t, 10, pool(1, 0, 3)).status == UpdateStatus::BadLocation);
   BOOST_TEST(x.d->publish(k.h, k.c, t, 10, pool(1, 0, 2, 100)).status == UpdateStatus::BadLocation);
   BOOST_TEST(x.d->publish(k.h, k.c, t, 5000, pool(1, 0)).status == UpdateStatus::BadLocation);
-  BOOST_TEST(x.d->publish(k.h, k.c, t, 10, Location{1, RegionKind(7), 0, 0, 64}).status ==
+  BOOST_TEST(x.d->publish(k.h, k.c, t, 10, Location{1, CopyRegion(7), 0, 0, 64}).status ==
              UpdateStatus::BadLocation);
-  BOOST_TEST(x.d->publish(k.h, k.c, t, 0, Location{1, RegionKind::Arena, 0, 0, 0}).status ==
+  BOOST_TEST(x.d->publish(k.h, k.c, t, 0, Location{1, CopyRegion::Arena, 0, 0, 0}).status ==
              UpdateStatus::BadLocation);
   // An arena copy has no alignment rule.
-  BOOST_TEST(x.d->publish(k.h, k.c, t, 10, Location{1, RegionKind::Arena, 13, 5, 17}).status ==
+  BOOST_TEST(x.d->publish(k.h, k.c, t, 10, Location{1, CopyRegion::Arena, 13, 5, 17}).status ==
              UpdateStatus::Added);
   BOOST_TEST(x.d->withdraw_node(4).status == UpdateStatus::BadLocation);
-  BOOST_TEST(x.d->withdraw(k.h, k.c, 9, RegionKind::Arena, 13, 5).status ==
+  BOOST_TEST(x.d->withdraw(k.h, k.c, 9, CopyRegion::Arena, 13, 5).status ==
              UpdateStatus::BadLocation);
 }
 
@@ -399,10 +399,10 @@ BOOST_AUTO_TEST_CASE(random_corruption_never_yields_an_entry) {
 namespace {
 std::vector<dirwire::Message> sample_messages() {
   using namespace dirwire;
-  return {Publish{1, 2, 300, Tag{4, 5, 6}, Location{7, RegionKind::Pool, 4096, 8, 512}},
+  return {Publish{1, 2, 300, Tag{4, 5, 6}, Location{7, CopyRegion::Pool, 4096, 8, 512}},
           Publish{~0ull, ~0ull, 0, Tag{~0u, ~0ull, ~0ull},
-                  Location{0xFFFF, RegionKind::Arena, ~0ull, ~0ull, ~0u}},
-          Withdraw{9, 10, 11, RegionKind::Arena, 12, 13}, WithdrawNode{14}, Invalidate{15, 16}};
+                  Location{0xFFFF, CopyRegion::Arena, ~0ull, ~0ull, ~0u}},
+          Withdraw{9, 10, 11, CopyRegion::Arena, 12, 13}, WithdrawNode{14}, Invalidate{15, 16}};
 }
 }  // namespace
 
@@ -554,7 +554,7 @@ BOOST_AUTO_TEST_CASE(apply_runs_messages_against_the_directory) {
   rep = decode_reply(apply_body(*x.d, encode(Publish{k.h, k.c, 10, Tag{0, 1, 1}, pool(9, 0)})));
   BOOST_TEST((rep.status == UpdateStatus::BadLocation));
   BOOST_TEST(rep.message.find("node index 9") != std::string::npos);
-  rep = decode_reply(apply_body(*x.d, encode(Withdraw{k.h, k.c, 2, RegionKind::Pool, 0, 2})));
+  rep = decode_reply(apply_body(*x.d, encode(Withdraw{k.h, k.c, 2, CopyRegion::Pool, 0, 2})));
   BOOST_TEST((rep.status == UpdateStatus::Withdrawn));
   x.d->publish(k.h, k.c, Tag{0, 1, 1}, 10, pool(2, 0));
   rep = decode_reply(apply_body(*x.d, encode(WithdrawNode{2})));

@@ -165,7 +165,7 @@ BOOST_AUTO_TEST_CASE(racing_bucket_reads_never_yield_an_unpublished_entry) {
         const Tag tag{0, id, version[id]};
         const uint64_t len = 100 + id;
         gen[id] += 2;
-        const Location l{uint16_t(r() % kNodes), RegionKind::Pool, 64 * (r() % 8), gen[id], 4096};
+        const Location l{uint16_t(r() % kNodes), CopyRegion::Pool, 64 * (r() % 8), gen[id], 4096};
         res = dir->publish(k.h, k.c, tag, len, l);
         auto it = model.find(id);
         switch (res.status) {

@@ -44,7 +44,7 @@ struct Good {
       if (dir->geometry().bucket_index(h) != 0) continue;
       for (uint16_t n = 0; n <= keys.size(); ++n)
         dir->publish(h, c, Tag{uint32_t(n), uint64_t(i), 3}, 100,
-                     Location{n, RegionKind::Pool, 64u * i, 2, 4096});
+                     Location{n, CopyRegion::Pool, 64u * i, 2, 4096});
       keys.emplace_back(h, c);
     }
     auto m = dir->memory();
@@ -149,8 +149,8 @@ static std::vector<std::vector<uint8_t>> seeds() {
   auto [h, c] = good().keys[0];
   with(
       2,
-      encode(Message{Publish{h, c, 100, Tag{0, 1, 3}, Location{5, RegionKind::Pool, 0, 4, 4096}}}));
-  with(2, encode(Message{Withdraw{h, c, 0, RegionKind::Pool, 0, 2}}));
+      encode(Message{Publish{h, c, 100, Tag{0, 1, 3}, Location{5, CopyRegion::Pool, 0, 4, 4096}}}));
+  with(2, encode(Message{Withdraw{h, c, 0, CopyRegion::Pool, 0, 2}}));
   with(2, encode(Message{WithdrawNode{1}}));
   with(2, encode(Message{Invalidate{h, c}}));
   with(3, encode(Reply{UpdateStatus::BucketFull, 0, "full"}));
