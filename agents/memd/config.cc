@@ -432,6 +432,21 @@ void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
   if (auto v = c.integer(t, W, "ack_slots", 16, 1L << 20, 4096)) cfg.coherence.ack_slots = size_t(*v);
 }
 
+// A role ([pool], [coop]) creates and exports its own segment: a [[region]] may neither take the
+// region's name nor export that segment.
+void refuse_region_clash(Checker& c, const toml::table& t, const Config& cfg, const std::string& W,
+                         const std::string& role, const std::string& region,
+                         const std::string& segment) {
+  for (auto& r : cfg.regions) {
+    if (r.name == region)
+      c.problem(t.source(), W + ": a [[region]] is already named \"" + region + "\", the region the " +
+                                role + " role exports; rename that [[region]] or remove " + W);
+    if (r.segment == segment)
+      c.problem(t.source(), W + ": [[region]] \"" + r.name + "\" exports segment " + r.segment +
+                                ", which the " + role + " role creates itself; remove that [[region]]");
+  }
+}
+
 // [pool] bytes = N: donate N bytes (slabs of slab_bytes) to the cooperative cache pool, exported
 // as region "pool". Integers only (TOML allows 268_435_456); sizes must divide evenly.
 void parse_pool_table(Checker& c, const toml::table& t, Config& cfg) {
@@ -477,14 +492,7 @@ void parse_pool_table(Checker& c, const toml::table& t, Config& cfg) {
     p.max_slabs_per_owner = uint32_t(*v);
   p.enabled = p.bytes > 0;
   if (!p.enabled) return;
-  for (auto& r : cfg.regions) {
-    if (r.name == "pool")
-      c.problem(t.source(), W + ": a [[region]] is already named \"pool\", the region the pool "
-                                "role exports; rename that [[region]] or remove [pool]");
-    if (r.segment == pool_segment_name(cfg.node))
-      c.problem(t.source(), W + ": [[region]] \"" + r.name + "\" exports segment " + r.segment +
-                                ", which the pool role creates itself; remove that [[region]]");
-  }
+  refuse_region_clash(c, t, cfg, W, "pool", "pool", pool_segment_name(cfg.node));
 }
 
 // [coop] buckets = N: host this node's part of the cooperative-cache directory (N buckets of 640
@@ -509,14 +517,7 @@ void parse_coop_table(Checker& c, const toml::table& t, Config& cfg) {
   }
   cfg.coop.enabled = true;
   cfg.coop.buckets = uint64_t(*v);
-  for (auto& r : cfg.regions) {
-    if (r.name == "coop.dir")
-      c.problem(t.source(), W + ": a [[region]] is already named \"coop.dir\", the region the "
-                                "coop role exports; rename that [[region]] or remove [coop]");
-    if (r.segment == coop_segment_name(cfg.node))
-      c.problem(t.source(), W + ": [[region]] \"" + r.name + "\" exports segment " + r.segment +
-                                ", which the coop role creates itself; remove that [[region]]");
-  }
+  refuse_region_clash(c, t, cfg, W, "coop", "coop.dir", coop_segment_name(cfg.node));
 }
 
 Config parse_checked(const toml::table& root, const std::string& source_name,
