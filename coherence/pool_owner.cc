@@ -97,6 +97,20 @@ std::optional<std::vector<uint8_t>> PoolOwner::call(size_t i, const char* servic
   }
 }
 
+// call() and decode: the reply, or nullopt and *err (no answer, or a malformed one).
+std::optional<poolwire::Reply> PoolOwner::call_reply(size_t i, const char* service,
+                                                     const std::vector<uint8_t>& body,
+                                                     std::string* err) {
+  auto reply = call(i, service, body, err);
+  if (!reply) return std::nullopt;
+  try {
+    return w::decode_reply(*reply);
+  } catch (const w::PoolWireError& e) {
+    *err = std::string("malformed reply: ") + e.what();
+    return std::nullopt;
+  }
+}
+
 std::vector<OwnedSlab> PoolOwner::drop_donor_locked(size_t i) {
   std::vector<OwnedSlab> lost;
   auto keep = std::stable_partition(held_.begin(), held_.end(),
@@ -197,15 +211,7 @@ std::vector<OwnedSlab> PoolOwner::alloc(uint32_t count, std::string* why) {
     tried[i] = true;
     const auto sent = Clock::now();
     std::string err;
-    auto body = call(i, w::kAllocService, w::encode(w::AllocRequest{opts_.owner, inc, count}), &err);
-    std::optional<w::Reply> rep;
-    if (body) {
-      try {
-        rep = w::decode_reply(*body);
-      } catch (const w::PoolWireError& e) {
-        err = std::string("malformed reply: ") + e.what();
-      }
-    }
+    std::optional<w::Reply> rep = call_reply(i, w::kAllocService, w::encode(w::AllocRequest{opts_.owner, inc, count}), &err);
     std::vector<OwnedSlab> lost, got;
     std::string lost_why;
     {
@@ -281,15 +287,7 @@ void PoolOwner::flush_pending_free(size_t i) {
   if (batch.empty()) return;
   if (batch.size() > SlabPoolLimits::kMaxSlabsPerCall) batch.resize(SlabPoolLimits::kMaxSlabsPerCall);
   std::string err;
-  auto body = call(i, w::kFreeService, w::encode(w::FreeRequest{opts_.owner, inc, batch}), &err);
-  std::optional<w::Reply> rep;
-  if (body) {
-    try {
-      rep = w::decode_reply(*body);
-    } catch (const w::PoolWireError& e) {
-      err = std::string("malformed reply: ") + e.what();
-    }
-  }
+  std::optional<w::Reply> rep = call_reply(i, w::kFreeService, w::encode(w::FreeRequest{opts_.owner, inc, batch}), &err);
   std::lock_guard lk(mu_);
   Donor& d = *donors_[i];
   if (!rep) {  // kept in pending_free: retried by the next renewal round
@@ -317,15 +315,7 @@ size_t PoolOwner::renew_now() {
     }
     const auto sent = Clock::now();
     std::string err;
-    auto body = call(i, w::kRenewService, w::encode(w::RenewRequest{opts_.owner, inc}), &err);
-    std::optional<w::Reply> rep;
-    if (body) {
-      try {
-        rep = w::decode_reply(*body);
-      } catch (const w::PoolWireError& e) {
-        err = std::string("malformed reply: ") + e.what();
-      }
-    }
+    std::optional<w::Reply> rep = call_reply(i, w::kRenewService, w::encode(w::RenewRequest{opts_.owner, inc}), &err);
     std::vector<OwnedSlab> lost;
     std::string why;
     {

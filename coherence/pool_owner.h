@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "coherence/slab_pool.h"
+#include "coherence/slab_pool_wire.h"
 #include "fabric/fabric.h"
 #include "fabric/log.h"
 
@@ -118,6 +120,8 @@ class PoolOwner {
   // One call to donor `i` (under its call mutex); nullopt and the error when it failed.
   std::optional<std::vector<uint8_t>> call(size_t i, const char* service,
                                            const std::vector<uint8_t>& body, std::string* err);
+  std::optional<poolwire::Reply> call_reply(size_t i, const char* service,
+                                            const std::vector<uint8_t>& body, std::string* err);
   // Applies what a reply says about donor `i` (free count, incarnation, lease); returns the slabs
   // to report lost and why. Prereq: mu_ held.
   std::vector<OwnedSlab> note_reply_locked(size_t i, uint32_t free, uint64_t pool_incarnation,
