@@ -43,9 +43,13 @@
 #include <bit>
 #include <cerrno>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
 
 #include "fabric/errors.h"
 #include "fabric/random.h"
@@ -55,7 +59,8 @@ namespace tierce::coherence {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x4e52414352454954ull;  // "TIERCARN" little-endian
-constexpr uint32_t kArenaLayout = 2;  // 2: + counters expired, lock_timeouts
+constexpr uint32_t kArenaLayout = 3;  // 2: + counters expired, lock_timeouts; 3: entry checksum,
+                                      // coop counters
 constexpr uint32_t kEntryMagic = 0x52544e45u;  // "ENTR"
 constexpr uint32_t kPadMagic = 0x47444150u;    // "PADG": skipped gap up to the ring's end
 constexpr uint64_t kAlign = 64;
@@ -133,7 +138,14 @@ struct CacheArena::EntryHeader {
   uint32_t tag_home;
   uint32_t reserved;
   int64_t stored_at_us;
+  // XXH3-64 of the header's first kChecksummedHeader bytes, the key and the payload: what lets a
+  // peer's one-sided read of the entry (no tail to re-check) prove it read one whole entry.
+  uint64_t checksum;
 };
+
+namespace {
+constexpr size_t kChecksummedHeader = 72;  // every EntryHeader field before `checksum`
+}
 
 void (*CacheArena::test_store_hook_)(int) = nullptr;
 
@@ -165,7 +177,9 @@ uint64_t ring_for(size_t bytes) {
 }  // namespace
 
 CacheArena::CacheArena(fabric::SharedSegment seg) : seg_(std::move(seg)) {
-  static_assert(sizeof(Bucket) == 16 && sizeof(EntryHeader) == 72, "stored layout changed");
+  static_assert(sizeof(Bucket) == 16 && sizeof(EntryHeader) == 80 &&
+                    offsetof(EntryHeader, checksum) == kChecksummedHeader,
+                "stored layout changed");
   static_assert(alignof(Header) <= 4096, "the data area is page-aligned");
   // The caller validated the header (or just wrote it). Still, derive every pointer from ONE
   // read of the ring size, re-checked here, rather than from shared fields that could change
@@ -412,16 +426,32 @@ void CacheArena::evict_oldest_locked() {
 
 bool CacheArena::store(uint64_t key_hash, std::string_view key, const Tag& tag,
                        std::string_view payload) {
+  return store_located(key_hash, key, tag, payload).has_value();
+}
+
+bool CacheArena::fits_without_eviction(size_t key_bytes, size_t payload_bytes) const {
+  const Header* h = hdr();
+  uint64_t need = round_up(sizeof(EntryHeader) + uint64_t(key_bytes) + payload_bytes, kAlign);
+  if (need > max_entry_bytes()) return false;
+  uint64_t tail = h->tail.load(std::memory_order_relaxed);
+  uint64_t head = h->head.load(std::memory_order_relaxed);
+  uint64_t off = head % ring_bytes_;
+  uint64_t start = ring_bytes_ - off < need ? head + (ring_bytes_ - off) : head;
+  return start + need - tail <= ring_bytes_;
+}
+
+std::optional<ArenaCopy> CacheArena::store_located(uint64_t key_hash, std::string_view key,
+                                                   const Tag& tag, std::string_view payload) {
   Header* h = hdr();
   uint64_t need = round_up(sizeof(EntryHeader) + uint64_t(key.size()) + payload.size(), kAlign);
   if (need > max_entry_bytes() || key.size() > UINT32_MAX || !seg_.live()) {
     h->counters.store_refused.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return std::nullopt;
   }
   uint64_t hash = remap(key_hash);
   if (lock() != LockResult::Locked) {  // a timeout is counted in lock_timeouts as well
     h->counters.store_refused.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return std::nullopt;
   }
   uint64_t head = h->head.load(std::memory_order_relaxed);
   uint64_t off = head % ring_bytes_;
@@ -454,6 +484,14 @@ bool CacheArena::store(uint64_t key_hash, std::string_view key, const Tag& tag,
   e.tag_version = tag.version;
   e.tag_home = tag.home;
   e.stored_at_us = realtime_us();
+  {
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, &e, kChecksummedHeader);
+    XXH3_64bits_update(&st, key.data(), key.size());
+    XXH3_64bits_update(&st, payload.data(), payload.size());
+    e.checksum = XXH3_64bits_digest(&st);
+  }
   uint8_t* p = ring_ + start % ring_bytes_;
   std::memcpy(p, &e, sizeof e);
   copy_bytes(p + sizeof e, key.data(), key.size());
@@ -498,7 +536,7 @@ bool CacheArena::store(uint64_t key_hash, std::string_view key, const Tag& tag,
   }
   h->counters.stores.fetch_add(1, std::memory_order_relaxed);
   unlock();
-  return true;
+  return ArenaCopy{uint64_t(ring_ - seg_.data()) + start % ring_bytes_, start, need};
 }
 
 void CacheArena::erase(uint64_t key_hash, std::string_view key) {
@@ -538,6 +576,36 @@ std::optional<CachedEntry> CacheArena::read_entry(uint64_t pos, uint64_t hash,
   std::atomic_thread_fence(std::memory_order_acquire);
   if (h->tail.load(std::memory_order_relaxed) > pos) return std::nullopt;  // overwritten meanwhile
   if (out.key != key) return std::nullopt;
+  out.tag.home = e.tag_home;
+  out.tag.slot = e.tag_slot;
+  out.tag.version = e.tag_version;
+  out.stored_at_us = e.stored_at_us;
+  return out;
+}
+
+std::variant<CachedEntry, MissReason> CacheArena::verify_copy(std::span<const uint8_t> bytes,
+                                                             uint64_t pos, uint64_t key_hash,
+                                                             std::string_view key) {
+  if (bytes.size() < sizeof(EntryHeader)) return MissReason::LengthOutOfBounds;
+  EntryHeader e;
+  std::memcpy(&e, bytes.data(), sizeof e);
+  // Another entry (or a gap, or the middle of one) now starts at that offset: the ring moved on.
+  if (e.magic != kEntryMagic || e.pos != pos) return MissReason::GenerationChanged;
+  if (e.key_hash != remap(key_hash) || e.key_len != key.size()) return MissReason::KeyMismatch;
+  // 64-bit arithmetic on 32/64-bit fields: no overflow before the comparison.
+  if (e.total % kAlign != 0 || e.total > bytes.size() || e.payload_len > e.total ||
+      sizeof e + uint64_t(e.key_len) + e.payload_len > e.total)
+    return MissReason::LengthOutOfBounds;
+  const uint8_t* k = bytes.data() + sizeof e;
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  XXH3_64bits_update(&st, &e, kChecksummedHeader);
+  XXH3_64bits_update(&st, k, e.key_len + e.payload_len);
+  if (XXH3_64bits_digest(&st) != e.checksum) return MissReason::Checksum;
+  if (!key.empty() && std::memcmp(k, key.data(), key.size()) != 0) return MissReason::KeyMismatch;
+  CachedEntry out;
+  out.key.assign(key);
+  out.payload.assign(reinterpret_cast<const char*>(k + key.size()), size_t(e.payload_len));
   out.tag.home = e.tag_home;
   out.tag.slot = e.tag_slot;
   out.tag.version = e.tag_version;

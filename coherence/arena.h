@@ -16,9 +16,12 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 
+#include "coherence/coop_slot.h"
 #include "fabric/segment.h"
 
 namespace tierce::coherence {
@@ -38,6 +41,36 @@ struct CachedEntry {
   std::string payload;       // what the module stored (serialized status + headers + body)
 };
 
+// Where a stored entry is, for a peer's one-sided read of it (the cooperative cache: a directory
+// location of kind Arena, docs/coop_cache.md). `offset` is within the segment's data area (what
+// memd exports as region "arena"); `pos` is the entry's absolute ring position, which the entry
+// carries (the "generation" a reader checks); `bytes` is how much to read.
+struct ArenaCopy {
+  uint64_t offset = 0;
+  uint64_t pos = 0;
+  uint64_t bytes = 0;
+};
+
+// Counters of the cooperative cache (mod_rcache with RCacheCoop, docs/coop_cache.md), shared by
+// the children like ArenaCounters. Reasons a fetched copy was not used are counted per
+// MissReason (coop_slot.h), directory reads per DirMissReason (coop_directory.h).
+struct CoopCounters {
+  std::atomic<uint64_t> lookups;        // directory lookups after a local miss
+  std::atomic<uint64_t> dir_hits;       // the directory named copies
+  std::atomic<uint64_t> dir_misses[8];  // by DirMissReason (NotFound = the key is nowhere)
+  std::atomic<uint64_t> dir_unreachable;  // the home proxy's directory could not be read
+  std::atomic<uint64_t> copy_reads;     // one-sided reads of a peer's copy
+  std::atomic<uint64_t> copy_hits;      // ... that verified
+  std::atomic<uint64_t> copy_misses[8];  // ... that did not, by MissReason
+  std::atomic<uint64_t> copy_unreachable;  // the holder could not be read
+  std::atomic<uint64_t> remote_hits;    // pages served from a peer's copy (version checked)
+  std::atomic<uint64_t> remote_stale;   // a peer's copy whose version was old: invalidated
+  std::atomic<uint64_t> remote_unverifiable;
+  std::atomic<uint64_t> kept_local;     // fetched copies also stored locally (BCC; CCWR in free room)
+  std::atomic<uint64_t> publishes, publish_refused, withdrawals, invalidations, messages_failed;
+  std::atomic<uint64_t> lookup_ns;      // total time of directory + copy reads (cost per request)
+};
+
 // Counters the module keeps in the arena, shared by all children (monotonic, relaxed atomics).
 // The arena itself bumps stores, store_refused, evictions (live entries dropped to make room in
 // the ring or in a full index probe window), erased and lock_timeouts (a store or erase skipped
@@ -51,6 +84,7 @@ struct ArenaCounters {
   // 8 sub-buckets per power of two (see latency_bucket_lo()).
   static constexpr size_t kLatencyBuckets = 8 * 40;
   std::atomic<uint64_t> latency[kLatencyBuckets];
+  CoopCounters coop;
 };
 
 struct ArenaStats {
@@ -79,6 +113,21 @@ class CacheArena {
   // larger than max_entry_bytes(), the arena is being torn down, or the writers' mutex was not
   // free within kLockTimeoutNs (counted in lock_timeouts and store_refused).
   bool store(uint64_t key_hash, std::string_view key, const Tag& tag, std::string_view payload);
+  // The same, saying where the entry went (for a peer to read it: ArenaCopy).
+  std::optional<ArenaCopy> store_located(uint64_t key_hash, std::string_view key, const Tag& tag,
+                                         std::string_view payload);
+  // Whether an entry of that size would be stored now without evicting anything (a snapshot:
+  // another child may store meanwhile). CCWR keeps a fetched copy only then.
+  bool fits_without_eviction(size_t key_bytes, size_t payload_bytes) const;
+  // A peer's check of an entry it read with one one-sided read of ArenaCopy::bytes at
+  // ArenaCopy::offset (no tail to re-check remotely): the entry at that offset must still be the
+  // one stored at ring position `pos` (else GenerationChanged: the ring moved on), of this key
+  // (KeyMismatch), with lengths inside the bytes (LengthOutOfBounds) and its checksum over header,
+  // key and payload (Checksum: the read overlapped a rewrite). Never trusts a length before it is
+  // bounds-checked.
+  static std::variant<CachedEntry, MissReason> verify_copy(std::span<const uint8_t> bytes,
+                                                          uint64_t pos, uint64_t key_hash,
+                                                          std::string_view key);
   // Drops the entry of `key` if present. Skipped when the writers' mutex was not free within
   // kLockTimeoutNs (counted in lock_timeouts): callers erase entries that failed their version
   // check, and such an entry simply fails it again at its next lookup.

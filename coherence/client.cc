@@ -1,6 +1,7 @@
 // coherence/client.cc — the client side of the app nodes (see client.h).
 #include "coherence/client.h"
 
+#include <array>
 #include <thread>
 
 #include "coherence/invalidation.h"
@@ -20,7 +21,11 @@ ClusterClient::ClusterClient(Topology topo, fabric::Secret secret, ClientTuning 
   for (const auto& n : topo_.nodes) {
     auto node = std::make_unique<NodePool>();
     node->info = &n;
-    if (n.role == Role::App) node->uri = topo_.uri_of(n);  // throws when it has none
+    if (n.role == Role::App) {
+      node->uri = topo_.uri_of(n);  // throws when it has none
+    } else if (n.role == Role::Proxy && !n.memd.empty()) {
+      node->uri = topo_.uri_of(n);  // the cooperative cache reads its directory and arena
+    }
     nodes_.push_back(std::move(node));
   }
 }
@@ -142,6 +147,127 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
   out.rounds = round.rounds();
   out.elapsed = Clock::now() - t0;
   return out;
+}
+
+namespace {
+
+// A failure of a cooperative-cache operation that concerns the region or the service, not the
+// connection (the proxy's arena not exported yet or re-created, no [coop] there): the connection
+// stays in the pool and the node is not marked down; the descriptors are looked up again next time.
+bool region_level(const std::exception& e) {
+  auto* f = dynamic_cast<const fabric::FabricError*>(&e);
+  if (!f) return false;
+  switch (f->code()) {
+    case fabric::Errc::NoSuchRegion:
+    case fabric::Errc::Revoked:
+    case fabric::Errc::BadKey:
+    case fabric::Errc::OutOfBounds:
+    case fabric::Errc::NoSuchService:
+    case fabric::Errc::HandlerFailed:
+    case fabric::Errc::Fenced:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<NodePool::Conn> ClusterClient::borrow_proxy(NodePool& n) {
+  if (n.uri.empty()) {
+    if (ctx_.log)
+      ctx_.log(fabric::LogLevel::Debug, "COH0113 node " + n.info->name +
+                                            " has no memd address in the topology: its cache "
+                                            "cannot be shared (give it memd = [...])");
+    return nullptr;
+  }
+  return borrow(n, ctx_);
+}
+
+std::optional<DirReadResult> ClusterClient::read_coop_entry(const std::string& proxy,
+                                                            uint64_t key_hash,
+                                                            uint64_t key_check) {
+  NodePool& n = node(proxy);
+  auto c = borrow_proxy(n);
+  if (!c) return std::nullopt;
+  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
+  try {
+    const auto& r = region(*l, RegionKind::CoopDir, ctx_);
+    const DirectoryGeometry& g = l->coop_geometry;
+    std::array<uint8_t, kDirBucketSize> bucket;
+    DirReadResult res;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      l->c->read(r, g.bucket_offset(key_hash), bucket.data(), bucket.size());
+      res = read_entry(g, bucket, key_hash, key_check);
+      auto* m = std::get_if<DirMiss>(&res);
+      if (!m || (m->reason != DirMissReason::Torn && m->reason != DirMissReason::Checksum)) break;
+    }
+    l.done();
+    return res;
+  } catch (const std::exception& e) {
+    if (region_level(e)) {
+      l->coop_dir.reset();
+      l->arena.reset();
+      l.done();
+    }
+    if (ctx_.log)
+      ctx_.log(fabric::LogLevel::Debug,
+               "COH0110 directory read at " + proxy + " failed: " + std::string(e.what()));
+    return std::nullopt;
+  }
+}
+
+std::optional<std::vector<uint8_t>> ClusterClient::read_arena(const std::string& proxy,
+                                                              uint64_t offset, uint64_t bytes) {
+  NodePool& n = node(proxy);
+  auto c = borrow_proxy(n);
+  if (!c) return std::nullopt;
+  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
+  try {
+    const auto& r = region(*l, RegionKind::Arena, ctx_);
+    if (bytes == 0 || offset > r.len || bytes > r.len - offset ||
+        bytes > l->c->capabilities().max_transfer) {
+      l.done();  // the connection is fine: the descriptor is not
+      return std::nullopt;
+    }
+    std::vector<uint8_t> out(bytes);
+    l->c->read(r, offset, out.data(), out.size());
+    l.done();
+    return out;
+  } catch (const std::exception& e) {
+    if (region_level(e)) {
+      l->coop_dir.reset();
+      l->arena.reset();
+      l.done();
+    }
+    if (ctx_.log)
+      ctx_.log(fabric::LogLevel::Debug,
+               "COH0111 arena read at " + proxy + " failed: " + std::string(e.what()));
+    return std::nullopt;
+  }
+}
+
+std::optional<dirwire::Reply> ClusterClient::coop_update(const std::string& proxy,
+                                                         const dirwire::Message& m) {
+  NodePool& n = node(proxy);
+  auto c = borrow_proxy(n);
+  if (!c) return std::nullopt;
+  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
+  try {
+    auto reply = dirwire::decode_reply(l->c->call(dirwire::kUpdateService, dirwire::encode(m)));
+    l.done();
+    return reply;
+  } catch (const std::exception& e) {
+    if (region_level(e)) {
+      l->coop_dir.reset();
+      l->arena.reset();
+      l.done();
+    }
+    if (ctx_.log)
+      ctx_.log(fabric::LogLevel::Debug,
+               "COH0112 directory update at " + proxy + " failed: " + std::string(e.what()));
+    return std::nullopt;
+  }
 }
 
 }  // namespace tierce::coherence

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "coherence/coop_directory.h"
+#include "coherence/coop_directory_wire.h"
 #include "coherence/home.h"
 #include "coherence/pool.h"
 #include "coherence/topology.h"
@@ -63,8 +65,25 @@ class ClusterClient {
   InvalidateOutcome invalidate(WriterLog& writer, const std::string& self,
                                std::span<const uint64_t> deps, Scheme scheme);
 
+  // ---- the cooperative cache (coop_cache.h): a proxy's directory part and arena ----------------
+  // One one-sided read of the bucket of `key_hash` in `proxy`'s directory (memd [coop], region
+  // coop.dir), checked by read_entry; a read that raced the owner (Torn, Checksum) is made once
+  // more. nullopt: the directory could not be read in time (the proxy or its memd is down, it has
+  // no [coop], or it is in retry_after).
+  std::optional<DirReadResult> read_coop_entry(const std::string& proxy, uint64_t key_hash,
+                                               uint64_t key_check);
+  // One one-sided read of `bytes` at `offset` of `proxy`'s region "arena". nullopt: not readable
+  // (down, out of the region's bounds, too large for one read).
+  std::optional<std::vector<uint8_t>> read_arena(const std::string& proxy, uint64_t offset,
+                                                 uint64_t bytes);
+  // One message to `proxy`'s coop.dir.update; its decoded reply, nullopt when it was not
+  // delivered or answered.
+  std::optional<dirwire::Reply> coop_update(const std::string& proxy, const dirwire::Message& m);
+
  private:
   NodePool& node(const std::string& name);
+  // borrow() for a proxy's memd; nullptr (logged) when the topology gives it no address.
+  std::unique_ptr<NodePool::Conn> borrow_proxy(NodePool& n);
   std::optional<uint64_t> read_word(NodePool& n, RegionKind kind, uint64_t off);
 
   Topology topo_;

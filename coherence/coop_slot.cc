@@ -20,7 +20,7 @@ static_assert(std::atomic_ref<uint64_t>::required_alignment <= 8);
 
 namespace {
 
-using namespace slot_offset;
+using namespace slot_field;
 
 using bytes::load;
 using bytes::store;

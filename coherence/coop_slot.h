@@ -59,11 +59,11 @@ inline constexpr size_t kSlotAlign = 64;
 inline constexpr uint32_t kSlotOccupied = 1u << 0;
 
 // Byte offsets of the header fields (see the table above).
-namespace slot_offset {
+namespace slot_field {
 inline constexpr size_t kMagic = 0, kVersion = 4, kChecksum = 8, kGeneration = 16, kKeyHash = 24,
                         kPayloadLen = 32, kKeyLen = 36, kCapacity = 40, kFlags = 44;
 inline constexpr size_t kChecksummed = 16;  // the checksum covers [16, 64 + K + P)
-}  // namespace slot_offset
+}  // namespace slot_field
 
 // Why a read slot was not a hit. Every value is a miss; the caller fetches from the origin.
 enum class MissReason : uint8_t {

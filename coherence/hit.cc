@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "coherence/client.h"
+#include "coherence/coop_cache.h"
 #include "coherence/key.h"
 
 namespace tierce::coherence {
@@ -63,6 +64,57 @@ bool expired(const CachedEntry& e, const HitQuery& q) {
 
 }  // namespace
 
+namespace {
+
+// The checks and the one version read for an entry found (locally or at a peer); `drop` removes
+// the entry where it was found (the local arena's erase, or an invalidation at the directory).
+template <class Drop>
+void judge(HitResult& r, CachedEntry e, const Topology& topo, const HitQuery& q,
+           const EntryFormat& format, VersionReader& reader, Drop drop) {
+  const uint32_t home = e.tag.home;
+  if ((format.servable && !format.servable(e.payload)) || home >= topo.nodes.size() ||
+      topo.nodes[home].role != Role::App) {
+    drop();  // not ours, or corrupt: nothing could prove it current
+    r.erased_unservable = true;
+    r.verdict = Verdict::Miss;
+    return;
+  }
+  r.home = topo.nodes[home].name;
+  if (expired(e, q)) {
+    drop();
+    r.verdict = Verdict::Stale;
+    r.stale_cause = StaleCause::Expired;
+    r.entry = std::move(e);
+    return;
+  }
+
+  // The one version read of this request.
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    r.home_version = reader.read_version(r.home, e.tag.slot);
+  } catch (const std::exception& ex) {
+    r.reader_error = ex.what();
+    r.home_version.reset();
+  }
+  r.version_read = true;
+  r.read_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count());
+
+  if (!r.home_version) {
+    r.verdict = Verdict::Unverifiable;  // fail closed; the entry may be proven current later
+  } else if (*r.home_version != e.tag.version) {
+    drop();
+    r.verdict = Verdict::Stale;
+    r.stale_cause = StaleCause::VersionChanged;
+  } else {
+    r.verdict = Verdict::Hit;
+  }
+  r.entry = std::move(e);
+}
+
+}  // namespace
+
 HitResult decide_hit(CacheArena& arena, const Topology& topo, const HitQuery& q,
                      const EntryFormat& format, VersionReader& reader) {
   HitResult r;
@@ -78,46 +130,41 @@ HitResult decide_hit(CacheArena& arena, const Topology& topo, const HitQuery& q,
     r.verdict = Verdict::Miss;
     return r;
   }
-  const uint32_t home = e->tag.home;
-  if ((format.servable && !format.servable(e->payload)) || home >= topo.nodes.size() ||
-      topo.nodes[home].role != Role::App) {
-    arena.erase(r.key_hash, r.key);  // not ours, or corrupt: nothing could prove it current
-    r.erased_unservable = true;
-    r.verdict = Verdict::Miss;
-    return r;
-  }
-  r.home = topo.nodes[home].name;
-  if (expired(*e, q)) {
-    arena.erase(r.key_hash, r.key);
-    r.verdict = Verdict::Stale;
-    r.stale_cause = StaleCause::Expired;
-    r.entry = std::move(e);
-    return r;
-  }
+  judge(r, std::move(*e), topo, q, format, reader, [&] { arena.erase(r.key_hash, r.key); });
+  return r;
+}
 
-  // The one version read of this request.
-  auto t0 = std::chrono::steady_clock::now();
+HitResult decide_hit_coop(CacheArena& arena, CoopCache* coop, const Topology& topo,
+                          const HitQuery& q, const EntryFormat& format, VersionReader& reader) {
+  HitResult local = decide_hit(arena, topo, q, format, reader);
+  if (!coop || coop->scheme() == CoopScheme::Off || local.verdict != Verdict::Miss ||
+      !local.arena_error.empty())
+    return local;
+  HitResult r;
+  r.key.assign(q.base_key);
+  r.key_hash = q.base_hash;
+  std::vector<FetchedCopy> got;
+  std::optional<FetchedCopy> f;
   try {
-    r.home_version = reader.read_version(r.home, e->tag.slot);
+    f = coop->fetch(r.key_hash, r.key);
+    if (f && format.variant_key) {
+      if (auto variant = format.variant_key(f->entry.payload)) {
+        got.push_back(std::move(*f));
+        r.key = std::move(*variant);
+        r.key_hash = hash64(r.key);
+        f = coop->fetch(r.key_hash, r.key);  // one level: a variant is never a Vary record
+      }
+    }
   } catch (const std::exception& ex) {
-    r.reader_error = ex.what();
-    r.home_version.reset();
+    local.arena_error = std::string("cooperative cache: ") + ex.what();
+    return local;
   }
-  r.version_read = true;
-  r.read_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count());
-
-  if (!r.home_version) {
-    r.verdict = Verdict::Unverifiable;  // fail closed; the entry may be proven current later
-  } else if (*r.home_version != e->tag.version) {
-    arena.erase(r.key_hash, r.key);
-    r.verdict = Verdict::Stale;
-    r.stale_cause = StaleCause::VersionChanged;
-  } else {
-    r.verdict = Verdict::Hit;
-  }
-  r.entry = std::move(e);
+  if (!f) return local;  // Miss everywhere
+  r.peer = f->holder;
+  CachedEntry e = f->entry;
+  got.push_back(std::move(*f));
+  judge(r, std::move(e), topo, q, format, reader, [&] { coop->invalidate(r.key_hash, r.key); });
+  if (r.verdict == Verdict::Hit) r.fetched = std::move(got);
   return r;
 }
 

@@ -19,7 +19,10 @@
 #include <string>
 #include <string_view>
 
+#include <vector>
+
 #include "coherence/arena.h"
+#include "coherence/coop_cache.h"
 #include "coherence/topology.h"
 
 namespace tierce::coherence {
@@ -93,6 +96,12 @@ struct HitResult {
   std::string reader_error;              // the reader threw (verdict Unverifiable): its message
   std::string arena_error;               // the lookup threw (verdict Miss): its message
   bool erased_unservable = false;        // an unservable entry was erased (verdict Miss)
+  // decide_hit_coop: the entry came from the cooperative cache (a peer's copy, or this proxy's
+  // own read back through the directory): the node it was read from ("" for a local lookup).
+  std::string peer;
+  // ... and, on a Hit, every entry fetched for it (the Vary record first when there was one),
+  // for CoopCache::keep_fetched.
+  std::vector<FetchedCopy> fetched;
 };
 
 // The hit decision for one request. Contract:
@@ -105,5 +114,15 @@ struct HitResult {
 // `topo` names the homes: tag.home indexes topo.nodes and must be an app node.
 HitResult decide_hit(CacheArena& arena, const Topology& topo, const HitQuery& q,
                      const EntryFormat& format, VersionReader& reader);
+
+// decide_hit, then, when nothing usable was found locally (verdict Miss) and `coop` is on, the
+// cooperative cache (coop_cache.h): the key's copy at a peer (through a Vary record to the
+// variant, also fetched), judged exactly as a local entry — servable, of a known app home, not
+// expired, and ONE version read at its home. A peer's copy that is Stale or unservable is
+// invalidated at the key's directory home instead of erased. The contract of decide_hit holds:
+// at most one version read per call. Nothing is stored here: on a Hit the caller decides
+// (CoopCache::keep_fetched over r.fetched).
+HitResult decide_hit_coop(CacheArena& arena, CoopCache* coop, const Topology& topo,
+                          const HitQuery& q, const EntryFormat& format, VersionReader& reader);
 
 }  // namespace tierce::coherence

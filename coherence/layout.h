@@ -67,6 +67,7 @@ inline constexpr uint64_t kWriterBytes = 64;
 inline constexpr const char* kVersionsRegion = "versions";
 inline constexpr const char* kAcksRegion = "acks";
 inline constexpr const char* kWriterRegion = "writer";
+inline constexpr const char* kArenaRegion = "arena";  // a proxy's cache arena (mod_rcache)
 
 // Segment names of a node (segment_prefix + suffix).
 inline constexpr const char* kVersionsSuffix = ".versions";

@@ -1,6 +1,9 @@
 // coherence/pool.cc — per-node connection pools (see pool.h).
 #include "coherence/pool.h"
 
+#include <array>
+
+#include "coherence/coop_directory_wire.h"
 #include "coherence/key.h"
 #include "coherence/layout.h"
 
@@ -102,6 +105,29 @@ const fabric::RemoteRegion& region(NodePool::Conn& c, RegionKind kind, const Poo
     case RegionKind::Writer:
       if (!c.writer) c.writer = c.c->lookup(kWriterRegion);
       return *c.writer;
+    case RegionKind::Arena:
+      if (!c.arena) c.arena = c.c->lookup(kArenaRegion);
+      return *c.arena;
+    case RegionKind::CoopDir:
+      if (!c.coop_dir) {
+        fabric::RemoteRegion r = c.c->lookup(dirwire::kRegion);
+        std::array<uint8_t, kDirHeaderSize> hdr{};
+        if (r.len < kDirHeaderSize)
+          throw fabric::FabricError(fabric::Errc::Fenced, "region coop.dir is too small for a directory");
+        c.c->read(r, 0, hdr.data(), hdr.size());
+        auto g = parse_directory_header(hdr);
+        if (auto* miss = std::get_if<DirMiss>(&g))
+          throw fabric::FabricError(fabric::Errc::Fenced,
+                                    "region coop.dir is not a usable directory (" +
+                                        std::string(to_string(miss->reason)) + ")");
+        auto& geo = std::get<DirectoryGeometry>(g);
+        if (geo.total_bytes() > r.len)
+          throw fabric::FabricError(fabric::Errc::Fenced,
+                                    "region coop.dir is shorter than its header's geometry");
+        c.coop_geometry = geo;
+        c.coop_dir = r;
+      }
+      return *c.coop_dir;
     case RegionKind::Versions:
       break;
   }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "coherence/coop_directory.h"
 #include "coherence/topology.h"
 #include "fabric/fabric.h"
 
@@ -35,6 +36,10 @@ struct NodePool {
   struct Conn {
     std::unique_ptr<fabric::Connection> c;
     std::optional<fabric::RemoteRegion> versions, acks, writer;
+    // A proxy's cooperative-cache regions (docs/coop_cache.md) and the directory's geometry,
+    // read from its header at lookup.
+    std::optional<fabric::RemoteRegion> coop_dir, arena;
+    DirectoryGeometry coop_geometry;
   };
   const NodeInfo* info = nullptr;
   std::string uri;
@@ -82,10 +87,11 @@ std::unique_ptr<NodePool::Conn> borrow_idle(NodePool& n);
 // may lead to a previous incarnation of its memd); nullptr when it cannot be reached. Quiet.
 std::unique_ptr<NodePool::Conn> borrow_fresh(NodePool& n, const PoolContext& ctx);
 
-enum class RegionKind { Versions, Acks, Writer };
+enum class RegionKind { Versions, Acks, Writer, CoopDir, Arena };
 // The descriptor of `kind` on this connection, looked up once. For Versions the header is read
 // and checked against the digest first: a table of another topology throws FabricError{Fenced}
-// with the reason (the caller fails closed on that home).
+// with the reason (the caller fails closed on that home). For CoopDir the directory header is
+// read and parsed into c.coop_geometry (FabricError{Fenced} when it is not a directory).
 const fabric::RemoteRegion& region(NodePool::Conn& c, RegionKind kind, const PoolContext& ctx);
 
 }  // namespace tierce::coherence

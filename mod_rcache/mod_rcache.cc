@@ -22,6 +22,7 @@
 
 #include "coherence/arena.h"
 #include "coherence/client.h"
+#include "coherence/coop_cache.h"
 #include "coherence/hit.h"
 #include "coherence/key.h"
 #include "coherence/topology.h"
@@ -64,6 +65,7 @@ struct ServerConf {
   int require_tag = -1;
   int store_cookie_requests = -1;
   int64_t max_age_s = -1;  // -1 unset: rc::kDefaultMaxAgeSeconds
+  int coop = -1;           // -1 unset (Off); else a co::CoopScheme
 };
 
 struct DirConf {
@@ -90,6 +92,9 @@ struct Global {
   co::CacheArena* arena = nullptr;    // deleted only by its creator (the parent)
   pid_t arena_creator = 0;
   co::ClusterClient* client = nullptr;  // per child
+  co::CoopScheme coop = co::CoopScheme::Off;  // RCacheCoop
+  co::ClusterCoopPeers* coop_peers = nullptr;  // per child, over `client`
+  co::CoopCache* coop_cache = nullptr;         // per child; nullptr when Off or no client
   std::unique_ptr<std::atomic<int>[]> home_state;  // per child: 0 unknown, 1 ok, 2 failed
   server_rec* server = nullptr;
 };
@@ -233,6 +238,19 @@ const char* set_max_age(cmd_parms* cmd, void*, const char* arg) {
   return nullptr;
 }
 
+const char* set_coop(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = co::parse_coop_scheme(arg);
+  if (!v)
+    return apr_psprintf(cmd->pool,
+                        "RCacheCoop: '%s' is not a scheme: give Off (each proxy alone, the "
+                        "default), BCC (share copies, keep fetched ones too) or CCWR (share "
+                        "copies without duplicating them)",
+                        arg);
+  sconf(cmd->server)->coop = int(*v);
+  return nullptr;
+}
+
 #define RC_FN(f) reinterpret_cast<cmd_func>(reinterpret_cast<void (*)()>(f))
 const command_rec rcache_cmds[] = {
     AP_INIT_FLAG("RCache", RC_FN(set_enabled), nullptr, RSRC_CONF | ACCESS_CONF,
@@ -262,6 +280,9 @@ const command_rec rcache_cmds[] = {
     AP_INIT_TAKE1("RCacheMaxAge", RC_FN(set_max_age), nullptr, RSRC_CONF,
                   "seconds after which an entry is dropped whatever its version (default 600, "
                   "0 = no limit)"),
+    AP_INIT_TAKE1("RCacheCoop", RC_FN(set_coop), nullptr, RSRC_CONF,
+                  "Off|BCC|CCWR: cooperative caching across the topology's proxies (default Off; "
+                  "each proxy's memd needs a [coop] section)"),
     {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr}};
 
 // ---- helpers -----------------------------------------------------------------------------------
@@ -415,6 +436,12 @@ int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
       c->version_timeout_ms > 0 ? uint32_t(c->version_timeout_ms) : g.topo.op_timeout_ms;
   g.retry_after_ms = c->retry_after_ms >= 0 ? uint32_t(c->retry_after_ms) : kDefaultRetryAfter;
   g.segment = self->segment_prefix + ".arena";
+  g.coop = c->coop >= 0 ? co::CoopScheme(c->coop) : co::CoopScheme::Off;
+  if (g.coop != co::CoopScheme::Off && self->role != co::Role::Proxy)
+    return fail("RCACHE0012: RCacheCoop " + std::string(co::to_string(g.coop)) + ": node " +
+                g.node + " is not a proxy (role = \"proxy\") in " + g.topology_path +
+                ": the directory of shared copies is partitioned over the proxies; set its role "
+                "or use RCacheCoop Off");
   return OK;
 }
 
@@ -428,6 +455,40 @@ apr_status_t parent_cleanup(void*) {
     }
   }
   return APR_SUCCESS;
+}
+
+// A new arena (start, restart, graceful restart): the copies this node published from the
+// previous one are gone. Drop them from every proxy's part of the directory now, so peers do
+// not spend reads on them (they would only fail to verify). Best effort: a proxy that cannot be
+// reached keeps hints that its readers will find invalid and withdraw one by one.
+void forget_previous_copies(server_rec* s) {
+  try {
+    co::ClientTuning t;
+    t.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(g.version_timeout_ms, 200));
+    t.max_connections_per_node = 1;
+    co::ClusterClient client(g.topo, g.secret, t, nullptr);
+    const uint16_t self = co::node_index(g.topo, g.node);
+    uint32_t dropped = 0;
+    std::string failed;
+    for (const auto& n : g.topo.nodes) {
+      if (n.role != co::Role::Proxy) continue;
+      auto reply = client.coop_update(n.name, co::dirwire::WithdrawNode{self});
+      if (reply && co::update_ok(reply->status)) dropped += reply->count;
+      else failed += (failed.empty() ? "" : ", ") + n.name;
+    }
+    ap_log_error(APLOG_MARK, failed.empty() ? APLOG_INFO : APLOG_WARNING, 0, s,
+                 "RCACHE0014: cooperative cache (RCacheCoop %s): %u copies of this node's previous "
+                 "arena dropped from the directory%s%s",
+                 std::string(co::to_string(g.coop)).c_str(), dropped,
+                 failed.empty() ? "" : "; not reached (their hints fail verification and are "
+                                       "withdrawn as peers meet them): ",
+                 failed.c_str());
+  } catch (const std::exception& e) {
+    ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s,
+                 "RCACHE0014: cooperative cache: could not drop the previous arena's copies from "
+                 "the directory: %s",
+                 e.what());
+  }
 }
 
 int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
@@ -446,6 +507,7 @@ int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* 
     return HTTP_INTERNAL_SERVER_ERROR;
   }
   apr_pool_cleanup_register(pconf, nullptr, parent_cleanup, apr_pool_cleanup_null);
+  if (g.coop != co::CoopScheme::Off) forget_previous_copies(s);
   ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
                "RCACHE0009: cache arena %s created: %" APR_UINT64_T_FMT " bytes, entries up to %" APR_UINT64_T_FMT " bytes; node "
                "%s, topology %s, version reads time out after %u ms",
@@ -456,6 +518,10 @@ int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* 
 }
 
 apr_status_t child_cleanup(void*) {
+  delete g.coop_cache;
+  g.coop_cache = nullptr;
+  delete g.coop_peers;
+  g.coop_peers = nullptr;
   delete g.client;
   g.client = nullptr;
   return APR_SUCCESS;
@@ -482,6 +548,19 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
                  "from cache (every request is forwarded)",
                  e.what());
     g.client = nullptr;
+  }
+  if (g.client && g.coop != co::CoopScheme::Off) {
+    try {
+      g.coop_peers = new co::ClusterCoopPeers(*g.client);
+      g.coop_cache = new co::CoopCache(g.coop, g.topo, g.node, *g.arena, *g.coop_peers);
+    } catch (const std::exception& e) {
+      ap_log_error(APLOG_MARK, APLOG_ERR, 0, s,
+                   "RCACHE0013: cannot set up the cooperative cache: %s: this child caches "
+                   "alone (RCacheCoop Off)",
+                   e.what());
+      delete g.coop_peers;
+      g.coop_peers = nullptr;
+    }
   }
   g.home_state.reset(new std::atomic<int>[g.topo.nodes.size()]);
   for (size_t i = 0; i < g.topo.nodes.size(); ++i) g.home_state[i].store(0);
@@ -554,7 +633,9 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
   std::optional<co::ClusterVersionReader> cluster;
   co::VersionReader* reader = &no_client;
   if (g.client) reader = &cluster.emplace(*g.client);
-  co::HitResult res = co::decide_hit(*g.arena, g.topo, q, rc::entry_format(ctx->base, get), *reader);
+  co::HitResult res =
+      co::decide_hit_coop(*g.arena, g.coop_cache, g.topo, q, rc::entry_format(ctx->base, get), *reader);
+  const bool from_peer = !res.peer.empty();
 
   if (res.version_read) {
     g.arena->record_latency(res.read_ns);
@@ -574,6 +655,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
       return DECLINED;
     case co::Verdict::Unverifiable:
       count(&co::ArenaCounters::version_failures);
+      if (from_peer) g.arena->counters().coop.remote_unverifiable.fetch_add(1, std::memory_order_relaxed);
       if (!res.reader_error.empty())
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0024: version read at %s: %s", home,
                       res.reader_error.c_str());
@@ -592,6 +674,12 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
                       (long long)((q.now_us - res.entry->stored_at_us) / 1000000));
       } else {
         count(&co::ArenaCounters::stale_rejects);
+        // A peer's stale copy was invalidated at the directory by decide_hit_coop; our own is
+        // erased locally and dropped at the directory here, so peers do not read it again.
+        if (from_peer)
+          g.arena->counters().coop.remote_stale.fetch_add(1, std::memory_order_relaxed);
+        else if (g.coop_cache)
+          g.coop_cache->invalidate(res.key_hash, res.key);
         ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
                       "RCACHE0026: stale entry (stored version %" APR_UINT64_T_FMT ", home %s has %" APR_UINT64_T_FMT "): erased, "
                       "forwarded",
@@ -612,8 +700,13 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
   }
   count(&co::ArenaCounters::hits);
   ctx->mode = Mode::Hit;
-  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027: hit (version %" APR_UINT64_T_FMT " at %s)",
-                (apr_uint64_t)*res.home_version, home);
+  if (from_peer) {
+    g.arena->counters().coop.remote_hits.fetch_add(1, std::memory_order_relaxed);
+    for (const auto& f : res.fetched) g.coop_cache->keep_fetched(f);
+  }
+  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027: hit (version %" APR_UINT64_T_FMT " at %s%s%s)",
+                (apr_uint64_t)*res.home_version, home, from_peer ? ", copy read from " : "",
+                from_peer ? res.peer.c_str() : "");
   return serve_hit(r, next, *res.entry, *resp);
 }
 
@@ -688,15 +781,21 @@ void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
   // The arena counts its own stores and refusals (too large, lock timeout); only a throw is
   // counted here.
   bool ok = false;
+  // Stores one entry and, with RCacheCoop, publishes the copy at the key's directory home.
+  auto put = [&](uint64_t h, const std::string& key, const std::string& payload) {
+    auto where = g.arena->store_located(h, key, tag, payload);
+    if (where && g.coop_cache) g.coop_cache->publish(h, key, tag, *where, payload.size());
+    return where.has_value();
+  };
   try {
     if (st->c.vary.empty()) {
-      ok = g.arena->store(ctx->base_hash, ctx->base, tag, rc::serialize_response(st->resp));
+      ok = put(ctx->base_hash, ctx->base, rc::serialize_response(st->resp));
     } else {
       std::string vk = co::variant_key(ctx->base, rc::vary_values(st->c.vary, [r](const std::string& n) {
                                          return request_header(r, n);
                                        }));
-      ok = g.arena->store(co::hash64(vk), vk, tag, rc::serialize_response(st->resp)) &&
-           g.arena->store(ctx->base_hash, ctx->base, tag, rc::serialize_vary(st->c.vary));
+      ok = put(co::hash64(vk), vk, rc::serialize_response(st->resp)) &&
+           put(ctx->base_hash, ctx->base, rc::serialize_vary(st->c.vary));
     }
   } catch (const std::exception& e) {
     ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0031: storing failed: %s", e.what());
@@ -832,6 +931,32 @@ int rcache_status_page(request_rec* r, bool metrics) {
       if (g.topo.nodes[i].role != co::Role::App) continue;
       int hs = g.home_state ? g.home_state[i].load(std::memory_order_relaxed) : 0;
       s.homes.push_back({g.topo.nodes[i].name, hs == 1 ? "ok" : hs == 2 ? "failed" : "unknown"});
+    }
+    if (g.coop != co::CoopScheme::Off) {
+      const co::CoopCounters& k = c.coop;
+      s.coop.scheme = std::string(co::to_string(g.coop));
+      s.coop.counters = {{"lookups", ld(k.lookups)},
+                         {"dir_hits", ld(k.dir_hits)},
+                         {"dir_unreachable", ld(k.dir_unreachable)},
+                         {"copy_reads", ld(k.copy_reads)},
+                         {"copy_hits", ld(k.copy_hits)},
+                         {"copy_unreachable", ld(k.copy_unreachable)},
+                         {"remote_hits", ld(k.remote_hits)},
+                         {"remote_stale", ld(k.remote_stale)},
+                         {"remote_unverifiable", ld(k.remote_unverifiable)},
+                         {"kept_local", ld(k.kept_local)},
+                         {"publishes", ld(k.publishes)},
+                         {"publish_refused", ld(k.publish_refused)},
+                         {"withdrawals", ld(k.withdrawals)},
+                         {"invalidations", ld(k.invalidations)},
+                         {"messages_failed", ld(k.messages_failed)},
+                         {"lookup_ns", ld(k.lookup_ns)}};
+      for (size_t i = 0; i < co::kMissReasonCount; ++i)
+        s.coop.copy_misses.emplace_back(std::string(co::to_string(co::MissReason(i))),
+                                        ld(k.copy_misses[i]));
+      for (size_t i = 0; i < co::kDirMissReasonCount; ++i)
+        s.coop.dir_misses.emplace_back(std::string(co::to_string(co::DirMissReason(i))),
+                                       ld(k.dir_misses[i]));
     }
   }
   std::string body;

@@ -473,6 +473,12 @@ std::string render_status_auto(const StatusSnapshot& s) {
   kv("VersionCheckP90us", us(s.p90_ns));
   kv("VersionCheckP99us", us(s.p99_ns));
   for (const auto& h : s.homes) kv("Home-" + h.name, h.state);
+  if (s.coop.scheme != "off") {
+    kv("coop_scheme", s.coop.scheme);
+    for (const auto& [k, v] : s.coop.counters) kv("coop_" + k, n(v));
+    for (const auto& [k, v] : s.coop.copy_misses) kv("coop_copy_miss_" + k, n(v));
+    for (const auto& [k, v] : s.coop.dir_misses) kv("coop_dir_miss_" + k, n(v));
+  }
   return o;
 }
 
@@ -518,6 +524,14 @@ std::string render_status_html(const StatusSnapshot& s) {
            "</td></tr>\n";
     o += "</table>\n";
   }
+  if (s.coop.scheme != "off") {
+    o += "<h2>Cooperative cache (RCacheCoop " + html_escape(s.coop.scheme) +
+         ")</h2>\n<table border=\"1\">\n";
+    for (const auto& [k, v] : s.coop.counters) row(k, n(v));
+    for (const auto& [k, v] : s.coop.copy_misses) row("copy not used: " + k, n(v));
+    for (const auto& [k, v] : s.coop.dir_misses) row("directory miss: " + k, n(v));
+    o += "</table>\n";
+  }
   o += "</body></html>\n";
   return o;
 }
@@ -560,6 +574,26 @@ std::string render_metrics(const StatusSnapshot& s) {
          "# TYPE tierce_rcache_home_up gauge\n";
     for (const auto& h : s.homes)
       o += "tierce_rcache_home_up{home=\"" + h.name + "\"} " + (h.state == "ok" ? "1" : "0") + "\n";
+  }
+  if (s.coop.scheme != "off") {
+    for (const auto& [k, v] : s.coop.counters) {
+      std::string name = "tierce_rcache_coop_" + k + (k == "lookup_ns" ? "" : "_total");
+      metric(name.c_str(), "counter",
+             k == "lookup_ns" ? "Nanoseconds spent in directory and copy reads."
+                              : "Cooperative cache events (docs/coop_cache.md).",
+             v);
+    }
+    auto labelled = [&](const char* name, const char* help,
+                        const std::vector<std::pair<std::string, uint64_t>>& by) {
+      o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
+      for (const auto& [k, v] : by)
+        o += std::string(name) + "{reason=\"" + k + "\"} " + std::to_string(v) + "\n";
+    };
+    labelled("tierce_rcache_coop_copy_misses_total",
+             "Copies read from a peer that did not verify (a miss, never wrong bytes).",
+             s.coop.copy_misses);
+    labelled("tierce_rcache_coop_dir_misses_total", "Directory reads that found no entry.",
+             s.coop.dir_misses);
   }
   return o;
 }

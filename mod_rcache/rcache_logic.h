@@ -176,6 +176,13 @@ struct HomeReach {
   std::string name;
   std::string state;  // "ok", "failed", "unknown"
 };
+// The cooperative cache's counters (coherence::CoopCounters), by name, when RCacheCoop is on.
+struct CoopSnapshot {
+  std::string scheme = "off";
+  std::vector<std::pair<std::string, uint64_t>> counters;     // e.g. ("remote_hits", 12)
+  std::vector<std::pair<std::string, uint64_t>> copy_misses;  // by reason (coop_slot.h names)
+  std::vector<std::pair<std::string, uint64_t>> dir_misses;   // by reason (coop_directory.h)
+};
 struct StatusSnapshot {
   std::string node, topology_path, cluster;
   uint64_t entries = 0, used_bytes = 0, capacity_bytes = 0, max_entry_bytes = 0;
@@ -184,6 +191,7 @@ struct StatusSnapshot {
            lock_timeouts = 0;
   uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, latency_count = 0, latency_sum_ns = 0;
   std::vector<HomeReach> homes;
+  CoopSnapshot coop;
 };
 std::string render_status_auto(const StatusSnapshot& s);
 std::string render_status_html(const StatusSnapshot& s);

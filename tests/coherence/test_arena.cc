@@ -20,6 +20,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "coherence/arena.h"
@@ -600,4 +601,89 @@ BOOST_AUTO_TEST_CASE(latency_histogram) {
   b->record_latency(uint64_t(1) << 62);  // beyond the last bucket: counted in it
   BOOST_TEST(b->latency_percentile(1.0) ==
              CacheArena::latency_bucket_lo(ArenaCounters::kLatencyBuckets - 1));
+}
+
+// ---- a peer's read of an entry (the cooperative cache: ArenaCopy + verify_copy) ----------------
+
+namespace {
+std::vector<uint8_t> copy_bytes_of(const CacheArena& a, const ArenaCopy& c) {
+  const uint8_t* p = a.segment().data() + c.offset;
+  return std::vector<uint8_t>(p, p + c.bytes);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_located_entry_verifies_from_its_bytes_alone) {
+  auto a = CacheArena::create_anonymous(1 << 20);
+  Tag tag{1, 17, 99};
+  auto c = a->store_located(1234, "k1", tag, "payload one");
+  BOOST_TEST_REQUIRE(c.has_value());
+  BOOST_TEST(c->offset % 64 == 0u);
+  BOOST_TEST(c->bytes % 64 == 0u);
+  auto v = CacheArena::verify_copy(copy_bytes_of(*a, *c), c->pos, 1234, "k1");
+  BOOST_TEST_REQUIRE(std::holds_alternative<CachedEntry>(v));
+  auto& e = std::get<CachedEntry>(v);
+  BOOST_TEST(e.payload == "payload one");
+  BOOST_TEST(e.key == "k1");
+  BOOST_TEST(e.tag.home == 1u);
+  BOOST_TEST(e.tag.slot == 17u);
+  BOOST_TEST(e.tag.version == 99u);
+  auto why = [&](std::vector<uint8_t> b, uint64_t pos, uint64_t h, std::string_view k) {
+    auto r = CacheArena::verify_copy(b, pos, h, k);
+    BOOST_TEST_REQUIRE(std::holds_alternative<MissReason>(r));
+    return std::get<MissReason>(r);
+  };
+  auto bytes = copy_bytes_of(*a, *c);
+  BOOST_TEST(why(bytes, c->pos + 64, 1234, "k1") == MissReason::GenerationChanged);
+  BOOST_TEST(why(bytes, c->pos, 1235, "k1") == MissReason::KeyMismatch);
+  BOOST_TEST(why(bytes, c->pos, 1234, "k2") == MissReason::KeyMismatch);  // same length, other key
+  BOOST_TEST(why(bytes, c->pos, 1234, "k10") == MissReason::KeyMismatch);
+  BOOST_TEST(why({bytes.begin(), bytes.begin() + 40}, c->pos, 1234, "k1") ==
+             MissReason::LengthOutOfBounds);
+  BOOST_TEST(why({bytes.begin(), bytes.end() - 64}, c->pos, 1234, "k1") ==
+             MissReason::LengthOutOfBounds);
+  auto flipped = bytes;
+  flipped[80 + 2 + 3] ^= 1;  // a payload byte
+  BOOST_TEST(why(flipped, c->pos, 1234, "k1") == MissReason::Checksum);
+
+  // The ring wraps: the place now holds other entries; the old descriptor never verifies.
+  for (int i = 0; i < 100; ++i) a->store(uint64_t(i) + 5000, "filler" + std::to_string(i), tag, std::string(20000, 'x'));
+  auto r = CacheArena::verify_copy(copy_bytes_of(*a, *c), c->pos, 1234, "k1");
+  BOOST_TEST(std::holds_alternative<MissReason>(r));
+  BOOST_TEST(!a->fits_without_eviction(2, 100));  // a full ring evicts for every store
+  auto fresh = CacheArena::create_anonymous(1 << 20);
+  BOOST_TEST(fresh->fits_without_eviction(2, 100));
+}
+
+BOOST_AUTO_TEST_CASE(random_corruptions_of_a_copy_never_verify_to_other_bytes) {
+  auto a = CacheArena::create_anonymous(1 << 20);
+  std::mt19937_64 rng(7);
+  std::string payload(3000, '\0');
+  for (auto& ch : payload) ch = char(rng());
+  auto c = a->store_located(42, "the-key", Tag{0, 1, 2}, payload);
+  BOOST_TEST_REQUIRE(c.has_value());
+  const auto good = copy_bytes_of(*a, *c);
+  size_t hits = 0, refused = 0;
+  for (int i = 0; i < 100000; ++i) {
+    auto b = good;
+    int flips = 1 + int(rng() % 4);
+    for (int f = 0; f < flips; ++f) b[rng() % b.size()] ^= uint8_t(1 + rng() % 255);
+    if (rng() % 8 == 0) b.resize(rng() % b.size());
+    auto v = CacheArena::verify_copy(b, c->pos, 42, "the-key");
+    if (auto* e = std::get_if<CachedEntry>(&v)) {
+      ++hits;  // only when the flips landed outside what the entry vouches for (its padding)
+      BOOST_TEST_REQUIRE(e->payload == payload);
+    } else {
+      ++refused;
+    }
+  }
+  BOOST_TEST(refused > 90000u);
+  // Garbage of any length: never a crash, never a hit.
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> b(rng() % 512);
+    for (auto& x : b) x = uint8_t(rng());
+    BOOST_TEST_REQUIRE(
+        std::holds_alternative<MissReason>(CacheArena::verify_copy(b, rng() % 4096, 42, "the-key")));
+  }
+  BOOST_TEST_MESSAGE(hits << " corrupted copies verified (flips in the padding), " << refused
+                          << " refused");
 }

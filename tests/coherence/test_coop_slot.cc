@@ -128,7 +128,7 @@ BOOST_AUTO_TEST_CASE(every_miss_reason_from_a_forged_header) {
     BOOST_TEST(c.miss(want) == 1u);
     BOOST_TEST(c.hits == 0u);
   };
-  namespace o = slot_offset;
+  namespace o = slot_field;
   check([](auto& v) { poke<uint32_t>(v, o::kMagic, 0x12345678); }, MissReason::BadMagic);
   check([](auto& v) { poke<uint16_t>(v, o::kVersion, 2); }, MissReason::BadVersion);
   check([&](auto& v) { poke<uint64_t>(v, o::kGeneration, g + 1); }, MissReason::Torn);
@@ -196,13 +196,13 @@ BOOST_AUTO_TEST_CASE(random_corruption_never_crashes_nor_serves_wrong_bytes) {
   for (int it = 0; it < 100000; ++it) {
     std::vector<uint8_t> v(256);
     for (auto& b : v) b = uint8_t(rng());
-    poke<uint32_t>(v, slot_offset::kMagic, kSlotMagic);
-    poke<uint16_t>(v, slot_offset::kVersion, kSlotVersion);
-    if (rng() % 2) poke<uint64_t>(v, slot_offset::kGeneration, (rng() % 1000) * 2);
-    if (rng() % 2) poke<uint32_t>(v, slot_offset::kFlags, kSlotOccupied);
-    if (rng() % 2) poke<uint32_t>(v, slot_offset::kPayloadLen, uint32_t(rng() % 200));
-    if (rng() % 2) poke<uint32_t>(v, slot_offset::kKeyLen, 0);
-    if (rng() % 2) poke<uint64_t>(v, slot_offset::kKeyHash, 5);
+    poke<uint32_t>(v, slot_field::kMagic, kSlotMagic);
+    poke<uint16_t>(v, slot_field::kVersion, kSlotVersion);
+    if (rng() % 2) poke<uint64_t>(v, slot_field::kGeneration, (rng() % 1000) * 2);
+    if (rng() % 2) poke<uint32_t>(v, slot_field::kFlags, kSlotOccupied);
+    if (rng() % 2) poke<uint32_t>(v, slot_field::kPayloadLen, uint32_t(rng() % 200));
+    if (rng() % 2) poke<uint32_t>(v, slot_field::kKeyLen, 0);
+    if (rng() % 2) poke<uint64_t>(v, slot_field::kKeyHash, 5);
     auto r = verify_slot(v, 5, "", kAnyGeneration);
     total.count(r);
     if (std::holds_alternative<SlotHit>(r)) ++forged_hits;

@@ -16,6 +16,7 @@ Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
 """
 import argparse
 import json
+import urllib.request
 import os
 import shutil
 import signal
@@ -64,6 +65,8 @@ def run_checker(a, d):
     argv = [a.checker, "--cluster", os.path.join(d, "cluster.json"), "--ops", str(a.ops),
             "--readers", str(a.readers), "--writers", str(a.writers), "--hot", str(a.hot),
             "--seed", str(a.seed), "--max-error-ratio", str(a.max_error_ratio), "--json", result]
+    if a.coop != "off":
+        argv += ["--site", SITE]
     for spec in a.restart:
         node, _, at = spec.partition("@")
         argv += ["--during", f"{CLUSTER} restart-node {node} --dir {d}@{at or '5'}"]
@@ -87,6 +90,30 @@ def run_checker(a, d):
     return rc, res
 
 
+# With --coop, readers send this Host header to both proxies (as a load balancer in front would):
+# the proxies then compute the same cache keys and share copies.
+SITE = "shop.test:80"
+
+
+def coop_counters(d):
+    """coop_* lines of each proxy's /rcache-status?auto: {proxy: {name: int}}."""
+    with open(os.path.join(d, "cluster.json")) as f:
+        st = json.load(f)
+    out = {}
+    for n in st["nodes"]:
+        if n["role"] != "proxy":
+            continue
+        with urllib.request.urlopen(f"http://127.0.0.1:{n['port']}/rcache-status?auto", timeout=5) as r:
+            lines = r.read().decode().splitlines()
+        c = {}
+        for line in lines:
+            k, _, v = line.partition(": ")
+            if k.startswith("coop_") and v.isdigit():
+                c[k[5:]] = int(v)
+        out[n["name"]] = c
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--checker", required=True, help="the tierce-check executable")
@@ -95,6 +122,8 @@ def main():
     ap.add_argument("--transport", choices=["tcp", "shm"])
     ap.add_argument("--scheme", choices=["dependency-lists", "invalidate-all"])
     ap.add_argument("--ttl", type=int)
+    ap.add_argument("--coop", choices=["off", "bcc", "ccwr"], default="off",
+                    help="RCacheCoop of the proxies; readers then use one site name (Host) for both")
     ap.add_argument("--ops", type=int, default=100000)
     ap.add_argument("--readers", type=int, default=8)
     ap.add_argument("--writers", type=int, default=2)
@@ -118,7 +147,7 @@ def main():
     rc = 0
     try:
         up = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", a.cache]
-        for opt in ("transport", "scheme", "ttl"):
+        for opt in ("transport", "scheme", "ttl", "coop"):
             if getattr(a, opt) is not None:
                 up += [f"--{opt}", str(getattr(a, opt))]
         say("running: " + " ".join(up))
@@ -140,6 +169,20 @@ def main():
                 print(f"FAIL: tierce-check exited {crc}"
                       + (f" ({'; '.join(res.get('failures', []))})" if res else ""))
                 rc = 1
+            if a.coop != "off" and rc == 0:
+                # The run must have exercised the cooperative path, or passing proves nothing.
+                counters = coop_counters(d)
+                for name, c in counters.items():
+                    say(f"{name} coop: " + " ".join(f"{k}={v}" for k, v in sorted(c.items()) if v))
+                remote = sum(c.get("remote_hits", 0) for c in counters.values())
+                stale = sum(c.get("remote_stale", 0) for c in counters.values())
+                if remote == 0:
+                    print("FAIL: RCacheCoop on, but no page was served from a peer's copy "
+                          "(coop_remote_hits 0 on every proxy): the cooperative path was not tested")
+                    rc = 1
+                else:
+                    say(f"cooperative cache: {remote} page(s) served from a peer's copy, "
+                        f"{stale} peer copy(ies) found stale by the version check")
     except subprocess.TimeoutExpired:
         print(f"FAIL: tierce-check did not finish within {a.checker_timeout:.0f} s (killed)")
         rc = 1

@@ -160,6 +160,8 @@ class Round:
                 "--writers", str(a.writers), "--hot", str(a.hot), "--seed", str(a.seed),
                 "--timeout", str(a.request_timeout), "--max-error-ratio", "1",  # counted per window here
                 "--json", result]
+        if a.coop != "off":
+            argv += ["--site", SITE]  # both proxies then share cache keys (and copies)
         for name, rs in self.ranges.items():
             for lo, hi in rs:
                 if hi > lo:
@@ -211,9 +213,13 @@ def leftovers(d, st):
     return left
 
 
+# With --coop, the Host header readers send to both proxies (as a load balancer would).
+SITE = "shop.test:80"
+
+
 def up(a, d):
     argv = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", "tierce", "--transport", a.transport,
-            "--app-links", a.app_links]
+            "--app-links", a.app_links, "--coop", a.coop]
     say("running: " + " ".join(argv))
     return subprocess.run(argv, stdin=subprocess.DEVNULL).returncode
 
@@ -243,6 +249,8 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=30.0,
                     help="tierce-check --timeout: one HTTP request's deadline (a hang beyond it is an error)")
     ap.add_argument("--app-links", choices=["direct", "relay"])
+    ap.add_argument("--coop", choices=["off", "bcc", "ccwr"], default="off",
+                    help="RCacheCoop of the proxies (readers then send one site name to both)")
     ap.add_argument("--max-error-ratio", type=float, default=BASE,
                     help="of the operations whose failure the fault does not explain (default %(default)s)")
     ap.add_argument("--budget", type=float, help="seconds a round's checker may take before it is killed as "

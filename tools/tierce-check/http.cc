@@ -392,8 +392,10 @@ bool HttpConn::request(const std::string& method, const std::string& path, const
   kind = ErrKind::None;
   err.clear();
   int64_t deadline = now_ns() + int64_t(timeout_s_ * 1e9);
-  std::string req = method + " " + url_.base + path + " HTTP/1.1\r\nHost: " + url_.host + ":" +
-                    std::to_string(url_.port) + "\r\nUser-Agent: tierce-check\r\nAccept: */*\r\n";
+  std::string host = url_.host_header.empty() ? url_.host + ":" + std::to_string(url_.port)
+                                              : url_.host_header;
+  std::string req = method + " " + url_.base + path + " HTTP/1.1\r\nHost: " + host +
+                    "\r\nUser-Agent: tierce-check\r\nAccept: */*\r\n";
   if (!body.empty() || method == "POST") {
     req += "Content-Type: " + (content_type.empty() ? std::string("application/x-www-form-urlencoded") : content_type) +
            "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";

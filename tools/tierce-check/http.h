@@ -14,6 +14,7 @@ struct Url {
   std::string host;
   uint16_t port = 80;
   std::string base;  // path prefix, always ends with '/'
+  std::string host_header;  // the Host header to send; empty: host:port
 };
 // Parses http://host[:port][/prefix]; false (and err) when malformed (https is not supported).
 bool parse_url(const std::string& s, Url& out, std::string& err);

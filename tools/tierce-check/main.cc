@@ -47,7 +47,7 @@ const char* kUsage =
     "                    [--hot 100] [--items 10000] [--users 2000] [--categories 20] [--seed 1]\n"
     "                    [--during \"SHELL COMMAND\"@SECONDS]... [--max-error-ratio 0.01]\n"
     "                    [--timeout 10] [--direct] [--json FILE] [--quiet]\n"
-    "                    [--window NAME=FROM-TO]... [--no-pace]\n"
+    "                    [--window NAME=FROM-TO]... [--no-pace] [--site HOST[:PORT]]\n"
     "Readers GET item.php / category.php / user.php through the proxies (--direct: the app nodes);\n"
     "writers POST bid.php / edit.php to the app nodes. A read showing an entity version older than\n"
     "one whose update returned before the read started is a STALE READ.\n"
@@ -56,6 +56,9 @@ const char* kUsage =
     "operations that started in it, printed and in --json \"windows\".\n"
     "--no-pace: readers and writers each go as fast as they can (--write-ratio only decides whether\n"
     "there are readers and writers at all): a stalled write path (a fault) does not hold reads back.\n"
+    "--site: the Host header of reads through the proxies (default: each proxy's own address). Give\n"
+    "the site name the proxies share, as a load balancer in front of them forwards it: the proxies\n"
+    "then share cache keys (RCacheCoop).\n"
     "Exit: 0 no stale read and errors <= --max-error-ratio; 1 otherwise; 2 bad usage.\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -149,6 +152,7 @@ struct Options {
   double max_error_ratio = 0.01;
   double timeout = 10;
   std::string cache = "unknown";
+  std::string site;  // Host header of reads through the proxies
 };
 
 long long to_ll(const std::string& opt, const std::string& v, long long lo, long long hi) {
@@ -228,6 +232,11 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--json") o.json_path = val();
     else if (a == "--cluster") o.cluster_path = val();
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--site") {
+      o.site = val();
+      if (o.site.empty() || o.site.find_first_of(" \t\r\n/") != std::string::npos)
+        usage_error("--site wants a host name with an optional :port, got '" + o.site + "'");
+    }
     else if (a == "--direct") o.direct = true;
     else if (a == "--no-pace") o.pace = false;
     else if (a == "--max-error-ratio") o.max_error_ratio = to_d(a, val(), 0, 1);
@@ -630,6 +639,7 @@ int main(int argc, char** argv) {
   for (const auto& s : opt.proxies) {
     Url u;
     if (!parse_url(s, u, err)) usage_error("--proxy: " + err);
+    u.host_header = opt.site;
     if (!opt.direct) sh.read_targets.push_back(u);
   }
   for (const auto& s : opt.apps) {

@@ -54,6 +54,9 @@ DEFAULTS = {
     "mod_cache_bytes": (4 << 30) - 4096,  # shmcb size: its maximum (< 4 GiB); only touched as used
     "timeout": 60.0,            # seconds to wait for the whole cluster to answer
     "app_links": "direct",      # direct | relay (a tierce-wanem relay per ordered app-node pair)
+    "arena_size": "256M",       # RCacheSize of each proxy (--cache tierce)
+    "coop": "off",              # RCacheCoop of the proxies: off | bcc | ccwr (docs/coop_cache.md)
+    "coop_buckets": 65536,      # [coop] buckets of each proxy's memd (its part of the directory)
 }
 PROCS = ("memd", "httpd")       # the processes of a node that signal_proc / restart_proc act on
 SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
@@ -270,6 +273,8 @@ def node_conf(st, n):
         "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
         "RCACHE_MODULE": os.path.join(opts["build"], "mod_rcache", "mod_rcache.so"),
         "TTL": opts["ttl"], "MOD_CACHE_BYTES": opts["mod_cache_bytes"],
+        "ARENA_SIZE": opts.get("arena_size", DEFAULTS["arena_size"]),
+        "COOP": opts.get("coop", "off").upper() if opts.get("coop", "off") != "off" else "Off",
         "BALANCER_MEMBERS": "\n".join(
             f"    BalancerMember http://127.0.0.1:{a['port']} route={a['name']} retry=1"
             for a in st["nodes"] if a["role"] == "app"),
@@ -290,6 +295,8 @@ def node_conf(st, n):
             lines += ["[coherence]", f"topology = {toml_str(node_topology(st, n))}", ""]
         else:
             lines += ["[[region]]", 'name = "arena"', f"segment = {toml_str(n['segment_prefix'] + '.arena')}", ""]
+            if opts.get("coop", "off") != "off":
+                lines += ["[coop]", f"buckets = {int(opts.get('coop_buckets', DEFAULTS['coop_buckets']))}", ""]
         write_file(n["memd_conf"], "\n".join(lines))
 
 
@@ -516,6 +523,10 @@ def up(d=DEFAULT_DIR, **kw):
             opts[k] = v
     if opts["cache"] not in ("none", "mod_cache", "tierce"):
         raise ClusterError(f"--cache must be none, mod_cache or tierce, not {opts['cache']}")
+    if opts["coop"] not in ("off", "bcc", "ccwr"):
+        raise ClusterError(f"--coop must be off, bcc or ccwr, not {opts['coop']}")
+    if opts["coop"] != "off" and opts["cache"] != "tierce":
+        raise ClusterError("--coop needs --cache tierce (cooperative caching is mod_rcache's)")
     if opts["transport"] not in ("tcp", "shm"):
         raise ClusterError("--transport must be tcp or shm")
     if opts["scheme"] not in ("dependency-lists", "invalidate-all"):

@@ -1,0 +1,188 @@
+// coherence/coop_cache.cc — the cooperative cache's fetch / publish / invalidate (coop_cache.h).
+#include "coherence/coop_cache.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "coherence/client.h"
+#include "coherence/key.h"
+
+namespace tierce::coherence {
+
+std::string_view to_string(CoopScheme s) {
+  switch (s) {
+    case CoopScheme::Off: return "off";
+    case CoopScheme::BCC: return "bcc";
+    case CoopScheme::CCWR: return "ccwr";
+  }
+  return "?";
+}
+
+std::optional<CoopScheme> parse_coop_scheme(std::string_view s) {
+  std::string l;
+  for (char c : s) l += char(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (l == "off") return CoopScheme::Off;
+  if (l == "bcc") return CoopScheme::BCC;
+  if (l == "ccwr") return CoopScheme::CCWR;
+  return std::nullopt;
+}
+
+std::optional<DirReadResult> ClusterCoopPeers::read_entry(const std::string& proxy,
+                                                          uint64_t key_hash, uint64_t key_check) {
+  return c_.read_coop_entry(proxy, key_hash, key_check);
+}
+std::optional<std::vector<uint8_t>> ClusterCoopPeers::read_arena(const std::string& proxy,
+                                                                 uint64_t offset, uint64_t bytes) {
+  return c_.read_arena(proxy, offset, bytes);
+}
+std::optional<dirwire::Reply> ClusterCoopPeers::update(const std::string& proxy,
+                                                       const dirwire::Message& m) {
+  return c_.coop_update(proxy, m);
+}
+
+namespace {
+void bump(std::atomic<uint64_t>& a, uint64_t n = 1) { a.fetch_add(n, std::memory_order_relaxed); }
+}  // namespace
+
+CoopCache::CoopCache(CoopScheme scheme, const Topology& topo, const std::string& self,
+                     CacheArena& arena, CoopPeers& peers)
+    : scheme_(scheme),
+      topo_(topo),
+      self_(self),
+      self_index_(node_index(topo, self)),
+      arena_(arena),
+      peers_(peers),
+      n_(arena.counters().coop) {
+  if (topo.nodes[self_index_].role != Role::Proxy)
+    throw TopologyError(topo.path + ": node " + self + " is not a proxy: it has no cache to share");
+}
+
+const NodeInfo& CoopCache::home_of(uint64_t key_hash) const {
+  return directory_home_of(topo_, key_hash);
+}
+
+bool CoopCache::send(const std::string& home, const dirwire::Message& m, UpdateStatus* status) {
+  auto reply = peers_.update(home, m);
+  if (!reply) {
+    bump(n_.messages_failed);
+    return false;
+  }
+  if (status) *status = reply->status;
+  return update_ok(reply->status);
+}
+
+void CoopCache::withdraw(const std::string& home, uint64_t key_hash, uint64_t key_check,
+                         const Location& l) {
+  bump(n_.withdrawals);
+  send(home, dirwire::Withdraw{key_hash, key_check, l.node, l.kind, l.offset, l.generation});
+}
+
+std::optional<std::vector<uint8_t>> CoopCache::read_copy(const Location& l) {
+  if (l.kind != CopyRegion::Arena) return std::nullopt;  // pool copies: not written by this build
+  if (l.node >= topo_.nodes.size()) return std::nullopt;
+  if (l.node == self_index_) {
+    // Our own arena, through local memory: the same verification as a peer's read (a copy made
+    // while a writer reuses the place is caught by the position and the checksum).
+    const auto& seg = arena_.segment();
+    if (l.offset > seg.size() || l.slot_size > seg.size() - l.offset) return std::nullopt;
+    std::vector<uint8_t> out(l.slot_size);
+    std::memcpy(out.data(), seg.data() + l.offset, out.size());
+    return out;
+  }
+  return peers_.read_arena(topo_.nodes[l.node].name, l.offset, l.slot_size);
+}
+
+std::optional<FetchedCopy> CoopCache::fetch(uint64_t key_hash, std::string_view key) {
+  auto t0 = std::chrono::steady_clock::now();
+  struct Timer {
+    std::chrono::steady_clock::time_point t0;
+    CoopCounters& n;
+    ~Timer() {
+      bump(n.lookup_ns, uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - t0)
+                                     .count()));
+    }
+  } timer{t0, n_};
+  bump(n_.lookups);
+  const NodeInfo& home = home_of(key_hash);
+  const uint64_t check = coop_key_check(key);
+  auto res = peers_.read_entry(home.name, key_hash, check);
+  if (!res) {
+    bump(n_.dir_unreachable);
+    return std::nullopt;
+  }
+  if (auto* m = std::get_if<DirMiss>(&*res)) {
+    bump(n_.dir_misses[size_t(m->reason) % 8]);
+    return std::nullopt;
+  }
+  bump(n_.dir_hits);
+  const DirEntry& d = std::get<DirEntry>(*res);
+  // Our own copy first (no network), then the others in the directory's order.
+  std::vector<Location> order;
+  for (const Location& l : d.copies())
+    if (l.node == self_index_) order.push_back(l);
+  for (const Location& l : d.copies())
+    if (l.node != self_index_) order.push_back(l);
+  for (const Location& l : order) {
+    bump(n_.copy_reads);
+    auto bytes = read_copy(l);
+    if (!bytes) {
+      bump(n_.copy_unreachable);
+      continue;  // the holder is down or the location is not ours to read: not proof it is gone
+    }
+    auto v = CacheArena::verify_copy(*bytes, l.generation, key_hash, key);
+    if (auto* why = std::get_if<MissReason>(&v)) {
+      bump(n_.copy_misses[size_t(*why) % 8]);
+      withdraw(home.name, key_hash, check, l);
+      continue;
+    }
+    auto& e = std::get<CachedEntry>(v);
+    if (e.tag.home != d.tag.home || e.tag.slot != d.tag.slot || e.tag.version != d.tag.version) {
+      // The bytes are of the key but not of the version the directory names: an older copy left
+      // behind (the directory superseded it) — never the entry's; withdraw it.
+      bump(n_.copy_misses[size_t(MissReason::GenerationChanged)]);
+      withdraw(home.name, key_hash, check, l);
+      continue;
+    }
+    bump(n_.copy_hits);
+    return FetchedCopy{std::move(e), l, topo_.nodes[l.node].name, home.name};
+  }
+  return std::nullopt;
+}
+
+bool CoopCache::publish(uint64_t key_hash, std::string_view key, const Tag& tag,
+                        const ArenaCopy& copy, uint64_t length) {
+  if (copy.bytes > UINT32_MAX) return false;
+  Location where;
+  where.node = self_index_;
+  where.kind = CopyRegion::Arena;
+  where.offset = copy.offset;
+  where.generation = copy.pos;
+  where.slot_size = uint32_t(copy.bytes);
+  UpdateStatus st = UpdateStatus::NotFound;
+  bool ok = send(home_of(key_hash).name,
+                 dirwire::Publish{key_hash, coop_key_check(key), length, tag, where}, &st);
+  bump(ok ? n_.publishes : n_.publish_refused);
+  return ok;
+}
+
+bool CoopCache::keep_fetched(const FetchedCopy& f) {
+  if (f.from.node == self_index_) return false;  // it is ours already
+  const CachedEntry& e = f.entry;
+  if (scheme_ == CoopScheme::Off) return false;
+  if (scheme_ == CoopScheme::CCWR && !arena_.fits_without_eviction(e.key.size(), e.payload.size()))
+    return false;
+  uint64_t h = hash64(e.key);
+  auto copy = arena_.store_located(h, e.key, e.tag, e.payload);
+  if (!copy) return false;
+  bump(n_.kept_local);
+  publish(h, e.key, e.tag, *copy, e.payload.size());
+  return true;
+}
+
+void CoopCache::invalidate(uint64_t key_hash, std::string_view key) {
+  bump(n_.invalidations);
+  send(home_of(key_hash).name, dirwire::Invalidate{key_hash, coop_key_check(key)});
+}
+
+}  // namespace tierce::coherence
