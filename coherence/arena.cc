@@ -389,7 +389,7 @@ void CacheArena::drop_bucket_locked(size_t i) {
 }
 
 // Moves tail past the oldest entry (or padding gap), unindexing it first.
-void CacheArena::evict_oldest_locked() {
+void CacheArena::evict_oldest_locked(std::vector<Evicted>* evicted) {
   Header* h = hdr();
   uint64_t tail = h->tail.load(std::memory_order_relaxed);
   uint64_t head = h->head.load(std::memory_order_relaxed);
@@ -409,6 +409,19 @@ void CacheArena::evict_oldest_locked() {
         uint64_t bh = index_[j].hash.load(std::memory_order_relaxed);
         if (bh == kEmpty) break;
         if (bh == hash && index_[j].pos.load(std::memory_order_relaxed) == tail) {
+          // Copied out whole and sane only (the writer wrote it whole under the mutex).
+          if (evicted && e.payload_len <= e.total &&
+              sizeof e + uint64_t(e.key_len) + e.payload_len <= e.total) {
+            Evicted v;
+            v.key_hash = hash;
+            const char* k = reinterpret_cast<const char*>(ring_ + off + sizeof e);
+            v.entry.key.assign(k, e.key_len);
+            v.entry.payload.assign(k + e.key_len, size_t(e.payload_len));
+            v.entry.tag = Tag{e.tag_home, e.tag_slot, e.tag_version};
+            v.entry.stored_at_us = e.stored_at_us;
+            v.where = ArenaCopy{uint64_t(ring_ - seg_.data()) + off, tail, e.total};
+            evicted->push_back(std::move(v));
+          }
           drop_bucket_locked(j);
           h->counters.evictions.fetch_add(1, std::memory_order_relaxed);
           break;
@@ -441,7 +454,8 @@ bool CacheArena::fits_without_eviction(size_t key_bytes, size_t payload_bytes) c
 }
 
 std::optional<ArenaCopy> CacheArena::store_located(uint64_t key_hash, std::string_view key,
-                                                   const Tag& tag, std::string_view payload) {
+                                                   const Tag& tag, std::string_view payload,
+                                                   std::vector<Evicted>* evicted) {
   Header* h = hdr();
   uint64_t need = round_up(sizeof(EntryHeader) + uint64_t(key.size()) + payload.size(), kAlign);
   if (need > max_entry_bytes() || key.size() > UINT32_MAX || !seg_.live()) {
@@ -460,7 +474,7 @@ std::optional<ArenaCopy> CacheArena::store_located(uint64_t key_hash, std::strin
   // Free [head, end) — it must not overlap [tail, head) modulo the ring — before writing there.
   while (end - h->tail.load(std::memory_order_relaxed) > ring_bytes_ &&
          h->tail.load(std::memory_order_relaxed) < head)
-    evict_oldest_locked();
+    evict_oldest_locked(evicted);
   // Orders the tail stores above before the byte stores below, for readers that re-check tail
   // after copying (seqlock: the writer's release fence pairs with the reader's acquire fence).
   std::atomic_thread_fence(std::memory_order_release);

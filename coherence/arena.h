@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "coherence/coop_slot.h"
 #include "fabric/segment.h"
@@ -67,6 +68,10 @@ struct CoopCounters {
   std::atomic<uint64_t> remote_stale;   // a peer's copy whose version was old: invalidated
   std::atomic<uint64_t> remote_unverifiable;
   std::atomic<uint64_t> kept_local;     // fetched copies also stored locally (BCC; CCWR in free room)
+  std::atomic<uint64_t> stored_local;   // rendered pages stored in this proxy's arena
+  std::atomic<uint64_t> stored_pool;    // ... written to pool memory (MTACC, HYBCC)
+  std::atomic<uint64_t> pool_failures;  // ... that pool memory could not take (kept locally)
+  std::atomic<uint64_t> demoted;        // MTACC: live entries the ring evicted, moved to the pool
   std::atomic<uint64_t> publishes, publish_refused, withdrawals, invalidations, messages_failed;
   std::atomic<uint64_t> lookup_ns;      // total time of directory + copy reads (cost per request)
 };
@@ -113,9 +118,17 @@ class CacheArena {
   // larger than max_entry_bytes(), the arena is being torn down, or the writers' mutex was not
   // free within kLockTimeoutNs (counted in lock_timeouts and store_refused).
   bool store(uint64_t key_hash, std::string_view key, const Tag& tag, std::string_view payload);
-  // The same, saying where the entry went (for a peer to read it: ArenaCopy).
+  // The same, saying where the entry went (for a peer to read it: ArenaCopy). With `evicted`,
+  // every live entry the ring dropped to make room is copied out there (MTACC demotes them to
+  // pool memory instead of losing them).
+  struct Evicted {
+    uint64_t key_hash = 0;
+    CachedEntry entry;
+    ArenaCopy where;  // where it was
+  };
   std::optional<ArenaCopy> store_located(uint64_t key_hash, std::string_view key, const Tag& tag,
-                                         std::string_view payload);
+                                         std::string_view payload,
+                                         std::vector<Evicted>* evicted = nullptr);
   // Whether an entry of that size would be stored now without evicting anything (a snapshot:
   // another child may store meanwhile). CCWR keeps a fetched copy only then.
   bool fits_without_eviction(size_t key_bytes, size_t payload_bytes) const;
@@ -170,7 +183,7 @@ class CacheArena {
   LockResult lock() const;
   void unlock() const;
   // Writer side (mutex held).
-  void evict_oldest_locked();
+  void evict_oldest_locked(std::vector<Evicted>* evicted = nullptr);
   bool entry_has_key_locked(uint64_t pos, uint64_t hash, std::string_view key) const;
   size_t find_bucket_locked(uint64_t hash, std::string_view key) const;  // SIZE_MAX: none
   void drop_bucket_locked(size_t i);

@@ -173,7 +173,7 @@ bool region_level(const std::exception& e) {
 
 }  // namespace
 
-std::unique_ptr<NodePool::Conn> ClusterClient::borrow_proxy(NodePool& n) {
+std::unique_ptr<NodePool::Conn> ClusterClient::borrow_peer(NodePool& n) {
   if (n.uri.empty()) {
     if (ctx_.log)
       ctx_.log(fabric::LogLevel::Debug, "COH0113 node " + n.info->name +
@@ -188,7 +188,7 @@ std::optional<DirReadResult> ClusterClient::read_coop_entry(const std::string& p
                                                             uint64_t key_hash,
                                                             uint64_t key_check) {
   NodePool& n = node(proxy);
-  auto c = borrow_proxy(n);
+  auto c = borrow_peer(n);
   if (!c) return std::nullopt;
   Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
   try {
@@ -219,12 +219,23 @@ std::optional<DirReadResult> ClusterClient::read_coop_entry(const std::string& p
 
 std::optional<std::vector<uint8_t>> ClusterClient::read_arena(const std::string& proxy,
                                                               uint64_t offset, uint64_t bytes) {
-  NodePool& n = node(proxy);
-  auto c = borrow_proxy(n);
+  return read_bytes(proxy, RegionKind::Arena, offset, bytes);
+}
+
+std::optional<std::vector<uint8_t>> ClusterClient::read_pool(const std::string& node,
+                                                             uint64_t offset, uint64_t bytes) {
+  return read_bytes(node, RegionKind::Pool, offset, bytes);
+}
+
+std::optional<std::vector<uint8_t>> ClusterClient::read_bytes(const std::string& name,
+                                                              RegionKind kind, uint64_t offset,
+                                                              uint64_t bytes) {
+  NodePool& n = node(name);
+  auto c = borrow_peer(n);
   if (!c) return std::nullopt;
   Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
   try {
-    const auto& r = region(*l, RegionKind::Arena, ctx_);
+    const auto& r = region(*l, kind, ctx_);
     if (bytes == 0 || offset > r.len || bytes > r.len - offset ||
         bytes > l->c->capabilities().max_transfer) {
       l.done();  // the connection is fine: the descriptor is not
@@ -236,21 +247,50 @@ std::optional<std::vector<uint8_t>> ClusterClient::read_arena(const std::string&
     return out;
   } catch (const std::exception& e) {
     if (region_level(e)) {
-      l->coop_dir.reset();
       l->arena.reset();
+      l->pool.reset();
+      l.done();
+    }
+    if (ctx_.log)
+      ctx_.log(fabric::LogLevel::Debug, "COH0111 " +
+                                            std::string(kind == RegionKind::Pool ? "pool" : "arena") +
+                                            " read at " + name + " failed: " + std::string(e.what()));
+    return std::nullopt;
+  }
+}
+
+bool ClusterClient::write_pool(const std::string& name, uint64_t offset,
+                               std::span<const uint8_t> bytes) {
+  NodePool& n = node(name);
+  auto c = borrow_peer(n);
+  if (!c) return false;
+  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
+  try {
+    const auto& r = region(*l, RegionKind::Pool, ctx_);
+    if (bytes.empty() || offset > r.len || bytes.size() > r.len - offset ||
+        bytes.size() > l->c->capabilities().max_transfer) {
+      l.done();
+      return false;
+    }
+    l->c->write(r, offset, bytes.data(), bytes.size());
+    l.done();
+    return true;
+  } catch (const std::exception& e) {
+    if (region_level(e)) {
+      l->pool.reset();
       l.done();
     }
     if (ctx_.log)
       ctx_.log(fabric::LogLevel::Debug,
-               "COH0111 arena read at " + proxy + " failed: " + std::string(e.what()));
-    return std::nullopt;
+               "COH0114 pool write at " + name + " failed: " + std::string(e.what()));
+    return false;
   }
 }
 
 std::optional<dirwire::Reply> ClusterClient::coop_update(const std::string& proxy,
                                                          const dirwire::Message& m) {
   NodePool& n = node(proxy);
-  auto c = borrow_proxy(n);
+  auto c = borrow_peer(n);
   if (!c) return std::nullopt;
   Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
   try {

@@ -76,14 +76,22 @@ class ClusterClient {
   // (down, out of the region's bounds, too large for one read).
   std::optional<std::vector<uint8_t>> read_arena(const std::string& proxy, uint64_t offset,
                                                  uint64_t bytes);
+  // The same in `node`'s region "pool" (memd [pool]: donated memory, slots of pooled copies).
+  std::optional<std::vector<uint8_t>> read_pool(const std::string& node, uint64_t offset,
+                                                uint64_t bytes);
+  // One one-sided write of `bytes` at `offset` of `node`'s region "pool" (a slot of a slab this
+  // process holds). False when it could not be made.
+  bool write_pool(const std::string& node, uint64_t offset, std::span<const uint8_t> bytes);
   // One message to `proxy`'s coop.dir.update; its decoded reply, nullopt when it was not
   // delivered or answered.
   std::optional<dirwire::Reply> coop_update(const std::string& proxy, const dirwire::Message& m);
 
  private:
   NodePool& node(const std::string& name);
-  // borrow() for a proxy's memd; nullptr (logged) when the topology gives it no address.
-  std::unique_ptr<NodePool::Conn> borrow_proxy(NodePool& n);
+  // borrow() for a peer of the cooperative cache; nullptr (logged) when it has no memd address.
+  std::unique_ptr<NodePool::Conn> borrow_peer(NodePool& n);
+  std::optional<std::vector<uint8_t>> read_bytes(const std::string& node, RegionKind kind,
+                                                 uint64_t offset, uint64_t bytes);
   std::optional<uint64_t> read_word(NodePool& n, RegionKind kind, uint64_t off);
 
   Topology topo_;

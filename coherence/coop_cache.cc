@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "coherence/client.h"
+#include "coherence/coop_pool_store.h"
 #include "coherence/key.h"
 
 namespace tierce::coherence {
@@ -14,6 +15,8 @@ std::string_view to_string(CoopScheme s) {
     case CoopScheme::Off: return "off";
     case CoopScheme::BCC: return "bcc";
     case CoopScheme::CCWR: return "ccwr";
+    case CoopScheme::MTACC: return "mtacc";
+    case CoopScheme::HYBCC: return "hybcc";
   }
   return "?";
 }
@@ -24,6 +27,8 @@ std::optional<CoopScheme> parse_coop_scheme(std::string_view s) {
   if (l == "off") return CoopScheme::Off;
   if (l == "bcc") return CoopScheme::BCC;
   if (l == "ccwr") return CoopScheme::CCWR;
+  if (l == "mtacc") return CoopScheme::MTACC;
+  if (l == "hybcc") return CoopScheme::HYBCC;
   return std::nullopt;
 }
 
@@ -35,6 +40,10 @@ std::optional<std::vector<uint8_t>> ClusterCoopPeers::read_arena(const std::stri
                                                                  uint64_t offset, uint64_t bytes) {
   return c_.read_arena(proxy, offset, bytes);
 }
+std::optional<std::vector<uint8_t>> ClusterCoopPeers::read_pool(const std::string& node,
+                                                                uint64_t offset, uint64_t bytes) {
+  return c_.read_pool(node, offset, bytes);
+}
 std::optional<dirwire::Reply> ClusterCoopPeers::update(const std::string& proxy,
                                                        const dirwire::Message& m) {
   return c_.coop_update(proxy, m);
@@ -45,13 +54,15 @@ void bump(std::atomic<uint64_t>& a, uint64_t n = 1) { a.fetch_add(n, std::memory
 }  // namespace
 
 CoopCache::CoopCache(CoopScheme scheme, const Topology& topo, const std::string& self,
-                     CacheArena& arena, CoopPeers& peers)
+                     CacheArena& arena, CoopPeers& peers, PoolStore* pool, size_t threshold)
     : scheme_(scheme),
       topo_(topo),
       self_(self),
       self_index_(node_index(topo, self)),
       arena_(arena),
       peers_(peers),
+      pool_(pool),
+      threshold_(threshold),
       n_(arena.counters().coop) {
   if (topo.nodes[self_index_].role != Role::Proxy)
     throw TopologyError(topo.path + ": node " + self + " is not a proxy: it has no cache to share");
@@ -78,8 +89,8 @@ void CoopCache::withdraw(const std::string& home, uint64_t key_hash, uint64_t ke
 }
 
 std::optional<std::vector<uint8_t>> CoopCache::read_copy(const Location& l) {
-  if (l.kind != CopyRegion::Arena) return std::nullopt;  // pool copies: not written by this build
   if (l.node >= topo_.nodes.size()) return std::nullopt;
+  if (l.kind == CopyRegion::Pool) return peers_.read_pool(topo_.nodes[l.node].name, l.offset, l.slot_size);
   if (l.node == self_index_) {
     // Our own arena, through local memory: the same verification as a peer's read (a copy made
     // while a writer reuses the place is caught by the position and the checksum).
@@ -130,7 +141,19 @@ std::optional<FetchedCopy> CoopCache::fetch(uint64_t key_hash, std::string_view 
       bump(n_.copy_unreachable);
       continue;  // the holder is down or the location is not ours to read: not proof it is gone
     }
-    auto v = CacheArena::verify_copy(*bytes, l.generation, key_hash, key);
+    std::variant<CachedEntry, MissReason> v = MissReason::Empty;
+    if (l.kind == CopyRegion::Pool) {
+      auto s = verify_slot(*bytes, key_hash, key, l.generation);
+      if (auto* m = std::get_if<Miss>(&s)) {
+        v = m->reason;
+      } else if (auto e = decode_pooled_entry(key, std::get<SlotHit>(s).payload)) {
+        v = std::move(*e);
+      } else {
+        v = MissReason::LengthOutOfBounds;  // a slot of the key too short for an entry
+      }
+    } else {
+      v = CacheArena::verify_copy(*bytes, l.generation, key_hash, key);
+    }
     if (auto* why = std::get_if<MissReason>(&v)) {
       bump(n_.copy_misses[size_t(*why) % 8]);
       withdraw(home.name, key_hash, check, l);
@@ -159,6 +182,11 @@ bool CoopCache::publish(uint64_t key_hash, std::string_view key, const Tag& tag,
   where.offset = copy.offset;
   where.generation = copy.pos;
   where.slot_size = uint32_t(copy.bytes);
+  return publish_at(key_hash, key, tag, where, length);
+}
+
+bool CoopCache::publish_at(uint64_t key_hash, std::string_view key, const Tag& tag,
+                           const Location& where, uint64_t length) {
   UpdateStatus st = UpdateStatus::NotFound;
   bool ok = send(home_of(key_hash).name,
                  dirwire::Publish{key_hash, coop_key_check(key), length, tag, where}, &st);
@@ -166,12 +194,62 @@ bool CoopCache::publish(uint64_t key_hash, std::string_view key, const Tag& tag,
   return ok;
 }
 
+bool CoopCache::store(uint64_t key_hash, std::string_view key, const Tag& tag,
+                      std::string_view payload) {
+  if (pool_ && scheme_ == CoopScheme::MTACC) {
+    // The arena holds the newest pages; what its ring evicts moves to pool memory (the
+    // replacement order "local, then remote free space"): no page is in two places.
+    std::vector<CacheArena::Evicted> victims;
+    auto copy = arena_.store_located(key_hash, key, tag, payload, &victims);
+    if (copy) {
+      bump(n_.stored_local);
+      publish(key_hash, key, tag, *copy, payload.size());
+    }
+    for (const auto& v : victims) {
+      uint64_t h = hash64(v.entry.key);
+      auto where = pool_->put(h, v.entry.key, v.entry.tag, v.entry.payload, v.entry.stored_at_us);
+      if (!where) {
+        bump(n_.pool_failures);
+        continue;  // dropped, as without a pool: its directory hint fails verification later
+      }
+      bump(n_.demoted);
+      publish_at(h, v.entry.key, v.entry.tag, *where, v.entry.payload.size());
+      withdraw(home_of(h).name, h, coop_key_check(v.entry.key),
+               Location{self_index_, CopyRegion::Arena, v.where.offset, v.where.pos,
+                        uint32_t(v.where.bytes)});
+    }
+    return copy.has_value();
+  }
+  bool to_pool = pool_ && scheme_ == CoopScheme::HYBCC && payload.size() >= threshold_;
+  if (to_pool) {
+    if (auto where = pool_->put(key_hash, key, tag, payload)) {
+      bump(n_.stored_pool);
+      publish_at(key_hash, key, tag, *where, payload.size());
+      return true;
+    }
+    bump(n_.pool_failures);  // no pool memory to be had: the page stays here
+  }
+  auto copy = arena_.store_located(key_hash, key, tag, payload);
+  if (!copy) return false;
+  bump(n_.stored_local);
+  if (scheme_ != CoopScheme::Off) publish(key_hash, key, tag, *copy, payload.size());
+  return true;
+}
+
 bool CoopCache::keep_fetched(const FetchedCopy& f) {
-  if (f.from.node == self_index_) return false;  // it is ours already
+  if (f.from.node == self_index_ && f.from.kind == CopyRegion::Arena) return false;  // ours
   const CachedEntry& e = f.entry;
-  if (scheme_ == CoopScheme::Off) return false;
-  if (scheme_ == CoopScheme::CCWR && !arena_.fits_without_eviction(e.key.size(), e.payload.size()))
-    return false;
+  switch (scheme_) {
+    case CoopScheme::Off: return false;
+    case CoopScheme::BCC: break;
+    case CoopScheme::CCWR:
+    case CoopScheme::MTACC:
+      if (!arena_.fits_without_eviction(e.key.size(), e.payload.size())) return false;
+      break;
+    case CoopScheme::HYBCC:
+      if (e.payload.size() >= threshold_) return false;  // large pages live in the pool only
+      break;
+  }
   uint64_t h = hash64(e.key);
   auto copy = arena_.store_located(h, e.key, e.tag, e.payload);
   if (!copy) return false;

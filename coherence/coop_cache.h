@@ -8,7 +8,10 @@
 // Schemes (seed 000 §7.2; RCacheCoop): Off (AC: each proxy alone), BCC (a fetched copy is also
 // kept locally: redundancy allowed), CCWR (no redundancy: a fetched copy is kept locally only in
 // free room, i.e. when storing it evicts nothing; rendered pages are stored locally, the ring
-// evicting its oldest entries as today).
+// evicting its oldest entries as today), MTACC (as CCWR, but a rendered page that would evict
+// goes to pool memory donated by other nodes — app nodes' memd [pool] — instead, while there is
+// any), HYBCC (pages smaller than the threshold as BCC; larger ones only in pool memory, never
+// duplicated).
 //
 // Message counts per request (Table 7.2's terms; control = directory, data = the page's bytes):
 //   local hit                    0 + the version read
@@ -34,9 +37,11 @@
 
 namespace tierce::coherence {
 
-enum class CoopScheme { Off, BCC, CCWR };
+enum class CoopScheme { Off, BCC, CCWR, MTACC, HYBCC };
 std::string_view to_string(CoopScheme s);
-// "off", "bcc", "ccwr" in any case; nullopt otherwise.
+// Whether the scheme stores pages in pool memory (a PoolStore is needed).
+inline bool uses_pool(CoopScheme s) { return s == CoopScheme::MTACC || s == CoopScheme::HYBCC; }
+// "off", "bcc", "ccwr", "mtacc", "hybcc" in any case; nullopt otherwise.
 std::optional<CoopScheme> parse_coop_scheme(std::string_view s);
 
 // What the cooperative cache needs of the cluster: ClusterClient (client.h) through
@@ -50,6 +55,9 @@ class CoopPeers {
   // `bytes` at `offset` of `proxy`'s arena region; nullopt: unreachable or out of bounds.
   virtual std::optional<std::vector<uint8_t>> read_arena(const std::string& proxy,
                                                          uint64_t offset, uint64_t bytes) = 0;
+  // The same in `node`'s pool region (memd [pool]).
+  virtual std::optional<std::vector<uint8_t>> read_pool(const std::string& node, uint64_t offset,
+                                                        uint64_t bytes) = 0;
   // A directory update at `proxy`; nullopt: not delivered.
   virtual std::optional<dirwire::Reply> update(const std::string& proxy,
                                                const dirwire::Message& m) = 0;
@@ -63,6 +71,8 @@ class ClusterCoopPeers final : public CoopPeers {
                                           uint64_t key_check) override;
   std::optional<std::vector<uint8_t>> read_arena(const std::string& proxy, uint64_t offset,
                                                  uint64_t bytes) override;
+  std::optional<std::vector<uint8_t>> read_pool(const std::string& node, uint64_t offset,
+                                                uint64_t bytes) override;
   std::optional<dirwire::Reply> update(const std::string& proxy,
                                        const dirwire::Message& m) override;
 
@@ -78,11 +88,15 @@ struct FetchedCopy {
   std::string home;    // the directory home of the key
 };
 
+class PoolStore;
+
 class CoopCache {
  public:
   // `self` must be a proxy of `topo`; `arena` is this proxy's (its counters are shared).
+  // `pool`: where MTACC/HYBCC put pages (nullptr: they keep every page locally, as CCWR/BCC);
+  // `threshold`: HYBCC's size (payload bytes) from which a page is pooled.
   CoopCache(CoopScheme scheme, const Topology& topo, const std::string& self, CacheArena& arena,
-            CoopPeers& peers);
+            CoopPeers& peers, PoolStore* pool = nullptr, size_t threshold = 16384);
 
   CoopScheme scheme() const { return scheme_; }
   const std::string& self() const { return self_; }
@@ -94,12 +108,20 @@ class CoopCache {
   // forwards to the origin).
   std::optional<FetchedCopy> fetch(uint64_t key_hash, std::string_view key);
 
+  // A rendered page: stored where the scheme says (the local arena, or pool memory) and
+  // published at the key's home. Returns whether it was stored anywhere.
+  //   Off, BCC, CCWR   the local arena (evicting its oldest entries when full)
+  //   MTACC            the local arena while that evicts nothing, else pool memory, else the
+  //                    arena anyway
+  //   HYBCC            below the threshold: the local arena; from it: pool memory, else the arena
+  bool store(uint64_t key_hash, std::string_view key, const Tag& tag, std::string_view payload);
   // After storing `key` in the local arena at `copy`: publish the copy at the key's home.
   // Returns whether the home took it (refusals and failures are counted, never thrown).
   bool publish(uint64_t key_hash, std::string_view key, const Tag& tag, const ArenaCopy& copy,
                uint64_t length);
-  // Stores a fetched entry locally when the scheme keeps fetched copies (BCC: always; CCWR: only
-  // when it evicts nothing) and publishes it. Returns whether it was kept.
+  // Stores a fetched entry locally when the scheme keeps fetched copies (BCC, and HYBCC below its
+  // threshold: always; CCWR, MTACC: only when it evicts nothing; HYBCC from the threshold:
+  // never, it is pooled) and publishes it. Returns whether it was kept.
   bool keep_fetched(const FetchedCopy& f);
   // A copy of `key` proved stale or unservable: the key's entry at its home is dropped (the next
   // render publishes afresh).
@@ -110,6 +132,8 @@ class CoopCache {
   void withdraw(const std::string& home, uint64_t key_hash, uint64_t key_check,
                 const Location& l);
   std::optional<std::vector<uint8_t>> read_copy(const Location& l);
+  bool publish_at(uint64_t key_hash, std::string_view key, const Tag& tag, const Location& where,
+                  uint64_t length);
   bool send(const std::string& home, const dirwire::Message& m, UpdateStatus* status = nullptr);
 
   CoopScheme scheme_;
@@ -118,6 +142,8 @@ class CoopCache {
   uint16_t self_index_ = 0;
   CacheArena& arena_;
   CoopPeers& peers_;
+  PoolStore* pool_;
+  size_t threshold_;
   CoopCounters& n_;
 };
 

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "coherence/coop_directory_wire.h"
+#include "coherence/slab_pool_wire.h"
 #include "coherence/key.h"
 #include "coherence/layout.h"
 
@@ -108,6 +109,9 @@ const fabric::RemoteRegion& region(NodePool::Conn& c, RegionKind kind, const Poo
     case RegionKind::Arena:
       if (!c.arena) c.arena = c.c->lookup(kArenaRegion);
       return *c.arena;
+    case RegionKind::Pool:
+      if (!c.pool) c.pool = c.c->lookup(poolwire::kRegion);
+      return *c.pool;
     case RegionKind::CoopDir:
       if (!c.coop_dir) {
         fabric::RemoteRegion r = c.c->lookup(dirwire::kRegion);

@@ -38,7 +38,7 @@ struct NodePool {
     std::optional<fabric::RemoteRegion> versions, acks, writer;
     // A proxy's cooperative-cache regions (docs/coop_cache.md) and the directory's geometry,
     // read from its header at lookup.
-    std::optional<fabric::RemoteRegion> coop_dir, arena;
+    std::optional<fabric::RemoteRegion> coop_dir, arena, pool;
     DirectoryGeometry coop_geometry;
   };
   const NodeInfo* info = nullptr;
@@ -87,7 +87,7 @@ std::unique_ptr<NodePool::Conn> borrow_idle(NodePool& n);
 // may lead to a previous incarnation of its memd); nullptr when it cannot be reached. Quiet.
 std::unique_ptr<NodePool::Conn> borrow_fresh(NodePool& n, const PoolContext& ctx);
 
-enum class RegionKind { Versions, Acks, Writer, CoopDir, Arena };
+enum class RegionKind { Versions, Acks, Writer, CoopDir, Arena, Pool };
 // The descriptor of `kind` on this connection, looked up once. For Versions the header is read
 // and checked against the digest first: a table of another topology throws FabricError{Fenced}
 // with the reason (the caller fails closed on that home). For CoopDir the directory header is

@@ -23,6 +23,8 @@
 #include "coherence/arena.h"
 #include "coherence/client.h"
 #include "coherence/coop_cache.h"
+#include "coherence/coop_pool_store.h"
+#include "coherence/pool_owner.h"
 #include "coherence/hit.h"
 #include "coherence/key.h"
 #include "coherence/topology.h"
@@ -66,6 +68,10 @@ struct ServerConf {
   int store_cookie_requests = -1;
   int64_t max_age_s = -1;  // -1 unset: rc::kDefaultMaxAgeSeconds
   int coop = -1;           // -1 unset (Off); else a co::CoopScheme
+  apr_array_header_t* coop_pool = nullptr;  // RCacheCoopPool node names (const char*)
+  uint64_t coop_threshold = 0;              // 0 unset
+  int coop_pool_slabs = -1;
+  int coop_placement = -1;                  // co::Placement
 };
 
 struct DirConf {
@@ -95,6 +101,12 @@ struct Global {
   co::CoopScheme coop = co::CoopScheme::Off;  // RCacheCoop
   co::ClusterCoopPeers* coop_peers = nullptr;  // per child, over `client`
   co::CoopCache* coop_cache = nullptr;         // per child; nullptr when Off or no client
+  std::vector<std::string> coop_pool;          // donor nodes (MTACC, HYBCC)
+  uint64_t coop_threshold = 16384;
+  uint32_t coop_pool_slabs = 16;
+  co::Placement coop_placement = co::Placement::MostFree;
+  co::PoolOwner* pool_owner = nullptr;  // per child: its slabs of the donors' pool memory
+  co::PoolStore* pool_store = nullptr;  // per child
   std::unique_ptr<std::atomic<int>[]> home_state;  // per child: 0 unknown, 1 ok, 2 failed
   server_rec* server = nullptr;
 };
@@ -244,10 +256,58 @@ const char* set_coop(cmd_parms* cmd, void*, const char* arg) {
   if (!v)
     return apr_psprintf(cmd->pool,
                         "RCacheCoop: '%s' is not a scheme: give Off (each proxy alone, the "
-                        "default), BCC (share copies, keep fetched ones too) or CCWR (share "
-                        "copies without duplicating them)",
+                        "default), BCC (share copies, keep fetched ones too), CCWR (share "
+                        "copies without duplicating them), MTACC (as CCWR, and what the arena "
+                        "evicts moves to pool memory) or HYBCC (small pages as BCC, large ones "
+                        "in pool memory)",
                         arg);
   sconf(cmd->server)->coop = int(*v);
+  return nullptr;
+}
+
+const char* add_coop_pool(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  ServerConf* c = sconf(cmd->server);
+  if (!*arg) return "RCacheCoopPool: give the names of the nodes whose memd donates memory ([pool])";
+  if (!c->coop_pool) c->coop_pool = apr_array_make(cmd->pool, 4, sizeof(const char*));
+  *static_cast<const char**>(apr_array_push(c->coop_pool)) = apr_pstrdup(cmd->pool, arg);
+  return nullptr;
+}
+
+const char* set_coop_threshold(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = rc::parse_size(arg);
+  if (!v || *v < 1 || *v > (1ull << 30))
+    return apr_psprintf(cmd->pool,
+                        "RCacheCoopThreshold: '%s' is not allowed: give a size from 1 to 1G with "
+                        "an optional K, M or G suffix (HYBCC pools pages from this size; e.g. "
+                        "RCacheCoopThreshold 16K)",
+                        arg);
+  sconf(cmd->server)->coop_threshold = *v;
+  return nullptr;
+}
+
+const char* set_coop_pool_slabs(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = rc::parse_uint(arg, 1, 65536);
+  if (!v)
+    return apr_psprintf(cmd->pool,
+                        "RCacheCoopPoolSlabs: '%s' is not allowed: give the most slabs of pool "
+                        "memory one httpd child holds, 1 to 65536 (e.g. RCacheCoopPoolSlabs 16)",
+                        arg);
+  sconf(cmd->server)->coop_pool_slabs = int(*v);
+  return nullptr;
+}
+
+const char* set_coop_placement(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  auto v = co::parse_placement(arg);
+  if (!v)
+    return apr_psprintf(cmd->pool,
+                        "RCacheCoopPlacement: '%s' is not a policy: give local_first, most_free "
+                        "or power_of_two",
+                        arg);
+  sconf(cmd->server)->coop_placement = int(*v);
   return nullptr;
 }
 
@@ -281,8 +341,18 @@ const command_rec rcache_cmds[] = {
                   "seconds after which an entry is dropped whatever its version (default 600, "
                   "0 = no limit)"),
     AP_INIT_TAKE1("RCacheCoop", RC_FN(set_coop), nullptr, RSRC_CONF,
-                  "Off|BCC|CCWR: cooperative caching across the topology's proxies (default Off; "
-                  "each proxy's memd needs a [coop] section)"),
+                  "Off|BCC|CCWR|MTACC|HYBCC: cooperative caching across the topology's proxies "
+                  "(default Off; each proxy's memd needs a [coop] section)"),
+    AP_INIT_ITERATE("RCacheCoopPool", RC_FN(add_coop_pool), nullptr, RSRC_CONF,
+                    "MTACC/HYBCC: the nodes whose memd donates memory ([pool]); default: every "
+                    "app node"),
+    AP_INIT_TAKE1("RCacheCoopThreshold", RC_FN(set_coop_threshold), nullptr, RSRC_CONF,
+                  "HYBCC: pages of this size or more live in pool memory (default 16K)"),
+    AP_INIT_TAKE1("RCacheCoopPoolSlabs", RC_FN(set_coop_pool_slabs), nullptr, RSRC_CONF,
+                  "MTACC/HYBCC: the most pool slabs one httpd child holds (default 16)"),
+    AP_INIT_TAKE1("RCacheCoopPlacement", RC_FN(set_coop_placement), nullptr, RSRC_CONF,
+                  "MTACC/HYBCC: which donor gives slabs: local_first, most_free (default) or "
+                  "power_of_two"),
     {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr}};
 
 // ---- helpers -----------------------------------------------------------------------------------
@@ -442,6 +512,33 @@ int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
                 g.node + " is not a proxy (role = \"proxy\") in " + g.topology_path +
                 ": the directory of shared copies is partitioned over the proxies; set its role "
                 "or use RCacheCoop Off");
+  g.coop_pool.clear();
+  g.coop_threshold = c->coop_threshold ? c->coop_threshold : 16384;
+  g.coop_pool_slabs = c->coop_pool_slabs > 0 ? uint32_t(c->coop_pool_slabs) : 16;
+  g.coop_placement =
+      c->coop_placement >= 0 ? co::Placement(c->coop_placement) : co::Placement::MostFree;
+  if (co::uses_pool(g.coop)) {
+    if (c->coop_pool) {
+      for (int i = 0; i < c->coop_pool->nelts; ++i)
+        g.coop_pool.emplace_back(static_cast<const char**>(static_cast<void*>(c->coop_pool->elts))[i]);
+    } else {
+      for (const auto& n : g.topo.nodes)
+        if (n.role == co::Role::App) g.coop_pool.push_back(n.name);
+    }
+    for (const auto& name : g.coop_pool) {
+      const co::NodeInfo* d = nullptr;
+      for (const auto& n : g.topo.nodes)
+        if (n.name == name) d = &n;
+      if (!d || d->memd.empty())
+        return fail("RCACHE0015: RCacheCoopPool " + name + ": " +
+                    (d ? "the node has no memd address" : "no node of that name") + " in " +
+                    g.topology_path + ": name nodes whose memd has a [pool] section");
+    }
+  } else if (c->coop_pool) {
+    return fail("RCACHE0015: RCacheCoopPool is set but RCacheCoop " +
+                std::string(co::to_string(g.coop)) +
+                " uses no pool memory: use RCacheCoop MTACC or HYBCC, or remove it");
+  }
   return OK;
 }
 
@@ -520,6 +617,10 @@ int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* 
 apr_status_t child_cleanup(void*) {
   delete g.coop_cache;
   g.coop_cache = nullptr;
+  delete g.pool_store;
+  g.pool_store = nullptr;
+  delete g.pool_owner;  // frees this child's slabs at the donors (best effort; else the lease)
+  g.pool_owner = nullptr;
   delete g.coop_peers;
   g.coop_peers = nullptr;
   delete g.client;
@@ -552,12 +653,45 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
   if (g.client && g.coop != co::CoopScheme::Off) {
     try {
       g.coop_peers = new co::ClusterCoopPeers(*g.client);
-      g.coop_cache = new co::CoopCache(g.coop, g.topo, g.node, *g.arena, *g.coop_peers);
+      if (co::uses_pool(g.coop)) {
+        std::vector<co::PoolDonor> donors;
+        std::vector<uint16_t> indices;
+        for (const auto& name : g.coop_pool) {
+          const co::NodeInfo& n = g.topo.node(name);
+          donors.push_back(co::PoolDonor{name, g.topo.uri_of(n), name == g.node});
+          indices.push_back(co::node_index(g.topo, name));
+        }
+        co::PoolOwnerOptions po;
+        po.owner = g.node + "." + std::to_string(getpid());
+        po.client.secret = g.secret;
+        po.client.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(g.version_timeout_ms, 200));
+        po.client.connect_timeout = po.client.op_timeout;
+        po.placement = g.coop_placement;
+        server_rec* main = s;
+        g.pool_owner = new co::PoolOwner(std::move(donors), po, [main](tierce::fabric::LogLevel l,
+                                                                        std::string_view line) {
+          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0016: pool: %.*s",
+                       int(line.size()), line.data());
+        });
+        g.pool_store = new co::PoolStore(*g.pool_owner, *g.client, g.topo, std::move(indices),
+                                         g.coop_pool_slabs);
+        co::PoolStore* store = g.pool_store;
+        g.pool_owner->on_lost([store](const std::vector<co::OwnedSlab>& lost, const std::string&) {
+          store->lost(lost);
+        });
+        g.pool_owner->start();
+      }
+      g.coop_cache = new co::CoopCache(g.coop, g.topo, g.node, *g.arena, *g.coop_peers,
+                                       g.pool_store, size_t(g.coop_threshold));
     } catch (const std::exception& e) {
       ap_log_error(APLOG_MARK, APLOG_ERR, 0, s,
                    "RCACHE0013: cannot set up the cooperative cache: %s: this child caches "
                    "alone (RCacheCoop Off)",
                    e.what());
+      delete g.pool_store;
+      g.pool_store = nullptr;
+      delete g.pool_owner;
+      g.pool_owner = nullptr;
       delete g.coop_peers;
       g.coop_peers = nullptr;
     }
@@ -783,9 +917,8 @@ void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
   bool ok = false;
   // Stores one entry and, with RCacheCoop, publishes the copy at the key's directory home.
   auto put = [&](uint64_t h, const std::string& key, const std::string& payload) {
-    auto where = g.arena->store_located(h, key, tag, payload);
-    if (where && g.coop_cache) g.coop_cache->publish(h, key, tag, *where, payload.size());
-    return where.has_value();
+    if (g.coop_cache) return g.coop_cache->store(h, key, tag, payload);
+    return g.arena->store(h, key, tag, payload);
   };
   try {
     if (st->c.vary.empty()) {
@@ -945,6 +1078,10 @@ int rcache_status_page(request_rec* r, bool metrics) {
                          {"remote_stale", ld(k.remote_stale)},
                          {"remote_unverifiable", ld(k.remote_unverifiable)},
                          {"kept_local", ld(k.kept_local)},
+                         {"stored_local", ld(k.stored_local)},
+                         {"stored_pool", ld(k.stored_pool)},
+                         {"pool_failures", ld(k.pool_failures)},
+                         {"demoted", ld(k.demoted)},
                          {"publishes", ld(k.publishes)},
                          {"publish_refused", ld(k.publish_refused)},
                          {"withdrawals", ld(k.withdrawals)},

@@ -8,7 +8,10 @@
 //    fetches; every copy served is byte-for-byte the page of its version (never wrong bytes) and
 //    the forced read failures are counted;
 //  - a proxy's memd killed or frozen: fetches are misses within the deadline, never a hang;
-//  - forged directory locations and corrupted entries are misses, never bytes.
+//  - forged directory locations and corrupted entries are misses, never bytes;
+//  - MTACC moves what the arena evicts into an app node's donated memory (memd [pool]) and keeps
+//    one copy per page; HYBCC pools large pages and keeps small ones local; a donor killed is a
+//    miss for its copies, and its memory is written no more.
 #define BOOST_TEST_MODULE coop_cache
 #include <boost/test/unit_test.hpp>
 
@@ -25,7 +28,9 @@
 #include "coherence/client.h"
 #include "coherence/coop_cache.h"
 #include "coherence/coop_directory.h"
+#include "coherence/coop_pool_store.h"
 #include "coherence/hit.h"
+#include "coherence/pool_owner.h"
 #include "coherence/key.h"
 #include "memd_test_util.h"
 
@@ -62,8 +67,20 @@ struct Proxy : MemdFixture {
     fabric::SharedSegment::unlink(arena_segment);
   }
   std::string role_section() override {
-    return "[coop]\nbuckets = 64\n\n[[region]]\nname = \"arena\"\nsegment = \"" + arena_segment +
+    return "[coop]\nbuckets = 1024\n\n[[region]]\nname = \"arena\"\nsegment = \"" + arena_segment +
            "\"\n";
+  }
+};
+
+// An app node donating memory: memd with [pool] (8 slabs of 1 MiB).
+struct Donor : MemdFixture {
+  Donor() : MemdFixture(TIERCE_MEMD_BINARY, "cd-") {}
+  ~Donor() override {
+    memd.kill_now();
+    fabric::SharedSegment::unlink(memd::pool_segment_name(node));
+  }
+  std::string role_section() override {
+    return "[pool]\nbytes = 8388608\nslab_bytes = 1048576\nlease_ms = 1000\n";
   }
 };
 
@@ -79,7 +96,7 @@ struct Versions final : coherence::VersionReader {
 };
 
 // Both proxies' memd read the same secret file: p2 is started with p1's secret copied in.
-void share_secret(Proxy& from, Proxy& to) {
+void share_secret(MemdFixture& from, MemdFixture& to) {
   write_file(to.secret_path, read_file(from.secret_path), 0600);
   to.secret = fabric::Secret::from_file(to.secret_path);
   to.memd.kill_now();
@@ -117,25 +134,31 @@ coherence::HitQuery query(const std::string& key) {
 struct Pair {
   Proxy p1{"cp1-", 1 << 20};
   Proxy p2{"cp2-", 1 << 20};
+  Donor a1;  // the app node: its memd donates pool memory (MTACC, HYBCC)
   TempDir dir;
   coherence::Topology topo;
   std::unique_ptr<coherence::ClusterClient> c1, c2;
   std::unique_ptr<coherence::ClusterCoopPeers> peers1, peers2;
   std::unique_ptr<CoopCache> coop1, coop2;
 
+  std::unique_ptr<coherence::PoolOwner> owner1;
+  std::unique_ptr<coherence::PoolStore> store1;
+
   Pair(const std::string& transport, CoopScheme scheme,
-       std::chrono::milliseconds op_timeout = 500ms) {
+       std::chrono::milliseconds op_timeout = 500ms, size_t threshold = 16384,
+       size_t pool_slabs = 4) {
+    a1.start();
     share_secret(p1, p2);
+    share_secret(p1, a1);
     std::string path = dir / "cluster.toml";
-    auto node = [&](const std::string& name, const std::string& role, Proxy* p) {
-      std::string memd = p ? "[\"" + p->uri("tcp") + "\", \"shm://" + p->sock_path + "\"]"
-                           : "[\"tcp://127.0.0.1:1\", \"shm://" + (dir / "no-app.sock") + "\"]";
+    auto node = [&](const std::string& name, const std::string& role, MemdFixture* p) {
+      std::string memd = "[\"" + p->uri("tcp") + "\", \"shm://" + p->sock_path + "\"]";
       return "[[node]]\nname = \"" + name + "\"\nrole = \"" + role + "\"\nmemd = " + memd +
              "\nsegment_prefix = \"/tierce.ct." + name + "\"\n\n";
     };
     write_file(path, "[cluster]\nname = \"coop\"\nsecret_file = \"" + p1.secret_path +
                          "\"\ntransport = \"" + transport + "\"\nversion_slots = 1024\n\n" +
-                         node("app1", "app", nullptr) + node("p1", "proxy", &p1) +
+                         node("app1", "app", &a1) + node("p1", "proxy", &p1) +
                          node("p2", "proxy", &p2));
     topo = coherence::Topology::load(path);
     coherence::ClientTuning t;
@@ -146,7 +169,26 @@ struct Pair {
     c2 = std::make_unique<coherence::ClusterClient>(topo, p1.secret, t, nullptr);
     peers1 = std::make_unique<coherence::ClusterCoopPeers>(*c1);
     peers2 = std::make_unique<coherence::ClusterCoopPeers>(*c2);
-    coop1 = std::make_unique<CoopCache>(scheme, topo, "p1", *p1.arena, *peers1);
+    if (coherence::uses_pool(scheme)) {
+      // p1 holds slabs of app1's donated memory, as an httpd child does (RCacheCoopPool).
+      coherence::PoolOwnerOptions po;
+      po.owner = "p1.test";
+      po.client.secret = p1.secret;
+      po.client.op_timeout = op_timeout;
+      po.client.connect_timeout = op_timeout;
+      owner1 = std::make_unique<coherence::PoolOwner>(
+          std::vector<coherence::PoolDonor>{{"app1", topo.uri_of(topo.node("app1")), false}}, po);
+      store1 = std::make_unique<coherence::PoolStore>(
+          *owner1, *c1, topo, std::vector<uint16_t>{coherence::node_index(topo, "app1")},
+          pool_slabs);
+      coherence::PoolStore* st = store1.get();
+      owner1->on_lost([st](const std::vector<coherence::OwnedSlab>& l, const std::string&) {
+        st->lost(l);
+      });
+      owner1->start();
+    }
+    coop1 = std::make_unique<CoopCache>(scheme, topo, "p1", *p1.arena, *peers1, store1.get(),
+                                        threshold);
     coop2 = std::make_unique<CoopCache>(scheme, topo, "p2", *p2.arena, *peers2);
   }
 
@@ -450,4 +492,115 @@ BOOST_AUTO_TEST_CASE(forged_locations_and_corrupted_entries_are_misses) {
   BOOST_TEST(fetch_misses());
   // No byte of any of these was ever returned; the counters say why each was refused.
   BOOST_TEST(ld(n.copy_hits) == 1u);
+}
+
+namespace {
+// Copies of `key` in the cluster, from its directory entry (kind, node).
+std::vector<coherence::Location> where_is(Pair& c, const std::string& key) {
+  auto home = coherence::directory_home_of(c.topo, coherence::hash64(key)).name;
+  auto r = c.c1->read_coop_entry(home, coherence::hash64(key), coherence::coop_key_check(key));
+  BOOST_TEST_REQUIRE(r.has_value());
+  std::vector<coherence::Location> out;
+  if (auto* e = std::get_if<coherence::DirEntry>(&*r))
+    out.assign(e->copies().begin(), e->copies().end());
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(mtacc_moves_what_the_arena_evicts_to_pool_memory_one_copy_per_page) {
+  for (std::string transport : {"tcp", "shm"}) {
+    BOOST_TEST_CONTEXT("transport " << transport) {
+      Pair c(transport, CoopScheme::MTACC);
+      // 200 pages of 30 KB: 6 MB through p1's 1 MiB arena and its 4 slabs of 1 MiB of pool
+      // memory; the oldest pages are evicted for good when the pool's oldest slab is reused.
+      std::vector<std::string> keys;
+      for (int i = 0; i < 200; ++i) {
+        keys.push_back("http://shop.test/big?id=" + std::to_string(i));
+        BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(keys.back()), keys.back(),
+                                          Tag{0, uint64_t(i), 5}, page(keys.back(), 5, 30000)));
+      }
+      auto& n = c.p1.arena->counters().coop;
+      BOOST_TEST(ld(n.demoted) > 150u);
+      BOOST_TEST(ld(n.stored_pool) == 0u);  // MTACC pools only what the arena evicts
+      size_t pooled = 0, local = 0, gone = 0;
+      Versions v;
+      v.current = 5;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const std::string& k = keys[i];
+        auto copies = where_is(c, k);
+        BOOST_TEST(copies.size() <= 1u, k << ": one copy per page, no redundancy");
+        auto r = coherence::decide_hit_coop(*c.p2.arena, c.coop2.get(), c.topo, query(k), {}, v);
+        if (r.verdict != Verdict::Hit) {
+          // Evicted for good: its slab was reused (the directory's hint then fails verification
+          // and is withdrawn by the reader). Only the oldest pages can be.
+          BOOST_TEST(r.verdict == Verdict::Miss, k);
+          BOOST_TEST(i < 100u, k << " is among the newest pages and should still be cached");
+          BOOST_TEST(where_is(c, k).empty(), k);
+          ++gone;
+          continue;
+        }
+        BOOST_TEST_REQUIRE(copies.size() == 1u);
+        (copies[0].kind == coherence::CopyRegion::Pool ? pooled : local)++;
+        BOOST_TEST(r.entry->payload == page(k, 5, 30000));
+        BOOST_TEST(r.peer == (copies[0].kind == coherence::CopyRegion::Pool ? "app1" : "p1"));
+      }
+      BOOST_TEST_MESSAGE(transport << ": " << local << " in p1's arena, " << pooled
+                                   << " in app1's pool, " << gone << " evicted");
+      BOOST_TEST(pooled >= 100u);
+      BOOST_TEST(local >= 20u);
+      BOOST_TEST(gone >= 1u);
+      BOOST_TEST(c.store1->stats().slabs_held == 4u);
+      BOOST_TEST(c.store1->stats().slabs_reused >= 1u);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(hybcc_pools_large_pages_and_keeps_small_ones_local) {
+  Pair c("tcp", CoopScheme::HYBCC, 500ms, 10000);
+  std::string small = "http://shop.test/small", large = "http://shop.test/large";
+  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(small), small, Tag{0, 1, 1}, page(small, 1, 4000)));
+  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(large), large, Tag{0, 2, 1}, page(large, 1, 20000)));
+  auto ws = where_is(c, small), wl = where_is(c, large);
+  BOOST_TEST_REQUIRE(ws.size() == 1u);
+  BOOST_TEST_REQUIRE(wl.size() == 1u);
+  BOOST_TEST((ws[0].kind == coherence::CopyRegion::Arena));
+  BOOST_TEST((wl[0].kind == coherence::CopyRegion::Pool));
+  BOOST_TEST(!c.p1.arena->lookup(coherence::hash64(large), large).has_value());
+  // At p2: the small page is fetched and kept (BCC), the large one fetched and not duplicated.
+  Versions v;
+  v.current = 1;
+  for (const auto& [k, kept] : {std::pair{small, true}, std::pair{large, false}}) {
+    auto r = coherence::decide_hit_coop(*c.p2.arena, c.coop2.get(), c.topo, query(k), {}, v);
+    BOOST_TEST_REQUIRE(r.verdict == Verdict::Hit);
+    BOOST_TEST(c.coop2->keep_fetched(r.fetched[0]) == kept);
+  }
+  BOOST_TEST(where_is(c, small).size() == 2u);
+  BOOST_TEST(where_is(c, large).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_donor_is_a_miss_for_its_copies_and_is_written_no_more) {
+  Pair c("tcp", CoopScheme::HYBCC, 300ms, 10000);
+  std::string large = "http://shop.test/large";
+  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(large), large, Tag{0, 2, 1}, page(large, 1, 20000)));
+  BOOST_TEST(c.coop2->fetch(coherence::hash64(large), large).has_value());
+  c.a1.tcp_listen = c.a1.uri("tcp");
+  c.a1.memd.kill_now();
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(!c.coop2->fetch(coherence::hash64(large), large).has_value());
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 2s));
+  // The donor restarts with a new pool: p1's owner learns its slabs are lost, stops writing into
+  // them, and the next large page goes to new slabs (or stays local while there are none).
+  c.a1.start();
+  BOOST_TEST(eventually([&] { return c.store1->stats().slabs_lost >= 1u; }, 5000ms));
+  std::string large2 = "http://shop.test/large2";
+  BOOST_TEST(eventually(
+      [&] {
+        return c.coop1->store(coherence::hash64(large2), large2, Tag{0, 3, 1},
+                              page(large2, 1, 20000)) &&
+               c.coop2->fetch(coherence::hash64(large2), large2).has_value();
+      },
+      5000ms));
+  // The old location (zeroed by the new pool, or never re-given) never verifies.
+  auto f = c.coop2->fetch(coherence::hash64(large), large);
+  BOOST_TEST(!f.has_value());
 }

@@ -122,8 +122,10 @@ def main():
     ap.add_argument("--transport", choices=["tcp", "shm"])
     ap.add_argument("--scheme", choices=["dependency-lists", "invalidate-all"])
     ap.add_argument("--ttl", type=int)
-    ap.add_argument("--coop", choices=["off", "bcc", "ccwr"], default="off",
+    ap.add_argument("--coop", choices=["off", "bcc", "ccwr", "mtacc", "hybcc"], default="off",
                     help="RCacheCoop of the proxies; readers then use one site name (Host) for both")
+    ap.add_argument("--arena-size", help="RCacheSize of the proxies (small: the pool is used)")
+    ap.add_argument("--coop-threshold", help="hybcc: RCacheCoopThreshold")
     ap.add_argument("--ops", type=int, default=100000)
     ap.add_argument("--readers", type=int, default=8)
     ap.add_argument("--writers", type=int, default=2)
@@ -147,9 +149,9 @@ def main():
     rc = 0
     try:
         up = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", a.cache]
-        for opt in ("transport", "scheme", "ttl", "coop"):
+        for opt in ("transport", "scheme", "ttl", "coop", "arena_size", "coop_threshold"):
             if getattr(a, opt) is not None:
-                up += [f"--{opt}", str(getattr(a, opt))]
+                up += [f"--{opt.replace('_', '-')}", str(getattr(a, opt))]
         say("running: " + " ".join(up))
         r = subprocess.run(up, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
@@ -175,6 +177,11 @@ def main():
                 for name, c in counters.items():
                     say(f"{name} coop: " + " ".join(f"{k}={v}" for k, v in sorted(c.items()) if v))
                 remote = sum(c.get("remote_hits", 0) for c in counters.values())
+                if a.coop in ("mtacc", "hybcc") and not any(
+                        c.get("stored_pool", 0) + c.get("demoted", 0) for c in counters.values()):
+                    print(f"FAIL: RCacheCoop {a.coop}, but no page went to pool memory "
+                          "(coop_stored_pool and coop_demoted 0 on every proxy)")
+                    rc = 1
                 stale = sum(c.get("remote_stale", 0) for c in counters.values())
                 if remote == 0:
                     print("FAIL: RCacheCoop on, but no page was served from a peer's copy "

@@ -220,6 +220,9 @@ SITE = "shop.test:80"
 def up(a, d):
     argv = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", "tierce", "--transport", a.transport,
             "--app-links", a.app_links, "--coop", a.coop]
+    if a.coop in ("mtacc", "hybcc"):
+        # Small arenas (and a low threshold) so that pages really go to the app nodes' pools.
+        argv += ["--arena-size", "4M", "--coop-threshold", "2K"]
     say("running: " + " ".join(argv))
     return subprocess.run(argv, stdin=subprocess.DEVNULL).returncode
 
@@ -249,7 +252,7 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=30.0,
                     help="tierce-check --timeout: one HTTP request's deadline (a hang beyond it is an error)")
     ap.add_argument("--app-links", choices=["direct", "relay"])
-    ap.add_argument("--coop", choices=["off", "bcc", "ccwr"], default="off",
+    ap.add_argument("--coop", choices=["off", "bcc", "ccwr", "mtacc", "hybcc"], default="off",
                     help="RCacheCoop of the proxies (readers then send one site name to both)")
     ap.add_argument("--max-error-ratio", type=float, default=BASE,
                     help="of the operations whose failure the fault does not explain (default %(default)s)")

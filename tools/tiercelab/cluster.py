@@ -55,8 +55,11 @@ DEFAULTS = {
     "timeout": 60.0,            # seconds to wait for the whole cluster to answer
     "app_links": "direct",      # direct | relay (a tierce-wanem relay per ordered app-node pair)
     "arena_size": "256M",       # RCacheSize of each proxy (--cache tierce)
-    "coop": "off",              # RCacheCoop of the proxies: off | bcc | ccwr (docs/coop_cache.md)
+    "coop": "off",              # RCacheCoop of the proxies: off | bcc | ccwr | mtacc | hybcc
     "coop_buckets": 65536,      # [coop] buckets of each proxy's memd (its part of the directory)
+    "pool_bytes": "64M",        # mtacc/hybcc: memory each app node's memd donates ([pool] bytes)
+    "coop_threshold": "16K",    # hybcc: RCacheCoopThreshold
+    "coop_pool_slabs": 16,      # mtacc/hybcc: RCacheCoopPoolSlabs (slabs of 1 MiB per httpd child)
 }
 PROCS = ("memd", "httpd")       # the processes of a node that signal_proc / restart_proc act on
 SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
@@ -275,6 +278,7 @@ def node_conf(st, n):
         "TTL": opts["ttl"], "MOD_CACHE_BYTES": opts["mod_cache_bytes"],
         "ARENA_SIZE": opts.get("arena_size", DEFAULTS["arena_size"]),
         "COOP": opts.get("coop", "off").upper() if opts.get("coop", "off") != "off" else "Off",
+        "COOP_EXTRA": coop_directives(opts),
         "BALANCER_MEMBERS": "\n".join(
             f"    BalancerMember http://127.0.0.1:{a['port']} route={a['name']} retry=1"
             for a in st["nodes"] if a["role"] == "app"),
@@ -293,11 +297,39 @@ def node_conf(st, n):
                  'log = "stderr"', ""]
         if n["role"] == "app":
             lines += ["[coherence]", f"topology = {toml_str(node_topology(st, n))}", ""]
+            if opts.get("coop", "off") in POOL_SCHEMES:
+                lines += ["[pool]", f"bytes = {size_bytes(opts.get('pool_bytes', DEFAULTS['pool_bytes']))}",
+                          "slab_bytes = 1048576", "lease_ms = 2000", ""]
         else:
             lines += ["[[region]]", 'name = "arena"', f"segment = {toml_str(n['segment_prefix'] + '.arena')}", ""]
             if opts.get("coop", "off") != "off":
                 lines += ["[coop]", f"buckets = {int(opts.get('coop_buckets', DEFAULTS['coop_buckets']))}", ""]
         write_file(n["memd_conf"], "\n".join(lines))
+
+
+POOL_SCHEMES = ("mtacc", "hybcc")
+
+
+def size_bytes(v):
+    """'64M' / '1G' / '4096' -> bytes (powers of 1024)."""
+    t = str(v).strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    if mult != 1:
+        t = t[:-1]
+    if not t.isdigit():
+        raise ClusterError(f"not a size: {v!r} (give e.g. 64M)")
+    return int(t) * mult
+
+
+def coop_directives(opts):
+    """The proxies' RCacheCoop* lines beyond RCacheCoop itself."""
+    coop = opts.get("coop", "off")
+    if coop not in POOL_SCHEMES:
+        return "# (no pool memory: RCacheCoop " + coop + ")"
+    lines = [f"RCacheCoopPoolSlabs {int(opts.get('coop_pool_slabs', DEFAULTS['coop_pool_slabs']))}"]
+    if coop == "hybcc":
+        lines.append(f"RCacheCoopThreshold {opts.get('coop_threshold', DEFAULTS['coop_threshold'])}")
+    return "\n    ".join(lines)
 
 
 def write_topology(st):
@@ -523,8 +555,8 @@ def up(d=DEFAULT_DIR, **kw):
             opts[k] = v
     if opts["cache"] not in ("none", "mod_cache", "tierce"):
         raise ClusterError(f"--cache must be none, mod_cache or tierce, not {opts['cache']}")
-    if opts["coop"] not in ("off", "bcc", "ccwr"):
-        raise ClusterError(f"--coop must be off, bcc or ccwr, not {opts['coop']}")
+    if opts["coop"] not in ("off", "bcc", "ccwr", "mtacc", "hybcc"):
+        raise ClusterError(f"--coop must be off, bcc, ccwr, mtacc or hybcc, not {opts['coop']}")
     if opts["coop"] != "off" and opts["cache"] != "tierce":
         raise ClusterError("--coop needs --cache tierce (cooperative caching is mod_rcache's)")
     if opts["transport"] not in ("tcp", "shm"):
