@@ -617,10 +617,11 @@ int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* 
 apr_status_t child_cleanup(void*) {
   delete g.coop_cache;
   g.coop_cache = nullptr;
-  delete g.pool_store;
-  g.pool_store = nullptr;
+  // The owner first: its renewal thread may call on_lost (into the store) until it is joined.
   delete g.pool_owner;  // frees this child's slabs at the donors (best effort; else the lease)
   g.pool_owner = nullptr;
+  delete g.pool_store;
+  g.pool_store = nullptr;
   delete g.coop_peers;
   g.coop_peers = nullptr;
   delete g.client;
@@ -688,10 +689,10 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
                    "RCACHE0013: cannot set up the cooperative cache: %s: this child caches "
                    "alone (RCacheCoop Off)",
                    e.what());
-      delete g.pool_store;
-      g.pool_store = nullptr;
       delete g.pool_owner;
       g.pool_owner = nullptr;
+      delete g.pool_store;
+      g.pool_store = nullptr;
       delete g.coop_peers;
       g.coop_peers = nullptr;
     }

@@ -141,8 +141,10 @@ struct Pair {
   std::unique_ptr<coherence::ClusterCoopPeers> peers1, peers2;
   std::unique_ptr<CoopCache> coop1, coop2;
 
-  std::unique_ptr<coherence::PoolOwner> owner1;
+  // Declared store first: the owner (whose renewal thread calls on_lost into the store) is
+  // destroyed first.
   std::unique_ptr<coherence::PoolStore> store1;
+  std::unique_ptr<coherence::PoolOwner> owner1;
 
   Pair(const std::string& transport, CoopScheme scheme,
        std::chrono::milliseconds op_timeout = 500ms, size_t threshold = 16384,
