@@ -166,19 +166,23 @@ function h($s): string
     return htmlspecialchars((string)$s, ENT_QUOTES | ENT_SUBSTITUTE, 'UTF-8');
 }
 
-// Sends a complete HTML page. $versions: ['item:42' => 17, ...] -> one tierce-data meta each.
-// $deps: dependency keys, sent space-separated in $dep_header.
-function send_page(string $title, string $body_html, array $versions, array $deps,
-                   string $dep_header = 'Tierce-Depends'): void
+// A complete HTML page. $versions: ['item:42' => 17, ...] -> one tierce-data meta each.
+function page_html(string $title, string $body_html, array $versions): string
 {
     $meta = '';
     foreach ($versions as $key => $version) {
         $meta .= '<meta name="tierce-data" content="' . h($key . '=' . $version) . "\">\n";
     }
-    $html = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n" . $meta
+    return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n" . $meta
         . '<title>' . h($title) . " — Tierce auctions</title></head>\n<body>\n"
         . '<p><a href="index.php">Tierce auctions</a></p>' . "\n"
         . '<h1>' . h($title) . "</h1>\n" . $body_html . "</body></html>\n";
+}
+
+// Sends $html (from page_html) with Content-Length. $deps: dependency keys, sent space-separated
+// in $dep_header.
+function send_html(string $html, array $deps, string $dep_header = 'Tierce-Depends'): void
+{
     while (ob_get_level() > 0) {
         ob_end_clean();
     }
@@ -191,6 +195,13 @@ function send_page(string $title, string $body_html, array $versions, array $dep
     header('Content-Length: ' . strlen($html));
     echo $html;
     ob_end_flush();
+}
+
+// Sends a complete HTML page (page_html + send_html).
+function send_page(string $title, string $body_html, array $versions, array $deps,
+                   string $dep_header = 'Tierce-Depends'): void
+{
+    send_html(page_html($title, $body_html, $versions), $deps, $dep_header);
 }
 
 // Sends the result of a committed update: Tierce-Invalidate + "key=version" lines.
@@ -218,12 +229,11 @@ function money($v): string
     return number_format((float)$v, 2, '.', '');
 }
 
-// item.php and surrogate.php: the item, its seller's nickname and its last 10 bids.
-function item_page(string $dep_header): void
+// The item, its seller's nickname and category, and its last 10 bids, read in one read-only
+// consistent-snapshot transaction: [item row or null, bid rows].
+function item_with_bids(int $id): array
 {
-    require_method('GET', 'HEAD');
-    $id = id_param($_GET, 'id');
-    [$item, $bids] = in_transaction(function (mysqli $db) use ($id) {
+    return in_transaction(function (mysqli $db) use ($id) {
         $item = query_row($db,
             'SELECT i.id, i.name, i.description, i.initial_price, i.max_bid, i.nb_bids, i.end_date,
                     i.version, i.category_id, i.seller_id, u.nickname AS seller, c.name AS category
@@ -238,9 +248,11 @@ function item_page(string $dep_header): void
               WHERE b.item_id = ? ORDER BY b.id DESC LIMIT 10', 'i', $id);
         return [$item, $bids];
     }, true);
-    if ($item === null) {
-        fail(404, "no item $id");
-    }
+}
+
+// The body of an item page (item.php, surrogate.php, blob.php) from item_with_bids().
+function item_body_html(array $item, array $bids): string
+{
     $b = '<p>' . h($item['description']) . "</p>\n<table>\n"
         . '<tr><th>Category</th><td>' . h($item['category']) . "</td></tr>\n"
         . '<tr><th>Seller</th><td><a href="user.php?id=' . (int)$item['seller_id'] . '">' . h($item['seller']) . "</a></td></tr>\n"
@@ -253,6 +265,17 @@ function item_page(string $dep_header): void
         $b .= '<tr><td>' . (int)$bid['id'] . '</td><td><a href="user.php?id=' . (int)$bid['user_id'] . '">'
             . h($bid['nickname']) . '</a></td><td>' . money($bid['amount']) . '</td><td>' . h($bid['created']) . "</td></tr>\n";
     }
-    $b .= "</table>\n";
-    send_page($item['name'], $b, ["item:$id" => $item['version']], ["item:$id"], $dep_header);
+    return $b . "</table>\n";
+}
+
+// item.php and surrogate.php: the item, its seller's nickname and its last 10 bids.
+function item_page(string $dep_header): void
+{
+    require_method('GET', 'HEAD');
+    $id = id_param($_GET, 'id');
+    [$item, $bids] = item_with_bids($id);
+    if ($item === null) {
+        fail(404, "no item $id");
+    }
+    send_page($item['name'], item_body_html($item, $bids), ["item:$id" => $item['version']], ["item:$id"], $dep_header);
 }

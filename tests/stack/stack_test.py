@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.parse
+import zlib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
@@ -107,6 +108,14 @@ def run(build, d):
     v_item = int(m["item:42"])
     seller = int(re.search(r'<th>Seller</th><td><a href="user.php\?id=([0-9]+)"', body).group(1))
     page(proxy, "/surrogate.php?id=42", "item:42", "surrogate-key")
+    # blob.php: item K padded to blob_size(K) bytes exactly (benchmarks/coop_cache relies on it)
+    for k in (1, 42, 43, 199):
+        body = page(proxy, f"/blob.php?id={k}", f"item:{k}")
+        size = len(body.encode())
+        want = 8192 + zlib.crc32(b"blob:%d" % k) % 57345
+        check(size == want, f"blob.php?id={k}: {size} bytes, want {want}")
+        check(list(markers(body)) == [f"item:{k}"], f"blob.php?id={k} markers {markers(body)}")
+    check(markers(page(proxy, "/blob.php?id=42", "item:42")) == {"item:42": str(v_item)}, "blob.php marker")
     body = page(proxy, "/category.php?id=3&page=0", "category:3")
     check(list(markers(body)) == ["category:3"], "category.php marker")
     body = page(proxy, "/category.php?id=3", "category:3")
@@ -145,6 +154,9 @@ def run(build, d):
     body = page(proxy, "/item.php?id=42", "item:42")
     check(int(markers(body)["item:42"]) == v_item + 1, f"item.php after the bid: {markers(body)}")
     check("12345.67" in body, "item.php after the bid does not show the new bid")
+    body = page(proxy, "/blob.php?id=42", "item:42")
+    check(int(markers(body)["item:42"]) == v_item + 1 and "12345.67" in body, "blob.php after the bid")
+    check(len(body.encode()) == 8192 + zlib.crc32(b"blob:42") % 57345, "blob.php size after the bid")
 
     # An edit that moves the item to another category.
     other = item_cat % 20 + 1
@@ -161,6 +173,8 @@ def run(build, d):
 
     # Bad inputs.
     bad = [("GET", "/item.php", None, 400), ("GET", "/item.php?id=abc", None, 400),
+           ("GET", "/blob.php?id=abc", None, 400), ("GET", "/blob.php?id=9999999", None, 404),
+           ("POST", "/blob.php?id=1", {"a": "b"}, 405),
            ("GET", "/item.php?id=9999999", None, 404), ("GET", "/category.php?id=999", None, 404),
            ("GET", "/category.php?id=1&page=x", None, 400), ("GET", "/user.php?id=-1", None, 400),
            ("GET", "/user.php?id=99999", None, 404), ("GET", "/bid.php?item=1&user=1&amount=1", None, 405),
