@@ -37,8 +37,9 @@ MODULES = "/usr/lib/apache2/modules"
 DB_USER, DB_PASSWORD, DB_NAME = "tierce", "tierce", "rubis"
 
 DEFAULTS = {
-    "cache": "none",            # none | mod_cache | tierce
-    "ttl": 10,                  # mod_cache entry lifetime, seconds
+    "cache": "none",            # none | mod_cache | mod_cache_memcached | tierce
+    "ttl": 10,                  # mod_cache entry lifetime, seconds (both mod_cache modes)
+    "memcached": None,          # mod_cache_memcached: HOST:PORT of the one memcached all proxies share
     "transport": "shm",         # tcp | shm (written to cluster.toml)
     "scheme": "dependency-lists",
     "app_nodes": 2,
@@ -266,6 +267,8 @@ def node_conf(st, n):
         defines.append("Define TIERCE")
     if opts["cache"] == "mod_cache" and n["role"] == "proxy":
         defines.append("Define MOD_CACHE")
+    if opts["cache"] == "mod_cache_memcached" and n["role"] == "proxy":
+        defines.append("Define MOD_CACHE_MEMCACHED")
     m = st["mariadb"]
     values = {
         "DEFINES": "\n".join(defines) or "# (no Define: plain configuration)",
@@ -273,6 +276,7 @@ def node_conf(st, n):
         "DOCROOT": st["docroot"], "APP_WORKERS": opts["app_workers"],
         "DB_HOST": "127.0.0.1", "DB_PORT": m["port"], "DB_USER": DB_USER, "DB_PASSWORD": DB_PASSWORD,
         "DB_NAME": DB_NAME, "TOPOLOGY": node_topology(st, n), "SCHEME": opts["scheme"],
+        "MEMCACHED": opts["memcached"] or "127.0.0.1:0",  # used only inside <IfDefine MOD_CACHE_MEMCACHED>
         "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
         "RCACHE_MODULE": os.path.join(opts["build"], "mod_rcache", "mod_rcache.so"),
         "TTL": opts["ttl"], "MOD_CACHE_BYTES": opts["mod_cache_bytes"],
@@ -553,8 +557,14 @@ def up(d=DEFAULT_DIR, **kw):
             if k not in DEFAULTS:
                 raise ClusterError(f"unknown option {k}")
             opts[k] = v
-    if opts["cache"] not in ("none", "mod_cache", "tierce"):
-        raise ClusterError(f"--cache must be none, mod_cache or tierce, not {opts['cache']}")
+    if opts["cache"] not in ("none", "mod_cache", "mod_cache_memcached", "tierce"):
+        raise ClusterError(f"--cache must be none, mod_cache, mod_cache_memcached or tierce, not {opts['cache']}")
+    if opts["cache"] == "mod_cache_memcached":
+        if not re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]{1,5}", str(opts["memcached"] or "")):
+            raise ClusterError("--cache mod_cache_memcached needs --memcached HOST:PORT (a memcached you "
+                               f"started, e.g. memcached -l 127.0.0.1 -p PORT -I 1m), not {opts['memcached']!r}")
+    elif opts["memcached"]:
+        raise ClusterError("--memcached applies to --cache mod_cache_memcached only")
     if opts["coop"] not in ("off", "bcc", "ccwr", "mtacc", "hybcc"):
         raise ClusterError(f"--coop must be off, bcc, ccwr, mtacc or hybcc, not {opts['coop']}")
     if opts["coop"] != "off" and opts["cache"] != "tierce":
