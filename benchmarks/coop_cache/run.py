@@ -304,6 +304,16 @@ def measure(st, prof, cfg, n, seed, zipf_s, memcached_port=None):
             cd = {k: d[k] for k in coop_keys if k in d}
             row["coop_delta"] = {k: int(v) for k, v in cd.items()}
             row["coop_per_request"] = {k: (v / r["r_ok"] if r["r_ok"] else None) for k, v in cd.items()}
+            # a time counter (NAME_ns) per operation of its count (NAMEs, NAMEes or NAME), e.g.
+            # coop_lookup_ns / coop_lookups
+            per_op = {}
+            for k, v in cd.items():
+                if k.endswith("_ns"):
+                    for ck in (k[:-3] + "s", k[:-3] + "es", k[:-3]):
+                        if cd.get(ck):
+                            per_op[f"{k}/{ck}"] = v / cd[ck]
+                            break
+            row["coop_ns_per_op"] = per_op
     elif memcached_port:
         row["hit_ratio"] = r["hits_xcache"] / r["r_ok"] if r["r_ok"] else 0.0
         md = {k: m1[k] - m0.get(k, 0) for k in ("get_hits", "get_misses", "get_expired", "evictions",
@@ -486,7 +496,7 @@ def one_row(a, prof, cfg, ws, d, build, db_items, arena_text, has_arena, has_coo
             rows.append(row)
             log(f"{label}: {row['req_s']:.0f} req/s, hit ratio {row['hit_ratio']:.3f}, cached "
                 f"{row['cached_ratio']:.3f}, p50 {row['p50_ms']:.2f} ms, errors {row['errors']}"
-                + (f", coop {row['coop_delta']}" if row.get("coop_delta") else ""))
+                + (f", coop {({k: v for k, v in row['coop_delta'].items() if v})}" if row.get("coop_delta") else ""))
         except (RowFailed, OSError, subprocess.TimeoutExpired) as e:
             skipped.append(f"{label}: {e}")
             log(f"FAILED {label}: {e}")
@@ -544,8 +554,10 @@ def report(out, meta, rows, skipped, prof):
         p("")
         p("coop_* counters of /rcache-status?auto over the measured window, per 200 page (both proxies):")
         for r in coop_rows:
-            per = ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["coop_per_request"].items()) if v)
-            p(f"  {r['ws_fraction']:g}x {r['config']:<6} {per or '(all zero)'}")
+            per = ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["coop_per_request"].items())
+                            if v and not k.endswith("_ns"))
+            per += "".join(f"; {k} = {v:.0f} ns" for k, v in sorted(r.get("coop_ns_per_op", {}).items()))
+            p(f"  {format(r['ws_fraction'], 'g') + 'x':<5} {r['config']:<5} {per or '(all zero)'}")
     for r in rows:
         md = r.get("memcached_delta")
         if md:
