@@ -106,7 +106,10 @@ def launcher_arena():
     with open(os.path.join(REPO, "conf", "proxy.conf.in")) as f:
         m = re.search(r"^\s*RCacheSize\s+(\S+)", f.read(), re.M)
     text = m.group(1) if m else "256M"  # mod_rcache's default
-    return parse_size(text), text
+    try:
+        return parse_size(text), text
+    except ValueError:  # a template variable: the launcher fills it (mod_rcache's default then)
+        return 256 << 20, "256M"
 
 
 def working_sets(arena_bytes, fractions):
