@@ -310,4 +310,21 @@ std::optional<dirwire::Reply> ClusterClient::coop_update(const std::string& prox
   }
 }
 
+bool ClusterClient::coop_notify(const std::string& proxy, const dirwire::Message& m) {
+  NodePool& n = node(proxy);
+  auto c = borrow_peer(n);
+  if (!c) return false;
+  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
+  try {
+    l->c->send(dirwire::kUpdateService, dirwire::encode(m));
+    l.done();
+    return true;
+  } catch (const std::exception& e) {
+    if (ctx_.log)
+      ctx_.log(fabric::LogLevel::Debug,
+               "COH0112 directory update to " + proxy + " not sent: " + std::string(e.what()));
+    return false;
+  }
+}
+
 }  // namespace tierce::coherence

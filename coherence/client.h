@@ -85,6 +85,9 @@ class ClusterClient {
   // One message to `proxy`'s coop.dir.update; its decoded reply, nullopt when it was not
   // delivered or answered.
   std::optional<dirwire::Reply> coop_update(const std::string& proxy, const dirwire::Message& m);
+  // The same, one-way (no reply awaited: withdrawals and invalidations are hint repairs, and a
+  // request must not wait for them). False when it could not be sent.
+  bool coop_notify(const std::string& proxy, const dirwire::Message& m);
 
  private:
   NodePool& node(const std::string& name);

@@ -48,6 +48,9 @@ std::optional<dirwire::Reply> ClusterCoopPeers::update(const std::string& proxy,
                                                        const dirwire::Message& m) {
   return c_.coop_update(proxy, m);
 }
+bool ClusterCoopPeers::notify(const std::string& proxy, const dirwire::Message& m) {
+  return c_.coop_notify(proxy, m);
+}
 
 namespace {
 void bump(std::atomic<uint64_t>& a, uint64_t n = 1) { a.fetch_add(n, std::memory_order_relaxed); }
@@ -85,21 +88,14 @@ bool CoopCache::send(const std::string& home, const dirwire::Message& m, UpdateS
 void CoopCache::withdraw(const std::string& home, uint64_t key_hash, uint64_t key_check,
                          const Location& l) {
   bump(n_.withdrawals);
-  send(home, dirwire::Withdraw{key_hash, key_check, l.node, l.kind, l.offset, l.generation});
+  if (!peers_.notify(home, dirwire::Withdraw{key_hash, key_check, l.node, l.kind, l.offset,
+                                             l.generation}))
+    bump(n_.messages_failed);
 }
 
 std::optional<std::vector<uint8_t>> CoopCache::read_copy(const Location& l) {
   if (l.node >= topo_.nodes.size()) return std::nullopt;
   if (l.kind == CopyRegion::Pool) return peers_.read_pool(topo_.nodes[l.node].name, l.offset, l.slot_size);
-  if (l.node == self_index_) {
-    // Our own arena, through local memory: the same verification as a peer's read (a copy made
-    // while a writer reuses the place is caught by the position and the checksum).
-    const auto& seg = arena_.segment();
-    if (l.offset > seg.size() || l.slot_size > seg.size() - l.offset) return std::nullopt;
-    std::vector<uint8_t> out(l.slot_size);
-    std::memcpy(out.data(), seg.data() + l.offset, out.size());
-    return out;
-  }
   return peers_.read_arena(topo_.nodes[l.node].name, l.offset, l.slot_size);
 }
 
@@ -128,12 +124,15 @@ std::optional<FetchedCopy> CoopCache::fetch(uint64_t key_hash, std::string_view 
   }
   bump(n_.dir_hits);
   const DirEntry& d = std::get<DirEntry>(*res);
-  // Our own copy first (no network), then the others in the directory's order.
+  // Our own arena copies are gone (the local lookup that led here missed: evicted, or erased
+  // as stale): withdraw them unread. The others in the directory's order.
   std::vector<Location> order;
-  for (const Location& l : d.copies())
-    if (l.node == self_index_) order.push_back(l);
-  for (const Location& l : d.copies())
-    if (l.node != self_index_) order.push_back(l);
+  for (const Location& l : d.copies()) {
+    if (l.node == self_index_ && l.kind == CopyRegion::Arena)
+      withdraw(home.name, key_hash, check, l);
+    else
+      order.push_back(l);
+  }
   for (const Location& l : order) {
     bump(n_.copy_reads);
     auto bytes = read_copy(l);
@@ -260,7 +259,8 @@ bool CoopCache::keep_fetched(const FetchedCopy& f) {
 
 void CoopCache::invalidate(uint64_t key_hash, std::string_view key) {
   bump(n_.invalidations);
-  send(home_of(key_hash).name, dirwire::Invalidate{key_hash, coop_key_check(key)});
+  if (!peers_.notify(home_of(key_hash).name, dirwire::Invalidate{key_hash, coop_key_check(key)}))
+    bump(n_.messages_failed);
 }
 
 }  // namespace tierce::coherence

@@ -18,8 +18,10 @@
 //   remote hit                   1 directory read + 1 copy read + the version read
 //                                (+1 publish message when BCC keeps the copy)
 //   miss everywhere              1 directory read; after rendering, 1 publish message per entry
-//   stale copy                   + 1 invalidate message
-//   a copy that fails to verify  + 1 withdraw message (repairs the hint)
+//   stale copy                   + 1 invalidate message (one-way)
+//   a copy that fails to verify  + 1 withdraw message (one-way; repairs the hint)
+//   this proxy's own arena copy named by the directory after a local miss: not read (the local
+//   lookup just proved it gone), withdrawn (one-way)
 //
 // Threads: a CoopCache is stateless beyond its references; any number of threads may use it.
 // Counters go to the arena's shared CoopCounters.
@@ -61,6 +63,8 @@ class CoopPeers {
   // A directory update at `proxy`; nullopt: not delivered.
   virtual std::optional<dirwire::Reply> update(const std::string& proxy,
                                                const dirwire::Message& m) = 0;
+  // The same, one-way (no reply awaited); false when it could not be sent.
+  virtual bool notify(const std::string& proxy, const dirwire::Message& m) = 0;
 };
 
 class ClusterClient;
@@ -75,6 +79,7 @@ class ClusterCoopPeers final : public CoopPeers {
                                                 uint64_t bytes) override;
   std::optional<dirwire::Reply> update(const std::string& proxy,
                                        const dirwire::Message& m) override;
+  bool notify(const std::string& proxy, const dirwire::Message& m) override;
 
  private:
   ClusterClient& c_;
@@ -102,10 +107,11 @@ class CoopCache {
   const std::string& self() const { return self_; }
   uint16_t self_index() const { return self_index_; }
 
-  // After a local miss: the key's directory entry at its home, then its copies one by one (this
-  // proxy's own first, read from local memory) until one verifies. A copy that does not verify
-  // is withdrawn at the home (the hint is repaired). nullopt: no usable copy anywhere (the caller
-  // forwards to the origin).
+  // After a local miss: the key's directory entry at its home, then its copies one by one until
+  // one verifies (this proxy's own arena copies are not read — the local lookup that missed
+  // proved them gone — but withdrawn). A copy that does not verify is withdrawn at the home (the
+  // hint is repaired; one-way). nullopt: no usable copy anywhere (the caller forwards to the
+  // origin).
   std::optional<FetchedCopy> fetch(uint64_t key_hash, std::string_view key);
 
   // A rendered page: stored where the scheme says (the local arena, or pool memory) and

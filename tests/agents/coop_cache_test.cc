@@ -279,7 +279,8 @@ BOOST_AUTO_TEST_CASE(a_stale_copy_is_invalidated_at_its_directory_home_and_never
   BOOST_TEST(r.verdict == Verdict::Stale);
   BOOST_TEST(r.peer == "p1");
   BOOST_TEST(r.fetched.empty());  // nothing to keep
-  BOOST_TEST(c.copies(key) == 0u);  // the entry was dropped at the home
+  // The entry is dropped at the home (a one-way message: wait for it).
+  BOOST_TEST(eventually([&] { return c.copies(key) == 0u; }, 2000ms));
   BOOST_TEST(ld(c.p2.arena->counters().coop.invalidations) == 1u);
   BOOST_TEST(!c.p2.arena->lookup(coherence::hash64(key), key).has_value());
 
@@ -459,16 +460,18 @@ BOOST_AUTO_TEST_CASE(forged_locations_and_corrupted_entries_are_misses) {
   publish(where->offset, where->pos + 64, where->bytes);
   BOOST_TEST(fetch_misses());
   BOOST_TEST(ld(n.copy_misses[size_t(MissReason::GenerationChanged)]) == 1u);
-  BOOST_TEST(c.copies(key) == 0u);  // withdrawn by the reader
+  BOOST_TEST(eventually([&] { return c.copies(key) == 0u; }, 2000ms));  // withdrawn by the reader
   // The middle of the entry.
   publish(where->offset + 64, where->pos, where->bytes - 64);
   BOOST_TEST(fetch_misses());
   BOOST_TEST(ld(n.copy_misses[size_t(MissReason::GenerationChanged)]) == 2u);
+  BOOST_TEST(eventually([&] { return c.copies(key) == 0u; }, 2000ms));
   // Too short a read for the entry (a location that claims a small object).
   c.c1->coop_update("p2", coherence::dirwire::Invalidate{h, check});
   publish(where->offset, where->pos, 128, 100);
   BOOST_TEST(fetch_misses());
   BOOST_TEST(ld(n.copy_misses[size_t(MissReason::LengthOutOfBounds)]) == 1u);
+  BOOST_TEST(eventually([&] { return c.copies(key) == 0u; }, 2000ms));
   // The right place, but a payload byte flipped in p1's memory (corruption): checksum.
   c.c1->coop_update("p2", coherence::dirwire::Invalidate{h, check});
   publish(where->offset, where->pos, where->bytes);
@@ -476,6 +479,7 @@ BOOST_AUTO_TEST_CASE(forged_locations_and_corrupted_entries_are_misses) {
   entry[where->bytes - 100] ^= 0x20;
   BOOST_TEST(fetch_misses());
   BOOST_TEST(ld(n.copy_misses[size_t(MissReason::Checksum)]) == 1u);
+  BOOST_TEST(eventually([&] { return c.copies(key) == 0u; }, 2000ms));
   entry[where->bytes - 100] ^= 0x20;
   // Restored: the same location verifies again.
   publish(where->offset, where->pos, where->bytes);
@@ -537,7 +541,7 @@ BOOST_AUTO_TEST_CASE(mtacc_moves_what_the_arena_evicts_to_pool_memory_one_copy_p
           // and is withdrawn by the reader). Only the oldest pages can be.
           BOOST_TEST(r.verdict == Verdict::Miss, k);
           BOOST_TEST(i < 100u, k << " is among the newest pages and should still be cached");
-          BOOST_TEST(where_is(c, k).empty(), k);
+          BOOST_TEST(eventually([&] { return where_is(c, k).empty(); }, 2000ms), k);
           ++gone;
           continue;
         }
