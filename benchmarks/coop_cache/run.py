@@ -51,9 +51,14 @@ LUA = os.path.join(HERE, "zipf.lua")
 
 # blob.php?id=K renders exactly blob_size(K) bytes (sample/php/blob.php: the same formula)
 BLOB_MIN, BLOB_MAX = 8192, 65536
+# blob.php?id=K&size=small: 2-8 KiB (the HYBCC small-page experiment; --pages small)
+BLOB_SMALL_MIN, BLOB_SMALL_MAX = 2048, 8191
+PAGES = "large"  # set by main() from --pages
 
 
 def blob_size(k):
+    if PAGES == "small":
+        return BLOB_SMALL_MIN + zlib.crc32(b"blob:%d" % k) % (BLOB_SMALL_MAX - BLOB_SMALL_MIN + 1)
     return BLOB_MIN + zlib.crc32(b"blob:%d" % k) % (BLOB_MAX - BLOB_MIN + 1)
 
 
@@ -221,7 +226,8 @@ def run_wrk(st, prof, seconds, mode, n, seed, zipf_s, threads=None, conns=None, 
     env = dict(os.environ)
     env.update({"TIERCE_ADDRS": ",".join(f"127.0.0.1:{p['port']}" for p in px), "TIERCE_MODE": mode,
                 "TIERCE_N": str(n), "TIERCE_SEED": str(seed), "TIERCE_ZIPF_S": str(zipf_s),
-                "TIERCE_SEQ_START": str(seq_start)})
+                "TIERCE_SEQ_START": str(seq_start),
+                "TIERCE_QUERY": "&size=small" if PAGES == "small" else ""})
     argv = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{max(1, int(round(seconds)))}s", "--timeout", "10s",
             "-s", LUA, px[0]["url"]]
     if os.cpu_count() >= 2:
@@ -363,7 +369,12 @@ def main():
     ap.add_argument("--duration", type=float, help="seconds per measured window (overrides the profile)")
     ap.add_argument("--ttl", type=int, default=10, help="memcached baseline entry lifetime, seconds (default 10)")
     ap.add_argument("--coop-buckets", type=int, help="directory buckets per proxy (tierce-cluster --coop-buckets)")
+    ap.add_argument("--pages", choices=["large", "small"], default="large",
+                    help="page sizes: large 8-64 KiB (default), small 2-8 KiB (blob.php&size=small); "
+                         "HYBCC pools pages from 16 KiB (RCacheCoopThreshold)")
     a = ap.parse_args()
+    global PAGES
+    PAGES = a.pages
     prof = dict(PROFILES["quick" if a.quick else "full"])
     if a.duration:
         prof["duration"] = a.duration
@@ -425,6 +436,7 @@ def main():
     tierce_missing = [p for p in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
                                   "agents/memd/tierce-memd") if not os.path.exists(os.path.join(build, p))]
     meta = {"profile": "quick" if a.quick else "full", "build": build, "started": time.time(),
+            "pages": PAGES, "pages_text": "2-8 KiB (&size=small)" if PAGES == "small" else "8-64 KiB",
             "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
             "pinning": f"app tier (MariaDB, app httpd, app memd) on CPU {APP_CPU}; proxies, proxy memd, "
                        f"memcached and wrk on CPU {PROXY_CPU}",
@@ -535,7 +547,7 @@ def report(out, meta, rows, skipped, prof):
     p(f"Arena per proxy: {meta['arena']} ({meta['arena_how']}). memcached: one for both proxies, "
       f"-m {meta['memcached_mb']} (= the 2 arenas), TTL {meta['ttl']} s.")
     p(f"Trace: GET blob.php?id=R, R ~ Zipf(s = {meta['zipf_s']}) over the working set's pages, seed {meta['seed']} "
-      f"(per wrk thread: seed*64 + thread); page sizes 8-64 KiB (blob_size(K)); transport shm.")
+      f"(per wrk thread: seed*64 + thread); page sizes {meta.get('pages_text', '8-64 KiB')} (blob_size(K)); transport shm.")
     p(f"Pinning: {meta['pinning']}. Load average at start {meta['loadavg_start'][0]:.2f}, at end "
       f"{meta['loadavg_end'][0]:.2f}.")
     p("")
@@ -601,6 +613,17 @@ def report(out, meta, rows, skipped, prof):
         mc = (by.get(("memcached", f)) or {}).get("req_s")
         target(f"{f:g}x arena: {name} / AC >= 1.8", [ratio(best, ac)], lambda v: v[0] >= 1.8)
         target(f"{f:g}x arena: {name} / memcached >= 1.0", [ratio(best, mc)], lambda v: v[0] >= 1.0)
+    # HYBCC against BCC (seed 000 §7.2: up to +35 % with large pages, no loss with small ones),
+    # for every working set where both were measured. HYBCC uses the app nodes' pools on top.
+    for f in sorted({w["fraction"] for w in meta["working_sets"]}):
+        h = (by.get(("HYBCC", f)) or {}).get("req_s")
+        b = (by.get(("BCC", f)) or {}).get("req_s")
+        if h is None or b is None:
+            continue
+        if meta.get("pages") == "small":
+            target(f"{f:g}x arena, small pages: HYBCC / BCC >= 1.0", [ratio(h, b)], lambda v: v[0] >= 1.0)
+        else:
+            target(f"{f:g}x arena, large pages: HYBCC / BCC >= 1.2", [ratio(h, b)], lambda v: v[0] >= 1.2)
     errs = sum(r["errors"] for r in rows)
     if errs:
         p(f"NOTE: {errs} failed requests (non-200, socket errors or timeouts) in total: see the errors column.")

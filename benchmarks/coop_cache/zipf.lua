@@ -8,6 +8,7 @@
 --           drawn from its seed), starting at position TIERCE_SEQ_START (so that successive runs
 --           go on where the previous one stopped), GETs only
 --   TIERCE_N      pages in the working set (ids 1..N)
+--   TIERCE_QUERY  appended to every URL (e.g. "&size=small": blob.php's small page class)
 --   TIERCE_SEED   run seed; thread t draws from math.randomseed(TIERCE_SEED * 64 + t): the same
 --                 seed gives every configuration the same request streams per proxy
 -- At the end it prints one line "TIERCE_RESULT {json}": requests sent, 200s, errors (non-200),
@@ -44,11 +45,13 @@ local cdf = {}
 local order = {}
 local pos = 0
 local hdrs = {}
+local query = ""
 -- globals (not local): done() reads them per thread with thread:get()
 reads, r_ok, errors, hits_xcache, hits_age = 0, 0, 0, 0, 0
 
 function init(args)
   mode = env("TIERCE_MODE", "zipf")
+  query = env("TIERCE_QUERY", "")
   n = tonumber(env("TIERCE_N", "1000"))
   local s = tonumber(env("TIERCE_ZIPF_S", "0.9"))
   math.randomseed(tonumber(env("TIERCE_SEED", "1")) * 64 + (tid or 0))
@@ -90,7 +93,7 @@ function request()
     id = zipf_rank()
   end
   reads = reads + 1
-  return wrk.format("GET", "/blob.php?id=" .. id, hdrs)
+  return wrk.format("GET", "/blob.php?id=" .. id .. query, hdrs)
 end
 
 function response(status, headers, body)
