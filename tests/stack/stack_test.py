@@ -116,6 +116,11 @@ def run(build, d):
         check(size == want, f"blob.php?id={k}: {size} bytes, want {want}")
         check(list(markers(body)) == [f"item:{k}"], f"blob.php?id={k} markers {markers(body)}")
     check(markers(page(proxy, "/blob.php?id=42", "item:42")) == {"item:42": str(v_item)}, "blob.php marker")
+    # blob.php?...&size=small: 2-8 KiB (the HYBCC small-page experiment)
+    for k in (1, 2, 3):
+        body = page(proxy, f"/blob.php?id={k}&size=small", f"item:{k}")
+        want = 2048 + zlib.crc32(b"blob:%d" % k) % 6144
+        check(len(body.encode()) == want, f"blob.php?id={k}&size=small: {len(body.encode())} bytes, want {want}")
     body = page(proxy, "/category.php?id=3&page=0", "category:3")
     check(list(markers(body)) == ["category:3"], "category.php marker")
     body = page(proxy, "/category.php?id=3", "category:3")
@@ -173,7 +178,8 @@ def run(build, d):
 
     # Bad inputs.
     bad = [("GET", "/item.php", None, 400), ("GET", "/item.php?id=abc", None, 400),
-           ("GET", "/blob.php?id=abc", None, 400), ("GET", "/blob.php?id=9999999", None, 404),
+           ("GET", "/blob.php?id=abc", None, 400),
+           ("GET", "/blob.php?id=1&size=huge", None, 400), ("GET", "/blob.php?id=9999999", None, 404),
            ("POST", "/blob.php?id=1", {"a": "b"}, 405),
            ("GET", "/item.php?id=9999999", None, 404), ("GET", "/category.php?id=999", None, 404),
            ("GET", "/category.php?id=1&page=x", None, 400), ("GET", "/user.php?id=-1", None, 400),
