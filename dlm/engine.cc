@@ -125,6 +125,8 @@ void log_line(const fabric::LogSink& log, fabric::LogLevel lv, const std::string
 
 LockEngine::LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& net)
     : opts_(std::move(opts)), table_(table), net_(net), records_lost_(opts_.members + 1, false),
+      srsl_floor_(opts_.members + 1, 0), srsl_purge_due_(opts_.members + 1, false),
+      srsl_purged_(opts_.members + 1, 0),
       alive_(opts_.members + 1, true) {
   if (opts_.self_rank == 0 || opts_.self_rank > opts_.members)
     throw std::invalid_argument("LockEngine: self_rank must be 1..members");
@@ -219,6 +221,20 @@ Msg LockEngine::msg(MsgType t, const Request& r) const {
   m.home = r.home;
   m.slot = r.slot;
   m.gen = r.gen;
+  return m;
+}
+
+// An SRSL message to the home of (home, slot): from this node (c), with this node's floor (y).
+Msg LockEngine::srsl_msg(MsgType t, uint32_t home, uint32_t slot, uint64_t gen,
+                         uint64_t request) const {
+  Msg m;
+  m.type = t;
+  m.home = home;
+  m.slot = slot;
+  m.gen = gen;
+  m.c = opts_.self_rank;
+  m.x = request;
+  m.y = home < srsl_floor_.size() ? srsl_floor_[home] : 0;
   return m;
 }
 
@@ -430,11 +446,9 @@ void LockEngine::owner_gone(OwnerId owner) {
 void LockEngine::start(Step& st, Request& r) {
   r.state = Request::State::Waiting;
   if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
-    Msg m = msg(MsgType::SrslReq, r);
+    Msg m = srsl_msg(MsgType::SrslReq, r.home, r.slot, r.gen, r.id);
     m.a = uint32_t(r.exclusive ? Mode::Exclusive : Mode::Shared);
     m.b = r.try_only ? 1 : 0;
-    m.c = opts_.self_rank;
-    m.x = r.id;
     deliver(st, r.home, m);
     return;
   }
@@ -615,10 +629,7 @@ void LockEngine::granted(Step& st, Request& r, Token token) {
 
 void LockEngine::release_request(Step& st, Request& r) {
   if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
-    Msg m = msg(MsgType::SrslRel, r);
-    m.c = opts_.self_rank;
-    m.x = r.id;
-    deliver(st, r.home, m);
+    deliver(st, r.home, srsl_msg(MsgType::SrslRel, r.home, r.slot, r.gen, r.id));
   } else if (r.recovered) {
     Msg m = msg(MsgType::RecoveredRel, r);
     deliver(st, r.home, m);
@@ -753,6 +764,15 @@ void LockEngine::handle(Step& st, const Msg& m) {
   auto stale = [&] { ++counters_.stale_messages; };
   if (m.home == 0 || m.home > opts_.members) return stale();
   uint64_t gen = m.gen;  // members check through the record/request below
+  if (m.home == opts_.self_rank &&
+      (m.type == MsgType::SrslReq || m.type == MsgType::SrslRel ||
+       m.type == MsgType::SrslCancel || m.type == MsgType::SrslPurge)) {
+    // The sender's floor first, also from a message that is stale otherwise: what the sender
+    // dropped when it gave this home up goes, whatever the message.
+    if (opts_.algorithm == cluster::LockAlgorithm::SRSL && m.c != opts_.self_rank)
+      srsl_purge(st, m.c, m.y);
+    if (m.type == MsgType::SrslPurge) return;
+  }
   if (m.home == opts_.self_rank) {
     if (m.slot >= slots_.size()) return stale();
     gen = home_gen(m.slot);
@@ -848,22 +868,16 @@ void LockEngine::handle(Step& st, const Msg& m) {
     case MsgType::SrslCancel:
       if (m.home != opts_.self_rank || gen != m.gen) return stale();
       return srsl_home(st, m);
+    case MsgType::SrslPurge:
+      return stale();  // not to this node as a home (handled above when it is)
     case MsgType::SrslGrant: {
       auto it = requests_.find(m.x);
       if (it == requests_.end() || it->second->gen != m.gen) {
         // A grant for a request this node dropped (its lease on the home lapsed, or it gave the
         // home up for dead, and the home granted a request sent before): the home counts it as
         // held. Released at once, or the lock stays held by nobody.
-        if (Status(m.a) == Status::Ok) {
-          Msg rel;
-          rel.type = MsgType::SrslRel;
-          rel.home = m.home;
-          rel.slot = m.slot;
-          rel.gen = m.gen;
-          rel.c = opts_.self_rank;
-          rel.x = m.x;
-          deliver(st, m.home, rel);
-        }
+        if (Status(m.a) == Status::Ok)
+          deliver(st, m.home, srsl_msg(MsgType::SrslRel, m.home, m.slot, m.gen, m.x));
         return stale();
       }
       Request& r = *it->second;
@@ -891,6 +905,12 @@ void LockEngine::srsl_home(Step& st, const Msg& m) {
   };
   switch (m.type) {
     case MsgType::SrslReq: {
+      // A request its sender dropped before it sent its floor (it gave this home up), which the
+      // network delivers only now: the sender would never release it, nor hear of its grant.
+      if (m.c < srsl_purged_.size() && m.x < srsl_purged_[m.c]) {
+        ++counters_.stale_messages;
+        return;
+      }
       Slot::Holder h{m.c, m.x, Mode(m.a) == Mode::Exclusive};
       bool excl_held = std::any_of(s.holders.begin(), s.holders.end(),
                                    [](const Slot::Holder& x) { return x.exclusive; });
@@ -910,11 +930,13 @@ void LockEngine::srsl_home(Step& st, const Msg& m) {
                     [&](const Slot::Holder& x) { return x.rank == m.c && x.request == m.x; });
       return srsl_grant_waiters(st, m.slot);
     case MsgType::SrslCancel: {
-      auto before = s.queue.size();
-      std::erase_if(s.queue, [&](const Slot::Holder& x) { return x.rank == m.c && x.request == m.x; });
-      if (s.queue.size() != before) {
-        // Confirms the withdrawal (a grant already sent is released by the requester).
-        answer(m.c, m.x, Status::Timeout);
+      // Waiting, or granted: the grant may be on its way (the requester releases it when it
+      // comes: a withdrawn request is never handed to a client), or lost (a send that failed:
+      // nobody would release it). Either way the requester does not hold it: released here.
+      auto match = [&](const Slot::Holder& x) { return x.rank == m.c && x.request == m.x; };
+      const auto erased = std::erase_if(s.queue, match) + std::erase_if(s.holders, match);
+      if (erased) {
+        answer(m.c, m.x, Status::Timeout);  // confirms the withdrawal
         srsl_grant_waiters(st, m.slot);
       }
       return;
@@ -935,6 +957,20 @@ void LockEngine::srsl_grant_waiters(Step& st, uint32_t slot) {
     s.holders.push_back(h);
     deliver(st, h.rank, grant_msg(MsgType::SrslGrant, opts_.self_rank, slot, s.gen, h.request,
                                   ++s.next_token));
+  }
+}
+
+// Member `rank` dropped every request on this home's locks with an id below `floor` (it gave
+// this home up: member_down). Whatever of them the home still keeps goes: a member that was not
+// declared dead here (silent for less than a lease), or a late request of one that was.
+void LockEngine::srsl_purge(Step& st, uint32_t rank, uint64_t floor) {
+  if (rank == 0 || rank >= srsl_purged_.size() || floor <= srsl_purged_[rank]) return;
+  srsl_purged_[rank] = floor;
+  auto dropped = [&](const Slot::Holder& h) { return h.rank == rank && h.request < floor; };
+  for (uint32_t s = 0; s < slots_.size(); ++s) {
+    const auto erased = std::erase_if(slots_[s]->holders, dropped) +
+                        std::erase_if(slots_[s]->queue, dropped);
+    if (erased) srsl_grant_waiters(st, s);
   }
 }
 
@@ -991,7 +1027,15 @@ std::vector<uint8_t> LockEngine::on_resolve(std::span<const uint8_t> body) {
 
 void LockEngine::member_up(uint32_t rank) {
   std::lock_guard lk(mu_);
-  if (rank < alive_.size()) alive_[rank] = true;
+  if (rank >= alive_.size()) return;
+  alive_[rank] = true;
+  // SRSL: tell the home which of this node's requests are gone (the timer thread sends it: the
+  // caller may hold locks of its own that a send should not wait under).
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL && rank != opts_.self_rank &&
+      srsl_floor_[rank] > 0) {
+    srsl_purge_due_[rank] = true;
+    timer_cv_.notify_one();
+  }
 }
 
 void LockEngine::member_down(uint32_t rank, const std::string& why) {
@@ -1017,6 +1061,9 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
     }
     requests_.erase(id);
   }
+  // Every request of this node on the member's locks is gone (below next_id_): SRSL tells the
+  // home so, or it would keep the holds and waits it has of them (member_up).
+  srsl_floor_[rank] = next_id_;
   std::erase_if(records_, [&](const auto& kv) { return std::get<0>(kv.first) == rank; });
   std::erase_if(resolved_, [&](const auto& kv) { return kv.second.home == rank; });
   std::erase_if(last_word_, [&](const auto& kv) { return uint32_t(kv.first >> 32) == rank; });
@@ -1224,12 +1271,8 @@ void LockEngine::timer_loop() {
         fail(st, r, Status::Timeout,
              "lock \"" + r.name + "\" was not granted within the timeout");
         r.state = Request::State::Ghost;
-        if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
-          Msg m = msg(MsgType::SrslCancel, r);
-          m.c = opts_.self_rank;
-          m.x = r.id;
-          deliver(st, r.home, m);
-        }
+        if (opts_.algorithm == cluster::LockAlgorithm::SRSL)
+          deliver(st, r.home, srsl_msg(MsgType::SrslCancel, r.home, r.slot, r.gen, r.id));
       } else if (r.state == Request::State::Starting) {
         if (expired) {
           ++counters_.timeouts;
@@ -1243,6 +1286,16 @@ void LockEngine::timer_loop() {
         if (requests_.count(id) && requests_[id]->state == Request::State::Starting)
           retrying = true;
       }
+    }
+    for (uint32_t rank = 1; rank < srsl_purge_due_.size(); ++rank) {
+      if (!srsl_purge_due_[rank]) continue;
+      srsl_purge_due_[rank] = false;
+      Msg m;
+      m.type = MsgType::SrslPurge;
+      m.home = rank;
+      m.c = opts_.self_rank;
+      m.y = srsl_floor_[rank];
+      deliver(st, rank, m);
     }
     std::vector<Record*> late;
     for (auto& [k, rec] : records_)

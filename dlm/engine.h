@@ -109,12 +109,17 @@ class LockEngine final : public LocalLockService {
   void member_down(uint32_t rank, const std::string& why);
   // The member is dead (not heard from for a whole lease), or restarted (a new incarnation): its
   // holds on this home's locks may be given away, and its queue records are gone (or may be).
-  // SRSL forgets its holders and waiters here; N-CoSED's recover_all() does it for the members
+  // SRSL forgets its holders and waiters here (and those a live member dropped when it gave
+  // this home up, when its floor arrives: member_up); N-CoSED's recover_all() does it for the members
   // its `alive` callback calls dead, and the next recover_all() does not take a lock whose tail
   // is a ticket of this member for idle (a restarted member is alive, but the record of that
   // ticket went with its old incarnation). member_down() alone (the member's answers are late,
   // lease_ms - lease_ms/4) never gives its holds away: it revokes its own on that member's.
   void member_dead(uint32_t rank);
+  // The member answers again. SRSL: if this node gave it up since it last started (member_down
+  // dropped this node's requests on its locks), tells it so (SRSL_PURGE): the home may not have
+  // declared this node dead (a silence between lease - guard and lease), or a request this node
+  // dropped may have reached it after it did (held by the network), and it must not keep them.
   void member_up(uint32_t rank);
   bool member_alive(uint32_t rank) const;
   // Recovers every allocated slot of this home (docs/dlm.md "Recovery") that is not idle. Calls
@@ -155,6 +160,8 @@ class LockEngine final : public LocalLockService {
   // SRSL
   void srsl_home(Step& st, const Msg& m);
   void srsl_grant_waiters(Step& st, uint32_t slot);
+  void srsl_purge(Step& st, uint32_t rank, uint64_t floor);
+  Msg srsl_msg(MsgType t, uint32_t home, uint32_t slot, uint64_t gen, uint64_t request) const;
 
   void fail(Step& st, Request& r, Status s, const std::string& why);
   void drop_request(Request& r);
@@ -175,6 +182,15 @@ class LockEngine final : public LocalLockService {
   // Ranks that died or restarted (member_dead) since recover_all() last started: a tail ticket
   // of theirs does not make a lock idle.
   std::vector<bool> records_lost_;
+  // SRSL, as a member, by home rank: next_id_ when this node last gave that home up
+  // (member_down): every request of this node on its locks with a lower id is gone. Sent to the
+  // home in every SRSL message (y) and in SRSL_PURGE when the home is up again (member_up).
+  std::vector<uint64_t> srsl_floor_;
+  std::vector<bool> srsl_purge_due_;  // SRSL_PURGE to send (member_up; the timer thread sends)
+  // SRSL, as a home, by member rank: the highest floor the member sent. Its holders and waiters
+  // below it are dropped, and a request below it that arrives late (the network held it) is not
+  // queued: the member dropped it, and would never release it.
+  std::vector<uint64_t> srsl_purged_;
   // (home << 32 | slot) -> the highest generation a recovery told this node (on_recover), also
   // for locks it has neither cached nor requested: acquire() starts no request below it, though
   // the generation it read (cache or dlm.resolve) may predate that recovery.

@@ -70,7 +70,7 @@ std::optional<Msg> Msg::decode(std::span<const uint8_t> bytes) {
   r.get(&magic);
   r.get(&type);
   r.get(&m.sender);
-  if (magic != kMsgMagic || type < 1 || type > uint8_t(MsgType::SrslCancel))
+  if (magic != kMsgMagic || type < 1 || type > uint8_t(MsgType::SrslPurge))
     return std::nullopt;
   m.type = MsgType(type);
   r.get(&m.home);
@@ -98,6 +98,7 @@ std::string_view to_string(MsgType t) {
     case MsgType::SrslGrant: return "SRSL_GRANT";
     case MsgType::SrslRel: return "SRSL_REL";
     case MsgType::SrslCancel: return "SRSL_CANCEL";
+    case MsgType::SrslPurge: return "SRSL_PURGE";
   }
   return "?";
 }

@@ -15,7 +15,7 @@
 //   24     4    b       successor ticket / member k | SRSL: try(1)
 //   28     4    c       requester rank / count
 //   32     8    x       request id / pre-granted flag
-//   40     8    y       token
+//   40     8    y       token                      | SRSL to the home: the sender's floor
 //   48     8    from    sender's incarnation (a restarted sender's old messages are dropped)
 #pragma once
 #include <cstdint>
@@ -36,10 +36,14 @@ enum class MsgType : uint8_t {
   ExclGrant = 5,    // to E's node: ticket a granted with token y
   RecoveredRel = 6, // to the home: a holder reported in the recovery of ticket a released
   Resume = 7,       // home to members: the recovery of the lock ended, generation gen
+  // SRSL messages to the home carry in y the sender's floor for that home: every request of
+  // rank c on the home's locks with an id below y is gone at rank c (it dropped them when it
+  // gave the home up, member_down), so the home drops whatever it still keeps of them.
   SrslReq = 8,      // to the home: rank c, request x, mode a, try b
   SrslGrant = 9,    // to the requester: request x -> status a (Ok: token y; WouldBlock)
   SrslRel = 10,     // to the home: rank c releases request x
-  SrslCancel = 11,  // to the home: rank c withdraws waiting request x
+  SrslCancel = 11,  // to the home: rank c withdraws request x (waiting, or granted unseen)
+  SrslPurge = 12,   // to the home: rank c's floor y (sent when the home is up again)
 };
 inline constexpr uint8_t kMsgMagic = 0xD1;
 inline constexpr size_t kMsgBytes = 56;

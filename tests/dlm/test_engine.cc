@@ -51,8 +51,11 @@ struct Net final : tierce::dlm::Network {
   // Called by a dlm.resolve call after the home answered, before the caller sees the answer.
   std::function<void()> after_resolve;
 
-  Net(uint32_t members, uint32_t home_rank)
-      : n(members), home(home_rank), tables(members + 1), engines(members + 1) {
+  tierce::cluster::LockAlgorithm algorithm;
+
+  Net(uint32_t members, uint32_t home_rank,
+      tierce::cluster::LockAlgorithm alg = tierce::cluster::LockAlgorithm::NCoSED)
+      : n(members), home(home_rank), tables(members + 1), engines(members + 1), algorithm(alg) {
     for (uint32_t r = 1; r <= n; ++r) start(r, 1);
   }
   ~Net() override {
@@ -61,6 +64,7 @@ struct Net final : tierce::dlm::Network {
   void start(uint32_t rank, uint64_t epoch) {
     tables[rank].assign(kSlots * tierce::dlm::kSlotBytes, 0);
     tierce::dlm::EngineOptions o;
+    o.algorithm = algorithm;
     o.self_rank = rank;
     o.members = n;
     o.lock_slots = kSlots;
@@ -151,10 +155,11 @@ struct Net final : tierce::dlm::Network {
 struct Req {
   std::shared_ptr<std::optional<Grant>> g = std::make_shared<std::optional<Grant>>();
   std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
-  Req(LockEngine& e, uint64_t owner, Mode m, const std::string& name = "L") {
+  Req(LockEngine& e, uint64_t owner, Mode m, const std::string& name = "L",
+      std::chrono::milliseconds timeout = -1ms) {
     auto gg = g;
     auto mm = mu;
-    e.acquire(owner, name, m, -1ms, [gg, mm](const Grant& x) {
+    e.acquire(owner, name, m, timeout, [gg, mm](const Grant& x) {
       std::lock_guard lk(*mm);
       *gg = x;
     });
@@ -311,4 +316,76 @@ BOOST_AUTO_TEST_CASE(a_recovered_release_counts_only_for_its_generation) {
   auto gx = granted(net, x);
   BOOST_TEST(gx.token > gs.token);
   BOOST_TEST(net.e(1).release(2, gx.hold) == Status::Ok);
+}
+
+// SRSL keeps a lock's holders and waiters at its home; a member that gives the home up
+// (member_down: no answers for lease - guard, or a lapse seen after a freeze) drops its own
+// requests on the home's locks. The home forgot them only when it declared the member dead
+// (member_dead), so every way a dropped request could stay at the home wedged the lock for good.
+
+// The CI stall of dlm_stress_srsl_tcp (partition step, then "no progress" after the node kill):
+// member 2's request, sent into the partition before member 2 gave the home up, was held by the
+// network and reached the home after the home had declared member 2 dead; the home granted it,
+// and the grant was lost (the home's new connection to member 2 could not be opened before the
+// heal). Member 2 had dropped the request long before: nobody would ever release that hold.
+BOOST_AUTO_TEST_CASE(srsl_a_late_request_of_a_dead_member_does_not_wedge_the_lock) {
+  Net net(2, 1, tierce::cluster::LockAlgorithm::SRSL);
+  Req x(net.e(2), 2, Mode::Exclusive);
+  auto cut = net.take(1);  // SRSL_REQ held by the partition
+  BOOST_TEST(cut.size() == 1u);
+  net.e(2).member_down(1, "partition");  // member 2's request fails (HomeDown)
+  auto gx = x.get(net, 0ms);
+  BOOST_REQUIRE(gx.has_value());
+  BOOST_TEST(gx->status == Status::HomeDown);
+  net.e(1).member_down(2, "partition");
+  net.e(1).member_dead(2);
+  for (auto& m : cut) net.e(1).on_message(m);  // the heal delivers it: granted at once
+  BOOST_TEST(net.take(2).size() == 1u);        // ... and the grant is lost
+  net.e(1).member_up(2);
+  net.e(2).member_up(1);
+  net.pump();
+  Req y(net.e(1), 3, Mode::Exclusive);
+  auto gy = granted(net, y);
+  BOOST_TEST(net.e(1).release(3, gy.hold) == Status::Ok);
+  Req z(net.e(2), 4, Mode::Exclusive);  // member 2 goes on as well
+  auto gz = granted(net, z);
+  BOOST_TEST(gz.token > gy.token);
+}
+
+// A partition (or a freeze of member 2's lockd) longer than lease - guard but shorter than the
+// lease: member 2 gives the home up and revokes its hold, the home does not declare member 2
+// dead. Both come back; the hold member 2 dropped must not stay at the home.
+BOOST_AUTO_TEST_CASE(srsl_a_hold_the_member_dropped_is_released_without_its_death) {
+  Net net(2, 1, tierce::cluster::LockAlgorithm::SRSL);
+  Req x(net.e(2), 2, Mode::Exclusive);
+  auto gx = granted(net, x);
+  net.e(2).member_down(1, "lease lapsed");  // its hold is revoked (LeaseLost)
+  net.e(1).member_down(2, "no answers");    // not dead: heard within the lease
+  net.e(1).member_up(2);
+  net.e(2).member_up(1);
+  net.pump();
+  BOOST_TEST(net.e(2).release(2, gx.hold) == Status::NotHeld);
+  Req y(net.e(1), 3, Mode::Exclusive);
+  auto gy = granted(net, y);
+  BOOST_TEST(gy.token > gx.token);
+}
+
+// A grant lost on its way (the home's send to the member failed: a reconnect under load) while
+// the member stays up: the member's request times out and is withdrawn (SRSL_CANCEL); the home,
+// which counts it as held since the grant left, must release it then.
+BOOST_AUTO_TEST_CASE(srsl_a_withdrawn_request_whose_grant_was_lost_is_released) {
+  Net net(2, 1, tierce::cluster::LockAlgorithm::SRSL);
+  Req a(net.e(1), 1, Mode::Exclusive);
+  auto ga = granted(net, a);
+  Req x(net.e(2), 2, Mode::Exclusive, "L", 300ms);
+  net.pump();  // queued at the home
+  BOOST_TEST(net.e(1).release(1, ga.hold) == Status::Ok);
+  BOOST_TEST(net.take(2).size() == 1u);  // the grant to member 2 is lost
+  auto gx = x.get(net, 3000ms);
+  BOOST_REQUIRE(gx.has_value());
+  BOOST_TEST(gx->status == Status::Timeout);
+  net.pump();
+  Req y(net.e(1), 3, Mode::Exclusive);
+  auto gy = granted(net, y);
+  BOOST_TEST(gy.token > ga.token);
 }
