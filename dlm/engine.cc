@@ -768,8 +768,11 @@ void LockEngine::handle(Step& st, const Msg& m) {
       (m.type == MsgType::SrslReq || m.type == MsgType::SrslRel ||
        m.type == MsgType::SrslCancel || m.type == MsgType::SrslPurge)) {
     // The sender's floor first, also from a message that is stale otherwise: what the sender
-    // dropped when it gave this home up goes, whatever the message.
-    if (opts_.algorithm == cluster::LockAlgorithm::SRSL && m.c != opts_.self_rank)
+    // dropped when it gave this home up goes, whatever the message. Only a floor that is a
+    // request id of the sending incarnation (ids start at epoch << 47, incarnations are
+    // epoch << 32 | random): garbage must not make the home refuse a member's requests for good.
+    if (opts_.algorithm == cluster::LockAlgorithm::SRSL && m.c != opts_.self_rank &&
+        m.sender == m.c && m.from != 0 && (m.y >> kRequestIdShift) == (m.from >> 32))
       srsl_purge(st, m.c, m.y);
     if (m.type == MsgType::SrslPurge) return;
   }
