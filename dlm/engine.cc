@@ -1136,7 +1136,9 @@ std::vector<uint8_t> LockEngine::on_recover(std::span<const uint8_t> body) {
 }
 
 void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
-  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) return;  // done in member_down
+  // SRSL: member_dead forgets a dead member's holders and waiters, a live member's floor what it
+  // dropped (member_up, srsl_purge).
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) return;
   size_t n;
   std::vector<bool> lost;
   {
