@@ -184,37 +184,55 @@ std::unique_ptr<NodePool::Conn> ClusterClient::borrow_peer(NodePool& n) {
   return borrow(n, ctx_);
 }
 
-std::optional<DirReadResult> ClusterClient::read_coop_entry(const std::string& proxy,
-                                                            uint64_t key_hash,
-                                                            uint64_t key_check) {
-  NodePool& n = node(proxy);
+// One cooperative-cache operation on `name`'s memd: `op` runs on a borrowed connection and
+// returns an optional (nullopt: the connection is fine, the operation has no result, e.g. a
+// descriptor out of bounds). A failure is logged as `what`, and nullopt; one that concerns the
+// regions or the service, not the connection (region_level), keeps the connection and drops
+// its cooperative-cache descriptors, which are looked up again next time.
+template <class Op>
+auto ClusterClient::on_peer(const std::string& name, const char* what, Op op)
+    -> decltype(op(std::declval<NodePool::Conn&>())) {
+  NodePool& n = node(name);
   auto c = borrow_peer(n);
   if (!c) return std::nullopt;
   Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
   try {
-    const auto& r = region(*l, RegionKind::CoopDir, ctx_);
-    const DirectoryGeometry& g = l->coop_geometry;
-    std::array<uint8_t, kDirBucketSize> bucket;
-    DirReadResult res;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      l->c->read(r, g.bucket_offset(key_hash), bucket.data(), bucket.size());
-      res = read_entry(g, bucket, key_hash, key_check);
-      auto* m = std::get_if<DirMiss>(&res);
-      if (!m || (m->reason != DirMissReason::Torn && m->reason != DirMissReason::Checksum)) break;
-    }
+    auto r = op(*l);
     l.done();
-    return res;
+    return r;
   } catch (const std::exception& e) {
     if (region_level(e)) {
       l->coop_dir.reset();
       l->arena.reset();
+      l->pool.reset();
       l.done();
     }
     if (ctx_.log)
       ctx_.log(fabric::LogLevel::Debug,
-               "COH0110 directory read at " + proxy + " failed: " + std::string(e.what()));
+               std::string(what) + " " + name + " failed: " + std::string(e.what()));
     return std::nullopt;
   }
+}
+
+std::optional<DirReadResult> ClusterClient::read_coop_entry(const std::string& proxy,
+                                                            uint64_t key_hash,
+                                                            uint64_t key_check) {
+  return on_peer(proxy, "COH0110 directory read at",
+                 [&](NodePool::Conn& c) -> std::optional<DirReadResult> {
+                   const auto& r = region(c, RegionKind::CoopDir, ctx_);
+                   const DirectoryGeometry& g = c.coop_geometry;
+                   std::array<uint8_t, kDirBucketSize> bucket;
+                   DirReadResult res;
+                   for (int attempt = 0; attempt < 2; ++attempt) {
+                     c.c->read(r, g.bucket_offset(key_hash), bucket.data(), bucket.size());
+                     res = read_entry(g, bucket, key_hash, key_check);
+                     auto* m = std::get_if<DirMiss>(&res);
+                     if (!m ||
+                         (m->reason != DirMissReason::Torn && m->reason != DirMissReason::Checksum))
+                       break;
+                   }
+                   return res;
+                 });
 }
 
 std::optional<std::vector<uint8_t>> ClusterClient::read_arena(const std::string& proxy,
@@ -230,101 +248,47 @@ std::optional<std::vector<uint8_t>> ClusterClient::read_pool(const std::string& 
 std::optional<std::vector<uint8_t>> ClusterClient::read_bytes(const std::string& name,
                                                               RegionKind kind, uint64_t offset,
                                                               uint64_t bytes) {
-  NodePool& n = node(name);
-  auto c = borrow_peer(n);
-  if (!c) return std::nullopt;
-  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
-  try {
-    const auto& r = region(*l, kind, ctx_);
-    if (bytes == 0 || offset > r.len || bytes > r.len - offset ||
-        bytes > l->c->capabilities().max_transfer) {
-      l.done();  // the connection is fine: the descriptor is not
-      return std::nullopt;
-    }
-    std::vector<uint8_t> out(bytes);
-    l->c->read(r, offset, out.data(), out.size());
-    l.done();
-    return out;
-  } catch (const std::exception& e) {
-    if (region_level(e)) {
-      l->arena.reset();
-      l->pool.reset();
-      l.done();
-    }
-    if (ctx_.log)
-      ctx_.log(fabric::LogLevel::Debug, "COH0111 " +
-                                            std::string(kind == RegionKind::Pool ? "pool" : "arena") +
-                                            " read at " + name + " failed: " + std::string(e.what()));
-    return std::nullopt;
-  }
+  return on_peer(name, kind == RegionKind::Pool ? "COH0111 pool read at" : "COH0111 arena read at",
+                 [&](NodePool::Conn& c) -> std::optional<std::vector<uint8_t>> {
+                   const auto& r = region(c, kind, ctx_);
+                   if (bytes == 0 || offset > r.len || bytes > r.len - offset ||
+                       bytes > c.c->capabilities().max_transfer)
+                     return std::nullopt;  // the connection is fine: the descriptor is not
+                   std::vector<uint8_t> out(bytes);
+                   c.c->read(r, offset, out.data(), out.size());
+                   return out;
+                 });
 }
 
 bool ClusterClient::write_pool(const std::string& name, uint64_t offset,
                                std::span<const uint8_t> bytes) {
-  NodePool& n = node(name);
-  auto c = borrow_peer(n);
-  if (!c) return false;
-  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
-  try {
-    const auto& r = region(*l, RegionKind::Pool, ctx_);
+  auto ok = on_peer(name, "COH0114 pool write at", [&](NodePool::Conn& c) -> std::optional<bool> {
+    const auto& r = region(c, RegionKind::Pool, ctx_);
     if (bytes.empty() || offset > r.len || bytes.size() > r.len - offset ||
-        bytes.size() > l->c->capabilities().max_transfer) {
-      l.done();
-      return false;
-    }
-    l->c->write(r, offset, bytes.data(), bytes.size());
-    l.done();
+        bytes.size() > c.c->capabilities().max_transfer)
+      return std::nullopt;
+    c.c->write(r, offset, bytes.data(), bytes.size());
     return true;
-  } catch (const std::exception& e) {
-    if (region_level(e)) {
-      l->pool.reset();
-      l.done();
-    }
-    if (ctx_.log)
-      ctx_.log(fabric::LogLevel::Debug,
-               "COH0114 pool write at " + name + " failed: " + std::string(e.what()));
-    return false;
-  }
+  });
+  return ok.value_or(false);
 }
 
 std::optional<dirwire::Reply> ClusterClient::coop_update(const std::string& proxy,
                                                          const dirwire::Message& m) {
-  NodePool& n = node(proxy);
-  auto c = borrow_peer(n);
-  if (!c) return std::nullopt;
-  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
-  try {
-    auto reply = dirwire::decode_reply(l->c->call(dirwire::kUpdateService, dirwire::encode(m)));
-    l.done();
-    return reply;
-  } catch (const std::exception& e) {
-    if (region_level(e)) {
-      l->coop_dir.reset();
-      l->arena.reset();
-      l.done();
-    }
-    if (ctx_.log)
-      ctx_.log(fabric::LogLevel::Debug,
-               "COH0112 directory update at " + proxy + " failed: " + std::string(e.what()));
-    return std::nullopt;
-  }
+  return on_peer(proxy, "COH0112 directory update at",
+                 [&](NodePool::Conn& c) -> std::optional<dirwire::Reply> {
+                   return dirwire::decode_reply(
+                       c.c->call(dirwire::kUpdateService, dirwire::encode(m)));
+                 });
 }
 
 bool ClusterClient::coop_notify(const std::string& proxy, const dirwire::Message& m) {
-  NodePool& n = node(proxy);
-  auto c = borrow_peer(n);
-  if (!c) return false;
-  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
-  try {
-    l->c->send(dirwire::kUpdateService, dirwire::encode(m));
-    l.done();
-    return true;
-  } catch (const std::exception& e) {
-    if (ctx_.log)
-      ctx_.log(fabric::LogLevel::Debug,
-               "COH0112 directory update to " + proxy + " not sent: " + std::string(e.what()));
-    return false;
-  }
+  auto sent = on_peer(proxy, "COH0112 directory update (one-way) to",
+                      [&](NodePool::Conn& c) -> std::optional<bool> {
+                        c.c->send(dirwire::kUpdateService, dirwire::encode(m));
+                        return true;
+                      });
+  return sent.value_or(false);
 }
 
 }  // namespace tierce::coherence

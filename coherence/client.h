@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coherence/coop_directory.h"
@@ -95,6 +96,9 @@ class ClusterClient {
   std::unique_ptr<NodePool::Conn> borrow_peer(NodePool& n);
   std::optional<std::vector<uint8_t>> read_bytes(const std::string& node, RegionKind kind,
                                                  uint64_t offset, uint64_t bytes);
+  template <class Op>
+  auto on_peer(const std::string& name, const char* what, Op op)
+      -> decltype(op(std::declval<NodePool::Conn&>()));
   std::optional<uint64_t> read_word(NodePool& n, RegionKind kind, uint64_t off);
 
   Topology topo_;
