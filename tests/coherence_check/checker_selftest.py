@@ -8,6 +8,10 @@ connections), so the checker's HTTP client sees every framing.
   stale mode:    pages show the version first served (a cache that never invalidates)
                                                             -> tierce-check must exit 1, stale > 0
   errors mode:   1 request in 10 gets a 503                  -> tierce-check must exit 1 (error ratio)
+  flap mode:     no writes, pages show version 1, 2 or 3 at random (copies of different ages)
+                                                            -> read-read inversions > 0, no stale read:
+                                                               exit 0, and exit 1 with --strict
+  (the coherent mode is linearizable: it must report no read-read inversion)
 
   checker_selftest.py --checker PATH
 Exit 0 passed, 1 failed.
@@ -113,6 +117,8 @@ def make_handler(st):
                 v = st.versions.get(key, 1)
                 if st.mode == "stale":
                     v = st.served.setdefault(key, v)
+                elif st.mode == "flap":
+                    v = st.rng.choice((1, 2, 3))
             self.send(200, f'<!DOCTYPE html>\n<html><head><meta name="tierce-data" content="{key}={v}">\n'
                            f"<title>{key}</title></head><body>{'x' * (v % 300)}</body></html>\n")
 
@@ -168,6 +174,9 @@ def main():
     if rc != 0 or res["stale_reads"] != 0 or res["errors"] != 0 or res["checked_reads"] < 100:
         failures.append(f"coherent: exit {rc}, stale {res['stale_reads']}, errors {res['errors']}, "
                         f"checked {res['checked_reads']} (want exit 0, no stale, no error, >= 100 checked)")
+    if res.get("read_inversions") != 0 or res.get("strict") is not False:
+        failures.append(f"coherent: read_inversions {res.get('read_inversions')}, strict {res.get('strict')} "
+                        "(want 0 and false)")
     if res.get("hit_ratio") is None or abs(res["hit_ratio"] - 0.75) > 0.01 or res.get("invalidations") != 0:
         failures.append(f"coherent: proxy metrics deltas hit_ratio {res.get('hit_ratio')}, invalidations "
                         f"{res.get('invalidations')} (want 0.75 and 0 from the fake /rcache-metrics)")
@@ -184,6 +193,18 @@ def main():
     rc, res = run(a.checker, "errors", ["--max-error-ratio", "0.5"])
     if rc != 0:
         failures.append(f"errors with --max-error-ratio 0.5: exit {rc} (want 0)")
+    rc, res = run(a.checker, "coherent", ["--strict"])
+    if rc != 0 or res.get("read_inversions") != 0 or res.get("strict") is not True:
+        failures.append(f"coherent --strict: exit {rc}, read_inversions {res.get('read_inversions')} (want 0, 0)")
+    for extra, want_rc in (([], 0), (["--strict"], 1)):
+        rc, res = run(a.checker, "flap", ["--write-ratio", "0"] + extra)
+        inv = res.get("read_inversions", 0)
+        ex = res.get("inversions", [])
+        if (rc != want_rc or not inv or res.get("stale_reads") != 0 or not 1 <= len(ex) <= 5
+                or any(e["seen"] >= e["earlier_seen"] or e["gap_us"] <= 0 for e in ex)):
+            failures.append(f"flap {' '.join(extra)}: exit {rc}, read_inversions {inv}, stale "
+                            f"{res.get('stale_reads')}, {len(ex)} examples (want exit {want_rc}, "
+                            "inversions > 0 with 1-5 valid examples, no stale read)")
     for bad in (["--bogus"], ["--proxy", "http://127.0.0.1:1/", "--app", "http://127.0.0.1:1/", "--ops", "5",
                               "--duration", "1"], ["--ops", "10"], ["--proxy", "ftp://x/", "--app", "http://a/"]):
         r = subprocess.run([a.checker] + bad, capture_output=True)

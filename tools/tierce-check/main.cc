@@ -5,10 +5,14 @@
 // line. Readers record their start time, GET item/category/user pages through the proxies and
 // parse the `<meta name="tierce-data" content="KEY=VERSION">` markers. After the run every read is
 // checked against the writes that RETURNED BEFORE the read STARTED: a version smaller than the
-// highest such write's is a STALE READ. Errors (refused, timeouts, 5xx, missing marker) are counted
+// highest such write's is a STALE READ. Reads are also checked against each other: a read showing
+// a version older than one some read of the same entity (through any proxy) showed and returned
+// before this read started is a READ-READ INVERSION (inversions.h): reported always, a failure
+// with --strict. Errors (refused, timeouts, 5xx, missing marker) are counted
 // apart. --window NAME=FROM-TO reports the same per stretch of the run (e.g. while a fault lasts):
 // the operations that STARTED in it, and the latency of its writes. Exit 0 when no read was stale
-// and the error ratio is <= --max-error-ratio, 1 otherwise, 2 on bad usage.
+// and the error ratio is <= --max-error-ratio (and, with --strict, no read inverted), 1 otherwise,
+// 2 on bad usage.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,6 +38,7 @@
 #include <vector>
 
 #include "http.h"
+#include "inversions.h"
 #include <nlohmann/json.hpp>
 
 extern char** environ;
@@ -47,19 +52,25 @@ const char* kUsage =
     "                    [--hot 100] [--items 10000] [--users 2000] [--categories 20] [--seed 1]\n"
     "                    [--during \"SHELL COMMAND\"@SECONDS]... [--max-error-ratio 0.01]\n"
     "                    [--timeout 10] [--direct] [--json FILE] [--quiet]\n"
-    "                    [--window NAME=FROM-TO]... [--no-pace] [--site HOST[:PORT]]\n"
+    "                    [--window NAME=FROM-TO]... [--no-pace] [--site HOST[:PORT]] [--strict]\n"
     "Readers GET item.php / category.php / user.php through the proxies (--direct: the app nodes);\n"
     "writers POST bid.php / edit.php to the app nodes. A read showing an entity version older than\n"
     "one whose update returned before the read started is a STALE READ.\n"
+    "A read showing an entity version older than another read of that entity (through any proxy)\n"
+    "showed, when that read returned before this one started, is a READ-READ INVERSION: always\n"
+    "counted and reported (summary and --json \"read_inversions\", up to 5 examples); --strict makes\n"
+    "inversions fail the run like stale reads (reads must then also agree with each other's real-time\n"
+    "order, not only be fresh).\n"
     "--window NAME=FROM-TO (seconds since the start; repeatable, a NAME given again adds a range):\n"
-    "reads, checked and stale reads, writes with their latency p50/p99/max, and errors of the\n"
-    "operations that started in it, printed and in --json \"windows\".\n"
+    "reads, checked and stale reads, read-read inversions, writes with their latency p50/p99/max,\n"
+    "and errors of the operations that started in it, printed and in --json \"windows\".\n"
     "--no-pace: readers and writers each go as fast as they can (--write-ratio only decides whether\n"
     "there are readers and writers at all): a stalled write path (a fault) does not hold reads back.\n"
     "--site: the Host header of reads through the proxies (default: each proxy's own address). Give\n"
     "the site name the proxies share, as a load balancer in front of them forwards it: the proxies\n"
     "then share cache keys (RCacheCoop).\n"
-    "Exit: 0 no stale read and errors <= --max-error-ratio; 1 otherwise; 2 bad usage.\n";
+    "Exit: 0 no stale read, errors <= --max-error-ratio (and with --strict no read-read inversion);\n"
+    "1 otherwise; 2 bad usage.\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::fprintf(stderr, "tierce-check: %s\n%s", msg.c_str(), kUsage);
@@ -149,6 +160,7 @@ struct Options {
   std::vector<Window> windows;
   std::string json_path, cluster_path;
   bool quiet = false, direct = false, pace = true;
+  bool strict = false;  // read-read inversions fail the run
   double max_error_ratio = 0.01;
   double timeout = 10;
   std::string cache = "unknown";
@@ -239,6 +251,7 @@ Options parse_args(int argc, char** argv) {
     }
     else if (a == "--direct") o.direct = true;
     else if (a == "--no-pace") o.pace = false;
+    else if (a == "--strict") o.strict = true;
     else if (a == "--max-error-ratio") o.max_error_ratio = to_d(a, val(), 0, 1);
     else if (a == "--timeout") o.timeout = to_d(a, val(), 0.01, 3600);
     else usage_error("unknown argument '" + a + "'");
@@ -812,9 +825,18 @@ int main(int argc, char** argv) {
     stale_reads = (long long)seen.size();
   }
 
+  // Read-read inversions: a read older than a read of the same entity that ended before it started.
+  InversionResult inv;
+  {
+    std::vector<InvRead> ir(reads.size());
+    for (size_t i = 0; i < reads.size(); ++i) ir[i] = {reads[i].key, reads[i].seen, reads[i].t_start, reads[i].t_end};
+    inv = find_inversions(ir);
+  }
+  const long long inversions = (long long)inv.found.size();
+
   // Per --window: what started in it.
   struct WindowStats {
-    long long reads = 0, reads_ok = 0, checked = 0, stale = 0, writes = 0, writes_ok = 0;
+    long long reads = 0, reads_ok = 0, checked = 0, stale = 0, writes = 0, writes_ok = 0, inversions = 0;
     long long read_errors = 0, write_errors = 0;
     std::vector<double> wlat;  // ms, successful writes
     double p50 = 0, p99 = 0, max = 0;
@@ -840,6 +862,7 @@ int main(int argc, char** argv) {
       }
     }
     for (const auto& [t, target] : stale_pages) ws.stale += win.contains(rel_s(sh, t));
+    for (const Inversion& x : inv.found) ws.inversions += win.contains(rel_s(sh, reads[x.later].t_start));
     std::sort(ws.wlat.begin(), ws.wlat.end());
     if (!ws.wlat.empty()) {
       std::vector<double> tmp = ws.wlat;
@@ -866,6 +889,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> failures;
   if (stale_reads > 0) failures.push_back(std::to_string(stale_reads) + " stale read(s)");
+  if (opt.strict && inversions > 0)
+    failures.push_back(std::to_string(inversions) + " read-read inversion(s) (--strict)");
   if (error_ratio > opt.max_error_ratio)
     failures.push_back("error ratio " + fmt("%.4f", error_ratio) + " > --max-error-ratio " + fmt("%.4f", opt.max_error_ratio));
   if (ops_done == 0) failures.push_back("no operation was done");
@@ -881,7 +906,8 @@ int main(int argc, char** argv) {
   auto target_name = [&](uint16_t t, bool read) {
     return (read ? sh.read_targets : sh.write_targets)[t].text;
   };
-  std::printf("tierce-check: %s (cache=%s%s)\n", pass ? "PASS" : "FAIL", opt.cache.c_str(), opt.direct ? ", direct reads" : "");
+  std::printf("tierce-check: %s (cache=%s%s%s)\n", pass ? "PASS" : "FAIL", opt.cache.c_str(),
+              opt.direct ? ", direct reads" : "", opt.strict ? ", strict" : "");
   std::printf("  time            %.2f s\n", elapsed);
   std::printf("  ops             %lld (reads %lld, writes %lld)\n", ops_done, reads_total, writes_total);
   std::printf("  reads           %lld ok, %.0f/s, latency p50 %.2f ms p99 %.2f ms\n", reads_ok,
@@ -890,6 +916,8 @@ int main(int argc, char** argv) {
               writes_ok, elapsed > 0 ? double(writes_ok) / elapsed : 0, wp50, wp99, writes.size());
   std::printf("  checked reads   %lld (entity written before the read started)\n", checked);
   std::printf("  STALE READS     %lld\n", stale_reads);
+  std::printf("  READ INVERSIONS %lld of %lld reads with an earlier-ended read of their entity (%s)\n", inversions,
+              inv.checked, opt.strict ? "--strict: each fails the run" : "informational; --strict fails on them");
   auto errline = [](const std::map<std::string, long long>& m) {
     std::string s;
     for (auto& [k, v] : m) s += (s.empty() ? "" : ", ") + k + " " + std::to_string(v);
@@ -915,10 +943,10 @@ int main(int argc, char** argv) {
   };
   for (size_t w = 0; w < opt.windows.size(); ++w) {
     const WindowStats& ws = wstats[w];
-    std::printf("  window %-8s %s: reads %lld (ok %lld, checked %lld, STALE %lld); writes %lld (ok %lld), "
-                "latency p50 %.1f ms p99 %.1f ms max %.1f ms; errors %lld (reads %lld, writes %lld)\n",
+    std::printf("  window %-8s %s: reads %lld (ok %lld, checked %lld, STALE %lld, inversions %lld); writes %lld "
+                "(ok %lld), latency p50 %.1f ms p99 %.1f ms max %.1f ms; errors %lld (reads %lld, writes %lld)\n",
                 opt.windows[w].name.c_str(), ranges_text(opt.windows[w]).c_str(), ws.reads, ws.reads_ok, ws.checked,
-                ws.stale, ws.writes, ws.writes_ok, ws.p50, ws.p99, ws.max, ws.read_errors + ws.write_errors,
+                ws.stale, ws.inversions, ws.writes, ws.writes_ok, ws.p50, ws.p99, ws.max, ws.read_errors + ws.write_errors,
                 ws.read_errors, ws.write_errors);
   }
 
@@ -998,6 +1026,19 @@ int main(int argc, char** argv) {
                   double(r.t_start - w.t_ret) / 1e6, r.headers.empty() ? "(none of interest)" : r.headers.c_str());
     }
   }
+  if (!inv.found.empty()) {
+    std::printf("  first read-read inversions (of %lld):\n", inversions);
+    for (size_t k = 0; k < inv.found.size() && k < 5; ++k) {
+      const ReadRec& r = reads[inv.found[k].later];
+      const ReadRec& e = reads[inv.found[k].earlier];
+      std::printf("    %s: seen %llu by GET %s via %s started %.6f s ended %.6f s; %llu seen by GET %s via %s "
+                  "started %.6f s ended %.6f s (%.1f us before)\n",
+                  key_name(r.key).c_str(), (unsigned long long)r.seen, r.path.c_str(),
+                  target_name(r.target, true).c_str(), rel_s(sh, r.t_start), rel_s(sh, r.t_end),
+                  (unsigned long long)e.seen, e.path.c_str(), target_name(e.target, true).c_str(),
+                  rel_s(sh, e.t_start), rel_s(sh, e.t_end), double(r.t_start - e.t_end) / 1e3);
+    }
+  }
   if (!pass)
     for (auto& f : failures) std::printf("  FAILED: %s\n", f.c_str());
   std::fflush(stdout);
@@ -1014,6 +1055,8 @@ int main(int argc, char** argv) {
       << ",\n  \"write_latency_ms\": {\"p50\": " << wp50 << ", \"p99\": " << wp99 << "}"
       << ",\n  \"xcache_header_reads\": " << xc_seen << ",\n  \"xcache_hits\": " << xc_hits
       << ",\n  \"checked_reads\": " << checked << ",\n  \"stale_reads\": " << stale_reads
+      << ",\n  \"strict\": " << (opt.strict ? "true" : "false") << ",\n  \"read_inversions\": " << inversions
+      << ",\n  \"inversion_checked_reads\": " << inv.checked
       << ",\n  \"errors\": " << (read_errors + write_errors) << ",\n  \"error_ratio\": " << error_ratio
       << ",\n  \"max_error_ratio\": " << opt.max_error_ratio;
     auto emap = [&](const std::map<std::string, long long>& m) {
@@ -1037,7 +1080,8 @@ int main(int argc, char** argv) {
       for (size_t r = 0; r < opt.windows[w].ranges.size(); ++r)
         j << (r ? ", " : "") << "[" << opt.windows[w].ranges[r].first << ", " << opt.windows[w].ranges[r].second << "]";
       j << "], \"reads\": " << ws.reads << ", \"reads_ok\": " << ws.reads_ok << ", \"checked_reads\": " << ws.checked
-        << ", \"stale_reads\": " << ws.stale << ", \"writes\": " << ws.writes << ", \"writes_ok\": " << ws.writes_ok
+        << ", \"stale_reads\": " << ws.stale << ", \"read_inversions\": " << ws.inversions
+        << ", \"writes\": " << ws.writes << ", \"writes_ok\": " << ws.writes_ok
         << ", \"write_latency_ms\": {\"p50\": " << ws.p50 << ", \"p99\": " << ws.p99 << ", \"max\": " << ws.max << "}"
         << ", \"errors\": " << (ws.read_errors + ws.write_errors) << ", \"read_errors\": " << ws.read_errors
         << ", \"write_errors\": " << ws.write_errors << ", \"write_latencies_ms\": [";
@@ -1071,6 +1115,19 @@ int main(int argc, char** argv) {
         << ", \"via\": " << json_escape(target_name(r.target, true)) << ", \"read_start_s\": " << rel_s(sh, r.t_start)
         << ", \"read_end_s\": " << rel_s(sh, r.t_end) << ", \"write\": " << json_escape(w.what)
         << ", \"write_return_s\": " << rel_s(sh, w.t_ret) << ", \"headers\": " << json_escape(r.headers) << "}";
+    }
+    j << "],\n  \"inversions\": [";
+    for (size_t k = 0; k < inv.found.size() && k < 5; ++k) {
+      const ReadRec& r = reads[inv.found[k].later];
+      const ReadRec& e = reads[inv.found[k].earlier];
+      j << (k ? ",\n    " : "\n    ") << "{\"entity\": " << json_escape(key_name(r.key)) << ", \"seen\": " << r.seen
+        << ", \"path\": " << json_escape(r.path) << ", \"via\": " << json_escape(target_name(r.target, true))
+        << ", \"read_start_s\": " << rel_s(sh, r.t_start) << ", \"read_end_s\": " << rel_s(sh, r.t_end)
+        << ", \"earlier_seen\": " << e.seen << ", \"earlier_path\": " << json_escape(e.path)
+        << ", \"earlier_via\": " << json_escape(target_name(e.target, true))
+        << ", \"earlier_start_s\": " << rel_s(sh, e.t_start) << ", \"earlier_end_s\": " << rel_s(sh, e.t_end)
+        << ", \"gap_us\": " << double(r.t_start - e.t_end) / 1e3 << ", \"headers\": " << json_escape(r.headers)
+        << ", \"earlier_headers\": " << json_escape(e.headers) << "}";
     }
     j << "],\n  \"failures\": [";
     for (size_t i = 0; i < failures.size(); ++i) j << (i ? ", " : "") << json_escape(failures[i]);
