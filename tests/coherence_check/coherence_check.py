@@ -7,11 +7,14 @@ down (always). Prints the checker's summary.
                      [--transport tcp|shm] [--scheme dependency-lists|invalidate-all] [--ttl S]
                      [--ops 100000] [--readers 8] [--writers 2] [--hot 100]
                      [--restart app1@5] ... [--max-error-ratio 0.01] [--expect-stale]
-                     [--checker-timeout 780] [--keep]
+                     [--strict] [--expect-inversions] [--checker-timeout 780] [--keep]
 
 --restart NODE@SECONDS runs `tierce-cluster restart-node NODE --dir D` that many seconds into the
 run (repeatable). --expect-stale is the negative control: the test passes only when the checker
 FAILS with stale reads (exit 1, stale_reads > 0), e.g. against mod_cache with a long TTL.
+--strict runs the checker with --strict (read-read inversions fail the run). --expect-inversions
+(negative control) also requires the checker to report read-read inversions (read_inversions > 0),
+and with --strict to list them among its failures.
 Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
 """
 import argparse
@@ -67,6 +70,8 @@ def run_checker(a, d):
             "--seed", str(a.seed), "--max-error-ratio", str(a.max_error_ratio), "--json", result]
     if a.coop != "off":
         argv += ["--site", SITE]
+    if a.strict:
+        argv.append("--strict")
     for spec in a.restart:
         node, _, at = spec.partition("@")
         argv += ["--during", f"{CLUSTER} restart-node {node} --dir {d}@{at or '5'}"]
@@ -134,6 +139,8 @@ def main():
     ap.add_argument("--restart", action="append", default=[], metavar="NODE@SECONDS")
     ap.add_argument("--max-error-ratio", type=float, default=0.01)
     ap.add_argument("--expect-stale", action="store_true")
+    ap.add_argument("--strict", action="store_true", help="tierce-check --strict")
+    ap.add_argument("--expect-inversions", action="store_true")
     ap.add_argument("--checker-timeout", type=float, default=780.0)
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
     a = ap.parse_args()
@@ -171,6 +178,17 @@ def main():
                 print(f"FAIL: tierce-check exited {crc}"
                       + (f" ({'; '.join(res.get('failures', []))})" if res else ""))
                 rc = 1
+            if a.expect_inversions:
+                inv = res.get("read_inversions") if res else None
+                listed = any("read-read inversion" in f for f in (res or {}).get("failures", []))
+                if inv and (listed or not a.strict):
+                    say(f"negative control: the checker reported {inv} read-read inversion(s)"
+                        + (" and failed on them (--strict)" if a.strict else ""))
+                else:
+                    print(f"FAIL: negative control: expected read-read inversions"
+                          + (" among the failures (--strict)" if a.strict else "")
+                          + f", got read_inversions {inv}, failures {(res or {}).get('failures')}")
+                    rc = 1
             if a.coop != "off" and rc == 0:
                 # The run must have exercised the cooperative path, or passing proves nothing.
                 counters = coop_counters(d)
