@@ -40,6 +40,8 @@ std::string_view to_string(MarkOp op) {
   return "?";
 }
 
+std::ostream& operator<<(std::ostream& o, MarkOp op) { return o << to_string(op); }
+
 uint32_t effective_ttl_ms(uint32_t ttl_ms) {
   if (ttl_ms == 0) return kDefaultMarkTtlMs;
   return std::min(ttl_ms, kMaxMarkTtlMs);

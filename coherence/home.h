@@ -54,6 +54,7 @@ enum class MarkOp : uint8_t {
 };
 inline constexpr uint8_t kMaxMarkOp = 2;
 std::string_view to_string(MarkOp op);
+std::ostream& operator<<(std::ostream& o, MarkOp op);
 struct PendingMark {
   MarkOp op = MarkOp::None;
   uint64_t token = 0;   // chosen by the writer (random): what Release names
