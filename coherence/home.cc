@@ -310,6 +310,7 @@ bool HomeState::marked_locked(std::span<const uint64_t> dependencies, uint64_t n
 
 size_t HomeState::expire_locked(uint64_t now) {
   std::vector<uint64_t> deps;
+  std::unordered_set<uint64_t> seen, tokens;
   bool all = false;
   size_t n = 0;
   while (!by_deadline_.empty() && std::get<0>(*by_deadline_.begin()) <= now) {
@@ -321,17 +322,25 @@ size_t HomeState::expire_locked(uint64_t now) {
       m->second.erase(token);
       if (m->second.empty()) marks_.erase(m);
     }
-    auto t = mark_tokens_.find(token);
-    if (t != mark_tokens_.end()) {
-      auto& v = t->second;
-      v.erase(std::remove(v.begin(), v.end(), dep), v.end());
-      if (v.empty()) mark_tokens_.erase(t);
-    }
+    tokens.insert(token);
     if (dep == kAll)
       all = true;
-    else if (std::find(deps.begin(), deps.end(), dep) == deps.end())
+    else if (seen.insert(dep).second)
       deps.push_back(dep);
     ++n;
+  }
+  // Each token's index keeps only the dependencies it still marks (one pass per token).
+  for (uint64_t token : tokens) {
+    auto t = mark_tokens_.find(token);
+    if (t == mark_tokens_.end()) continue;
+    auto& v = t->second;
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [&](uint64_t dep) {
+                             auto m = marks_.find(dep);
+                             return m == marks_.end() || !m->second.count(token);
+                           }),
+            v.end());
+    if (v.empty()) mark_tokens_.erase(t);
   }
   if (overflow_deadline_ && overflow_deadline_ <= now) {
     overflow_deadline_ = 0;

@@ -278,6 +278,28 @@ BOOST_AUTO_TEST_CASE(the_same_token_again_keeps_one_mark_with_the_later_deadline
   BOOST_TEST(x.h.stats().expired == 1u);
 }
 
+// A full home (max_pending_marks) releases and expires its marks in one pass each: no scan per
+// mark (this would take minutes if expiry or release were quadratic).
+BOOST_AUTO_TEST_CASE(many_marks_release_and_expire_at_once) {
+  HomeLimits lim;
+  lim.log_entries = 1u << 20;
+  Home x(lim);
+  const size_t per = kMaxDependencies, msgs = lim.max_pending_marks / per;
+  std::vector<uint64_t> d(per);
+  for (size_t m = 0; m < msgs; ++m) {
+    for (size_t i = 0; i < per; ++i) d[i] = 1000 + m * per + i;
+    x.h.invalidate(d, Scheme::DependencyLists, pend(m % 2 ? 1 : 2, 1000));
+  }
+  BOOST_TEST(x.h.stats().pending_marks == lim.max_pending_marks);
+  BOOST_TEST(x.h.stats().pend_overflows == 0u);
+  x.h.invalidate({}, Scheme::DependencyLists, release(1));  // half of them, one token
+  BOOST_TEST(x.h.stats().pending_marks == lim.max_pending_marks / 2);
+  x.now += 1000 * kMs;
+  BOOST_TEST(x.h.expire_marks() == lim.max_pending_marks / 2);
+  BOOST_TEST(x.h.stats().pending_marks == 0u);
+  BOOST_TEST(x.reg(1, {"item:1"}).cacheable());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(mark_wire)
