@@ -115,7 +115,8 @@ RegisterResult ClusterClient::register_page(const std::string& home, uint64_t ke
 }
 
 InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string& self,
-                                            std::span<const uint64_t> deps, Scheme scheme) {
+                                            std::span<const uint64_t> deps, Scheme scheme,
+                                            const PendingMark& mark) {
   using Clock = InvalidationRound::Clock;
   const NodeInfo& origin = topo_.node(self);
   if (origin.role != Role::App)
@@ -127,6 +128,7 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
   req.scheme = scheme;
   req.origin = self;
   if (scheme == Scheme::DependencyLists) req.deps.assign(deps.begin(), deps.end());
+  req.mark = mark;  // in every round: a home applies the number (and its mark) once
 
   std::vector<NodePool*> homes;
   for (const NodeInfo* a : topo_.app_nodes()) homes.push_back(&node(a->name));

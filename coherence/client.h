@@ -63,8 +63,11 @@ class ClusterClient {
   // since it was numbered: a home that has not applied it by then cannot renew its fence without
   // catching up first, so no proxy validates a page against a table that misses it. Never
   // earlier, whatever fails. Scheme InvalidateAll ignores `deps`.
+  // `mark` (the linearizable mode, docs/coherence.md "Pending marks"): Pend before the write's
+  // commit, Release of the same token after it; it travels in every round of this invalidation.
   InvalidateOutcome invalidate(WriterLog& writer, const std::string& self,
-                               std::span<const uint64_t> deps, Scheme scheme);
+                               std::span<const uint64_t> deps, Scheme scheme,
+                               const PendingMark& mark = {});
 
   // ---- the cooperative cache (coop_cache.h): a proxy's directory part and arena ----------------
   // One one-sided read of the bucket of `key_hash` in `proxy`'s directory (memd [coop], region

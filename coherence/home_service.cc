@@ -251,6 +251,9 @@ void HomeService::fence_loop() {
   for (;;) {
     bool ok = false;
     try {
+      // Pending marks whose Release never came: expired here too, not only when a registration
+      // or an invalidation happens to pass, so that they do not pile up on a quiet home.
+      state_->expire_marks();
       ok = renew_once();
     } catch (const std::exception& e) {
       // Never let the fence thread die: a home that cannot renew just stops vouching.
@@ -359,13 +362,16 @@ void HomeService::on_invalidate(std::span<const uint8_t> body) {
     if (unknown_origin_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_)
       log_(fabric::LogLevel::Warn, "COH0203 invalidation from unknown node \"" + req.origin +
                                        "\": applied but not acknowledged (topologies differ?)");
-    state_->invalidate(req.deps, req.scheme);
+    state_->invalidate(req.deps, req.scheme, req.mark);
     return;
   }
   IssuedNumber n{req.writer_incarnation, req.number};
   // Versions first, ack second: the writer's response may leave once every home acked.
+  // A resent round (a number held already) is only acknowledged: its mark, like its
+  // invalidation, was applied the first time (a Pend resent after its Release must not mark
+  // again).
   if (ledger_.needed(origin, n)) {
-    state_->invalidate(req.deps, req.scheme);
+    state_->invalidate(req.deps, req.scheme, req.mark);
     ledger_.applied(origin, n);
   } else {
     duplicates_.fetch_add(1, std::memory_order_relaxed);
@@ -390,7 +396,10 @@ std::string HomeService::status_text() const {
     << "\nrefused_race " << s.refused_race << "\nrefused_log " << s.refused_log
     << "\nrefused_other " << s.refused_other << "\ninvalidations " << s.invalidations
     << "\nkeys_bumped " << s.keys_bumped << "\nslots_bumped " << s.slots_bumped
-    << "\nevictions " << s.evictions << "\nacks_sent " << acks_sent_.load()
+    << "\nevictions " << s.evictions << "\npending_marks " << s.pending_marks
+    << "\npend_applied " << s.pend_applied << "\nreleased " << s.released << "\nexpired "
+    << s.expired << "\nrefused_pending " << s.refused_pending << "\npend_overflows "
+    << s.pend_overflows << "\nacks_sent " << acks_sent_.load()
     << "\nduplicate_invalidations " << duplicates_.load() << "\nrefused_topology "
     << refused_topology_.load() << "\nunknown_origin " << unknown_origin_.load()
     << "\nbad_messages " << bad_messages_.load() << "\nfence_vouching " << (f.vouching ? 1 : 0)

@@ -47,6 +47,7 @@ class In {
     for (auto& d : v) d = get<uint64_t>();
     return v;
   }
+  size_t left() const { return b_.size() - pos_; }
   void end() const {
     if (pos_ != b_.size())
       throw ProtocolError(std::string(what_) + ": " + std::to_string(b_.size() - pos_) +
@@ -109,6 +110,11 @@ std::vector<uint8_t> encode(const InvalidateRequest& m) {
   o.put(m.ack_tag);
   o.put(uint32_t(m.deps.size()));
   for (auto d : m.deps) o.put(d);
+  if (m.mark.op != MarkOp::None) {
+    o.put(uint8_t(m.mark.op));
+    o.put(m.mark.token);
+    o.put(m.mark.ttl_ms);
+  }
   return o.buf;
 }
 
@@ -154,6 +160,18 @@ InvalidateRequest decode_invalidate(std::span<const uint8_t> body) {
   m.ack_cell = in.get<uint32_t>();
   m.ack_tag = in.get<uint64_t>();
   m.deps = in.deps();
+  if (in.left() != 0) {  // the optional pending mark
+    if (in.left() != kMarkTrailerBytes)
+      throw ProtocolError("coherence.invalidate: " + std::to_string(in.left()) +
+                          " bytes after the dependencies (a pending mark is " +
+                          std::to_string(kMarkTrailerBytes) + ")");
+    uint8_t op = in.get<uint8_t>();
+    if (op > kMaxMarkOp)
+      throw ProtocolError("coherence.invalidate: unknown mark op " + std::to_string(op));
+    m.mark.op = MarkOp(op);
+    m.mark.token = in.get<uint64_t>();
+    m.mark.ttl_ms = in.get<uint32_t>();
+  }
   in.end();
   return m;
 }

@@ -10,8 +10,13 @@
 //   coherence.invalidate (SEND) u8 version, u64 digest, u8 scheme, u16 len, origin node name,
 //                               u64 writer incarnation, u64 number, u32 ack cell, u64 ack tag,
 //                               u32 n, n x u64 dependency
+//                               [u8 mark op, u64 mark token, u32 mark ttl_ms]   (optional)
 //     The home applies it (unless it holds that number already), then stores the tag in ack
 //     cell `ack cell` of its own "acks" region, which the writer reads back.
+//     The trailing pending mark (13 bytes; op: home.h MarkOp, 1 = Pend, 2 = Release, 0 reads as
+//     none) is sent only when the invalidation carries one. A body that ends after the
+//     dependencies has none (op None): bodies of nodes built before marks still decode. A partial
+//     trailer, more bytes, or an op > 2 is a ProtocolError.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -29,6 +34,7 @@ class ProtocolError : public std::runtime_error {
 };
 
 inline constexpr size_t kMaxDependencies = 4096;  // per message
+inline constexpr size_t kMarkTrailerBytes = 1 + 8 + 4;  // u8 op, u64 token, u32 ttl_ms
 
 inline constexpr uint8_t kProtocolVersion = 2;
 
@@ -44,6 +50,7 @@ struct InvalidateRequest {
   uint32_t ack_cell = 0;
   uint64_t ack_tag = 0;
   std::vector<uint64_t> deps;
+  PendingMark mark;              // op None: a plain invalidation (no trailer on the wire)
 };
 
 std::vector<uint8_t> encode(const RegisterRequest& m);

@@ -187,6 +187,8 @@ RefusalCounter counter_of(coherence::Refusal r) {
     case coherence::Refusal::LogTooShort:
     case coherence::Refusal::OtherIncarnation:
       return RefusalCounter::Log;
+    case coherence::Refusal::Pending:
+      return RefusalCounter::Pending;
     default:
       return RefusalCounter::Other;
   }
@@ -247,6 +249,7 @@ std::string Counters::text() const {
   line("registrations", ld(registrations));
   line("refused_race", ld(refused_race));
   line("refused_log", ld(refused_log));
+  line("refused_pending", ld(refused_pending));
   line("refused_other", ld(refused_other));
   line("not_registered", ld(not_registered));
   line("invalidations", ld(invalidations));

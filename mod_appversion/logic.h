@@ -80,8 +80,9 @@ std::string_view to_string(Decision d);
 // "app1 1234 987654321": home node, slot and version in decimal.
 std::string format_tag(std::string_view home, uint64_t slot, uint64_t version);
 
-// Which counter a home's refusal goes to (refused_race, refused_log, refused_other).
-enum class RefusalCounter { Race, Log, Other };
+// Which counter a home's refusal goes to (refused_race, refused_log, refused_pending,
+// refused_other).
+enum class RefusalCounter { Race, Log, Pending, Other };
 RefusalCounter counter_of(coherence::Refusal r);
 
 // What the invalidation at the end of an update response is for (docs/coherence.md, "An
@@ -111,6 +112,7 @@ struct Counters {
   std::atomic<uint64_t> registrations{0};        // registered and tagged
   std::atomic<uint64_t> refused_race{0};         // refused: overlapping invalidation since seq
   std::atomic<uint64_t> refused_log{0};          // refused: the log no longer reaches back
+  std::atomic<uint64_t> refused_pending{0};      // refused: a write of a dependency is pending
   std::atomic<uint64_t> refused_other{0};        // refused otherwise (home unreachable, ...)
   std::atomic<uint64_t> not_registered{0};       // keyed pages not registered (status, deps...)
   std::atomic<uint64_t> invalidations{0};        // invalidations sent

@@ -619,6 +619,7 @@ bool register_page(request_rec* r, RequestState* st, bool deps_found, const std:
     switch (av::counter_of(res.refusal)) {
       case av::RefusalCounter::Race: counters().refused_race.fetch_add(1, std::memory_order_relaxed); break;
       case av::RefusalCounter::Log: counters().refused_log.fetch_add(1, std::memory_order_relaxed); break;
+      case av::RefusalCounter::Pending: counters().refused_pending.fetch_add(1, std::memory_order_relaxed); break;
       case av::RefusalCounter::Other: counters().refused_other.fetch_add(1, std::memory_order_relaxed); break;
     }
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,

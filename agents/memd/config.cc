@@ -416,7 +416,7 @@ void parse_regions(Checker& c, const toml::node& n, Config& cfg) {
 // dependency index). The topology itself is read (and checked) when memd starts.
 void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
   const std::string W = "[coherence]";
-  c.only_known_keys(t, W, {"topology", "max_keys", "log_entries", "ack_slots"});
+  c.only_known_keys(t, W, {"topology", "max_keys", "log_entries", "ack_slots", "pending_marks"});
   auto topo = c.path(t, W, "topology", "\"/etc/tierce/cluster.toml\"");
   if (!topo) {
     if (!t.get("topology"))
@@ -430,6 +430,8 @@ void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
   if (auto v = c.integer(t, W, "log_entries", 1, 1L << 26, 1L << 16))
     cfg.coherence.log_entries = size_t(*v);
   if (auto v = c.integer(t, W, "ack_slots", 16, 1L << 20, 4096)) cfg.coherence.ack_slots = size_t(*v);
+  if (auto v = c.integer(t, W, "pending_marks", 1, 1L << 24, 1L << 16))
+    cfg.coherence.pending_marks = size_t(*v);
 }
 
 // A role ([pool], [coop]) creates and exports its own segment: a [[region]] may neither take the

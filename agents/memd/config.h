@@ -83,6 +83,7 @@ struct CoherenceConfig {
   size_t max_keys = 1u << 20;
   size_t log_entries = 1u << 16;
   size_t ack_slots = 4096;
+  size_t pending_marks = 1u << 16;  // pending marks held at once (coherence::HomeLimits)
   bool operator==(const CoherenceConfig&) const = default;
 };
 

@@ -165,6 +165,7 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
     coherence::HomeServiceOptions ho;
     ho.limits.max_keys = cfg_.coherence.max_keys;
     ho.limits.log_entries = cfg_.coherence.log_entries;
+    ho.limits.max_pending_marks = cfg_.coherence.pending_marks;
     ho.ack_cells = uint32_t(cfg_.coherence.ack_slots);
     ho.exporter_lease = cfg_.lease;
     try {

@@ -181,6 +181,7 @@ BOOST_AUTO_TEST_CASE(refusals) {
   BOOST_TEST((counter_of(co::Refusal::Race) == RefusalCounter::Race));
   BOOST_TEST((counter_of(co::Refusal::LogTooShort) == RefusalCounter::Log));
   BOOST_TEST((counter_of(co::Refusal::OtherIncarnation) == RefusalCounter::Log));
+  BOOST_TEST((counter_of(co::Refusal::Pending) == RefusalCounter::Pending));
   BOOST_TEST((counter_of(co::Refusal::Fenced) == RefusalCounter::Other));
   BOOST_TEST((counter_of(co::Refusal::Unreachable) == RefusalCounter::Other));
 }

@@ -552,3 +552,119 @@ BOOST_AUTO_TEST_CASE(a_home_that_cannot_read_a_writer_counter_stops_vouching) {
   BOOST_TEST(c.both_vouch());
   BOOST_TEST(register_at(cl, "app2", k, {"x"}).cacheable());
 }
+
+// Pending marks (docs/coherence.md "Pending marks"): an invalidation that carries a Pend makes
+// every home refuse registrations of those dependencies (Refusal::Pending) until the writer's
+// Release; a render that started before the Release is refused by its log entry.
+BOOST_AUTO_TEST_CASE(a_pend_refuses_registrations_until_its_release) {
+  Cluster c;
+  auto cl = c.client();
+  auto w = c.writer("app1");
+  const auto& topo = cl.topology();
+  uint64_t token = 0x5eed0001;
+  for (const std::string home : {"app1", "app2"}) {
+    BOOST_TEST_CONTEXT("home " << home) {
+      ++token;
+      uint64_t k = key_homed_at(topo, home, 7), other = key_homed_at(topo, home, 8);
+      auto reg = register_at(cl, home, k, {"item:20"});
+      BOOST_REQUIRE_MESSAGE(reg.cacheable(), reg.reason);
+      // Before the commit: Pend.
+      auto out = cl.invalidate(w, "app1", deps({"item:20"}), Scheme::DependencyLists,
+                               PendingMark{MarkOp::Pend, token, 5000});
+      BOOST_REQUIRE(out.complete());
+      BOOST_TEST(*cl.read_version(home, reg.slot) == reg.version + 1);  // applied as today
+      auto refused = register_at(cl, home, k, {"item:20"});
+      BOOST_TEST(refused.refusal == Refusal::Pending);
+      BOOST_TEST_MESSAGE("refused: " << refused.reason);
+      BOOST_TEST(register_at(cl, home, other, {"item:21"}).cacheable());  // not marked
+      auto during = cl.read_seq(home);  // a render between the Pend and the Release
+      BOOST_REQUIRE(during);
+      // After the commit: Release.
+      BOOST_REQUIRE(cl.invalidate(w, "app1", deps({"item:20"}), Scheme::DependencyLists,
+                                  PendingMark{MarkOp::Release, token, 0})
+                        .complete());
+      BOOST_TEST(cl.register_page(home, k, *during, deps({"item:20"})).refusal == Refusal::Race);
+      auto after = register_at(cl, home, k, {"item:20"});
+      BOOST_TEST(after.cacheable(), after.reason);
+    }
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    auto s = c.status(i);
+    BOOST_TEST(s.at("pend_applied") == "2");  // every home got both Pends
+    BOOST_TEST(s.at("released") == "2");
+    BOOST_TEST(s.at("pending_marks") == "0");
+    BOOST_TEST(s.at("expired") == "0");
+    BOOST_TEST(s.count("pend_overflows") == 1u);
+  }
+  BOOST_TEST(c.stat(0, "refused_pending") == 1u);
+  BOOST_TEST(c.stat(1, "refused_pending") == 1u);
+}
+
+// A Pend whose Release never comes (the writer died between them) expires after its ttl: the
+// expiry is an invalidation of its dependencies, and then the page registers again.
+BOOST_AUTO_TEST_CASE(a_pend_whose_release_never_comes_expires) {
+  Cluster c;
+  auto cl = c.client();
+  auto w = c.writer("app2");
+  const auto& topo = cl.topology();
+  uint64_t k = key_homed_at(topo, "app1", 9);
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_REQUIRE(cl.invalidate(w, "app2", deps({"item:30"}), Scheme::DependencyLists,
+                              PendingMark{MarkOp::Pend, 0xdead, 300})
+                    .complete());
+  BOOST_TEST(register_at(cl, "app1", k, {"item:30"}).refusal == Refusal::Pending);
+  BOOST_TEST(c.stat(0, "pending_marks") == 1u);
+  RegisterResult r;
+  BOOST_TEST(eventually([&] { return (r = register_at(cl, "app1", k, {"item:30"})).cacheable(); },
+                        3s));
+  auto took = ms_since(t0);
+  BOOST_TEST_MESSAGE("the mark expired and the page registered after " << took.count() << " ms");
+  BOOST_TEST(took >= 300ms);
+  // Expired by the home's periodic task, whether or not a registration passed meanwhile.
+  BOOST_TEST(c.stat(0, "expired") == 1u);
+  BOOST_TEST(c.stat(0, "pending_marks") == 0u);
+  BOOST_TEST(eventually([&] { return c.stat(1, "expired") == 1u; }, 2s));
+  BOOST_TEST(c.stat(1, "pending_marks") == 0u);
+}
+
+// A resent round of a Pend (same number) that arrives after its Release is only acknowledged: the
+// mark was applied the first time, and must not come back.
+BOOST_AUTO_TEST_CASE(a_resent_pend_is_not_applied_again) {
+  Cluster c;
+  auto cl = c.client();
+  const auto& topo = cl.topology();
+  uint64_t k = key_homed_at(topo, "app1", 10);
+  auto w = c.writer("app2");
+  fabric::ClientOptions o;
+  o.secret = fabric::Secret::from_file(c.secret);
+  auto conn = fabric::connect(c.tcp[0], o);
+  auto acks = conn->lookup(kAcksRegion);
+  auto send = [&](const IssuedNumber& n, PendingMark m, uint32_t cell) {
+    InvalidateRequest req;
+    req.digest = topo.coherence_digest();
+    req.origin = "app2";
+    req.writer_incarnation = n.incarnation;
+    req.number = n.number;
+    req.deps = deps({"item:40"});
+    req.mark = m;
+    req.ack_cell = cell;
+    req.ack_tag = 0x2000 + cell;
+    conn->send(kInvalidateService, encode(req));
+    uint64_t v = 0;
+    BOOST_REQUIRE(eventually([&] {
+      conn->read(acks, ack_cell_offset(cell), &v, 8);
+      return v == req.ack_tag;
+    }));
+  };
+  IssuedNumber pend_n = w.issue();
+  send(pend_n, {MarkOp::Pend, 77, 10000}, 1);
+  BOOST_TEST(register_at(cl, "app1", k, {"item:40"}).refusal == Refusal::Pending);
+  send(w.issue(), {MarkOp::Release, 77, 0}, 2);
+  BOOST_TEST(register_at(cl, "app1", k, {"item:40"}).cacheable());
+  send(pend_n, {MarkOp::Pend, 77, 10000}, 3);  // the Pend's round again, late
+  BOOST_TEST(c.stat(0, "duplicate_invalidations") == 1u);
+  BOOST_TEST(c.stat(0, "pend_applied") == 1u);
+  BOOST_TEST(c.stat(0, "pending_marks") == 0u);
+  uint64_t k2 = key_homed_at(topo, "app1", 11);
+  BOOST_TEST(register_at(cl, "app1", k2, {"item:40"}).cacheable());
+}

@@ -202,7 +202,7 @@ BOOST_AUTO_TEST_CASE(messages_round_trip) {
   auto no2 = decode_register_reply(encode(no));
   BOOST_TEST(no2.refusal == Refusal::Fenced);
   BOOST_TEST(no2.reason == "fenced");
-  InvalidateRequest inv{12, Scheme::InvalidateAll, "app1", 5, 6, 7, 8, {9}};
+  InvalidateRequest inv{12, Scheme::InvalidateAll, "app1", 5, 6, 7, 8, {9}, {}};
   auto inv2 = decode_invalidate(encode(inv));
   BOOST_TEST(inv2.digest == 12u);
   BOOST_TEST(inv2.scheme == Scheme::InvalidateAll);
@@ -215,7 +215,7 @@ BOOST_AUTO_TEST_CASE(messages_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(every_truncation_and_extension_is_rejected) {
-  InvalidateRequest inv{12, Scheme::DependencyLists, "app1", 5, 6, 7, 8, {9, 10}};
+  InvalidateRequest inv{12, Scheme::DependencyLists, "app1", 5, 6, 7, 8, {9, 10}, {}};
   auto b = encode(inv);
   for (size_t n = 0; n < b.size(); ++n)
     BOOST_CHECK_THROW(decode_invalidate(std::span(b.data(), n)), ProtocolError);
