@@ -293,11 +293,11 @@ class Scanner {
   // FROM / JOIN list of block `blk`, up to a word that is no part of it.
   void table_refs(int blk) {
     Depth d(*this);
-    for (;;) {
-      if (!ok) return;
-      table_factor(blk);
+    table_factor(blk);
+    while (ok) {
       if (op(",")) {
         ++i;
+        table_factor(blk);
         continue;
       }
       bool joined = false;
@@ -328,13 +328,6 @@ class Scanner {
           expect_op(")");
         }
       }
-      if (op(",")) {
-        ++i;
-        continue;
-      }
-      if (!(word("natural") || word("inner") || word("cross") || word("left") ||
-            word("right") || word("full") || word("straight_join") || word("join")))
-        return;
     }
   }
 
@@ -875,11 +868,21 @@ std::vector<ColumnUse> column_uses(const Scanner& s) {
         }
       if (owners.empty() && derived_qual) continue;  // its columns were scanned inside
     }
-    if (owners.empty()) {  // unqualified, or an unknown qualifier: by name
+    if (owners.empty() && !c.name.empty()) {
+      // Unqualified (or an unknown qualifier): the server looks in the column's own block
+      // first; when a table there has it (by the Schema), it is theirs (or ambiguous with a
+      // table the Schema does not know). Else any table of the statement may have it.
+      bool found_here = false;
+      for (size_t r = 0; r < s.tables.size(); ++r) {
+        const TableInfo* info = s.info_of(s.tables[r]);
+        if (!s.tables[r].derived && s.tables[r].block == c.block && info &&
+            info->column_index(c.name) >= 0)
+          found_here = true;
+      }
       for (size_t r = 0; r < s.tables.size(); ++r) {
         if (s.tables[r].derived) continue;
+        if (found_here && s.tables[r].block != c.block) continue;
         const TableInfo* info = s.info_of(s.tables[r]);
-        if (c.name.empty()) continue;
         if (!info || info->column_index(c.name) >= 0) owners.push_back(r);
       }
     }
