@@ -1289,7 +1289,7 @@ class StatementCompiler {
         while (s.ok && !s.op(")")) {
           size_t k = s.i;
           RawValue v = s.raw_value_at(k);
-          if (v.source != ValueRef::Source::Unknown && (t_[k].op(",") || t_[k].op(")"))) {
+          if (v.source != ValueRef::Source::Unknown && (s.tok(k).op(",") || s.tok(k).op(")"))) {
             s.i = k;
           } else {
             v = RawValue{};
@@ -1317,8 +1317,8 @@ class StatementCompiler {
         if (!s.expect_op("=")) break;
         size_t k = s.i;
         RawValue v = s.raw_value_at(k);
-        if (v.source != ValueRef::Source::Unknown && (k >= e_ || t_[k].op(",") ||
-                                                      t_[k].word("on") || t_[k].word("returning"))) {
+        if (v.source != ValueRef::Source::Unknown &&
+            (k >= e_ || s.tok(k).op(",") || s.tok(k).word("on") || s.tok(k).word("returning"))) {
           s.i = k;
         } else {
           v = RawValue{};
