@@ -151,6 +151,7 @@ Decision decide_registration(const PageFacts& f) {
   if (f.status != 200) return Decision::NotOk;
   if (!f.seq_read) return Decision::NoSeq;
   if (!f.deps_valid) return Decision::BadDeps;
+  if (f.app_nocache) return Decision::AppNoCache;
   // Under dependency-lists a page that names no dependency would never be bumped by an update:
   // an empty header does not make it cacheable either.
   if ((!f.deps_found || f.deps_count == 0) && f.scheme == coherence::Scheme::DependencyLists)
@@ -167,6 +168,7 @@ std::string_view to_string(Decision d) {
     case Decision::NoSeq: return "the home's invalidation sequence could not be read before the handler ran";
     case Decision::NoDeps: return "the response declared no dependencies";
     case Decision::BadDeps: return "the dependency list is malformed";
+    case Decision::AppNoCache: return "the application marked it uncacheable (tierce-nocache note)";
   }
   return "?";
 }

@@ -25,6 +25,11 @@ inline constexpr const char* kInvalidateHeader = "Tierce-Invalidate";  // respon
 // r->notes the PHP code sets with apache_note(): same syntax as the headers.
 inline constexpr const char* kDependsNote = "tierce-depends";
 inline constexpr const char* kInvalidateNote = "tierce-invalidate";
+// Set by the tierce PHP extension (php_ext/): any value makes the page uncacheable (it ran SQL
+// whose dependencies cannot be bounded; the value says why); "tierce-invalidate-all" makes the
+// update's invalidation an invalidate-all (DDL, stored procedures, ...).
+inline constexpr const char* kNoCacheNote = "tierce-nocache";
+inline constexpr const char* kInvalidateAllNote = "tierce-invalidate-all";
 
 // ---- directive arguments: each returns "" when fine, else the problem (without the directive
 // name, which httpd prefixes) ------------------------------------------------------------------
@@ -71,9 +76,10 @@ struct PageFacts {
   bool deps_found = false; // at least one dependency header/note was present
   bool deps_valid = true;  // the dependency names parsed
   size_t deps_count = 0;   // dependency names found (an empty header names none)
+  bool app_nocache = false;  // the tierce-nocache note is set
   coherence::Scheme scheme = coherence::Scheme::DependencyLists;
 };
-enum class Decision { Register, NoKey, NotGet, NotOk, NoSeq, NoDeps, BadDeps };
+enum class Decision { Register, NoKey, NotGet, NotOk, NoSeq, NoDeps, BadDeps, AppNoCache };
 Decision decide_registration(const PageFacts& f);
 std::string_view to_string(Decision d);
 

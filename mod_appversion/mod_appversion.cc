@@ -528,8 +528,8 @@ int collect_header(void* rec, const char* key, const char* value) {
   return 1;
 }
 
-void invalidate(request_rec* r, const std::string& list, const char* why) {
-  co::Scheme scheme = cluster_scheme();
+void invalidate(request_rec* r, const std::string& list, const char* why, bool all = false) {
+  co::Scheme scheme = all ? co::Scheme::InvalidateAll : cluster_scheme();
   std::vector<uint64_t> deps;
   if (scheme == co::Scheme::DependencyLists) {
     try {
@@ -592,6 +592,7 @@ bool register_page(request_rec* r, RequestState* st, bool deps_found, const std:
   f.status = r->status;
   f.seq_read = st && st->seq_read;
   f.deps_found = deps_found;
+  f.app_nocache = apr_table_get(r->notes, av::kNoCacheNote) != nullptr;
   f.scheme = cluster_scheme();
   std::vector<uint64_t> deps;
   if (f.has_key && deps_found) {
@@ -638,6 +639,7 @@ struct FilterCtx {
   const char* inv_note;  // r->notes tierce-invalidate then (nullptr: unset)
   const char* dep_note;  // r->notes tierce-depends then
   const char* inv_list;  // the invalidation sent at the first output (nullptr: none)
+  bool inv_all;          // ... and it was an invalidate-all (tierce-invalidate-all note)
   const char* tagged_deps;  // the dependency list the page was registered with (nullptr: not)
   bool first_was_last;      // the first output held the end of the response (script finished)
 };
@@ -669,10 +671,11 @@ void process_response(request_rec* r, FilterCtx* ctx) {
   //    flush): then the end of the response invalidates again (finish_response)
   bool inv_found = false;
   std::string inv = av::collect_values(hv.list, {av::kInvalidateHeader}, &inv_found);
-  if (inv_found || ctx->inv_note) {
+  ctx->inv_all = apr_table_get(r->notes, av::kInvalidateAllNote) != nullptr;
+  if (inv_found || ctx->inv_note || ctx->inv_all) {
     std::string list = av::join_lists(inv, ctx->inv_note ? ctx->inv_note : "");
     ctx->inv_list = apr_pstrdup(r->pool, list.c_str());
-    invalidate(r, list, "update");
+    invalidate(r, list, "update", ctx->inv_all);
   }
 
   // b. registration
@@ -704,7 +707,13 @@ void process_response(request_rec* r, FilterCtx* ctx) {
 bool finish_response(request_rec* r, FilterCtx* ctx) {
   if (av::needs_second_invalidation(ctx->inv_list != nullptr, ctx->first_was_last)) {
     counters().second_invalidations.fetch_add(1, std::memory_order_relaxed);
-    invalidate(r, ctx->inv_list, "end-of-response");
+    invalidate(r, ctx->inv_list, "end-of-response", ctx->inv_all);
+  }
+  if (!ctx->inv_all && apr_table_get(r->notes, av::kInvalidateAllNote)) {
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
+                  "APPVER0022 tierce-invalidate-all note set after the first output: everything "
+                  "is invalidated at the end of the response");
+    invalidate(r, "", "late-note", true);
   }
   const char* inv_note = apr_table_get(r->notes, av::kInvalidateNote);
   if (inv_note && !same(inv_note, ctx->inv_note)) {
@@ -724,6 +733,14 @@ bool finish_response(request_rec* r, FilterCtx* ctx) {
     return true;
   }
   const char* dep_note = apr_table_get(r->notes, av::kDependsNote);
+  if (ctx->tagged_deps && apr_table_get(r->notes, av::kNoCacheNote)) {
+    ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r,
+                  "APPVER0027 tierce-nocache note set after the page's headers were sent (%s): "
+                  "the tag is withdrawn (its dependencies are invalidated)",
+                  apr_table_get(r->notes, av::kNoCacheNote));
+    invalidate(r, ctx->tagged_deps, "withdrawal");
+    return false;
+  }
   if (ctx->tagged_deps && !same(dep_note, ctx->dep_note)) {
     ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
                   "APPVER0021 tierce-depends note set after the page's headers were sent: the "

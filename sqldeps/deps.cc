@@ -1670,7 +1670,8 @@ Compiled compile(std::string_view sql, const Schema& schema) {
   return c;
 }
 
-void derive(const Compiled& c, const Params& params, Derived& out) {
+void derive(const Compiled& c, size_t statement, const Params& params, Derived& out) {
+  if (statement >= c.statements.size()) return;
   Context cx{params, {}};
   if (!c.param_names.empty()) {
     cx.named.assign(c.param_names.size(), nullptr);
@@ -1679,13 +1680,16 @@ void derive(const Compiled& c, const Params& params, Derived& out) {
         if (c.param_names[j] == name && !cx.named[j]) cx.named[j] = &value;
   }
   Appender dep(out.depends), inv(out.invalidates);
-  for (const Statement& st : c.statements) {
-    if (st.uncacheable) out.uncacheable = true;
-    if (st.invalidate_all) out.invalidate_all = true;
-    if (st.invalidate_all || st.uncacheable) continue;
-    if (st.kind == Kind::Read) derive_read(st, cx, dep);
-    else if (st.kind == Kind::Write) derive_write(st, cx, inv);
-  }
+  const Statement& st = c.statements[statement];
+  if (st.uncacheable) out.uncacheable = true;
+  if (st.invalidate_all) out.invalidate_all = true;
+  if (st.invalidate_all || st.uncacheable) return;
+  if (st.kind == Kind::Read) derive_read(st, cx, dep);
+  else if (st.kind == Kind::Write) derive_write(st, cx, inv);
+}
+
+void derive(const Compiled& c, const Params& params, Derived& out) {
+  for (size_t i = 0; i < c.statements.size(); ++i) derive(c, i, params, out);
 }
 
 }  // namespace tierce::sqldeps

@@ -149,5 +149,8 @@ struct Derived {
 // Appends the names of every statement of `c` with `params` substituted (deduplicated within
 // `out`). A parameter missing from `params` counts as unknown.
 void derive(const Compiled& c, const Params& params, Derived& out);
+// The same for statement `statement` of `c` only (callers that follow transactions statement by
+// statement: BEGIN; UPDATE ...; COMMIT in one multi-statement text).
+void derive(const Compiled& c, size_t statement, const Params& params, Derived& out);
 
 }  // namespace tierce::sqldeps

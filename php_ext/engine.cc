@@ -1,0 +1,98 @@
+// php_ext/engine.cc — see engine.h.
+#include "php_ext/engine.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "coherence/key.h"
+#include "coherence/layout.h"
+#include "coherence/writer.h"
+
+namespace tierce::php {
+
+namespace co = tierce::coherence;
+
+Engine::Engine(const std::string& topology_path, const std::string& node) : node_(node) {
+  try {
+    topo_ = cluster::Topology::load(topology_path);
+    topo_.require_app_nodes();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("tierce.topology " + topology_path + ": " + e.what());
+  }
+  const cluster::NodeInfo* self = topo_.find(node);
+  if (!self || self->role != cluster::Role::App)
+    throw std::runtime_error("tierce.node " + node + ": " +
+                             (self ? "has role proxy" : "is not a node") + " in " + topology_path +
+                             "; name a [[node]] with role = \"app\"");
+  try {
+    secret_ = topo_.secret();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot read the cluster secret " + topo_.secret_file + ": " +
+                             e.what() + " (it must exist, hold >= 16 bytes, mode 600)");
+  }
+  try {
+    writer_ = std::make_unique<co::WriterLog>(self->segment_prefix + co::kWriterSuffix);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot map this node's invalidation counter " +
+                             self->segment_prefix + co::kWriterSuffix + ": " + e.what());
+  }
+}
+
+Engine::~Engine() = default;
+
+co::ClusterClient& Engine::client() {
+  // A client's connections belong to the process that made them: after fork, a new one.
+  if (!client_ || client_pid_ != getpid()) {
+    if (client_ && client_pid_ != getpid()) (void)client_.release();  // the parent's: not ours to close
+    co::ClientTuning tuning;
+    tuning.op_timeout = std::chrono::milliseconds(200);
+    tuning.connect_timeout = std::chrono::milliseconds(200);
+    client_ = std::make_unique<co::ClusterClient>(topo_, secret_, tuning, fabric::LogSink{});
+    client_pid_ = getpid();
+  }
+  return *client_;
+}
+
+RoundResult Engine::round(const std::vector<std::string>& names, bool all,
+                          const co::PendingMark& mark) {
+  RoundResult r;
+  std::vector<uint64_t> deps;
+  deps.reserve(names.size());
+  for (const std::string& n : names) deps.push_back(co::dependency_hash(n));
+  co::Scheme scheme = all || topo_.coherence.scheme == co::Scheme::InvalidateAll
+                          ? co::Scheme::InvalidateAll
+                          : co::Scheme::DependencyLists;
+  if (scheme == co::Scheme::DependencyLists && deps.empty()) {
+    r.sent = r.complete = true;  // nothing to do
+    return r;
+  }
+  if (scheme == co::Scheme::InvalidateAll) deps.clear();
+  try {
+    co::InvalidateOutcome o = client().invalidate(*writer_, node_, deps, scheme, mark);
+    r.sent = true;
+    r.complete = o.complete();
+    r.micros = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(o.elapsed).count());
+    for (const std::string& f : o.fenced) r.error += (r.error.empty() ? "" : "; ") + f;
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+RoundResult Engine::pend(const std::vector<std::string>& names, bool all, uint64_t token,
+                         uint32_t ttl_ms) {
+  return round(names, all, co::PendingMark{co::MarkOp::Pend, token, ttl_ms});
+}
+
+RoundResult Engine::release(const std::vector<std::string>& names, bool all, uint64_t token) {
+  return round(names, all, co::PendingMark{co::MarkOp::Release, token, 0});
+}
+
+RoundResult Engine::invalidate(const std::vector<std::string>& names, bool all) {
+  return round(names, all, co::PendingMark{});
+}
+
+}  // namespace tierce::php

@@ -1,0 +1,878 @@
+// php_ext/php_tierce.cc — the `tierce` PHP extension's glue (docs/php_extension.md): ini
+// settings, the PHP functions, and the observers on mysqli and PDO that feed RequestTracker
+// (tracker.h). It decides nothing itself: it turns PHP calls into tracker calls and the tracker's
+// results into request notes for mod_appversion (tierce-depends, tierce-invalidate,
+// tierce-invalidate-all, tierce-nocache) through apache_note().
+//
+// Observed (PHP 8.2 observer API, internal functions): mysqli and mysqli_stmt methods and their
+// procedural twins (query, real_query, multi_query, execute_query, prepare, stmt prepare /
+// bind_param / execute, begin_transaction, commit, rollback, autocommit), PDO (exec, query,
+// prepare, beginTransaction, commit, rollBack, setAttribute(ATTR_AUTOCOMMIT)) and PDOStatement
+// (bindValue, bindParam, execute). A statement object's SQL and bound parameters are kept in a
+// weak map (zend_weakrefs): the entry dies with the object.
+extern "C" {
+#include "php.h"
+#include "SAPI.h"
+#include "ext/standard/info.h"
+#include "zend_exceptions.h"
+#include "zend_interfaces.h"
+#include "zend_observer.h"
+#include "zend_weakrefs.h"
+}
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dlm/client.h"
+#include "php_ext/engine.h"
+#include "php_ext/tracker.h"
+#include "sqldeps/deps.h"
+
+namespace tp = tierce::php;
+namespace sd = tierce::sqldeps;
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+// ---- process state ---------------------------------------------------------------------------
+
+tp::Counters g_counters;
+std::unique_ptr<tp::Engine> g_engine;     // tierce.topology + tierce.node (MINIT)
+std::string g_engine_error;               // why there is none, when configured
+sd::Schema g_schema;                      // tierce.schema (MINIT)
+std::string g_schema_error;
+zend_class_entry* g_exception_ce = nullptr;
+bool g_in_apache = false;                 // sapi apache2handler: notes through apache_note()
+
+// Compiled SQL by text (prepared statements run many times).
+struct CompiledCache {
+  static constexpr size_t kMax = 4096;
+  std::unordered_map<std::string, std::shared_ptr<const sd::Compiled>> map;
+  std::shared_ptr<const sd::Compiled> get(std::string_view sql) {
+    auto it = map.find(std::string(sql));
+    if (it != map.end()) return it->second;
+    if (map.size() >= kMax) map.clear();
+    auto c = std::make_shared<const sd::Compiled>(sd::compile(sql, g_schema));
+    map.emplace(std::string(sql), c);
+    return c;
+  }
+} g_compiled;
+
+// ---- locks (lockd over its local socket) --------------------------------------------------------
+
+struct Locks {
+  std::unique_ptr<tierce::dlm::LockClient> client;
+  int pid = 0;
+  std::multimap<std::string, tierce::dlm::HeldLock> held;  // this request's
+  tierce::dlm::LockClient& get() {
+    if (!client || pid != getpid()) {
+      if (client && pid != getpid()) (void)client.release();  // the parent's connection
+      const char* sock = INI_STR(const_cast<char*>("tierce.lockd_socket"));
+      std::string path = sock && *sock ? sock : tierce::dlm::LockClient::default_socket();
+      client = std::make_unique<tierce::dlm::LockClient>(path);
+      pid = getpid();
+    }
+    return *client;
+  }
+} g_locks;
+
+// ---- the engine as the tracker's MarkSink ---------------------------------------------------------
+
+struct EngineMarks : tp::MarkSink {
+  bool pend(const tp::NameSet& names, uint64_t token, uint32_t ttl_ms, std::string& error,
+            uint64_t& micros) override {
+    tp::RoundResult r = g_engine->pend(names.names(), names.all(), token, ttl_ms);
+    micros = r.micros;
+    if (!r.sent) error = r.error;
+    return r.sent;
+  }
+  bool release(const tp::NameSet& names, uint64_t token, std::string& error) override {
+    tp::RoundResult r = g_engine->release(names.names(), names.all(), token);
+    if (!r.sent) error = r.error;
+    return r.sent;
+  }
+} g_engine_marks;
+
+// ---- per request -------------------------------------------------------------------------------
+
+struct StmtInfo {
+  uint64_t conn = 0;
+  std::shared_ptr<const sd::Compiled> compiled;
+  std::vector<zval> positional;                    // bound (references for bind_param/bindParam)
+  std::vector<std::pair<std::string, zval>> named;
+  ~StmtInfo() {
+    for (zval& z : positional) zval_ptr_dtor(&z);
+    for (auto& [n, z] : named) zval_ptr_dtor(&z);
+  }
+  void clear_binds() {
+    for (zval& z : positional) zval_ptr_dtor(&z);
+    for (auto& [n, z] : named) zval_ptr_dtor(&z);
+    positional.clear();
+    named.clear();
+  }
+};
+
+struct Request {
+  bool active = false;
+  std::unique_ptr<tp::RequestTracker> tracker;
+  HashTable stmts;                           // weak: statement object -> StmtInfo*
+  bool stmts_init = false;
+  std::vector<tp::RequestTracker::Ticket> tickets;  // one per observed call in progress
+  std::string published_depends, published_invalidates;
+  bool published_all = false, published_nocache = false;
+} g_req;
+
+void warn(const std::string& msg) { php_error_docref(nullptr, E_WARNING, "%s", msg.c_str()); }
+
+void stmt_dtor(zval* zv) { delete static_cast<StmtInfo*>(Z_PTR_P(zv)); }
+
+StmtInfo* stmt_info(zend_object* obj, bool create) {
+  if (!g_req.stmts_init) return nullptr;
+  zval* zv = zend_hash_index_find(&g_req.stmts, zend_object_to_weakref_key(obj));
+  if (zv) return static_cast<StmtInfo*>(Z_PTR_P(zv));
+  if (!create) return nullptr;
+  auto* info = new StmtInfo();
+  zend_weakrefs_hash_add_ptr(&g_req.stmts, obj, info);
+  return info;
+}
+
+uint64_t conn_id(zend_object* obj) { return reinterpret_cast<uintptr_t>(obj); }
+
+// apache_note(name, value) when running under httpd's mod_php.
+void apache_note(const char* name, const std::string& value) {
+  if (!g_in_apache) return;
+  zval fn, ret, args[2];
+  ZVAL_STRING(&fn, "apache_note");
+  ZVAL_STRING(&args[0], name);
+  ZVAL_STRINGL(&args[1], value.data(), value.size());
+  if (call_user_function(nullptr, nullptr, &fn, &ret, 2, args) == SUCCESS) zval_ptr_dtor(&ret);
+  zval_ptr_dtor(&fn);
+  zval_ptr_dtor(&args[0]);
+  zval_ptr_dtor(&args[1]);
+}
+
+// Publishes what changed since the last time (cheap when nothing did).
+void publish() {
+  if (!g_in_apache || !g_req.tracker) return;
+  const tp::RequestTracker& t = *g_req.tracker;
+  if (t.uncacheable() && !g_req.published_nocache) {
+    g_req.published_nocache = true;
+    apache_note("tierce-nocache", t.uncacheable_reason().empty() ? "1" : t.uncacheable_reason());
+  }
+  std::string d = t.depends().joined();
+  if (d != g_req.published_depends) {
+    g_req.published_depends = d;
+    apache_note("tierce-depends", d);
+  }
+  if (t.invalidates().all() && !g_req.published_all) {
+    g_req.published_all = true;
+    apache_note("tierce-invalidate-all", "1");
+  }
+  std::string i = t.invalidates().joined();
+  if (i != g_req.published_invalidates) {
+    g_req.published_invalidates = i;
+    apache_note("tierce-invalidate", i);
+  }
+}
+
+// ---- parameters ---------------------------------------------------------------------------------
+
+sd::Value value_of(zval* z) {
+  ZVAL_DEREF(z);
+  switch (Z_TYPE_P(z)) {
+    case IS_LONG: return std::to_string(Z_LVAL_P(z));
+    case IS_STRING: return std::string(Z_STRVAL_P(z), Z_STRLEN_P(z));
+    case IS_TRUE: return std::string("1");
+    case IS_FALSE: return std::string("0");
+    case IS_DOUBLE: {
+      double d = Z_DVAL_P(z);
+      if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -9e15 && d < 9e15)
+        return std::to_string(static_cast<int64_t>(d));
+      return std::nullopt;
+    }
+    default: return std::nullopt;
+  }
+}
+
+// execute([...]) / execute_query($sql, [...]): a PHP array of values, positional or named.
+void params_from_array(zval* arr, sd::Params& p) {
+  if (!arr || Z_TYPE_P(arr) != IS_ARRAY) return;
+  zend_string* key;
+  zend_ulong idx;
+  zval* v;
+  ZEND_HASH_FOREACH_KEY_VAL(Z_ARRVAL_P(arr), idx, key, v) {
+    if (key) {
+      std::string k(ZSTR_VAL(key), ZSTR_LEN(key));
+      if (!k.empty() && k[0] == ':') k.erase(0, 1);
+      p.named.emplace_back(std::move(k), value_of(v));
+    } else {
+      if (idx >= 65536) continue;
+      if (p.positional.size() <= idx) p.positional.resize(idx + 1);
+      p.positional[idx] = value_of(v);
+    }
+  }
+  ZEND_HASH_FOREACH_END();
+}
+
+void params_from_binds(const StmtInfo& s, sd::Params& p) {
+  for (const zval& z : s.positional) p.positional.push_back(value_of(const_cast<zval*>(&z)));
+  for (const auto& [n, z] : s.named) {
+    std::string k = n;
+    if (!k.empty() && k[0] == ':') k.erase(0, 1);
+    p.named.emplace_back(std::move(k), value_of(const_cast<zval*>(&z)));
+  }
+}
+
+// ---- observers -----------------------------------------------------------------------------------
+
+enum class Hook : uint8_t {
+  Query,          // (sql) on the connection: mysqli::query/real_query/multi_query, PDO::exec/query
+  ExecuteQuery,   // mysqli::execute_query(sql, params)
+  Prepare,        // mysqli::prepare / PDO::prepare: returns the statement
+  StmtPrepare,    // mysqli_stmt::prepare(sql) / mysqli_stmt::__construct(link, sql)
+  StmtConstruct,
+  BindParam,      // mysqli_stmt::bind_param(types, &...vars)
+  PdoBind,        // PDOStatement::bindValue / bindParam (param, value)
+  Execute,        // mysqli_stmt::execute([params]) / PDOStatement::execute([params])
+  Begin, Commit, Rollback,
+  Autocommit,     // mysqli::autocommit(bool)
+  PdoSetAttribute,
+};
+
+struct HookSpec {
+  Hook hook;
+  bool procedural;  // the object is the first argument, not $this
+};
+
+const std::map<std::string, HookSpec>& hook_table() {
+  static const std::map<std::string, HookSpec> t = {
+      {"mysqli::query", {Hook::Query, false}},
+      {"mysqli::real_query", {Hook::Query, false}},
+      {"mysqli::multi_query", {Hook::Query, false}},
+      {"mysqli::execute_query", {Hook::ExecuteQuery, false}},
+      {"mysqli::prepare", {Hook::Prepare, false}},
+      {"mysqli::begin_transaction", {Hook::Begin, false}},
+      {"mysqli::commit", {Hook::Commit, false}},
+      {"mysqli::rollback", {Hook::Rollback, false}},
+      {"mysqli::autocommit", {Hook::Autocommit, false}},
+      {"mysqli_query", {Hook::Query, true}},
+      {"mysqli_real_query", {Hook::Query, true}},
+      {"mysqli_multi_query", {Hook::Query, true}},
+      {"mysqli_execute_query", {Hook::ExecuteQuery, true}},
+      {"mysqli_prepare", {Hook::Prepare, true}},
+      {"mysqli_begin_transaction", {Hook::Begin, true}},
+      {"mysqli_commit", {Hook::Commit, true}},
+      {"mysqli_rollback", {Hook::Rollback, true}},
+      {"mysqli_autocommit", {Hook::Autocommit, true}},
+      {"mysqli_stmt::__construct", {Hook::StmtConstruct, false}},
+      {"mysqli_stmt::prepare", {Hook::StmtPrepare, false}},
+      {"mysqli_stmt::bind_param", {Hook::BindParam, false}},
+      {"mysqli_stmt::execute", {Hook::Execute, false}},
+      {"mysqli_stmt_prepare", {Hook::StmtPrepare, true}},
+      {"mysqli_stmt_bind_param", {Hook::BindParam, true}},
+      {"mysqli_stmt_execute", {Hook::Execute, true}},
+      {"pdo::exec", {Hook::Query, false}},
+      {"pdo::query", {Hook::Query, false}},
+      {"pdo::prepare", {Hook::Prepare, false}},
+      {"pdo::begintransaction", {Hook::Begin, false}},
+      {"pdo::commit", {Hook::Commit, false}},
+      {"pdo::rollback", {Hook::Rollback, false}},
+      {"pdo::setattribute", {Hook::PdoSetAttribute, false}},
+      {"pdostatement::bindvalue", {Hook::PdoBind, false}},
+      {"pdostatement::bindparam", {Hook::PdoBind, false}},
+      {"pdostatement::execute", {Hook::Execute, false}},
+  };
+  return t;
+}
+
+// Hooks by zend_function (filled by observer_init, read by the handlers).
+std::unordered_map<const zend_function*, HookSpec> g_hooks;
+
+std::string lower(const char* s, size_t n) {
+  std::string o(s, n);
+  for (char& c : o) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  return o;
+}
+
+zval* arg(zend_execute_data* ex, uint32_t n) {  // 1-based; nullptr when absent
+  return n <= ZEND_CALL_NUM_ARGS(ex) ? ZEND_CALL_ARG(ex, n) : nullptr;
+}
+
+// The connection / statement object and the index of the first real argument.
+zend_object* subject(zend_execute_data* ex, const HookSpec& h, uint32_t& first) {
+  if (h.procedural) {
+    first = 2;
+    zval* a = arg(ex, 1);
+    return a && Z_TYPE_P(a) == IS_OBJECT ? Z_OBJ_P(a) : nullptr;
+  }
+  first = 1;
+  return Z_TYPE(ex->This) == IS_OBJECT ? Z_OBJ(ex->This) : nullptr;
+}
+
+bool string_arg(zend_execute_data* ex, uint32_t n, std::string_view& out) {
+  zval* a = arg(ex, n);
+  if (!a) return false;
+  ZVAL_DEREF(a);
+  if (Z_TYPE_P(a) != IS_STRING) return false;
+  out = std::string_view(Z_STRVAL_P(a), Z_STRLEN_P(a));
+  return true;
+}
+
+void push_ticket(tp::RequestTracker::Ticket t) { g_req.tickets.push_back(std::move(t)); }
+
+void observer_begin(zend_execute_data* ex) {
+  auto it = g_hooks.find(ex->func);
+  tp::RequestTracker::Ticket none;
+  if (it == g_hooks.end() || !g_req.active || !g_req.tracker) {
+    push_ticket(std::move(none));
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  const HookSpec& h = it->second;
+  uint32_t first = 1;
+  zend_object* obj = subject(ex, h, first);
+  tp::RequestTracker& tr = *g_req.tracker;
+  tp::RequestTracker::Ticket ticket;
+  if (obj) {
+    switch (h.hook) {
+      case Hook::Query:
+      case Hook::ExecuteQuery: {
+        std::string_view sql;
+        if (!string_arg(ex, first, sql)) break;
+        sd::Params p;
+        if (h.hook == Hook::ExecuteQuery) params_from_array(arg(ex, first + 1), p);
+        ticket = tr.before_statement(conn_id(obj), *g_compiled.get(sql), p);
+        break;
+      }
+      case Hook::Prepare:
+        break;  // handled at the end (the statement object is the return value)
+      case Hook::StmtConstruct: {
+        std::string_view sql;
+        zval* link = arg(ex, 1);
+        StmtInfo* s = stmt_info(obj, true);
+        if (s && link && Z_TYPE_P(link) == IS_OBJECT) s->conn = conn_id(Z_OBJ_P(link));
+        if (s && string_arg(ex, 2, sql)) {
+          s->compiled = g_compiled.get(sql);
+          s->clear_binds();
+        }
+        break;
+      }
+      case Hook::StmtPrepare: {
+        std::string_view sql;
+        StmtInfo* s = stmt_info(obj, true);
+        if (s && string_arg(ex, first, sql)) {
+          s->compiled = g_compiled.get(sql);
+          s->clear_binds();
+        }
+        break;
+      }
+      case Hook::BindParam: {
+        StmtInfo* s = stmt_info(obj, true);
+        if (!s) break;
+        s->clear_binds();
+        uint32_t n = ZEND_CALL_NUM_ARGS(ex);
+        for (uint32_t i = first + 1; i <= n; ++i) {
+          zval z;
+          ZVAL_COPY(&z, ZEND_CALL_ARG(ex, i));  // a reference: its value is read at execute
+          s->positional.push_back(z);
+        }
+        break;
+      }
+      case Hook::PdoBind: {
+        StmtInfo* s = stmt_info(obj, true);
+        zval* key = arg(ex, 1);
+        zval* val = arg(ex, 2);
+        if (!s || !key || !val) break;
+        zval z;
+        ZVAL_COPY(&z, val);
+        if (Z_TYPE_P(key) == IS_LONG && Z_LVAL_P(key) >= 1 && Z_LVAL_P(key) <= 65535) {
+          size_t i = static_cast<size_t>(Z_LVAL_P(key) - 1);
+          if (s->positional.size() <= i) {
+            zval undef;
+            ZVAL_NULL(&undef);
+            s->positional.resize(i + 1, undef);
+          }
+          zval_ptr_dtor(&s->positional[i]);
+          s->positional[i] = z;
+        } else if (Z_TYPE_P(key) == IS_STRING) {
+          s->named.emplace_back(std::string(Z_STRVAL_P(key), Z_STRLEN_P(key)), z);
+        } else {
+          zval_ptr_dtor(&z);
+        }
+        break;
+      }
+      case Hook::Execute: {
+        StmtInfo* s = stmt_info(obj, false);
+        std::shared_ptr<const sd::Compiled> compiled = s ? s->compiled : nullptr;
+        uint64_t conn = s ? s->conn : 0;
+        if (!compiled) {
+          // A PDOStatement made some way we did not see: its queryString says what it runs.
+          zval rv;
+          zval* qs = zend_read_property(obj->ce, obj, "queryString", sizeof("queryString") - 1,
+                                        /*silent*/ 1, &rv);
+          if (qs && Z_TYPE_P(qs) == IS_STRING)
+            compiled = g_compiled.get(std::string_view(Z_STRVAL_P(qs), Z_STRLEN_P(qs)));
+        }
+        if (!compiled) {
+          // Not knowing what it runs: conservative.
+          tr.invalidate_all();
+          g_counters.conservative++;
+          break;
+        }
+        sd::Params p;
+        zval* params = arg(ex, first);
+        if (params && Z_TYPE_P(params) == IS_ARRAY) params_from_array(params, p);
+        else if (s) params_from_binds(*s, p);
+        ticket = tr.before_statement(conn, *compiled, p);
+        break;
+      }
+      case Hook::Begin: ticket = tr.before_begin(conn_id(obj)); break;
+      case Hook::Commit: ticket = tr.before_commit(conn_id(obj)); break;
+      case Hook::Rollback: ticket = tr.before_rollback(conn_id(obj)); break;
+      case Hook::Autocommit: {
+        zval* on = arg(ex, first);
+        if (on) ticket = tr.before_autocommit(conn_id(obj), zend_is_true(on));
+        break;
+      }
+      case Hook::PdoSetAttribute: {
+        zval* attr = arg(ex, 1);
+        zval* val = arg(ex, 2);
+        // PDO::ATTR_AUTOCOMMIT is 0.
+        if (attr && val && Z_TYPE_P(attr) == IS_LONG && Z_LVAL_P(attr) == 0)
+          ticket = tr.before_autocommit(conn_id(obj), zend_is_true(val));
+        break;
+      }
+    }
+  }
+  g_counters.observed++;
+  g_counters.observe_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  push_ticket(std::move(ticket));
+}
+
+void observer_end(zend_execute_data* ex, zval* retval) {
+  if (g_req.tickets.empty()) return;
+  tp::RequestTracker::Ticket ticket = std::move(g_req.tickets.back());
+  g_req.tickets.pop_back();
+  if (!g_req.active || !g_req.tracker) return;
+  bool ok = retval && !EG(exception) && Z_TYPE_P(retval) != IS_FALSE;
+  auto it = g_hooks.find(ex->func);
+  if (it != g_hooks.end() && it->second.hook == Hook::Prepare && ok &&
+      Z_TYPE_P(retval) == IS_OBJECT) {
+    uint32_t first = 1;
+    zend_object* conn = subject(ex, it->second, first);
+    std::string_view sql;
+    StmtInfo* s = stmt_info(Z_OBJ_P(retval), true);
+    if (s && string_arg(ex, first, sql)) {
+      s->compiled = g_compiled.get(sql);
+      s->clear_binds();
+      s->conn = conn ? conn_id(conn) : 0;
+    }
+  }
+  if (ticket.active) g_req.tracker->after(ticket, ok);
+  publish();
+}
+
+zend_observer_fcall_handlers observer_init(zend_execute_data* ex) {
+  zend_function* f = ex->func;
+  if (!f || f->type != ZEND_INTERNAL_FUNCTION || !f->common.function_name) return {nullptr, nullptr};
+  std::string name;
+  if (f->common.scope) {
+    name = lower(ZSTR_VAL(f->common.scope->name), ZSTR_LEN(f->common.scope->name)) + "::";
+  }
+  name += lower(ZSTR_VAL(f->common.function_name), ZSTR_LEN(f->common.function_name));
+  auto it = hook_table().find(name);
+  if (it == hook_table().end()) {
+    // A subclass of mysqli / PDO: the method's own scope is the base class, so nothing else.
+    return {nullptr, nullptr};
+  }
+  g_hooks[f] = it->second;
+  return {observer_begin, observer_end};
+}
+
+// ---- dependency names from PHP ---------------------------------------------------------------------
+
+// Checks a name as coherence::parse_dependencies would take it (one name: no blanks, no commas).
+bool check_name(zend_string* s, uint32_t argn) {
+  size_t n = ZSTR_LEN(s);
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(ZSTR_VAL(s));
+  const char* why = nullptr;
+  if (n == 0) why = "is empty";
+  else if (n > 256) why = "is longer than 256 bytes";
+  for (size_t i = 0; !why && i < n; ++i)
+    if (p[i] < 0x21 || p[i] == 0x7f || p[i] == ',') why = "contains a blank, comma or control character";
+  if (why) {
+    zend_argument_value_error(argn, "must be a dependency name such as \"item:42\"; it %s", why);
+    return false;
+  }
+  return true;
+}
+
+tp::RequestTracker* tracker() { return g_req.active ? g_req.tracker.get() : nullptr; }
+
+}  // namespace
+
+// ---- PHP functions ----------------------------------------------------------------------------------
+
+PHP_FUNCTION(tierce_depends) {
+  zval* args = nullptr;
+  int argc = 0;
+  ZEND_PARSE_PARAMETERS_START(0, -1)
+    Z_PARAM_VARIADIC('+', args, argc)
+  ZEND_PARSE_PARAMETERS_END();
+  for (int i = 0; i < argc; ++i) {
+    if (Z_TYPE(args[i]) != IS_STRING) {
+      zend_argument_type_error(i + 1, "must be of type string, %s given", zend_zval_type_name(&args[i]));
+      RETURN_THROWS();
+    }
+    if (!check_name(Z_STR(args[i]), i + 1)) RETURN_THROWS();
+  }
+  if (tp::RequestTracker* t = tracker()) {
+    for (int i = 0; i < argc; ++i) t->add_depends(std::string_view(Z_STRVAL(args[i]), Z_STRLEN(args[i])));
+    publish();
+  }
+}
+
+PHP_FUNCTION(tierce_invalidate) {
+  zval* args = nullptr;
+  int argc = 0;
+  ZEND_PARSE_PARAMETERS_START(0, -1)
+    Z_PARAM_VARIADIC('+', args, argc)
+  ZEND_PARSE_PARAMETERS_END();
+  std::vector<std::string> names;
+  for (int i = 0; i < argc; ++i) {
+    if (Z_TYPE(args[i]) != IS_STRING) {
+      zend_argument_type_error(i + 1, "must be of type string, %s given", zend_zval_type_name(&args[i]));
+      RETURN_THROWS();
+    }
+    if (!check_name(Z_STR(args[i]), i + 1)) RETURN_THROWS();
+    names.emplace_back(Z_STRVAL(args[i]), Z_STRLEN(args[i]));
+  }
+  if (names.empty()) return;
+  if (g_in_apache) {
+    // mod_appversion invalidates before the response leaves (and waits for every home).
+    if (tp::RequestTracker* t = tracker()) {
+      for (const std::string& n : names) t->add_invalidates(n);
+      publish();
+    }
+    return;
+  }
+  // Outside httpd (CLI, cron, embed): straight to the homes, now.
+  if (!g_engine) {
+    zend_throw_exception_ex(g_exception_ce, 0,
+                            "tierce_invalidate: no cluster to invalidate in (%s)",
+                            g_engine_error.empty()
+                                ? "set tierce.topology and tierce.node in php.ini"
+                                : g_engine_error.c_str());
+    RETURN_THROWS();
+  }
+  tp::RoundResult r = g_engine->invalidate(names, false);
+  if (!r.sent) {
+    zend_throw_exception_ex(g_exception_ce, 0, "tierce_invalidate: not sent: %s", r.error.c_str());
+    RETURN_THROWS();
+  }
+  if (!r.complete)
+    php_error_docref(nullptr, E_WARNING,
+                     "returned after the fence bound: these homes did not acknowledge and stop "
+                     "vouching for their pages until they hold it: %s",
+                     r.error.c_str());
+}
+
+namespace {
+bool lock_common(INTERNAL_FUNCTION_PARAMETERS, bool try_only) {
+  zend_string* name;
+  zend_long mode = static_cast<zend_long>(tierce::dlm::Mode::Exclusive);
+  double timeout = -1;
+  ZEND_PARSE_PARAMETERS_START(1, try_only ? 2 : 3)
+    Z_PARAM_STR(name)
+    Z_PARAM_OPTIONAL
+    Z_PARAM_LONG(mode)
+    Z_PARAM_DOUBLE(timeout)
+  ZEND_PARSE_PARAMETERS_END_EX(return false);
+  if (mode != 1 && mode != 2) {
+    zend_argument_value_error(2, "must be TIERCE_LOCK_SHARED or TIERCE_LOCK_EXCLUSIVE");
+    return false;
+  }
+  if (ZSTR_LEN(name) == 0 || ZSTR_LEN(name) > 255) {
+    zend_argument_value_error(1, "must be a lock name of 1 to 255 bytes");
+    return false;
+  }
+  namespace dl = tierce::dlm;
+  try {
+    dl::LockClient& c = g_locks.get();
+    std::string n(ZSTR_VAL(name), ZSTR_LEN(name));
+    auto m = static_cast<dl::Mode>(mode);
+    if (try_only) {
+      std::optional<dl::HeldLock> h = c.try_lock(n, m);
+      if (!h) { RETVAL_FALSE; return true; }
+      g_locks.held.emplace(n, std::move(*h));
+    } else {
+      auto ms = timeout < 0 ? std::chrono::milliseconds(-1)
+                            : std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000.0));
+      g_locks.held.emplace(n, c.lock(n, m, ms));
+    }
+    RETVAL_TRUE;
+  } catch (const dl::LockError& e) {
+    if (e.status() == dl::Status::Timeout || e.status() == dl::Status::WouldBlock) {
+      RETVAL_FALSE;
+      return true;
+    }
+    if (e.status() == dl::Status::Internal) g_locks.client.reset();  // reconnect next time
+    zend_throw_exception_ex(g_exception_ce, static_cast<zend_long>(e.status()), "tierce lock '%s': %s",
+                            ZSTR_VAL(name), e.what());
+  } catch (const std::exception& e) {
+    g_locks.client.reset();
+    zend_throw_exception_ex(g_exception_ce, 0, "tierce lock '%s': %s", ZSTR_VAL(name), e.what());
+  }
+  return true;
+}
+}  // namespace
+
+PHP_FUNCTION(tierce_lock) { lock_common(INTERNAL_FUNCTION_PARAM_PASSTHRU, false); }
+PHP_FUNCTION(tierce_trylock) { lock_common(INTERNAL_FUNCTION_PARAM_PASSTHRU, true); }
+
+PHP_FUNCTION(tierce_unlock) {
+  zend_string* name;
+  ZEND_PARSE_PARAMETERS_START(1, 1)
+    Z_PARAM_STR(name)
+  ZEND_PARSE_PARAMETERS_END();
+  auto it = g_locks.held.find(std::string(ZSTR_VAL(name), ZSTR_LEN(name)));
+  if (it == g_locks.held.end()) RETURN_FALSE;
+  try {
+    it->second.unlock();
+  } catch (const std::exception& e) {
+    g_locks.held.erase(it);
+    zend_throw_exception_ex(g_exception_ce, 0, "tierce_unlock '%s': %s", ZSTR_VAL(name), e.what());
+    RETURN_THROWS();
+  }
+  g_locks.held.erase(it);
+  RETURN_TRUE;
+}
+
+namespace {
+void add_names(zval* arr, const char* key, const tp::NameSet& s) {
+  zval list;
+  array_init(&list);
+  for (const std::string& n : s.names()) add_next_index_stringl(&list, n.data(), n.size());
+  add_assoc_zval(arr, key, &list);
+}
+}  // namespace
+
+PHP_FUNCTION(tierce_status) {
+  ZEND_PARSE_PARAMETERS_NONE();
+  array_init(return_value);
+  add_assoc_string(return_value, "version", const_cast<char*>(kVersion));
+  add_assoc_bool(return_value, "auto", INI_BOOL(const_cast<char*>("tierce.auto")));
+  add_assoc_bool(return_value, "linearizable", INI_BOOL(const_cast<char*>("tierce.linearizable")));
+  add_assoc_bool(return_value, "cluster", g_engine != nullptr);
+  add_assoc_string(return_value, "cluster_error", const_cast<char*>(g_engine_error.c_str()));
+  add_assoc_string(return_value, "schema_error", const_cast<char*>(g_schema_error.c_str()));
+  add_assoc_string(return_value, "sapi", const_cast<char*>(sapi_module.name));
+  zval c;
+  array_init(&c);
+  const tp::Counters& k = g_counters;
+  add_assoc_long(&c, "statements", k.statements);
+  add_assoc_long(&c, "reads", k.reads);
+  add_assoc_long(&c, "writes", k.writes);
+  add_assoc_long(&c, "neutral", k.neutral);
+  add_assoc_long(&c, "exact", k.exact);
+  add_assoc_long(&c, "table_level", k.table_level);
+  add_assoc_long(&c, "conservative", k.conservative);
+  add_assoc_long(&c, "uncacheable_reads", k.uncacheable_reads);
+  add_assoc_long(&c, "invalidate_all", k.invalidate_all);
+  add_assoc_long(&c, "commits", k.commits);
+  add_assoc_long(&c, "rollbacks", k.rollbacks);
+  add_assoc_long(&c, "pends", k.pends);
+  add_assoc_long(&c, "pend_failures", k.pend_failures);
+  add_assoc_long(&c, "pend_us", k.pend_us);
+  add_assoc_long(&c, "releases", k.releases);
+  add_assoc_long(&c, "release_failures", k.release_failures);
+  add_assoc_long(&c, "observed", k.observed);
+  add_assoc_long(&c, "observe_ns", k.observe_ns);
+  add_assoc_long(&c, "compiled_cached", g_compiled.map.size());
+  add_assoc_zval(return_value, "counters", &c);
+  zval r;
+  array_init(&r);
+  if (tp::RequestTracker* t = tracker()) {
+    add_names(&r, "depends", t->depends());
+    add_names(&r, "invalidates", t->invalidates());
+    add_assoc_bool(&r, "invalidate_all", t->invalidates().all());
+    add_assoc_bool(&r, "uncacheable", t->uncacheable());
+    add_assoc_string(&r, "uncacheable_reason", const_cast<char*>(t->uncacheable_reason().c_str()));
+    add_assoc_long(&r, "open_transactions", t->open_transactions());
+  }
+  zval locks;
+  array_init(&locks);
+  for (const auto& [n, h] : g_locks.held) add_next_index_stringl(&locks, n.data(), n.size());
+  add_assoc_zval(&r, "locks", &locks);
+  add_assoc_zval(return_value, "request", &r);
+}
+
+// ---- arginfo and module ------------------------------------------------------------------------------
+
+ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_names, 0, 0, IS_VOID, 0)
+  ZEND_ARG_VARIADIC_TYPE_INFO(0, names, IS_STRING, 0)
+ZEND_END_ARG_INFO()
+ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_lock, 0, 1, _IS_BOOL, 0)
+  ZEND_ARG_TYPE_INFO(0, name, IS_STRING, 0)
+  ZEND_ARG_TYPE_INFO_WITH_DEFAULT_VALUE(0, mode, IS_LONG, 0, "TIERCE_LOCK_EXCLUSIVE")
+  ZEND_ARG_TYPE_INFO_WITH_DEFAULT_VALUE(0, timeout, IS_DOUBLE, 0, "-1.0")
+ZEND_END_ARG_INFO()
+ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_trylock, 0, 1, _IS_BOOL, 0)
+  ZEND_ARG_TYPE_INFO(0, name, IS_STRING, 0)
+  ZEND_ARG_TYPE_INFO_WITH_DEFAULT_VALUE(0, mode, IS_LONG, 0, "TIERCE_LOCK_EXCLUSIVE")
+ZEND_END_ARG_INFO()
+ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_unlock, 0, 1, _IS_BOOL, 0)
+  ZEND_ARG_TYPE_INFO(0, name, IS_STRING, 0)
+ZEND_END_ARG_INFO()
+ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_status, 0, 0, IS_ARRAY, 0)
+ZEND_END_ARG_INFO()
+
+static const zend_function_entry tierce_functions[] = {
+    PHP_FE(tierce_depends, arginfo_tierce_names)
+    PHP_FE(tierce_invalidate, arginfo_tierce_names)
+    PHP_FE(tierce_lock, arginfo_tierce_lock)
+    PHP_FE(tierce_trylock, arginfo_tierce_trylock)
+    PHP_FE(tierce_unlock, arginfo_tierce_unlock)
+    PHP_FE(tierce_status, arginfo_tierce_status)
+    PHP_FE_END};
+
+PHP_INI_BEGIN()
+  PHP_INI_ENTRY("tierce.auto", "0", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.linearizable", "0", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.pending_ttl_ms", "30000", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.topology", "", PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.node", "", PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.schema", "", PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.lockd_socket", "", PHP_INI_SYSTEM, nullptr)
+PHP_INI_END()
+
+static PHP_MINIT_FUNCTION(tierce) {
+  REGISTER_INI_ENTRIES();
+  REGISTER_LONG_CONSTANT("TIERCE_LOCK_SHARED", 1, CONST_CS | CONST_PERSISTENT);
+  REGISTER_LONG_CONSTANT("TIERCE_LOCK_EXCLUSIVE", 2, CONST_CS | CONST_PERSISTENT);
+  zend_class_entry ce;
+  INIT_CLASS_ENTRY(ce, "TierceException", nullptr);
+  g_exception_ce = zend_register_internal_class_ex(&ce, zend_ce_exception);
+  g_in_apache = sapi_module.name && strcmp(sapi_module.name, "apache2handler") == 0;
+  zend_observer_fcall_register(observer_init);
+
+  const char* schema = INI_STR(const_cast<char*>("tierce.schema"));
+  if (schema && *schema) {
+    try {
+      zend_string* text = nullptr;
+      php_stream* st = php_stream_open_wrapper(const_cast<char*>(schema), "rb", REPORT_ERRORS, nullptr);
+      if (!st) throw std::runtime_error("cannot open it");
+      text = php_stream_copy_to_mem(st, PHP_STREAM_COPY_ALL, 0);
+      php_stream_close(st);
+      std::string ddl = text ? std::string(ZSTR_VAL(text), ZSTR_LEN(text)) : std::string();
+      if (text) zend_string_release(text);
+      g_schema = sd::Schema::parse_sql(ddl);
+    } catch (const std::exception& e) {
+      g_schema_error = std::string("tierce.schema ") + schema + ": " + e.what();
+      php_error_docref(nullptr, E_WARNING, "%s (dependencies are derived without it: table level "
+                       "where a value would do)", g_schema_error.c_str());
+    }
+  }
+  const char* topo = INI_STR(const_cast<char*>("tierce.topology"));
+  const char* node = INI_STR(const_cast<char*>("tierce.node"));
+  if (topo && *topo) {
+    try {
+      if (!node || !*node) throw std::runtime_error("tierce.node is not set (name this app node)");
+      g_engine = std::make_unique<tp::Engine>(topo, node);
+    } catch (const std::exception& e) {
+      g_engine_error = e.what();
+      php_error_docref(nullptr, E_WARNING, "tierce: %s; linearizable mode and tierce_invalidate() "
+                       "outside httpd are unavailable", g_engine_error.c_str());
+    }
+  }
+  return SUCCESS;
+}
+
+static PHP_MSHUTDOWN_FUNCTION(tierce) {
+  UNREGISTER_INI_ENTRIES();
+  g_engine.reset();
+  return SUCCESS;
+}
+
+static PHP_RINIT_FUNCTION(tierce) {
+#if defined(ZTS) && defined(COMPILE_DL_TIERCE)
+  ZEND_TSRMLS_CACHE_UPDATE();
+#endif
+  tp::Settings s;
+  s.auto_mode = INI_BOOL(const_cast<char*>("tierce.auto"));
+  s.linearizable = INI_BOOL(const_cast<char*>("tierce.linearizable"));
+  if (s.linearizable) s.auto_mode = true;
+  zend_long ttl = INI_INT(const_cast<char*>("tierce.pending_ttl_ms"));
+  s.pending_ttl_ms = static_cast<uint32_t>(ttl < 1 ? 30000 : ttl > 600000 ? 600000 : ttl);
+  g_req.tracker = std::make_unique<tp::RequestTracker>(
+      s, g_counters, g_engine ? &g_engine_marks : nullptr, warn);
+  g_req.tracker->start_request();
+  zend_hash_init(&g_req.stmts, 8, nullptr, stmt_dtor, 0);
+  g_req.stmts_init = true;
+  g_req.tickets.clear();
+  g_req.published_depends.clear();
+  g_req.published_invalidates.clear();
+  g_req.published_all = g_req.published_nocache = false;
+  g_req.active = true;
+  return SUCCESS;
+}
+
+static PHP_RSHUTDOWN_FUNCTION(tierce) {
+  if (g_req.tracker) {
+    g_req.tracker->end_request();
+    publish();
+  }
+  for (auto& [n, h] : g_locks.held) {
+    php_error_docref(nullptr, E_NOTICE, "lock '%s' still held at the end of the request: released",
+                     n.c_str());
+    try {
+      h.unlock();
+    } catch (const std::exception&) {
+    }
+  }
+  g_locks.held.clear();
+  if (g_req.stmts_init) {
+    // Unregister every weak entry before the table goes (the objects outlive this call).
+    std::vector<zend_object*> objs;
+    zend_ulong key;
+    ZEND_HASH_FOREACH_NUM_KEY(&g_req.stmts, key) { objs.push_back(zend_weakref_key_to_object(key)); }
+    ZEND_HASH_FOREACH_END();
+    for (zend_object* o : objs) zend_weakrefs_hash_del(&g_req.stmts, o);
+    zend_hash_destroy(&g_req.stmts);
+    g_req.stmts_init = false;
+  }
+  g_req.tickets.clear();
+  g_req.active = false;
+  return SUCCESS;
+}
+
+static PHP_MINFO_FUNCTION(tierce) {
+  php_info_print_table_start();
+  php_info_print_table_header(2, "tierce support", "enabled");
+  php_info_print_table_row(2, "Version", kVersion);
+  php_info_print_table_row(2, "Cluster", g_engine ? g_engine->node().c_str()
+                                                  : (g_engine_error.empty() ? "not configured"
+                                                                            : g_engine_error.c_str()));
+  php_info_print_table_end();
+  DISPLAY_INI_ENTRIES();
+}
+
+static const zend_module_dep tierce_deps[] = {
+    ZEND_MOD_OPTIONAL("mysqli") ZEND_MOD_OPTIONAL("pdo") ZEND_MOD_END};
+
+zend_module_entry tierce_module_entry = {
+    STANDARD_MODULE_HEADER_EX, nullptr, tierce_deps, "tierce", tierce_functions,
+    PHP_MINIT(tierce), PHP_MSHUTDOWN(tierce), PHP_RINIT(tierce), PHP_RSHUTDOWN(tierce),
+    PHP_MINFO(tierce), kVersion, STANDARD_MODULE_PROPERTIES};
+
+extern "C" __attribute__((visibility("default"))) zend_module_entry* get_module() {
+  return &tierce_module_entry;
+}

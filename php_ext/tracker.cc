@@ -1,0 +1,268 @@
+// php_ext/tracker.cc — see tracker.h.
+#include "php_ext/tracker.h"
+
+#include <sys/random.h>
+
+#include <chrono>
+
+namespace tierce::php {
+
+namespace sd = tierce::sqldeps;
+
+bool NameSet::add(std::string_view name) {
+  if (all_) return false;
+  auto [it, fresh] = seen_.emplace(name);
+  if (fresh) list_.push_back(*it);
+  return fresh;
+}
+
+void NameSet::add_all(const NameSet& o) {
+  if (o.all_) all_ = true;
+  for (const std::string& n : o.list_) add(n);
+}
+
+void NameSet::clear() {
+  list_.clear();
+  seen_.clear();
+  all_ = false;
+}
+
+std::string NameSet::joined() const {
+  std::string s;
+  for (const std::string& n : list_) {
+    if (!s.empty()) s += ' ';
+    s += n;
+  }
+  return s;
+}
+
+namespace {
+uint64_t fresh_token() {
+  uint64_t t = 0;
+  while (t == 0)
+    if (getrandom(&t, sizeof t, 0) != sizeof t) t = static_cast<uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
+  return t;
+}
+}  // namespace
+
+RequestTracker::RequestTracker(Settings s, Counters& counters, MarkSink* marks,
+                               std::function<void(const std::string&)> warn)
+    : s_(s), counters_(counters), marks_(marks), warn_(std::move(warn)) {}
+
+void RequestTracker::start_request() {
+  conns_.clear();
+  depends_.clear();
+  invalidates_.clear();
+  uncacheable_ = false;
+  uncacheable_reason_.clear();
+}
+
+size_t RequestTracker::open_transactions() const {
+  size_t n = 0;
+  for (const auto& [id, c] : conns_) n += c.in_txn && !c.pending.empty();
+  return n;
+}
+
+void RequestTracker::end_request() {
+  for (auto& [id, c] : conns_) {
+    // A transaction left open: the server rolls it back when the connection closes, but a
+    // persistent connection may commit it in a later request. Invalidate (conservative).
+    if (!c.pending.empty()) invalidates_.add_all(c.pending);
+    c.pending.clear();
+    c.in_txn = !c.autocommit;
+  }
+}
+
+void RequestTracker::connection_gone(ConnId id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  // Closed with a transaction open: rolled back by the server (nothing to invalidate). But a
+  // persistent link is not closed by freeing the object: keep it conservative.
+  if (!it->second.pending.empty()) invalidates_.add_all(it->second.pending);
+  conns_.erase(it);
+}
+
+void RequestTracker::commit_prepare(Ticket& t, Conn& c) {
+  t.commit_names.add_all(c.pending);
+  c.pending.clear();
+  if (!s_.linearizable || t.commit_names.empty()) return;
+  if (!marks_) {
+    counters_.pend_failures++;
+    if (warn_) warn_("tierce: linearizable mode without a cluster (set tierce.topology and "
+                     "tierce.node): writes are invalidated after their commit only");
+    return;
+  }
+  std::string error;
+  uint64_t us = 0;
+  uint64_t token = fresh_token();
+  if (marks_->pend(t.commit_names, token, s_.pending_ttl_ms, error, us)) {
+    t.token = token;
+    counters_.pends++;
+    counters_.pend_us += us;
+  } else {
+    counters_.pend_failures++;
+    if (warn_) warn_("tierce: could not mark writes pending before the commit (" + error +
+                     "): they are invalidated after it only");
+  }
+}
+
+void RequestTracker::committed(Ticket& t) {
+  if (t.commit_names.empty()) return;
+  if (t.token != 0) {
+    std::string error;
+    if (marks_ && marks_->release(t.commit_names, t.token, error)) {
+      counters_.releases++;
+      return;  // the release is the final invalidation (bump + log at every home)
+    }
+    counters_.release_failures++;
+    if (warn_) warn_("tierce: could not release pending marks after the commit (" + error +
+                     "): the homes expire them after tierce.pending_ttl; invalidating through "
+                     "the response as well");
+  }
+  invalidates_.add_all(t.commit_names);
+}
+
+RequestTracker::Ticket RequestTracker::before_statement(ConnId id, const sd::Compiled& compiled,
+                                                        const sd::Params& params) {
+  Ticket t;
+  t.active = true;
+  t.conn = id;
+  t.what = Ticket::What::Statement;
+  Conn& c = conn(id);
+  for (size_t si = 0; si < compiled.statements.size(); ++si) {
+    const sd::Statement& st = compiled.statements[si];
+    counters_.statements++;
+    switch (st.precision) {
+      case sd::Precision::Exact: counters_.exact++; break;
+      case sd::Precision::TableLevel: counters_.table_level++; break;
+      case sd::Precision::Conservative: counters_.conservative++; break;
+    }
+    switch (st.kind) {
+      case sd::Kind::Begin:
+        // BEGIN inside a transaction commits it (implicit commit).
+        if (c.in_txn && !c.pending.empty()) commit_prepare(t, c);
+        c.in_txn = true;
+        continue;
+      case sd::Kind::Commit:
+        commit_prepare(t, c);
+        c.in_txn = !c.autocommit;
+        counters_.commits++;
+        continue;
+      case sd::Kind::Rollback:
+        c.pending.clear();
+        c.in_txn = !c.autocommit;
+        counters_.rollbacks++;
+        continue;
+      case sd::Kind::Savepoint:
+      case sd::Kind::RollbackToSavepoint:  // keeps what it may undo: conservative
+        continue;
+      case sd::Kind::Neutral:
+        counters_.neutral++;
+        if (st.autocommit) {
+          if (*st.autocommit && !c.autocommit) {  // SET autocommit=1 commits
+            commit_prepare(t, c);
+            c.in_txn = false;
+          }
+          c.autocommit = *st.autocommit;
+          if (!c.autocommit) c.in_txn = true;
+        }
+        continue;
+      default:
+        break;
+    }
+    sd::Derived d;
+    sd::derive(compiled, si, params, d);
+    if (!d.depends.empty() || d.uncacheable) {
+      counters_.reads++;
+      if (s_.auto_mode) {
+        for (const std::string& n : d.depends) depends_.add(n);
+        if (d.uncacheable && !uncacheable_) {
+          uncacheable_ = true;
+          uncacheable_reason_ = st.reason;
+          counters_.uncacheable_reads++;
+        }
+      }
+    }
+    if (!d.invalidates.empty() || d.invalidate_all) {
+      counters_.writes++;
+      if (!s_.auto_mode) continue;
+      NameSet names;
+      for (const std::string& n : d.invalidates) names.add(n);
+      if (d.invalidate_all) {
+        names.set_all();
+        counters_.invalidate_all++;
+      }
+      if (c.in_txn && !d.invalidate_all) {
+        c.pending.add_all(names);
+      } else {
+        // Autocommit, or a statement that commits implicitly (DDL): now, with what was open.
+        c.pending.add_all(names);
+        commit_prepare(t, c);
+        if (d.invalidate_all) c.in_txn = !c.autocommit;
+      }
+    }
+  }
+  return t;
+}
+
+RequestTracker::Ticket RequestTracker::before_commit(ConnId id) {
+  Ticket t;
+  t.active = true;
+  t.conn = id;
+  t.what = Ticket::What::Commit;
+  Conn& c = conn(id);
+  commit_prepare(t, c);
+  c.in_txn = !c.autocommit;
+  counters_.commits++;
+  return t;
+}
+
+RequestTracker::Ticket RequestTracker::before_begin(ConnId id) {
+  Ticket t;
+  t.active = true;
+  t.conn = id;
+  t.what = Ticket::What::Begin;
+  Conn& c = conn(id);
+  if (c.in_txn && !c.pending.empty()) commit_prepare(t, c);
+  c.in_txn = true;
+  return t;
+}
+
+RequestTracker::Ticket RequestTracker::before_rollback(ConnId id) {
+  Ticket t;
+  t.active = true;
+  t.conn = id;
+  t.what = Ticket::What::Rollback;
+  Conn& c = conn(id);
+  c.pending.clear();
+  c.in_txn = !c.autocommit;
+  counters_.rollbacks++;
+  return t;
+}
+
+RequestTracker::Ticket RequestTracker::before_autocommit(ConnId id, bool on) {
+  Ticket t;
+  t.active = true;
+  t.conn = id;
+  t.what = Ticket::What::Commit;
+  Conn& c = conn(id);
+  if (on && !c.autocommit) {
+    commit_prepare(t, c);
+    c.in_txn = false;
+  }
+  c.autocommit = on;
+  if (!on) c.in_txn = true;
+  return t;
+}
+
+void RequestTracker::after(Ticket& t, bool ok) {
+  if (!t.active) return;
+  t.active = false;
+  // Whether or not the call succeeded: a failed COMMIT may have committed (connection lost while
+  // it ran), a failed autocommit statement may have changed rows (non-transactional tables).
+  (void)ok;
+  committed(t);
+}
+
+}  // namespace tierce::php

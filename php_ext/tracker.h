@@ -1,0 +1,126 @@
+// php_ext/tracker.h — what the tierce PHP extension does with the SQL a request runs, as plain
+// C++ (no PHP types; tested alone in tests/php/test_tracker.cc):
+//   - reads add to the page's dependencies (tierce-depends), or make it uncacheable;
+//   - writes add to the request's invalidations (tierce-invalidate) once they are committed —
+//     per connection: autocommit statements at once, transactions at COMMIT, dropped at ROLLBACK;
+//   - in linearizable mode, a write's names are marked *pending* at every home before the
+//     statement (autocommit) or the COMMIT is sent, and released after it returned
+//     (docs/php_extension.md, "Linearizable mode").
+// Connections are identified by an opaque id the glue chooses (the connection object).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "sqldeps/deps.h"
+
+namespace tierce::php {
+
+// A set of dependency names in the order they were first seen, or "everything".
+class NameSet {
+ public:
+  bool add(std::string_view name);  // true when new
+  void add_all(const NameSet& o);
+  void set_all() { all_ = true; }
+  bool all() const { return all_; }
+  bool empty() const { return !all_ && list_.empty(); }
+  const std::vector<std::string>& names() const { return list_; }
+  void clear();
+  std::string joined() const;  // space-separated ("" when empty)
+
+ private:
+  std::vector<std::string> list_;
+  std::unordered_set<std::string> seen_;
+  bool all_ = false;
+};
+
+struct Settings {
+  bool auto_mode = false;     // tierce.auto: derive dependencies from SQL
+  bool linearizable = false;  // tierce.linearizable: pending marks around commits
+  uint32_t pending_ttl_ms = 30000;
+};
+
+// Process-wide counters (tierce_status()["counters"]).
+struct Counters {
+  uint64_t statements = 0, reads = 0, writes = 0, neutral = 0, exact = 0, table_level = 0,
+           conservative = 0, uncacheable_reads = 0, invalidate_all = 0, commits = 0,
+           rollbacks = 0, pends = 0, pend_failures = 0, pend_us = 0, releases = 0,
+           release_failures = 0, observe_ns = 0, observed = 0;
+};
+
+// Where pending marks go (the Engine; a recorder in tests). Both block until every home
+// applied the round (or is fenced). Return false with `error` set when the round was not sent.
+struct MarkSink {
+  virtual ~MarkSink() = default;
+  virtual bool pend(const NameSet& names, uint64_t token, uint32_t ttl_ms, std::string& error,
+                    uint64_t& micros) = 0;
+  virtual bool release(const NameSet& names, uint64_t token, std::string& error) = 0;
+};
+
+class RequestTracker {
+ public:
+  using ConnId = uint64_t;
+  // `marks` may be null (no cluster configured: linearizable mode degrades to auto mode, with a
+  // warning through `warn`).
+  RequestTracker(Settings s, Counters& counters, MarkSink* marks,
+                 std::function<void(const std::string&)> warn);
+
+  void start_request();
+  // The request is over: writes of transactions left open are invalidated (a persistent
+  // connection may commit them later, where no tracker sees them), marks still held released.
+  void end_request();
+
+  // What a statement (or an API call such as mysqli::commit) is about to do; `after` gets it
+  // back with whether the call succeeded.
+  struct Ticket {
+    bool active = false;
+    ConnId conn = 0;
+    enum class What : uint8_t { None, Statement, Commit, Rollback, Begin } what = What::None;
+    NameSet commit_names;  // names committed by this call (released/invalidated in after)
+    uint64_t token = 0;    // nonzero: marked pending before the call
+  };
+  Ticket before_statement(ConnId conn, const sqldeps::Compiled& c, const sqldeps::Params& p);
+  Ticket before_commit(ConnId conn);
+  Ticket before_begin(ConnId conn);  // BEGIN in a transaction commits it first (MySQL)
+  Ticket before_rollback(ConnId conn);
+  Ticket before_autocommit(ConnId conn, bool on);  // autocommit(true) commits an open transaction
+  void after(Ticket& t, bool ok);
+  void connection_gone(ConnId conn);  // object freed / closed: the server rolls back
+
+  // tierce_depends / tierce_invalidate.
+  void add_depends(std::string_view name) { depends_.add(name); }
+  void add_invalidates(std::string_view name) { invalidates_.add(name); }
+  void invalidate_all() { invalidates_.set_all(); }
+
+  const NameSet& depends() const { return depends_; }
+  const NameSet& invalidates() const { return invalidates_; }
+  bool uncacheable() const { return uncacheable_; }
+  const std::string& uncacheable_reason() const { return uncacheable_reason_; }
+  const Settings& settings() const { return s_; }
+  size_t open_transactions() const;
+
+ private:
+  struct Conn {
+    bool in_txn = false;        // BEGIN seen (or autocommit off)
+    bool autocommit = true;
+    NameSet pending;            // names written in the open transaction
+  };
+  Conn& conn(ConnId id) { return conns_[id]; }
+  void commit_prepare(Ticket& t, Conn& c);  // moves c.pending into t, pends when linearizable
+  void committed(Ticket& t);
+
+  Settings s_;
+  Counters& counters_;
+  MarkSink* marks_;
+  std::function<void(const std::string&)> warn_;
+  std::unordered_map<ConnId, Conn> conns_;
+  NameSet depends_, invalidates_;
+  bool uncacheable_ = false;
+  std::string uncacheable_reason_;
+};
+
+}  // namespace tierce::php

@@ -1,0 +1,206 @@
+// tests/php/test_tracker.cc — RequestTracker (php_ext/tracker.h) alone: which names a request's
+// statements add to its page dependencies and invalidations, per connection and transaction, and
+// when linearizable mode marks names pending and releases them (a recording MarkSink stands in
+// for the homes here; tests/php/test_php_embed.cc uses the real ones).
+#define BOOST_TEST_MODULE php_tracker
+#include <boost/test/unit_test.hpp>
+
+#include "php_ext/tracker.h"
+
+using namespace tierce::php;
+namespace sd = tierce::sqldeps;
+
+namespace {
+
+struct Recorder : MarkSink {
+  struct Call {
+    bool pend;
+    std::vector<std::string> names;
+    bool all;
+    uint64_t token;
+  };
+  std::vector<Call> calls;
+  bool fail = false;
+  bool pend(const NameSet& n, uint64_t token, uint32_t, std::string& error, uint64_t& us) override {
+    if (fail) {
+      error = "homes unreachable";
+      return false;
+    }
+    us = 7;
+    calls.push_back({true, n.names(), n.all(), token});
+    return true;
+  }
+  bool release(const NameSet& n, uint64_t token, std::string&) override {
+    calls.push_back({false, n.names(), n.all(), token});
+    return true;
+  }
+};
+
+struct Fixture {
+  sd::Schema schema = sd::Schema::parse_sql(
+      "CREATE TABLE items (id INT PRIMARY KEY, name TEXT, category_id INT, price INT);");
+  Counters counters;
+  Recorder rec;
+  std::vector<std::string> warnings;
+  RequestTracker make(bool linearizable) {
+    Settings s;
+    s.auto_mode = true;
+    s.linearizable = linearizable;
+    RequestTracker t(s, counters, &rec, [this](const std::string& w) { warnings.push_back(w); });
+    t.start_request();
+    return t;
+  }
+  // Runs `sql` on `conn` as one observed call that succeeds.
+  void run(RequestTracker& t, uint64_t conn, const std::string& sql, sd::Params p = {}) {
+    sd::Compiled c = sd::compile(sql, schema);
+    RequestTracker::Ticket k = t.before_statement(conn, c, p);
+    t.after(k, true);
+  }
+};
+
+bool has(const NameSet& s, const std::string& n) {
+  for (const auto& x : s.names())
+    if (x == n) return true;
+  return false;
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(reads_add_dependencies, Fixture) {
+  RequestTracker t = make(false);
+  run(t, 1, "SELECT name FROM items WHERE id = 4");
+  run(t, 1, "SELECT name FROM items WHERE id = ?", sd::Params{{std::string("5")}, {}});
+  BOOST_TEST(has(t.depends(), "row:items:4"));
+  BOOST_TEST(has(t.depends(), "row:items:5"));
+  BOOST_TEST(t.invalidates().empty());
+}
+
+BOOST_FIXTURE_TEST_CASE(autocommit_write_invalidates_at_once, Fixture) {
+  RequestTracker t = make(false);
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 9");
+  BOOST_TEST(has(t.invalidates(), "row:items:9"));
+  BOOST_TEST(rec.calls.empty());
+}
+
+BOOST_FIXTURE_TEST_CASE(transactions_are_per_connection, Fixture) {
+  RequestTracker t = make(false);
+  auto b = t.before_begin(1);
+  t.after(b, true);
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 1");
+  run(t, 2, "UPDATE items SET price = 3 WHERE id = 2");  // connection 2: autocommit
+  BOOST_TEST(!has(t.invalidates(), "row:items:1"));
+  BOOST_TEST(has(t.invalidates(), "row:items:2"));
+  BOOST_TEST(t.open_transactions() == 1u);
+  auto c = t.before_commit(1);
+  t.after(c, true);
+  BOOST_TEST(has(t.invalidates(), "row:items:1"));
+  BOOST_TEST(t.open_transactions() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(rollback_drops_and_rollback_to_savepoint_keeps, Fixture) {
+  RequestTracker t = make(false);
+  run(t, 1, "BEGIN");
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 1");
+  run(t, 1, "ROLLBACK");
+  BOOST_TEST(t.invalidates().empty());
+  run(t, 1, "START TRANSACTION");
+  run(t, 1, "SAVEPOINT s1");
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 2");
+  run(t, 1, "ROLLBACK TO SAVEPOINT s1");
+  run(t, 1, "COMMIT");
+  BOOST_TEST(has(t.invalidates(), "row:items:2"));  // conservative: kept
+}
+
+BOOST_FIXTURE_TEST_CASE(autocommit_off_and_back_on_commits, Fixture) {
+  RequestTracker t = make(false);
+  auto a = t.before_autocommit(1, false);
+  t.after(a, true);
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 1");
+  BOOST_TEST(t.invalidates().empty());
+  auto b = t.before_autocommit(1, true);  // MySQL commits the open transaction
+  t.after(b, true);
+  BOOST_TEST(has(t.invalidates(), "row:items:1"));
+  run(t, 1, "SET autocommit = 0");
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 5");
+  BOOST_TEST(!has(t.invalidates(), "row:items:5"));
+  run(t, 1, "COMMIT");
+  BOOST_TEST(has(t.invalidates(), "row:items:5"));
+}
+
+BOOST_FIXTURE_TEST_CASE(ddl_commits_implicitly_and_invalidates_all, Fixture) {
+  RequestTracker t = make(false);
+  run(t, 1, "BEGIN");
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 1");
+  run(t, 1, "ALTER TABLE items ADD COLUMN x INT");
+  BOOST_TEST(t.invalidates().all());
+  BOOST_TEST(t.open_transactions() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(open_transaction_at_request_end_is_invalidated, Fixture) {
+  RequestTracker t = make(false);
+  run(t, 1, "BEGIN");
+  run(t, 1, "DELETE FROM items WHERE id = 8");
+  t.end_request();
+  BOOST_TEST(has(t.invalidates(), "row:items:8"));
+}
+
+BOOST_FIXTURE_TEST_CASE(linearizable_pends_before_and_releases_after, Fixture) {
+  RequestTracker t = make(true);
+  // autocommit: pend before the statement, release after it
+  sd::Compiled c = sd::compile("UPDATE items SET price = 1 WHERE id = 3", schema);
+  RequestTracker::Ticket k = t.before_statement(1, c, {});
+  BOOST_REQUIRE(rec.calls.size() == 1u);
+  BOOST_TEST(rec.calls[0].pend);
+  BOOST_TEST(k.token == rec.calls[0].token);
+  t.after(k, true);
+  BOOST_REQUIRE(rec.calls.size() == 2u);
+  BOOST_TEST(!rec.calls[1].pend);
+  BOOST_TEST(rec.calls[1].token == rec.calls[0].token);
+  BOOST_TEST(rec.calls[1].names == rec.calls[0].names);
+  BOOST_TEST(t.invalidates().empty());  // the release was the final invalidation
+  // a transaction: nothing until COMMIT; then one pend with every name, one release
+  run(t, 1, "BEGIN");
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 4");
+  run(t, 1, "UPDATE items SET name = 'x' WHERE id = 5");
+  BOOST_TEST(rec.calls.size() == 2u);
+  auto cm = t.before_commit(1);
+  BOOST_REQUIRE(rec.calls.size() == 3u);
+  BOOST_TEST(rec.calls[2].pend);
+  bool four = false, five = false;
+  for (const auto& n : rec.calls[2].names) {
+    four |= n == "row:items:4";
+    five |= n == "row:items:5";
+  }
+  BOOST_TEST((four && five));
+  t.after(cm, false);  // even a failed COMMIT releases (it may have committed)
+  BOOST_TEST(rec.calls.size() == 4u);
+  // a rolled-back transaction pends nothing
+  run(t, 1, "BEGIN");
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 6");
+  run(t, 1, "ROLLBACK");
+  BOOST_TEST(rec.calls.size() == 4u);
+  BOOST_TEST(counters.pends == 2u);
+  BOOST_TEST(counters.releases == 2u);
+}
+
+BOOST_FIXTURE_TEST_CASE(linearizable_without_homes_falls_back_with_a_warning, Fixture) {
+  RequestTracker t = make(true);
+  rec.fail = true;
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 3");
+  BOOST_TEST(has(t.invalidates(), "row:items:3"));  // invalidated after the commit instead
+  BOOST_TEST(counters.pend_failures == 1u);
+  BOOST_TEST(warnings.size() == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(explicit_mode_derives_nothing, Fixture) {
+  Settings s;  // auto off
+  RequestTracker t(s, counters, &rec, nullptr);
+  t.start_request();
+  run(t, 1, "SELECT name FROM items WHERE id = 4");
+  run(t, 1, "UPDATE items SET price = 3 WHERE id = 9");
+  BOOST_TEST(t.depends().empty());
+  BOOST_TEST(t.invalidates().empty());
+  t.add_depends("item:4");
+  BOOST_TEST(t.depends().joined() == "item:4");
+  BOOST_TEST(counters.statements == 2u);  // still counted
+}
