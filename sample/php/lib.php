@@ -179,6 +179,14 @@ function page_html(string $title, string $body_html, array $versions): string
         . '<h1>' . h($title) . "</h1>\n" . $body_html . "</body></html>\n";
 }
 
+// Whether pages name their dependencies and updates their invalidations themselves (headers).
+// SetEnv TIERCE_EXPLICIT_DEPS 0 when the tierce PHP extension derives them from the SQL instead
+// (tierce.auto; docs/php_extension.md).
+function explicit_deps(): bool
+{
+    return tierce_env('TIERCE_EXPLICIT_DEPS', '1') !== '0';
+}
+
 // Sends $html (from page_html) with Content-Length. $deps: dependency keys, sent space-separated
 // in $dep_header.
 function send_html(string $html, array $deps, string $dep_header = 'Tierce-Depends'): void
@@ -189,7 +197,7 @@ function send_html(string $html, array $deps, string $dep_header = 'Tierce-Depen
     ob_start();
     http_response_code(200);
     header('Content-Type: text/html; charset=utf-8');
-    if ($deps) {
+    if ($deps && explicit_deps()) {
         header($dep_header . ': ' . implode(' ', $deps));
     }
     header('Content-Length: ' . strlen($html));
@@ -218,7 +226,9 @@ function send_update_result(array $versions): void
     http_response_code(200);
     header('Content-Type: text/plain; charset=utf-8');
     header('Cache-Control: no-store');
-    header('Tierce-Invalidate: ' . implode(' ', array_keys($versions)));
+    if (explicit_deps()) {
+        header('Tierce-Invalidate: ' . implode(' ', array_keys($versions)));
+    }
     header('Content-Length: ' . strlen($body));
     echo $body;
     ob_end_flush();

@@ -119,6 +119,25 @@ def coop_counters(d):
     return out
 
 
+def appversion_counters(d):
+    """Each app node's /appversion-status (key value lines): {node: {name: int}}."""
+    with open(os.path.join(d, "cluster.json")) as f:
+        st = json.load(f)
+    out = {}
+    for n in st["nodes"]:
+        if n["role"] != "app":
+            continue
+        with urllib.request.urlopen(f"http://127.0.0.1:{n['port']}/appversion-status", timeout=5) as r:
+            lines = r.read().decode().splitlines()
+        c = {}
+        for line in lines:
+            parts = line.replace("=", " ").replace(":", " ").split()
+            if len(parts) == 2 and parts[1].isdigit():
+                c[parts[0]] = int(parts[1])
+        out[n["name"]] = c
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--checker", required=True, help="the tierce-check executable")
@@ -138,6 +157,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--restart", action="append", default=[], metavar="NODE@SECONDS")
     ap.add_argument("--max-error-ratio", type=float, default=0.01)
+    ap.add_argument("--php", choices=["explicit", "auto", "linearizable"],
+                    help="tierce-cluster up --php: dependencies from the app's headers (explicit) or "
+                         "derived by the tierce PHP extension")
     ap.add_argument("--expect-stale", action="store_true")
     ap.add_argument("--strict", action="store_true", help="tierce-check --strict")
     ap.add_argument("--expect-inversions", action="store_true")
@@ -156,7 +178,7 @@ def main():
     rc = 0
     try:
         up = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", a.cache]
-        for opt in ("transport", "scheme", "ttl", "coop", "arena_size", "coop_threshold"):
+        for opt in ("transport", "scheme", "ttl", "coop", "arena_size", "coop_threshold", "php"):
             if getattr(a, opt) is not None:
                 up += [f"--{opt.replace('_', '-')}", str(getattr(a, opt))]
         say("running: " + " ".join(up))
@@ -188,6 +210,18 @@ def main():
                     print(f"FAIL: negative control: expected read-read inversions"
                           + (" among the failures (--strict)" if a.strict else "")
                           + f", got read_inversions {inv}, failures {(res or {}).get('failures')}")
+                    rc = 1
+            if a.php in ("auto", "linearizable") and rc == 0:
+                # The extension must have made pages cacheable, or passing proves nothing.
+                counters = appversion_counters(d)
+                for name, c in counters.items():
+                    say(f"{name} appversion: " + " ".join(f"{k}={v}" for k, v in sorted(c.items())
+                                                          if v and not k.startswith("wait_")))
+                regs = sum(c.get("registrations", 0) for c in counters.values())
+                invs = sum(c.get("invalidations", 0) for c in counters.values())
+                if regs == 0 or (invs == 0 and a.php == "auto"):
+                    print(f"FAIL: --php {a.php}, but the app nodes registered {regs} page(s) and sent "
+                          f"{invs} invalidation(s): the extension's dependencies were not used")
                     rc = 1
             if a.coop != "off" and rc == 0:
                 # The run must have exercised the cooperative path, or passing proves nothing.

@@ -61,6 +61,7 @@ DEFAULTS = {
     "pool_bytes": "64M",        # mtacc/hybcc: memory each app node's memd donates ([pool] bytes)
     "coop_threshold": "16K",    # hybcc: RCacheCoopThreshold
     "coop_pool_slabs": 16,      # mtacc/hybcc: RCacheCoopPoolSlabs (slabs of 1 MiB per httpd child)
+    "php": "explicit",          # explicit | auto | linearizable (the tierce PHP extension)
 }
 PROCS = ("memd", "httpd")       # the processes of a node that signal_proc / restart_proc act on
 SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
@@ -267,6 +268,10 @@ def node_conf(st, n):
         defines.append("Define TIERCE")
     if opts["cache"] == "mod_cache" and n["role"] == "proxy":
         defines.append("Define MOD_CACHE")
+    php = opts.get("php", "explicit")
+    if php != "explicit" and n["role"] == "app":
+        defines.append("Define TIERCE_PHP")
+        write_php_ini(st, n, php)
     if opts["cache"] == "mod_cache_memcached" and n["role"] == "proxy":
         defines.append("Define MOD_CACHE_MEMCACHED")
     m = st["mariadb"]
@@ -309,6 +314,24 @@ def node_conf(st, n):
             if opts.get("coop", "off") != "off":
                 lines += ["[coop]", f"buckets = {int(opts.get('coop_buckets', DEFAULTS['coop_buckets']))}", ""]
         write_file(n["memd_conf"], "\n".join(lines))
+
+
+def write_php_ini(st, n, php):
+    """php.ini of an app node that loads the tierce extension (PHPIniDir <node>/php)."""
+    opts = st["options"]
+    ext = os.path.join(opts["build"], "php_ext", "tierce.so")
+    if not os.path.exists(ext):
+        raise ClusterError(f"--php {php}: {ext} is not built (cmake --build {opts['build']} --target php_tierce)")
+    lines = ["; written by tools/tierce-cluster: the tierce PHP extension (docs/php_extension.md)",
+             f"extension={ext}",
+             "tierce.auto=1",
+             f"tierce.linearizable={1 if php == 'linearizable' else 0}",
+             f"tierce.topology={node_topology(st, n)}",
+             f"tierce.node={n['name']}",
+             f"tierce.schema={os.path.join(REPO, 'sample', 'schema.sql')}",
+             "display_errors=Off", "log_errors=On", ""]
+    os.makedirs(os.path.join(n["dir"], "php"), exist_ok=True)
+    write_file(os.path.join(n["dir"], "php", "php.ini"), "\n".join(lines))
 
 
 POOL_SCHEMES = ("mtacc", "hybcc")
