@@ -803,6 +803,8 @@ static PHP_MSHUTDOWN_FUNCTION(tierce) {
 }
 
 static PHP_RINIT_FUNCTION(tierce) {
+  (void)type;
+  (void)module_number;
 #if defined(ZTS) && defined(COMPILE_DL_TIERCE)
   ZEND_TSRMLS_CACHE_UPDATE();
 #endif
@@ -826,6 +828,8 @@ static PHP_RINIT_FUNCTION(tierce) {
 }
 
 static PHP_RSHUTDOWN_FUNCTION(tierce) {
+  (void)type;
+  (void)module_number;
   if (g_req.tracker) {
     g_req.tracker->end_request();
     publish();
