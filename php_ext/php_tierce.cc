@@ -124,7 +124,7 @@ struct Request {
   HashTable stmts;                           // weak: statement object -> StmtInfo*
   bool stmts_init = false;
   std::vector<tp::RequestTracker::Ticket> tickets;  // one per observed call in progress
-  std::string published_depends, published_invalidates;
+  size_t published_depends = 0, published_invalidates = 0;  // names already in the notes
   bool published_all = false, published_nocache = false;
 } g_req;
 
@@ -157,7 +157,8 @@ void apache_note(const char* name, const std::string& value) {
   zval_ptr_dtor(&args[1]);
 }
 
-// Publishes what changed since the last time (cheap when nothing did).
+// Publishes what changed since the last time. The sets only grow during a request, so their
+// sizes tell whether anything changed (no string is built otherwise).
 void publish() {
   if (!g_in_apache || !g_req.tracker) return;
   const tp::RequestTracker& t = *g_req.tracker;
@@ -165,19 +166,17 @@ void publish() {
     g_req.published_nocache = true;
     apache_note("tierce-nocache", t.uncacheable_reason().empty() ? "1" : t.uncacheable_reason());
   }
-  std::string d = t.depends().joined();
-  if (d != g_req.published_depends) {
-    g_req.published_depends = d;
-    apache_note("tierce-depends", d);
+  if (t.depends().names().size() != g_req.published_depends) {
+    g_req.published_depends = t.depends().names().size();
+    apache_note("tierce-depends", t.depends().joined());
   }
   if (t.invalidates().all() && !g_req.published_all) {
     g_req.published_all = true;
     apache_note("tierce-invalidate-all", "1");
   }
-  std::string i = t.invalidates().joined();
-  if (i != g_req.published_invalidates) {
-    g_req.published_invalidates = i;
-    apache_note("tierce-invalidate", i);
+  if (t.invalidates().names().size() != g_req.published_invalidates) {
+    g_req.published_invalidates = t.invalidates().names().size();
+    apache_note("tierce-invalidate", t.invalidates().joined());
   }
 }
 
@@ -329,7 +328,8 @@ void push_ticket(tp::RequestTracker::Ticket t) { g_req.tickets.push_back(std::mo
 void observer_begin(zend_execute_data* ex) {
   auto it = g_hooks.find(ex->func);
   tp::RequestTracker::Ticket none;
-  if (it == g_hooks.end() || !g_req.active || !g_req.tracker) {
+  if (it == g_hooks.end() || !g_req.active || !g_req.tracker ||
+      !g_req.tracker->settings().auto_mode) {  // explicit mode: nothing to derive
     push_ticket(std::move(none));
     return;
   }
@@ -461,7 +461,7 @@ void observer_end(zend_execute_data* ex, zval* retval) {
   if (g_req.tickets.empty()) return;
   tp::RequestTracker::Ticket ticket = std::move(g_req.tickets.back());
   g_req.tickets.pop_back();
-  if (!g_req.active || !g_req.tracker) return;
+  if (!g_req.active || !g_req.tracker || !g_req.tracker->settings().auto_mode) return;
   bool ok = retval && !EG(exception) && Z_TYPE_P(retval) != IS_FALSE;
   auto it = g_hooks.find(ex->func);
   if (it != g_hooks.end() && it->second.hook == Hook::Prepare && ok &&
@@ -820,8 +820,7 @@ static PHP_RINIT_FUNCTION(tierce) {
   zend_hash_init(&g_req.stmts, 8, nullptr, stmt_dtor, 0);
   g_req.stmts_init = true;
   g_req.tickets.clear();
-  g_req.published_depends.clear();
-  g_req.published_invalidates.clear();
+  g_req.published_depends = g_req.published_invalidates = 0;
   g_req.published_all = g_req.published_nocache = false;
   g_req.active = true;
   return SUCCESS;
