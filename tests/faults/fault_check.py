@@ -220,6 +220,8 @@ SITE = "shop.test:80"
 def up(a, d):
     argv = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", "tierce", "--transport", a.transport,
             "--app-links", a.app_links, "--coop", a.coop]
+    if a.php != "explicit":
+        argv += ["--php", a.php]
     if a.coop in ("mtacc", "hybcc"):
         # Small arenas (and a low threshold) so that pages really go to the app nodes' pools.
         argv += ["--arena-size", "4M", "--coop-threshold", "2K"]
@@ -254,6 +256,9 @@ def main():
     ap.add_argument("--app-links", choices=["direct", "relay"])
     ap.add_argument("--coop", choices=["off", "bcc", "ccwr", "mtacc", "hybcc"], default="off",
                     help="RCacheCoop of the proxies (readers then send one site name to both)")
+    ap.add_argument("--php", choices=["explicit", "auto", "linearizable"], default="explicit",
+                    help="dependencies from the sample app's headers, or from its SQL by the tierce "
+                         "PHP extension (tierce-cluster up --php)")
     ap.add_argument("--max-error-ratio", type=float, default=BASE,
                     help="of the operations whose failure the fault does not explain (default %(default)s)")
     ap.add_argument("--budget", type=float, help="seconds a round's checker may take before it is killed as "
