@@ -101,9 +101,11 @@ struct EngineMarks : tp::MarkSink {
 
 // ---- per request -------------------------------------------------------------------------------
 
-struct StmtInfo {
+struct StmtInfo {  // a statement object, or a result object (compiled null)
   uint64_t conn = 0;
   std::shared_ptr<const sd::Compiled> compiled;
+  std::vector<sd::LockedRow> locked;  // its last execution's locking reads: rows become facts
+  uint64_t txn = 0;                   // ... in this transaction of its connection
   std::vector<zval> positional;                    // bound (references for bind_param/bindParam)
   std::vector<std::pair<std::string, zval>> named;
   ~StmtInfo() {
@@ -242,6 +244,8 @@ enum class Hook : uint8_t {
   Begin, Commit, Rollback,
   Autocommit,     // mysqli::autocommit(bool)
   PdoSetAttribute,
+  GetResult,      // mysqli_stmt::get_result(): the result of a locking read carries its rows
+  Fetch,          // mysqli_result / PDOStatement fetches: locked rows' values become facts
 };
 
 struct HookSpec {
@@ -286,6 +290,16 @@ const std::map<std::string, HookSpec>& hook_table() {
       {"pdostatement::bindvalue", {Hook::PdoBind, false}},
       {"pdostatement::bindparam", {Hook::PdoBind, false}},
       {"pdostatement::execute", {Hook::Execute, false}},
+      {"mysqli_stmt::get_result", {Hook::GetResult, false}},
+      {"mysqli_stmt_get_result", {Hook::GetResult, true}},
+      {"mysqli_result::fetch_assoc", {Hook::Fetch, false}},
+      {"mysqli_result::fetch_array", {Hook::Fetch, false}},
+      {"mysqli_result::fetch_all", {Hook::Fetch, false}},
+      {"mysqli_fetch_assoc", {Hook::Fetch, true}},
+      {"mysqli_fetch_array", {Hook::Fetch, true}},
+      {"mysqli_fetch_all", {Hook::Fetch, true}},
+      {"pdostatement::fetch", {Hook::Fetch, false}},
+      {"pdostatement::fetchall", {Hook::Fetch, false}},
   };
   return t;
 }
@@ -440,6 +454,9 @@ void observer_begin(zend_execute_data* ex) {
         if (on) ticket = tr.before_autocommit(conn_id(obj), zend_is_true(on));
         break;
       }
+      case Hook::GetResult:
+      case Hook::Fetch:
+        break;  // at the end (the result)
       case Hook::PdoSetAttribute: {
         zval* attr = arg(ex, 1);
         zval* val = arg(ex, 2);
@@ -455,6 +472,75 @@ void observer_begin(zend_execute_data* ex) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());
   push_ticket(std::move(ticket));
+}
+
+// One fetched row (an array with column-name keys) of a locking read: its values are facts.
+void record_row(uint64_t conn, uint64_t txn, const std::vector<sd::LockedRow>& locked, zval* row) {
+  ZVAL_DEREF(row);
+  if (Z_TYPE_P(row) != IS_ARRAY) return;
+  zend_string* key;
+  zval* v;
+  ZEND_HASH_FOREACH_STR_KEY_VAL(Z_ARRVAL_P(row), key, v) {
+    if (!key) continue;
+    sd::Value raw = value_of(v);
+    if (!raw) continue;
+    for (const auto& l : locked)
+      g_req.tracker->record_fact(conn, txn, l, std::string_view(ZSTR_VAL(key), ZSTR_LEN(key)), *raw);
+  }
+  ZEND_HASH_FOREACH_END();
+}
+
+// Locking reads: their results (and then the rows fetched from them) carry what they locked.
+void capture(zend_execute_data* ex, const HookSpec& h, zval* retval,
+             const tp::RequestTracker::Ticket& ticket) {
+  uint32_t first = 1;
+  zend_object* obj = subject(ex, h, first);
+  switch (h.hook) {
+    case Hook::Query:
+    case Hook::ExecuteQuery:
+      if (!ticket.locked.empty() && Z_TYPE_P(retval) == IS_OBJECT)
+        if (StmtInfo* r = stmt_info(Z_OBJ_P(retval), true)) {
+          r->conn = ticket.conn;
+          r->locked = ticket.locked;
+          r->txn = ticket.txn;
+        }
+      break;
+    case Hook::Execute:
+      if (obj)
+        if (StmtInfo* s = stmt_info(obj, false)) {
+          s->locked = ticket.locked;
+          s->txn = ticket.txn;
+        }
+      break;
+    case Hook::GetResult:
+      if (obj && Z_TYPE_P(retval) == IS_OBJECT)
+        if (StmtInfo* s = stmt_info(obj, false); s && !s->locked.empty())
+          if (StmtInfo* r = stmt_info(Z_OBJ_P(retval), true)) {
+            r->conn = s->conn;
+            r->locked = s->locked;
+            r->txn = s->txn;
+          }
+      break;
+    case Hook::Fetch: {
+      StmtInfo* r = obj ? stmt_info(obj, false) : nullptr;
+      if (!r || r->locked.empty()) break;
+      // fetch_all / fetchAll: a list of rows; the others: one row
+      bool all = ex->func->common.function_name &&
+                 (zend_string_equals_literal_ci(ex->func->common.function_name, "fetch_all") ||
+                  zend_string_equals_literal_ci(ex->func->common.function_name, "fetchall") ||
+                  zend_string_equals_literal_ci(ex->func->common.function_name, "mysqli_fetch_all"));
+      if (!all) {
+        record_row(r->conn, r->txn, r->locked, retval);
+      } else if (Z_TYPE_P(retval) == IS_ARRAY) {
+        zval* row;
+        ZEND_HASH_FOREACH_VAL(Z_ARRVAL_P(retval), row) { record_row(r->conn, r->txn, r->locked, row); }
+        ZEND_HASH_FOREACH_END();
+      }
+      break;
+    }
+    default:
+      break;
+  }
 }
 
 void observer_end(zend_execute_data* ex, zval* retval) {
@@ -476,6 +562,7 @@ void observer_end(zend_execute_data* ex, zval* retval) {
       s->conn = conn ? conn_id(conn) : 0;
     }
   }
+  if (it != g_hooks.end() && ok) capture(ex, it->second, retval, ticket);
   if (ticket.active) g_req.tracker->after(ticket, ok);
   publish();
 }

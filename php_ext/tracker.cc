@@ -46,6 +46,50 @@ uint64_t fresh_token() {
 }
 }  // namespace
 
+std::string RequestTracker::Facts::key(std::string_view t, std::string_view k,
+                                       std::string_view c) {
+  std::string s;
+  s.reserve(t.size() + k.size() + c.size() + 2);
+  s.append(t).append(1, '\n').append(k).append(1, '\n').append(c);
+  return s;
+}
+
+const std::string* RequestTracker::Facts::value(std::string_view t, std::string_view k,
+                                                std::string_view c) const {
+  auto it = values.find(key(t, k, c));
+  return it == values.end() ? nullptr : &it->second;
+}
+
+void RequestTracker::Facts::erase_row(std::string_view t, std::string_view k) {
+  std::string prefix = key(t, k, "");
+  for (auto it = values.begin(); it != values.end();)
+    it = it->first.rfind(prefix, 0) == 0 ? values.erase(it) : std::next(it);
+}
+
+void RequestTracker::Facts::erase_table(std::string_view t) {
+  std::string prefix = std::string(t) + '\n';
+  for (auto it = values.begin(); it != values.end();)
+    it = it->first.rfind(prefix, 0) == 0 ? values.erase(it) : std::next(it);
+}
+
+void RequestTracker::record_fact(ConnId id, uint64_t txn, const sd::LockedRow& row,
+                                 std::string_view column, std::string_view raw) {
+  auto it = conns_.find(id);
+  if (it == conns_.end() || !it->second.in_txn || it->second.txn != txn || !row.columns) return;
+  for (const auto& [name, type] : *row.columns) {
+    if (name != column) continue;
+    if (auto v = sd::fact_value(raw, type))
+      it->second.facts.values[Facts::key(row.table, row.key, name)] = std::move(*v);
+    else
+      it->second.facts.values.erase(Facts::key(row.table, row.key, name));
+  }
+}
+
+size_t RequestTracker::facts(ConnId id) const {
+  auto it = conns_.find(id);
+  return it == conns_.end() ? 0 : it->second.facts.values.size();
+}
+
 RequestTracker::RequestTracker(Settings s, Counters& counters, MarkSink* marks,
                                std::function<void(const std::string&)> warn)
     : s_(s), counters_(counters), marks_(marks), warn_(std::move(warn)) {}
@@ -86,6 +130,7 @@ void RequestTracker::connection_gone(ConnId id) {
 void RequestTracker::commit_prepare(Ticket& t, Conn& c) {
   t.commit_names.add_all(c.pending);
   c.pending.clear();
+  c.end_txn();
   if (!s_.linearizable || t.commit_names.empty()) return;
   if (!marks_) {
     counters_.pend_failures++;
@@ -142,6 +187,7 @@ RequestTracker::Ticket RequestTracker::before_statement(ConnId id, const sd::Com
       case sd::Kind::Begin:
         // BEGIN inside a transaction commits it (implicit commit).
         if (c.in_txn && !c.pending.empty()) commit_prepare(t, c);
+        c.end_txn();
         c.in_txn = true;
         continue;
       case sd::Kind::Commit:
@@ -151,11 +197,15 @@ RequestTracker::Ticket RequestTracker::before_statement(ConnId id, const sd::Com
         continue;
       case sd::Kind::Rollback:
         c.pending.clear();
+        c.end_txn();
         c.in_txn = !c.autocommit;
         counters_.rollbacks++;
         continue;
       case sd::Kind::Savepoint:
-      case sd::Kind::RollbackToSavepoint:  // keeps what it may undo: conservative
+        continue;
+      case sd::Kind::RollbackToSavepoint:  // keeps what it may undo (conservative); values revert
+        t.forget_facts = true;
+        c.end_txn();
         continue;
       case sd::Kind::Neutral:
         counters_.neutral++;
@@ -172,7 +222,14 @@ RequestTracker::Ticket RequestTracker::before_statement(ConnId id, const sd::Com
         break;
     }
     sd::Derived d;
-    sd::derive(compiled, si, params, d);
+    sd::derive(compiled, si, params, d, c.in_txn ? &c.facts : nullptr);
+    if (c.in_txn) {
+      for (auto& l : d.locked) t.locked.push_back(std::move(l));
+      t.txn = c.txn;
+    }
+    for (auto& w : d.written) t.written.push_back(std::move(w));
+    for (auto& u : d.unkeyed_writes) t.unkeyed.push_back(std::move(u));
+    if (d.invalidate_all || d.uncacheable) t.forget_facts = true;
     if (!d.depends.empty() || d.uncacheable) {
       counters_.reads++;
       if (s_.auto_mode) {
@@ -225,6 +282,7 @@ RequestTracker::Ticket RequestTracker::before_begin(ConnId id) {
   t.what = Ticket::What::Begin;
   Conn& c = conn(id);
   if (c.in_txn && !c.pending.empty()) commit_prepare(t, c);
+  c.end_txn();
   c.in_txn = true;
   return t;
 }
@@ -236,6 +294,7 @@ RequestTracker::Ticket RequestTracker::before_rollback(ConnId id) {
   t.what = Ticket::What::Rollback;
   Conn& c = conn(id);
   c.pending.clear();
+  c.end_txn();
   c.in_txn = !c.autocommit;
   counters_.rollbacks++;
   return t;
@@ -251,6 +310,7 @@ RequestTracker::Ticket RequestTracker::before_autocommit(ConnId id, bool on) {
     commit_prepare(t, c);
     c.in_txn = false;
   }
+  c.end_txn();
   c.autocommit = on;
   if (!on) c.in_txn = true;
   return t;
@@ -259,6 +319,27 @@ RequestTracker::Ticket RequestTracker::before_autocommit(ConnId id, bool on) {
 void RequestTracker::after(Ticket& t, bool ok) {
   if (!t.active) return;
   t.active = false;
+  // The facts follow the rows this call changed: only if it succeeded (a failed UPDATE left the
+  // row as it was; when unsure, forget).
+  auto it = conns_.find(t.conn);
+  if (it != conns_.end()) {
+    Facts& f = it->second.facts;
+    if (!ok || t.forget_facts) {
+      f.values.clear();
+    } else {
+      for (const auto& u : t.unkeyed) f.erase_table(u);
+      for (const auto& w : t.written) {
+        if (w.deleted) {
+          f.erase_row(w.table, w.key);
+          continue;
+        }
+        for (const auto& [col, v] : w.set) {
+          if (v) f.values[Facts::key(w.table, w.key, col)] = *v;
+          else f.values.erase(Facts::key(w.table, w.key, col));
+        }
+      }
+    }
+  }
   // Whether or not the call succeeded: a failed COMMIT may have committed (connection lost while
   // it ran), a failed autocommit statement may have changed rows (non-transactional tables).
   (void)ok;

@@ -82,6 +82,13 @@ class RequestTracker {
     enum class What : uint8_t { None, Statement, Commit, Rollback, Begin } what = What::None;
     NameSet commit_names;  // names committed by this call (released/invalidated in after)
     uint64_t token = 0;    // nonzero: marked pending before the call
+    // Locking reads keyed by a primary key in an open transaction: their result rows become
+    // facts (record_fact); the glue keeps these with the result until it is fetched.
+    std::vector<sqldeps::LockedRow> locked;
+    uint64_t txn = 0;                          // the transaction they were locked in
+    std::vector<sqldeps::WrittenRow> written;  // applied to the facts when the call succeeded
+    std::vector<std::string> unkeyed;          // tables whose facts go when the call succeeded
+    bool forget_facts = false;                 // the call may change anything: drop every fact
   };
   Ticket before_statement(ConnId conn, const sqldeps::Compiled& c, const sqldeps::Params& p);
   Ticket before_commit(ConnId conn);
@@ -90,6 +97,12 @@ class RequestTracker {
   Ticket before_autocommit(ConnId conn, bool on);  // autocommit(true) commits an open transaction
   void after(Ticket& t, bool ok);
   void connection_gone(ConnId conn);  // object freed / closed: the server rolls back
+  // A value of a row a locking read returned (LockedRow from a Ticket): a fact about that row
+  // until the transaction ends (sqldeps::RowFacts). `raw` as the result holds it.
+  // Ignored unless the connection is still in transaction `txn` (Ticket::txn).
+  void record_fact(ConnId conn, uint64_t txn, const sqldeps::LockedRow& row,
+                   std::string_view column, std::string_view raw);
+  size_t facts(ConnId conn) const;
 
   // tierce_depends / tierce_invalidate.
   void add_depends(std::string_view name) { depends_.add(name); }
@@ -104,10 +117,24 @@ class RequestTracker {
   size_t open_transactions() const;
 
  private:
+  struct Facts : sqldeps::RowFacts {
+    std::unordered_map<std::string, std::string> values;  // "T\nK\nC" -> value part
+    static std::string key(std::string_view t, std::string_view k, std::string_view c);
+    const std::string* value(std::string_view t, std::string_view k,
+                             std::string_view c) const override;
+    void erase_row(std::string_view t, std::string_view k);
+    void erase_table(std::string_view t);
+  };
   struct Conn {
     bool in_txn = false;        // BEGIN seen (or autocommit off)
     bool autocommit = true;
     NameSet pending;            // names written in the open transaction
+    Facts facts;                // of rows locked in the open transaction
+    uint64_t txn = 1;           // which transaction (a new number whenever one may have ended)
+    void end_txn() {
+      facts.values.clear();
+      ++txn;
+    }
   };
   Conn& conn(ConnId id) { return conns_[id]; }
   void commit_prepare(Ticket& t, Conn& c);  // moves c.pending into t, pends when linearizable

@@ -217,6 +217,7 @@ class Scanner {
   std::vector<TableRef> tables;
   std::vector<ColRef> cols;
   std::vector<Block> blocks;
+  bool locking = false;  // FOR UPDATE / FOR SHARE / LOCK IN SHARE MODE seen
   bool ok = true;
   std::string error;
   size_t i;
@@ -664,6 +665,7 @@ class Scanner {
     } else if (accept("into")) {
       expr(-1, false);  // @vars, OUTFILE 'f' ...: no columns of ours
     } else if (accept("for") || accept("lock")) {
+      if (word("update") || word("share") || word("in")) locking = true;
       while (ok && !done() && (cur().type == TokenType::Word || cur().type == TokenType::QuotedName ||
                                op(",") || op(".")) &&
              !(cur().type == TokenType::Word && clause_word(cur().text) && cur().text != "for" &&
@@ -978,7 +980,8 @@ void unpinned_update(WritePlan& w, const std::string& table, const TableInfo* in
     add_unique(w.fixed, "vals:" + T + ":" + ident(c));
     if (std::find(pk.begin(), pk.end(), c) != pk.end()) key_changed = true;
   }
-  if (all_columns && info)
+  // Rows it does not name may hold any value of any column: every value-pinned reader of T.
+  if (info)
     for (const auto& c : info->columns) add_unique(w.fixed, "vals:" + T + ":" + ident(c));
   if (key_changed) add_unique(w.fixed, "table:" + T);
 }
@@ -986,6 +989,18 @@ void unpinned_update(WritePlan& w, const std::string& table, const TableInfo* in
 void all_values(WritePlan& w, const std::string& T, const TableInfo* info) {
   if (info)
     for (const auto& c : info->columns) add_unique(w.fixed, "vals:" + T + ":" + ident(c));
+}
+
+// The schema columns a value-pinned reader of T may pin (all but a one-column primary key).
+void keyed_row_columns(WritePlan& w, const std::string& T, const TableInfo* info) {
+  w.table = T;
+  if (!info) return;  // no schema: no value-pinned readers of T
+  const auto& pk = info->primary_key;
+  for (const auto& c : info->columns) {
+    if (pk.size() == 1 && pk[0] == c) continue;
+    std::string C = ident(c);
+    w.row_columns.push_back({C, "val:" + T + ":" + C + ":", "vals:" + T + ":" + C});
+  }
 }
 
 // Key values of the single table `r` from the pins, or empty when the key is not fully pinned.
@@ -1066,6 +1081,37 @@ class StatementCompiler {
     if (s.ok && !s.done()) s.fail("unexpected token");
     if (!s.ok) return conservative(st, Kind::Read, "unreadable SELECT: " + s.error);
     build_reads(s, st);
+    if (s.locking && s.blocks.size() == 1 && st.reads.size() == 1 && st.reads[0].keyed)
+      plain_select_list(st, from, s.info_of(s.tables[0]));
+  }
+
+  // SELECT a, t.b, `c` FROM ...: result names that are the table's own columns.
+  void plain_select_list(Statement& st, size_t from, const TableInfo* info) {
+    size_t k = from;
+    if (!word_at(k, "select")) return;
+    ++k;
+    std::vector<std::pair<std::string, ColumnType>> cols;
+    while (k < e_) {
+      if (!(t_[k].type == TokenType::Word || t_[k].type == TokenType::QuotedName)) return;
+      if (t_[k].type == TokenType::Word && reserved(t_[k].text)) return;
+      std::string name = t_[k].text;
+      ++k;
+      if (k < e_ && t_[k].op(".")) {  // t.col
+        ++k;
+        if (k >= e_ || !(t_[k].type == TokenType::Word || t_[k].type == TokenType::QuotedName)) return;
+        name = t_[k].text;
+        ++k;
+      }
+      std::string low = lower_ascii(name);
+      if (info && info->column_index(low) < 0) return;
+      cols.emplace_back(ident(low), info ? info->type_of(low) : ColumnType::Other);
+      if (word_at(k, "from")) break;
+      if (!(k < e_ && t_[k].op(","))) return;
+      ++k;
+    }
+    if (!word_at(k, "from")) return;
+    st.locking = true;
+    st.fact_columns = std::move(cols);
   }
 
   // WITH ... SELECT, or WITH ... UPDATE/DELETE (MySQL 8): the main verb after the CTEs decides.
@@ -1103,6 +1149,7 @@ class StatementCompiler {
     s.table_refs(blk);
     if (!s.expect_word("set")) return finish_write(st, s, false, "");
     std::vector<std::pair<std::string, std::string>> set;
+    std::vector<RawValue> set_raw;  // the value SET gives, when it is one literal or parameter
     while (s.ok) {
       auto c = s.column_name();
       if (!c) {
@@ -1111,7 +1158,11 @@ class StatementCompiler {
       }
       set.push_back(*c);
       if (!s.expect_op("=")) break;
+      size_t vb = s.i;
       s.expr(-1, true);
+      size_t j = vb;
+      RawValue v = s.raw_value_at(j);
+      set_raw.push_back(j == s.i ? v : RawValue{});
       if (!s.op(",")) break;
       ++s.i;
     }
@@ -1141,9 +1192,23 @@ class StatementCompiler {
       bool key_changed = std::find(w.fixed.begin(), w.fixed.end(), "table:" + T) != w.fixed.end();
       if (!key.empty() && !key_changed) {  // the row is named: rows:T is not needed
         w.fixed.erase(std::find(w.fixed.begin(), w.fixed.end(), "rows:" + T));
+        if (info)  // value-pinned readers: by the row's values (derive), not every value
+          w.fixed.erase(std::remove_if(w.fixed.begin(), w.fixed.end(),
+                                       [&](const std::string& n) {
+                                         return n.rfind("vals:" + T + ":", 0) == 0;
+                                       }),
+                        w.fixed.end());
         w.row_prefix = "row:" + T + ":";
         w.rows = "rows:" + T;
         w.keys.push_back(std::move(key));
+        keyed_row_columns(w, T, info);
+        for (size_t j = 0; j < set.size() && j < set_raw.size(); ++j) {
+          std::string C = ident(set[j].second);
+          for (size_t x = 0; x < w.row_columns.size(); ++x)
+            if (w.row_columns[x].column == C)
+              w.set_values.emplace_back(x, make_ref(set_raw[j], info ? info->type_of(set[j].second)
+                                                                     : ColumnType::Other));
+        }
         return finish_write(st, s, true, "");
       }
       return finish_write(st, s, false,
@@ -1217,11 +1282,13 @@ class StatementCompiler {
       const TableInfo* info = s.info_of(t);
       std::string T = ident(t.name);
       add_unique(w.fixed, "table:" + T);
-      all_values(w, T, info);
       std::vector<ValueRef> key = pinned_key(pins, 0, info);
       w.row_prefix = "row:" + T + ":";
       w.rows = "rows:" + T;
       bool exact = !key.empty();
+      w.deletes = true;
+      if (exact) keyed_row_columns(w, T, info);  // the row's values: derive
+      else all_values(w, T, info);
       w.keys.push_back(std::move(key));
       return finish_write(st, s, exact, "DELETE not keyed by its primary key");
     }
@@ -1581,9 +1648,9 @@ std::optional<std::string> resolve(const ValueRef& r, const Context& cx) {
   return canonical(**v, r.type);
 }
 
-// "row:T:" + values joined with '|' (hashed when long), or nullopt if one is unknown.
-std::optional<std::string> row_name(const std::string& prefix, const std::vector<ValueRef>& key,
-                                    const Context& cx) {
+// The key part of "row:T:K": values joined with '|' (hashed when long), or nullopt if one is
+// unknown.
+std::optional<std::string> row_key(const std::vector<ValueRef>& key, const Context& cx) {
   if (key.empty()) return std::nullopt;
   std::string k;
   for (size_t j = 0; j < key.size(); ++j) {
@@ -1593,15 +1660,21 @@ std::optional<std::string> row_name(const std::string& prefix, const std::vector
     k += *v;
   }
   if (k.size() > 64) k = hashed(k);
-  return prefix + k;
+  return k;
 }
 
-void derive_read(const Statement& st, const Context& cx, Appender& dep) {
+// "row:T:" -> "T"
+std::string table_of_prefix(const std::string& row_prefix) {
+  return row_prefix.size() > 5 ? row_prefix.substr(4, row_prefix.size() - 5) : std::string();
+}
+
+void derive_read(const Statement& st, const Context& cx, Appender& dep, Derived& out) {
   for (const ReadTable& t : st.reads) {
     if (t.keyed) {
-      if (auto row = row_name(t.row_prefix, t.key, cx)) {
-        dep.add(std::move(*row));
+      if (auto k = row_key(t.key, cx)) {
+        dep.add(t.row_prefix + *k);
         dep.add(t.rows);
+        if (st.locking) out.locked.push_back({table_of_prefix(t.row_prefix), *k, &st.fact_columns});
         continue;
       }
     }
@@ -1614,17 +1687,43 @@ void derive_read(const Statement& st, const Context& cx, Appender& dep) {
         break;
       }
     }
-    if (!pinned) dep.add(t.table);
+    if (pinned) continue;  // rule 2: every change to those rows names val:T:C:V or vals:T:C
+    dep.add(t.table);
     for (const auto& c : t.columns) dep.add(c);
   }
 }
 
-void derive_write(const Statement& st, const Context& cx, Appender& inv) {
+void derive_write(const Statement& st, const Context& cx, Appender& inv, Derived& out,
+                  const RowFacts* facts) {
   const WritePlan& w = st.write;
-  for (const auto& f : w.fixed) inv.add(f);
+  for (const auto& f : w.fixed) {
+    inv.add(f);
+    if (f.rfind("rows:", 0) == 0) out.unkeyed_writes.push_back(f.substr(5));
+  }
   for (const auto& key : w.keys) {
-    if (auto row = row_name(w.row_prefix, key, cx)) inv.add(std::move(*row));
-    else inv.add(w.rows);
+    auto k = row_key(key, cx);
+    if (k) inv.add(w.row_prefix + *k);
+    else {
+      inv.add(w.rows);
+      if (!w.table.empty()) out.unkeyed_writes.push_back(w.table);
+    }
+    if (w.table.empty()) continue;  // INSERT: its values below
+    // UPDATE / DELETE of a keyed row: what the row held, per column, and what SET gives it.
+    for (const auto& rc : w.row_columns) {
+      const std::string* v = k && facts ? facts->value(w.table, *k, rc.column) : nullptr;
+      inv.add(v ? rc.val_prefix + *v : rc.vals);
+    }
+    if (!k) continue;
+    WrittenRow wr;
+    wr.table = w.table;
+    wr.key = *k;
+    wr.deleted = w.deletes;
+    for (const auto& [x, ref] : w.set_values) {
+      auto v = resolve(ref, cx);
+      inv.add(v ? w.row_columns[x].val_prefix + *v : w.row_columns[x].vals);
+      wr.set.emplace_back(w.row_columns[x].column, v);
+    }
+    out.written.push_back(std::move(wr));
   }
   for (const auto& row : w.values)
     for (size_t j = 0; j < row.size() && j < w.value_columns.size(); ++j) {
@@ -1670,7 +1769,8 @@ Compiled compile(std::string_view sql, const Schema& schema) {
   return c;
 }
 
-void derive(const Compiled& c, size_t statement, const Params& params, Derived& out) {
+void derive(const Compiled& c, size_t statement, const Params& params, Derived& out,
+            const RowFacts* facts) {
   if (statement >= c.statements.size()) return;
   Context cx{params, {}};
   if (!c.param_names.empty()) {
@@ -1684,12 +1784,16 @@ void derive(const Compiled& c, size_t statement, const Params& params, Derived& 
   if (st.uncacheable) out.uncacheable = true;
   if (st.invalidate_all) out.invalidate_all = true;
   if (st.invalidate_all || st.uncacheable) return;
-  if (st.kind == Kind::Read) derive_read(st, cx, dep);
-  else if (st.kind == Kind::Write) derive_write(st, cx, inv);
+  if (st.kind == Kind::Read) derive_read(st, cx, dep, out);
+  else if (st.kind == Kind::Write) derive_write(st, cx, inv, out, facts);
 }
 
-void derive(const Compiled& c, const Params& params, Derived& out) {
-  for (size_t i = 0; i < c.statements.size(); ++i) derive(c, i, params, out);
+std::optional<std::string> fact_value(std::string_view raw, ColumnType type) {
+  return canonical(raw, type);
+}
+
+void derive(const Compiled& c, const Params& params, Derived& out, const RowFacts* facts) {
+  for (size_t i = 0; i < c.statements.size(); ++i) derive(c, i, params, out, facts);
 }
 
 }  // namespace tierce::sqldeps

@@ -17,11 +17,14 @@
 // Readers, per table reference T (aliases resolved, subqueries and CTE bodies included):
 //   1. the top-level AND of its block's WHERE pins every primary-key column of T by equality to a
 //      constant or a known parameter:  row:T:K, rows:T
-//   2. else T is in the Schema and the AND pins some column C:  val:T:C:V, vals:T:C, and col:T:X
-//      for every column X of T the statement references (col:T:* for `*`)
+//   2. else T is in the Schema and the AND pins some column C:  val:T:C:V, vals:T:C (every change
+//      to a row whose C is V names val:T:C:V, or vals:T:C when the writer cannot tell)
 //   3. else:  table:T and the col:T:X names
 // Writers name, for every row they may change, what those three readers depend on (deps.cc has
-// the per-statement rules and why each is sound).
+// the per-statement rules and why each is sound). A write keyed by a primary key names, for
+// each column C of the schema, val:T:C:V when the caller knows the row's current V (RowFacts:
+// the row was read with FOR UPDATE / LOCK IN SHARE MODE in the open transaction, so it cannot
+// change before the write commits), else vals:T:C.
 //
 // Canonical values (what makes two spellings of a value one name): the server's comparison rules
 // decide, so a value counts only where they are simple. An integer (sign, digits, leading zeros,
@@ -111,6 +114,15 @@ struct WritePlan {
   std::vector<std::vector<ValueRef>> keys;     // per row; empty vector: rows:T
   std::vector<std::pair<std::string, std::string>> value_columns;  // ("val:T:C:", "vals:T:C")
   std::vector<std::vector<ValueRef>> values;  // per row, parallel to value_columns
+  // UPDATE / DELETE of keyed rows: per schema column (ident C, "val:T:C:", "vals:T:C") what the
+  // row held (RowFacts, else vals), and the values SET gives (index into row_columns).
+  std::string table;  // ident T of the keyed table
+  struct RowColumn {
+    std::string column, val_prefix, vals;
+  };
+  std::vector<RowColumn> row_columns;
+  std::vector<std::pair<size_t, ValueRef>> set_values;
+  bool deletes = false;  // a DELETE (the keyed row is gone afterwards)
 };
 // The base tables a query reads (lower-cased; CTEs and derived tables excluded), or nullopt when
 // the query cannot be read. For Schema's CREATE VIEW.
@@ -128,6 +140,11 @@ struct Statement {
   bool uncacheable = false;          // a read it cannot bound
   std::vector<detail::ReadTable> reads;
   detail::WritePlan write;
+  // A locking read (FOR UPDATE, FOR SHARE, LOCK IN SHARE MODE) of one table keyed by its primary
+  // key whose select list is plain columns: the result row's values are facts about that row
+  // until the transaction ends (Derived::locked_row, RowFacts).
+  bool locking = false;
+  std::vector<std::pair<std::string, ColumnType>> fact_columns;  // result name (= column ident)
 };
 
 struct Compiled {
@@ -139,18 +156,52 @@ struct Compiled {
 // Splits on ';' outside strings/comments, tokenizes, classifies. Never throws on any input.
 Compiled compile(std::string_view sql, const Schema& schema);
 
+// What a caller knows of rows a write may change: the value part (as in val:T:C:V) of column C
+// (ident) of the row of table T (ident) keyed K (the part after "row:T:"), or nullptr. Only facts
+// that cannot change before the write commits (a locking read in the same open transaction).
+class RowFacts {
+ public:
+  virtual ~RowFacts() = default;
+  virtual const std::string* value(std::string_view table, std::string_view key,
+                                   std::string_view column) const = 0;
+};
+
+// The row a locking read pinned (Statement::locking): its table and key as names use them, and
+// the columns of its result that are facts about it.
+struct LockedRow {
+  std::string table, key;
+  const std::vector<std::pair<std::string, ColumnType>>* columns = nullptr;
+};
+
+// A write keyed by a primary key: which row of which table (for callers that keep RowFacts up to
+// date: after the write, the SET columns hold `set` values, or unknown values when nullopt).
+struct WrittenRow {
+  std::string table, key;
+  bool deleted = false;
+  std::vector<std::pair<std::string, std::optional<std::string>>> set;  // column ident, value
+};
+
 struct Derived {
   std::vector<std::string> depends;      // for reads
   std::vector<std::string> invalidates;  // for writes
   bool invalidate_all = false;  // a write it cannot bound (DDL, CALL, TRUNCATE, LOAD DATA, ...)
   bool uncacheable = false;     // a read it cannot bound: the page must not be cached
+  std::vector<LockedRow> locked;      // locking reads keyed by a primary key
+  std::vector<WrittenRow> written;    // keyed UPDATE / DELETE rows
+  std::vector<std::string> unkeyed_writes;  // tables written by rows it cannot name (ident)
 };
+
+// The value part of a fact: `raw` as a result row holds it, canonical for a column of `type`
+// (nullopt: not a value names trust, e.g. dates, NULL).
+std::optional<std::string> fact_value(std::string_view raw, ColumnType type);
 
 // Appends the names of every statement of `c` with `params` substituted (deduplicated within
 // `out`). A parameter missing from `params` counts as unknown.
-void derive(const Compiled& c, const Params& params, Derived& out);
+void derive(const Compiled& c, const Params& params, Derived& out,
+            const RowFacts* facts = nullptr);
 // The same for statement `statement` of `c` only (callers that follow transactions statement by
 // statement: BEGIN; UPDATE ...; COMMIT in one multi-statement text).
-void derive(const Compiled& c, size_t statement, const Params& params, Derived& out);
+void derive(const Compiled& c, size_t statement, const Params& params, Derived& out,
+            const RowFacts* facts = nullptr);
 
 }  // namespace tierce::sqldeps

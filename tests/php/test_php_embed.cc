@@ -353,6 +353,42 @@ BOOST_AUTO_TEST_CASE(pdo_prepared_named_and_positional) {
   BOOST_TEST(has(inv, "row:items:2"));
 }
 
+BOOST_AUTO_TEST_CASE(locked_row_values_narrow_keyed_writes) {
+  // bid.php's pattern: the row is read FOR UPDATE in the transaction, then updated by its key:
+  // the update names the row's category (a fact while the lock is held), not every category.
+  std::string code = std::string(kConnect) +
+                     "$db->begin_transaction();\n"
+                     "$st = $db->prepare('SELECT category_id FROM items WHERE id = ? FOR UPDATE');\n"
+                     "$id = 5; $st->bind_param('i', $id); $st->execute(); $st->get_result()->fetch_all(MYSQLI_ASSOC);\n"
+                     "$db->query('UPDATE items SET price = price + 1 WHERE id = 5');\n"
+                     "$db->commit();\n";
+  json s = g_env->status_after(code, kAuto);
+  const json& inv = s["request"]["invalidates"];
+  BOOST_TEST_MESSAGE("invalidates: " << inv.dump());
+  BOOST_TEST(has(inv, "row:items:5"));
+  BOOST_TEST(has(inv, "val:items:category_id:3"));  // item 5 is in category 3
+  BOOST_TEST(!has(inv, "vals:items:category_id"));
+  BOOST_TEST(has(inv, "vals:items:name"));  // not read: any value
+  // Without the lock (or after the transaction that held it) nothing is known.
+  json u = g_env->status_after(std::string(kConnect) +
+                               "$db->begin_transaction();\n"
+                               "$db->query('SELECT category_id FROM items WHERE id = 5')->fetch_all(MYSQLI_ASSOC);\n"
+                               "$db->query('UPDATE items SET price = price + 1 WHERE id = 5');\n"
+                               "$db->commit();\n"
+                               "$db->begin_transaction();\n"
+                               "$r = $db->query('SELECT category_id FROM items WHERE id = 6 FOR UPDATE');\n"
+                               "$db->commit();\n"
+                               "$db->begin_transaction();\n"
+                               "$r->fetch_all(MYSQLI_ASSOC);\n"  // fetched in a later transaction
+                               "$db->query('UPDATE items SET price = price + 1 WHERE id = 6');\n"
+                               "$db->commit();\n",
+                               kAuto);
+  const json& uinv = u["request"]["invalidates"];
+  BOOST_TEST_MESSAGE("invalidates: " << uinv.dump());
+  BOOST_TEST(has(uinv, "vals:items:category_id"));
+  BOOST_TEST(!has(uinv, "val:items:category_id:3"));
+}
+
 BOOST_AUTO_TEST_CASE(unbounded_statements_are_conservative) {
   json s = g_env->status_after(std::string(kConnect) +
                                "$db->query('CREATE TEMPORARY TABLE tmp1 (a INT)');\n", kAuto);

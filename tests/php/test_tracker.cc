@@ -204,3 +204,41 @@ BOOST_FIXTURE_TEST_CASE(explicit_mode_derives_nothing, Fixture) {
   BOOST_TEST(t.depends().joined() == "item:4");
   BOOST_TEST(counters.statements == 2u);  // still counted
 }
+
+BOOST_FIXTURE_TEST_CASE(locked_rows_are_facts_until_the_transaction_ends, Fixture) {
+  RequestTracker t = make(false);
+  run(t, 1, "BEGIN");
+  sd::Compiled lock = sd::compile("SELECT category_id, name FROM items WHERE id = 7 FOR UPDATE", schema);
+  RequestTracker::Ticket k = t.before_statement(1, lock, {});
+  t.after(k, true);
+  BOOST_REQUIRE_EQUAL(k.locked.size(), 1u);
+  t.record_fact(1, k.txn, k.locked[0], "category_id", "3");
+  t.record_fact(1, k.txn, k.locked[0], "name", "lamp");
+  t.record_fact(1, k.txn, k.locked[0], "price", "9");  // not a column of that read: ignored
+  BOOST_TEST(t.facts(1) == 2u);
+  // a keyed update uses them ...
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 7");
+  // ... and a SET of a fact column moves the fact
+  run(t, 1, "UPDATE items SET category_id = 4 WHERE id = 7");
+  run(t, 1, "UPDATE items SET price = 2 WHERE id = 7");
+  run(t, 1, "COMMIT");
+  BOOST_TEST(has(t.invalidates(), "val:items:category_id:3"));
+  BOOST_TEST(has(t.invalidates(), "val:items:category_id:4"));
+  BOOST_TEST(!has(t.invalidates(), "vals:items:category_id"));
+  BOOST_TEST(t.facts(1) == 0u);  // the transaction ended
+  // a fact recorded for an ended transaction is ignored; a failed write forgets every fact
+  t.record_fact(1, k.txn, k.locked[0], "category_id", "3");
+  BOOST_TEST(t.facts(1) == 0u);
+  run(t, 1, "BEGIN");
+  RequestTracker::Ticket k2 = t.before_statement(1, lock, {});
+  t.after(k2, true);
+  t.record_fact(1, k2.txn, k2.locked[0], "category_id", "3");
+  BOOST_TEST(t.facts(1) == 1u);
+  sd::Compiled upd = sd::compile("UPDATE items SET category_id = 5 WHERE id = 7", schema);
+  RequestTracker::Ticket w = t.before_statement(1, upd, {});
+  t.after(w, false);
+  BOOST_TEST(t.facts(1) == 0u);
+  // autocommit: no facts at all
+  run(t, 2, "SELECT category_id FROM items WHERE id = 7 FOR UPDATE");
+  BOOST_TEST(t.facts(2) == 0u);
+}

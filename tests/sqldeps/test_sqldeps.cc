@@ -6,6 +6,8 @@
 #define BOOST_TEST_MODULE sqldeps
 #include <boost/test/unit_test.hpp>
 
+#include <map>
+
 #include <fstream>
 #include <random>
 #include <set>
@@ -203,32 +205,22 @@ BOOST_AUTO_TEST_CASE(sample_item_page) {
   // Its last 10 bids.
   CHECK_NAMES(depends(R"(SELECT b.id, b.amount, b.created, b.user_id, u.nickname
                FROM bids b JOIN users u ON u.id = b.user_id
-              WHERE b.item_id = ? ORDER BY b.id DESC LIMIT 10)", pos({"5"})),
-              "val:bids:item_id:5", "vals:bids:item_id", "col:bids:id", "col:bids:amount",
-              "col:bids:created", "col:bids:user_id", "col:bids:item_id", "table:users",
-              "col:users:id", "col:users:nickname");
+              WHERE b.item_id = ? ORDER BY b.id DESC LIMIT 10)", pos({"5"})), "col:users:id", "col:users:nickname", "table:users", "val:bids:item_id:5", "vals:bids:item_id");
 }
 
 BOOST_AUTO_TEST_CASE(sample_category_index_user_and_deps_pages) {
   CHECK_NAMES(depends("SELECT id, name, version FROM categories WHERE id = ?", pos({"3"})),
               "row:categories:3", "rows:categories");
   CHECK_NAMES(depends(R"(SELECT id, name, max_bid, nb_bids, end_date FROM items WHERE category_id = ?
-          ORDER BY id LIMIT ? OFFSET ?)", pos({"3", "25", "0"})),
-              "val:items:category_id:3", "vals:items:category_id", "col:items:id", "col:items:name",
-              "col:items:max_bid", "col:items:nb_bids", "col:items:end_date",
-              "col:items:category_id");
+          ORDER BY id LIMIT ? OFFSET ?)", pos({"3", "25", "0"})), "val:items:category_id:3", "vals:items:category_id");
   CHECK_NAMES(depends("SELECT id, name FROM categories ORDER BY id"), "table:categories",
               "col:categories:id", "col:categories:name");
   CHECK_NAMES(depends("SELECT id, nickname, rating, version FROM users WHERE id = ?", pos({"7"})),
               "row:users:7", "rows:users");
   CHECK_NAMES(depends("SELECT id, name, max_bid, nb_bids FROM items WHERE seller_id = ? ORDER BY id LIMIT 100",
-                      pos({"7"})),
-              "val:items:seller_id:7", "vals:items:seller_id", "col:items:id", "col:items:name",
-              "col:items:max_bid", "col:items:nb_bids", "col:items:seller_id");
+                      pos({"7"})), "val:items:seller_id:7", "vals:items:seller_id");
   CHECK_NAMES(depends("SELECT id, item_id, amount, created FROM bids WHERE user_id = ? ORDER BY id DESC LIMIT 10",
-                      pos({"7"})),
-              "val:bids:user_id:7", "vals:bids:user_id", "col:bids:id", "col:bids:item_id",
-              "col:bids:amount", "col:bids:created", "col:bids:user_id");
+                      pos({"7"})), "val:bids:user_id:7", "vals:bids:user_id");
   // deps.php: a range is no equality.
   CHECK_NAMES(depends("SELECT id, name, max_bid, nb_bids, version FROM items WHERE id BETWEEN ? AND ? ORDER BY id",
                       pos({"1", "4"})),
@@ -245,17 +237,10 @@ BOOST_AUTO_TEST_CASE(sample_bid_and_edit_writes) {
               "table:bids", "rows:bids", "val:bids:item_id:5", "val:bids:user_id:7",
               "vals:bids:amount", "vals:bids:created");
   CHECK_NAMES(invalidates(R"(UPDATE items SET max_bid = GREATEST(max_bid, ?), nb_bids = nb_bids + 1,
-                               version = version + 1 WHERE id = ?)", pos({"12.50", "5"})),
-              "row:items:5", "col:items:*", "col:items:max_bid", "col:items:nb_bids",
-              "col:items:version", "vals:items:max_bid", "vals:items:nb_bids", "vals:items:version");
-  CHECK_NAMES(invalidates("UPDATE categories SET version = version + 1 WHERE id = ?", pos({"3"})),
-              "row:categories:3", "col:categories:*", "col:categories:version",
-              "vals:categories:version");
+                               version = version + 1 WHERE id = ?)", pos({"12.50", "5"})), "col:items:*", "col:items:max_bid", "col:items:nb_bids", "col:items:version", "row:items:5", "vals:items:category_id", "vals:items:description", "vals:items:end_date", "vals:items:initial_price", "vals:items:max_bid", "vals:items:name", "vals:items:nb_bids", "vals:items:seller_id", "vals:items:version");
+  CHECK_NAMES(invalidates("UPDATE categories SET version = version + 1 WHERE id = ?", pos({"3"})), "col:categories:*", "col:categories:version", "row:categories:3", "vals:categories:name", "vals:categories:version");
   CHECK_NAMES(invalidates(R"(UPDATE items SET name = ?, description = ?, category_id = ?, version = version + 1
-                         WHERE id = ?)", pos({"n", "d", "4", "5"})),
-              "row:items:5", "col:items:*", "col:items:name", "col:items:description",
-              "col:items:category_id", "col:items:version", "vals:items:name",
-              "vals:items:description", "vals:items:category_id", "vals:items:version");
+                         WHERE id = ?)", pos({"n", "d", "4", "5"})), "col:items:*", "col:items:category_id", "col:items:description", "col:items:name", "col:items:version", "row:items:5", "val:items:category_id:4", "val:items:description:d", "val:items:name:n", "vals:items:category_id", "vals:items:description", "vals:items:end_date", "vals:items:initial_price", "vals:items:max_bid", "vals:items:name", "vals:items:nb_bids", "vals:items:seller_id", "vals:items:version");
   // The reads inside bid.php's transaction, FOR UPDATE included.
   CHECK_NAMES(depends("SELECT category_id, seller_id FROM items WHERE id = ? FOR UPDATE", pos({"5"})),
               "row:items:5", "rows:items");
@@ -278,10 +263,7 @@ BOOST_AUTO_TEST_CASE(writes_insert_update_delete_replace) {
   CHECK_NAMES(invalidates("INSERT INTO users SET id = 8, nickname = 'x', rating = 1, version = 1"),
               "table:users", "row:users:8", "val:users:nickname:x", "val:users:rating:1",
               "val:users:version:1");
-  CHECK_NAMES(invalidates("INSERT INTO categories VALUES (1, 'Books', 1) ON DUPLICATE KEY UPDATE name = VALUES(name)"),
-              "table:categories", "row:categories:1", "val:categories:name:books",
-              "val:categories:version:1", "rows:categories", "col:categories:*",
-              "col:categories:name", "vals:categories:name");
+  CHECK_NAMES(invalidates("INSERT INTO categories VALUES (1, 'Books', 1) ON DUPLICATE KEY UPDATE name = VALUES(name)"), "col:categories:*", "col:categories:name", "row:categories:1", "rows:categories", "table:categories", "val:categories:name:books", "val:categories:version:1", "vals:categories:id", "vals:categories:name", "vals:categories:version");
   CHECK_NAMES(invalidates("INSERT INTO categories (id, name) SELECT id + 100, name FROM categories"),
               "table:categories", "rows:categories", "vals:categories:id", "vals:categories:name",
               "vals:categories:version");
@@ -289,21 +271,16 @@ BOOST_AUTO_TEST_CASE(writes_insert_update_delete_replace) {
               "row:categories:1", "rows:categories", "col:categories:*", "vals:categories:id",
               "vals:categories:name", "vals:categories:version", "val:categories:name:books",
               "val:categories:version:1");
-  CHECK_NAMES(invalidates("UPDATE users SET rating = rating + 1 WHERE nickname = ?", pos({"bob"})),
-              "rows:users", "col:users:*", "col:users:rating", "vals:users:rating");
-  CHECK_NAMES(invalidates("UPDATE users SET id = 10 WHERE id = 9"), "rows:users", "table:users",
-              "col:users:*", "col:users:id", "vals:users:id");
-  CHECK_NAMES(invalidates("DELETE FROM categories WHERE id = 3"), "row:categories:3",
-              "table:categories", "vals:categories:id", "vals:categories:name",
-              "vals:categories:version");
+  CHECK_NAMES(invalidates("UPDATE users SET rating = rating + 1 WHERE nickname = ?", pos({"bob"})), "col:users:*", "col:users:rating", "rows:users", "vals:users:id", "vals:users:nickname", "vals:users:rating", "vals:users:version");
+  CHECK_NAMES(invalidates("UPDATE users SET id = 10 WHERE id = 9"), "col:users:*", "col:users:id", "rows:users", "table:users", "vals:users:id", "vals:users:nickname", "vals:users:rating", "vals:users:version");
+  CHECK_NAMES(invalidates("DELETE FROM categories WHERE id = 3"), "row:categories:3", "table:categories", "vals:categories:name", "vals:categories:version");
   CHECK_NAMES(invalidates("DELETE FROM categories WHERE name LIKE 'a%'"), "rows:categories",
               "table:categories", "vals:categories:id", "vals:categories:name",
               "vals:categories:version");
   CHECK_NAMES(invalidates("DELETE b FROM bids b JOIN items i ON i.id = b.item_id WHERE i.id = 5"),
               "rows:bids", "table:bids", "vals:bids:id", "vals:bids:item_id", "vals:bids:user_id",
               "vals:bids:amount", "vals:bids:created");
-  CHECK_NAMES(invalidates("UPDATE items i JOIN categories c ON c.id = i.category_id SET i.name = c.name WHERE c.id = 1"),
-              "rows:items", "col:items:*", "col:items:name", "vals:items:name");
+  CHECK_NAMES(invalidates("UPDATE items i JOIN categories c ON c.id = i.category_id SET i.name = c.name WHERE c.id = 1"), "col:items:*", "col:items:name", "rows:items", "vals:items:category_id", "vals:items:description", "vals:items:end_date", "vals:items:id", "vals:items:initial_price", "vals:items:max_bid", "vals:items:name", "vals:items:nb_bids", "vals:items:seller_id", "vals:items:version");
   // Without a schema: keyed by `id`, no values.
   Schema none;
   CHECK_NAMES(invalidates("INSERT INTO `rubis`.`Log` (id, msg) VALUES (1, 'x')", {}, none),
@@ -385,9 +362,7 @@ BOOST_AUTO_TEST_CASE(comments_hide_and_add_keywords) {
   BOOST_CHECK_EQUAL(one.statements.size(), 1u);
   BOOST_CHECK(one.statements[0].kind == Kind::Read);
   BOOST_CHECK(kind_of("/*!DELETE FROM categories*/") == Kind::Write);
-  CHECK_NAMES(invalidates("/*!50001 DELETE FROM categories WHERE id = 2 */"), "row:categories:2",
-              "table:categories", "vals:categories:id", "vals:categories:name",
-              "vals:categories:version");
+  CHECK_NAMES(invalidates("/*!50001 DELETE FROM categories WHERE id = 2 */"), "row:categories:2", "table:categories", "vals:categories:name", "vals:categories:version");
   BOOST_CHECK(kind_of("/* DELETE FROM categories */ SELECT 1") == Kind::Read);
   BOOST_CHECK(kind_of("# DELETE\nSELECT 1") == Kind::Read);
   BOOST_CHECK(kind_of("SELECT /*+ MAX_EXECUTION_TIME(10) */ id FROM users") == Kind::Read);
@@ -419,26 +394,19 @@ BOOST_AUTO_TEST_CASE(named_and_unknown_params) {
   BOOST_CHECK((c.param_names == std::vector<std::string>{"item", "cat", "seller"}));
   Derived d;
   derive(c, p, d);
-  CHECK_NAMES(Names(d.depends.begin(), d.depends.end()), "row:items:5", "rows:items",
-              "val:items:category_id:3", "vals:items:category_id", "col:items:id",
-              "col:items:category_id", "col:items:seller_id");
+  CHECK_NAMES(Names(d.depends.begin(), d.depends.end()), "row:items:5", "rows:items", "val:items:category_id:3", "vals:items:category_id");
   // An unknown (NULL) key falls back to a column value, then to the table.
   CHECK_NAMES(depends("SELECT name FROM items WHERE id = ? AND seller_id = ?",
-                      pos({std::nullopt, "7"})),
-              "val:items:seller_id:7", "vals:items:seller_id", "col:items:name",
-              "col:items:id", "col:items:seller_id");
+                      pos({std::nullopt, "7"})), "val:items:seller_id:7", "vals:items:seller_id");
   CHECK_NAMES(depends("SELECT name FROM items WHERE id = ?", pos({std::nullopt})), "table:items",
               "col:items:name", "col:items:id");
   CHECK_NAMES(depends("SELECT name FROM items WHERE id = ?", {}), "table:items", "col:items:name",
               "col:items:id");
   // An unknown key value on a write: every row.
-  CHECK_NAMES(invalidates("UPDATE users SET rating = 1 WHERE id = ?", pos({std::nullopt})),
-              "rows:users", "col:users:*", "col:users:rating", "vals:users:rating");
+  CHECK_NAMES(invalidates("UPDATE users SET rating = 1 WHERE id = ?", pos({std::nullopt})), "col:users:*", "col:users:rating", "rows:users", "vals:users:nickname", "vals:users:rating", "vals:users:version");
   // Values: canonical integers, case-folded text, hashed odd text, numeric-looking text unknown.
   CHECK_NAMES(depends("SELECT id FROM users WHERE id = ?", pos({"-0"})), "row:users:0", "rows:users");
-  CHECK_NAMES(depends("SELECT id FROM users WHERE nickname = ?", pos({"Bob  "})),
-              "val:users:nickname:bob", "vals:users:nickname", "col:users:id",
-              "col:users:nickname");
+  CHECK_NAMES(depends("SELECT id FROM users WHERE nickname = ?", pos({"Bob  "})), "val:users:nickname:bob", "vals:users:nickname");
   Names h = depends("SELECT id FROM users WHERE nickname = ?", pos({"a b,c"}));
   BOOST_CHECK_EQUAL(std::count_if(h.begin(), h.end(), [](auto& n) {
                       return n.rfind("val:users:nickname:~", 0) == 0 && n.size() == 20 + 16;
@@ -454,19 +422,13 @@ BOOST_AUTO_TEST_CASE(named_and_unknown_params) {
 }
 
 BOOST_AUTO_TEST_CASE(reads_subqueries_ctes_unions_stars) {
-  CHECK_NAMES(depends("SELECT * FROM users WHERE id = 1 UNION ALL SELECT u.* FROM users u WHERE rating = 3"),
-              "row:users:1", "rows:users", "val:users:rating:3", "vals:users:rating", "col:users:*");
+  CHECK_NAMES(depends("SELECT * FROM users WHERE id = 1 UNION ALL SELECT u.* FROM users u WHERE rating = 3"), "row:users:1", "rows:users", "val:users:rating:3", "vals:users:rating");
   CHECK_NAMES(depends("WITH top AS (SELECT item_id, COUNT(*) n FROM bids GROUP BY item_id) "
                       "SELECT i.name, top.n FROM top JOIN items i ON i.id = top.item_id ORDER BY top.n DESC"),
               "table:bids", "col:bids:item_id", "table:items", "col:items:name", "col:items:id");
-  CHECK_NAMES(depends("SELECT name FROM items WHERE id IN (SELECT item_id FROM bids WHERE user_id = 7)"),
-              "table:items", "col:items:name", "col:items:id", "val:bids:user_id:7",
-              "vals:bids:user_id", "col:bids:item_id", "col:bids:user_id");
-  CHECK_NAMES(depends("SELECT COUNT(*) FROM bids WHERE item_id = 5"), "val:bids:item_id:5",
-              "vals:bids:item_id", "col:bids:item_id");
-  CHECK_NAMES(depends("SELECT d.c FROM (SELECT category_id c FROM items WHERE seller_id = 2) AS d"),
-              "val:items:seller_id:2", "vals:items:seller_id", "col:items:category_id",
-              "col:items:seller_id");
+  CHECK_NAMES(depends("SELECT name FROM items WHERE id IN (SELECT item_id FROM bids WHERE user_id = 7)"), "col:items:id", "col:items:name", "table:items", "val:bids:user_id:7", "vals:bids:user_id");
+  CHECK_NAMES(depends("SELECT COUNT(*) FROM bids WHERE item_id = 5"), "val:bids:item_id:5", "vals:bids:item_id");
+  CHECK_NAMES(depends("SELECT d.c FROM (SELECT category_id c FROM items WHERE seller_id = 2) AS d"), "val:items:seller_id:2", "vals:items:seller_id");
   CHECK_NAMES(depends("SELECT NOW(), 1 + 2, @x"), );
   CHECK_NAMES(depends("SELECT name INTO @n FROM categories WHERE id = 2 LOCK IN SHARE MODE"),
               "row:categories:2", "rows:categories");
@@ -486,12 +448,10 @@ BOOST_AUTO_TEST_CASE(multi_statements_accumulate) {
   BOOST_CHECK_EQUAL(c.param_count, 4u);
   Derived d;
   derive(c, pos({"5", "1", "9", "Toys"}), d);
-  CHECK_NAMES(Names(d.invalidates.begin(), d.invalidates.end()), "row:users:1", "col:users:*",
-              "col:users:rating", "vals:users:rating", "table:categories", "row:categories:9",
-              "val:categories:name:toys", "vals:categories:version");
+  CHECK_NAMES(Names(d.invalidates.begin(), d.invalidates.end()), "col:users:*", "col:users:rating", "row:categories:9", "row:users:1", "table:categories", "val:categories:name:toys", "val:users:rating:5", "vals:categories:version", "vals:users:nickname", "vals:users:rating", "vals:users:version");
   // Deduplicated within out, across calls too.
   derive(c, pos({"5", "1", "9", "Toys"}), d);
-  BOOST_CHECK_EQUAL(d.invalidates.size(), 8u);
+  BOOST_CHECK_EQUAL(d.invalidates.size(), 11u);
 }
 
 // ---- soundness ------------------------------------------------------------------------------------
@@ -628,8 +588,6 @@ BOOST_AUTO_TEST_CASE(precision_negative_control) {
   };
   disjoint("SELECT name FROM items WHERE id = 5", "UPDATE items SET name = 'x' WHERE id = 6");
   disjoint("SELECT name FROM items WHERE category_id = 3",
-           "UPDATE items SET version = version + 1 WHERE id = 6");
-  disjoint("SELECT name FROM items WHERE category_id = 3",
            "INSERT INTO items (id, category_id, seller_id, name, description, initial_price, "
            "end_date) VALUES (77, 4, 1, 'n', 'd', 1, NOW())");
   disjoint("SELECT id, name FROM categories ORDER BY id",
@@ -671,4 +629,90 @@ BOOST_AUTO_TEST_CASE(garbage_never_throws) {
   // Deep nesting is refused, not a stack overflow.
   std::string deep = "SELECT " + std::string(100000, '(') + "1" + std::string(100000, ')');
   BOOST_CHECK(run(deep).uncacheable);
+}
+
+// Row facts (a locking read in the open transaction): a write keyed by a primary key names the
+// values the row held instead of every value of every column.
+namespace {
+struct MapFacts : RowFacts {
+  std::map<std::string, std::string> m;  // "T|K|C" -> value
+  const std::string* value(std::string_view t, std::string_view k,
+                           std::string_view c) const override {
+    auto it = m.find(std::string(t) + "|" + std::string(k) + "|" + std::string(c));
+    return it == m.end() ? nullptr : &it->second;
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(row_facts_make_keyed_writes_precise) {
+  // The sample's bid.php: SELECT category_id, seller_id FROM items WHERE id = ? FOR UPDATE
+  Compiled lock = compile("SELECT category_id, seller_id FROM items WHERE id = ? FOR UPDATE", sample());
+  BOOST_REQUIRE_EQUAL(lock.statements.size(), 1u);
+  BOOST_TEST(lock.statements[0].locking);
+  BOOST_REQUIRE_EQUAL(lock.statements[0].fact_columns.size(), 2u);
+  BOOST_TEST(lock.statements[0].fact_columns[0].first == "category_id");
+  Derived ld;
+  derive(lock, pos({"6"}), ld);
+  BOOST_REQUIRE_EQUAL(ld.locked.size(), 1u);
+  BOOST_TEST(ld.locked[0].table == "items");
+  BOOST_TEST(ld.locked[0].key == "6");
+  // Not facts: no lock, an alias, an expression, not keyed.
+  for (const char* q : {"SELECT category_id FROM items WHERE id = 6",
+                        "SELECT category_id AS c FROM items WHERE id = 6 FOR UPDATE",
+                        "SELECT category_id + 1 FROM items WHERE id = 6 FOR UPDATE",
+                        "SELECT category_id FROM items WHERE seller_id = 6 FOR UPDATE"}) {
+    Compiled c = compile(q, sample());
+    Derived d;
+    derive(c, {}, d);
+    BOOST_TEST(d.locked.empty(), q);
+  }
+  BOOST_TEST(compile("SELECT name FROM items WHERE id = 6 LOCK IN SHARE MODE", sample()).statements[0].locking);
+
+  MapFacts f;
+  f.m["items|6|category_id"] = "4";
+  f.m["items|6|seller_id"] = "9";
+  Derived w;
+  derive(compile("UPDATE items SET max_bid = GREATEST(max_bid, ?), nb_bids = nb_bids + 1 WHERE id = ?",
+                 sample()),
+         pos({"10", "6"}), w, &f);
+  Names inv(w.invalidates.begin(), w.invalidates.end());
+  BOOST_TEST(inv.count("row:items:6"));
+  BOOST_TEST(inv.count("val:items:category_id:4"));
+  BOOST_TEST(inv.count("val:items:seller_id:9"));
+  BOOST_TEST(!inv.count("vals:items:category_id"));
+  BOOST_TEST(inv.count("vals:items:max_bid"));  // not known: every value
+  BOOST_REQUIRE_EQUAL(w.written.size(), 1u);
+  BOOST_TEST(w.written[0].key == "6");
+  // the category page of category 3 and the seller page of user 2 are not invalidated ...
+  for (const char* read : {"SELECT id, name, max_bid FROM items WHERE category_id = 3",
+                           "SELECT id, name FROM items WHERE seller_id = 2"}) {
+    Derived r = run(read);
+    for (auto& n : r.depends) BOOST_TEST(!inv.count(n), read << " shares " << n);
+  }
+  // ... those of category 4 and seller 9 are
+  for (const char* read : {"SELECT id, name, max_bid FROM items WHERE category_id = 4",
+                           "SELECT id, name FROM items WHERE seller_id = 9"}) {
+    Derived r = run(read);
+    bool shared = false;
+    for (auto& n : r.depends) shared |= inv.count(n) != 0;
+    BOOST_TEST(shared, read);
+  }
+  // Without facts the same write reaches every value-pinned reader of items (sound, coarser).
+  Derived nf = run("UPDATE items SET nb_bids = nb_bids + 1 WHERE id = 6");
+  Names ninv(nf.invalidates.begin(), nf.invalidates.end());
+  BOOST_TEST(ninv.count("vals:items:category_id"));
+  // A SET of a pinned column names the old value (fact) and the new one.
+  Derived mv;
+  derive(compile("UPDATE items SET category_id = ? WHERE id = 6", sample()), pos({"5"}), mv, &f);
+  Names minv(mv.invalidates.begin(), mv.invalidates.end());
+  BOOST_TEST(minv.count("val:items:category_id:4"));
+  BOOST_TEST(minv.count("val:items:category_id:5"));
+  // A keyed DELETE names the row's values too.
+  Derived del;
+  derive(compile("DELETE FROM items WHERE id = 6", sample()), {}, del, &f);
+  Names dinv(del.invalidates.begin(), del.invalidates.end());
+  BOOST_TEST(dinv.count("val:items:category_id:4"));
+  BOOST_TEST(dinv.count("table:items"));
+  BOOST_REQUIRE_EQUAL(del.written.size(), 1u);
+  BOOST_TEST(del.written[0].deleted);
 }
