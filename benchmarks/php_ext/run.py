@@ -40,7 +40,7 @@ cc.LUA = os.path.join(HERE, "mix.lua")
 
 CONFIGS = ("explicit", "auto", "linearizable")
 PROFILE = dict(db_items=5000, db_bids=50000, items=2000, cats=20, users=500, duration=20, settle=3,
-               warm_max=60, threads=2, conns=32, write=0.05, edit=0.2)
+               warm_max=60, threads=2, conns=32, write=0.05, edit=0.2, weights=(0.7, 0.1, 0.2))
 
 
 def log(msg):
@@ -53,15 +53,24 @@ def get(url, timeout=5):
 
 
 def rcache_status(st):
-    """Sum over the proxies of /rcache-status?auto's counters."""
-    tot = {}
+    """Sum over the proxies of /rcache-status?auto's counters; the version-check quantiles (since
+    the cluster started) as a list, one per proxy."""
+    tot = {"vc": []}
     for n in cc.proxies(st):
+        q = {}
         for line in get(n["url"] + "rcache-status?auto").splitlines():
             k, _, v = line.partition(": ")
+            if k.startswith("VersionCheckP"):
+                try:
+                    q[k] = float(v)
+                except ValueError:
+                    pass
+                continue
             try:
                 tot[k] = tot.get(k, 0) + int(v)
             except ValueError:
                 pass
+        tot["vc"].append(q)
     return tot
 
 
@@ -145,6 +154,10 @@ def measure(st, prof):
     for k in ("Hits", "Misses", "VersionFailures", "Invalidations", "Expired", "Stores", "StoreRefused",
               "Uncacheable"):
         row["rc_" + k] = d(r0, r1, k)
+    p50 = [q["VersionCheckP50us"] for q in r1["vc"] if "VersionCheckP50us" in q]
+    p99 = [q["VersionCheckP99us"] for q in r1["vc"] if "VersionCheckP99us" in q]
+    row["vc_p50_us"] = sum(p50) / len(p50) if p50 else None
+    row["vc_p99_us"] = max(p99) if p99 else None
     lookups = row["rc_Hits"] + row["rc_Misses"] + row["rc_VersionFailures"] + row["rc_Invalidations"] + row["rc_Expired"]
     row["hit_ratio"] = row["rc_Hits"] / lookups if lookups else 0.0
     for k in ("writer_issued", "invalidations", "invalidations_fenced", "registrations", "refused_race",
@@ -166,6 +179,7 @@ def main():
     ap.add_argument("--duration", type=float, help=f"measured seconds per config (default {PROFILE['duration']})")
     ap.add_argument("--write", type=float, help=f"fraction of requests that are updates (default {PROFILE['write']})")
     ap.add_argument("--edit", type=float, help=f"fraction of the updates that are edit.php (default {PROFILE['edit']})")
+    ap.add_argument("--weights", help="item,category,user shares of the GETs (default 0.7,0.1,0.2)")
     ap.add_argument("--transport", default="tcp", choices=("tcp", "shm"))
     ap.add_argument("--no-probe", action="store_true", help="skip the dependency-name probe of auto modes")
     a = ap.parse_args()
@@ -173,6 +187,12 @@ def main():
     for k in ("duration", "write", "edit"):
         if getattr(a, k) is not None:
             prof[k] = getattr(a, k)
+    if a.weights:
+        try:
+            prof["weights"] = tuple(float(x) for x in a.weights.split(","))
+            assert len(prof["weights"]) == 3 and min(prof["weights"]) >= 0 and sum(prof["weights"]) > 0
+        except (ValueError, AssertionError):
+            ap.error("--weights wants three non-negative numbers: item,category,user")
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     for c in configs:
         if c not in CONFIGS:
@@ -185,6 +205,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     build = os.path.abspath(a.build)
     os.environ["TIERCE_W_EDIT"] = str(prof["edit"])
+    for k, v in zip(("TIERCE_W_ITEM", "TIERCE_W_CAT", "TIERCE_W_USER"), prof["weights"]):
+        os.environ[k] = str(v)
 
     def term(signum, frame):
         raise KeyboardInterrupt
@@ -241,13 +263,14 @@ def main():
     p(f"Cluster: 2 proxies + 2 app nodes + MariaDB, --cache tierce --transport {a.transport}, "
       f"{prof['db_items']} items / {prof['db_bids']} bids; pinned as benchmarks/coherent_cache (app tier CPU 1, "
       f"proxies + wrk CPU 0)")
+    mix_shares = "/".join(f"{w / sum(prof['weights']):.0%}" for w in prof["weights"])
     p(f"Mix (wrk -t{prof['threads']} -c{prof['conns']}, {prof['duration']:.0f} s after a {prof['settle']:.0f} s settle): "
-      f"{1 - prof['write']:.0%} GETs (70/10/20% item/category/user over items 1..{prof['items']}, categories "
+      f"{1 - prof['write']:.0%} GETs ({mix_shares} item/category/user over items 1..{prof['items']}, categories "
       f"1..{prof['cats']}, users 1..{prof['users']}, uniform), {prof['write']:.0%} POSTs ({1 - prof['edit']:.0%} "
       f"bid.php, {prof['edit']:.0%} edit.php)")
     p("")
     hdr = (f"{'config':<13} {'req/s':>7} {'vs expl':>7} {'hit ratio':>9} {'vs expl':>7} {'updates':>7} "
-           f"{'rounds/upd':>10} {'av inv/upd':>10} {'p50 ms':>7} {'p99 ms':>7} {'uncach':>6} {'refused':>7} {'errors':>6}")
+           f"{'rounds/upd':>10} {'av inv/upd':>10} {'p50 ms':>7} {'p99 ms':>7} {'vc p50us':>8} {'vc p99us':>8} {'refused':>7} {'errors':>6}")
     p(hdr)
     p("-" * len(hdr))
     ex = by.get("explicit")
@@ -257,20 +280,23 @@ def main():
         refused = r["av_refused_race"] + r["av_refused_log"] + r["av_refused_pending"] + r["av_refused_other"]
         p(f"{r['config']:<13} {r['rps']:>7.0f} {cc.fmt(r['rps_vs_explicit'], '.2f'):>7} {r['hit_ratio']:>9.3f} "
           f"{cc.fmt(r['hit_vs_explicit'], '.2f'):>7} {r['writes_sent']:>7} {r['rounds_per_update']:>10.2f} "
-          f"{r['av_inval_per_update']:>10.2f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['rc_Uncacheable']:>6} "
+          f"{r['av_inval_per_update']:>10.2f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {cc.fmt(r['vc_p50_us'], '.1f'):>8} "
+          f"{cc.fmt(r['vc_p99_us'], '.1f'):>8} "
           f"{refused:>7} {r['errors']:>6}")
     p("req/s: all successful responses (GETs + POSTs) per second over both proxies (wrk); hit ratio: Hits /")
     p("(Hits + Misses + VersionFailures + Invalidations + Expired) of the proxies' /rcache-status?auto over the")
     p("window; updates: POSTs wrk sent; rounds/upd: the app nodes' appversion-status writer_issued delta (every")
     p("numbered invalidation round, whoever sent it: mod_appversion or the extension's Pend/Release) / updates;")
     p("av inv/upd: mod_appversion's own 'invalidations' / updates; p50/p99: wrk latency of all requests;")
-    p("uncach: responses the proxies found uncacheable; refused: registrations refused at the homes (race, log,")
-    p("pending, other).")
+    p("vc p50/p99 us: mod_rcache's version check of a cached page (/rcache-status?auto, since the cluster started,")
+    p("mean p50 / max p99 over the proxies); refused: registrations refused at the homes (race, log, pending, other):")
+    p("pages rendered but not cached.")
     p("")
     p("Details (window deltas):")
     for r in rows:
         p(f"  {r['config']:<13} hits {r['rc_Hits']} misses {r['rc_Misses']} stale {r['rc_Invalidations']} "
-          f"vfail {r['rc_VersionFailures']} stores {r['rc_Stores']} store_refused {r['rc_StoreRefused']} | "
+          f"vfail {r['rc_VersionFailures']} stores {r['rc_Stores']} store_refused {r['rc_StoreRefused']} "
+          f"uncacheable {r['rc_Uncacheable']} | "
           f"registrations {r['av_registrations']} refused race/log/pending/other {r['av_refused_race']}/"
           f"{r['av_refused_log']}/{r['av_refused_pending']}/{r['av_refused_other']} not_registered "
           f"{r['av_not_registered']} | reads/s {r['read_rps']:.0f} writes/s {r['write_rps']:.1f}")
