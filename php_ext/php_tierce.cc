@@ -15,6 +15,7 @@ extern "C" {
 #include "SAPI.h"
 #include "ext/standard/info.h"
 #include "zend_exceptions.h"
+#include "zend_extensions.h"
 #include "zend_interfaces.h"
 #include "zend_observer.h"
 #include "zend_weakrefs.h"
@@ -53,9 +54,11 @@ bool g_in_apache = false;                 // sapi apache2handler: notes through 
 // Compiled SQL by text (prepared statements run many times).
 struct CompiledCache {
   static constexpr size_t kMax = 4096;
-  std::unordered_map<std::string, std::shared_ptr<const sd::Compiled>> map;
+  std::unordered_map<std::string, std::shared_ptr<const sd::Compiled>, tp::TransparentHash,
+                     std::equal_to<>>
+      map;
   std::shared_ptr<const sd::Compiled> get(std::string_view sql) {
-    auto it = map.find(std::string(sql));
+    auto it = map.find(sql);
     if (it != map.end()) return it->second;
     if (map.size() >= kMax) map.clear();
     auto c = std::make_shared<const sd::Compiled>(sd::compile(sql, g_schema));
@@ -304,8 +307,17 @@ const std::map<std::string, HookSpec>& hook_table() {
   return t;
 }
 
-// Hooks by zend_function (filled by observer_init, read by the handlers).
-std::unordered_map<const zend_function*, HookSpec> g_hooks;
+// Hooks by zend_function (filled by observer_init, read by the handlers): in the function's
+// reserved slot of this extension when PHP has one left, else in a map.
+int g_slot = -1;
+std::unordered_map<const zend_function*, const HookSpec*> g_hooks;
+
+const HookSpec* hook_of(const zend_function* f) {
+  if (g_slot >= 0 && f->type == ZEND_INTERNAL_FUNCTION)
+    return static_cast<const HookSpec*>(f->internal_function.reserved[g_slot]);
+  auto it = g_hooks.find(f);
+  return it == g_hooks.end() ? nullptr : it->second;
+}
 
 std::string lower(const char* s, size_t n) {
   std::string o(s, n);
@@ -340,15 +352,15 @@ bool string_arg(zend_execute_data* ex, uint32_t n, std::string_view& out) {
 void push_ticket(tp::RequestTracker::Ticket t) { g_req.tickets.push_back(std::move(t)); }
 
 void observer_begin(zend_execute_data* ex) {
-  auto it = g_hooks.find(ex->func);
+  const HookSpec* hs = hook_of(ex->func);
   tp::RequestTracker::Ticket none;
-  if (it == g_hooks.end() || !g_req.active || !g_req.tracker ||
+  if (!hs || !g_req.active || !g_req.tracker ||
       !g_req.tracker->settings().auto_mode) {  // explicit mode: nothing to derive
     push_ticket(std::move(none));
     return;
   }
   auto t0 = std::chrono::steady_clock::now();
-  const HookSpec& h = it->second;
+  const HookSpec& h = *hs;
   uint32_t first = 1;
   zend_object* obj = subject(ex, h, first);
   tp::RequestTracker& tr = *g_req.tracker;
@@ -549,11 +561,10 @@ void observer_end(zend_execute_data* ex, zval* retval) {
   g_req.tickets.pop_back();
   if (!g_req.active || !g_req.tracker || !g_req.tracker->settings().auto_mode) return;
   bool ok = retval && !EG(exception) && Z_TYPE_P(retval) != IS_FALSE;
-  auto it = g_hooks.find(ex->func);
-  if (it != g_hooks.end() && it->second.hook == Hook::Prepare && ok &&
-      Z_TYPE_P(retval) == IS_OBJECT) {
+  const HookSpec* hs = hook_of(ex->func);
+  if (hs && hs->hook == Hook::Prepare && ok && Z_TYPE_P(retval) == IS_OBJECT) {
     uint32_t first = 1;
-    zend_object* conn = subject(ex, it->second, first);
+    zend_object* conn = subject(ex, *hs, first);
     std::string_view sql;
     StmtInfo* s = stmt_info(Z_OBJ_P(retval), true);
     if (s && string_arg(ex, first, sql)) {
@@ -562,7 +573,7 @@ void observer_end(zend_execute_data* ex, zval* retval) {
       s->conn = conn ? conn_id(conn) : 0;
     }
   }
-  if (it != g_hooks.end() && ok) capture(ex, it->second, retval, ticket);
+  if (hs && ok) capture(ex, *hs, retval, ticket);
   if (ticket.active) g_req.tracker->after(ticket, ok);
   publish();
 }
@@ -580,7 +591,8 @@ zend_observer_fcall_handlers observer_init(zend_execute_data* ex) {
     // A subclass of mysqli / PDO: the method's own scope is the base class, so nothing else.
     return {nullptr, nullptr};
   }
-  g_hooks[f] = it->second;
+  if (g_slot >= 0) f->internal_function.reserved[g_slot] = const_cast<HookSpec*>(&it->second);
+  else g_hooks[f] = &it->second;
   return {observer_begin, observer_end};
 }
 
@@ -849,6 +861,7 @@ static PHP_MINIT_FUNCTION(tierce) {
   INIT_CLASS_ENTRY(ce, "TierceException", nullptr);
   g_exception_ce = zend_register_internal_class_ex(&ce, zend_ce_exception);
   g_in_apache = sapi_module.name && strcmp(sapi_module.name, "apache2handler") == 0;
+  g_slot = zend_get_resource_handle("tierce");
   zend_observer_fcall_register(observer_init);
 
   const char* schema = INI_STR(const_cast<char*>("tierce.schema"));

@@ -10,10 +10,10 @@ namespace tierce::php {
 namespace sd = tierce::sqldeps;
 
 bool NameSet::add(std::string_view name) {
-  if (all_) return false;
-  auto [it, fresh] = seen_.emplace(name);
-  if (fresh) list_.push_back(*it);
-  return fresh;
+  if (all_ || seen_.find(name) != seen_.end()) return false;
+  auto it = seen_.emplace(name).first;
+  list_.push_back(*it);
+  return true;
 }
 
 void NameSet::add_all(const NameSet& o) {

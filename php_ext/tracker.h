@@ -20,6 +20,12 @@
 
 namespace tierce::php {
 
+// Hashes std::string and std::string_view alike (lookups without a temporary string).
+struct TransparentHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 // A set of dependency names in the order they were first seen, or "everything".
 class NameSet {
  public:
@@ -34,7 +40,7 @@ class NameSet {
 
  private:
   std::vector<std::string> list_;
-  std::unordered_set<std::string> seen_;
+  std::unordered_set<std::string, TransparentHash, std::equal_to<>> seen_;
   bool all_ = false;
 };
 

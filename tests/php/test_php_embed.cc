@@ -131,16 +131,16 @@ struct Env {
     std::string base = dir / "db";
     ::mkdir(base.c_str(), 0755);
     std::string data = base + "/data";
-    passwd* pw = ::getpwnam("mysql");
-    BOOST_REQUIRE_MESSAGE(pw, "no mysql user: apt-get install mariadb-server");
-    BOOST_REQUIRE(::chown(base.c_str(), pw->pw_uid, pw->pw_gid) == 0);
+    // mariadbd runs as this (root) user: one that switches to `mysql` loses die_with_parent
+    // (the kernel clears the parent-death signal on a uid change) and would outlive a test that
+    // crashed.
     db_sock = base + "/mysqld.sock";  // in a directory the mysql user may write
     std::string log = dir / "mariadb.log";
-    BOOST_REQUIRE_MESSAGE(run_cmd({"mariadb-install-db", "--no-defaults", "--user=mysql",
+    BOOST_REQUIRE_MESSAGE(run_cmd({"mariadb-install-db", "--no-defaults", "--user=root",
                                    "--datadir=" + data, "--auth-root-authentication-method=socket",
                                    "--skip-test-db"}, log) == 0,
                           "mariadb-install-db failed:\n" << tail_of(log));
-    mariadb = Child(spawn({"mariadbd", "--no-defaults", "--user=mysql", "--datadir=" + data,
+    mariadb = Child(spawn({"mariadbd", "--no-defaults", "--user=root", "--datadir=" + data,
                            "--socket=" + db_sock, "--skip-networking", "--innodb-buffer-pool-size=64M",
                            "--pid-file=" + base + "/mysqld.pid"}, log));
     BOOST_REQUIRE_MESSAGE(eventually([&] { return sql("SELECT 1") == 0; }, 60s),
