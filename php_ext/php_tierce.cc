@@ -33,6 +33,7 @@ extern "C" {
 #include "php_ext/engine.h"
 #include "php_ext/tracker.h"
 #include "sqldeps/deps.h"
+#include "sqldeps/shape.h"
 
 namespace tp = tierce::php;
 namespace sd = tierce::sqldeps;
@@ -51,18 +52,43 @@ std::string g_schema_error;
 zend_class_entry* g_exception_ce = nullptr;
 bool g_in_apache = false;                 // sapi apache2handler: notes through apache_note()
 
-// Compiled SQL by text (prepared statements run many times).
+// Compiled SQL by text (prepared statements and repeated texts), and by shape (sqldeps/shape.h)
+// for texts with inlined values: a new text then costs one tokenization, not a classification.
 struct CompiledCache {
   static constexpr size_t kMax = 4096;
+  struct Entry {
+    std::shared_ptr<const sd::Compiled> compiled;
+    sd::Params values;  // the text's literals when it was compiled by its shape
+  };
+  std::unordered_map<std::string, Entry, tp::TransparentHash, std::equal_to<>> map;
   std::unordered_map<std::string, std::shared_ptr<const sd::Compiled>, tp::TransparentHash,
                      std::equal_to<>>
-      map;
-  std::shared_ptr<const sd::Compiled> get(std::string_view sql) {
+      shapes;
+  // `values` null: the text as written (a prepared statement's: its values come at execute).
+  std::shared_ptr<const sd::Compiled> get(std::string_view sql, sd::Params* values = nullptr) {
     auto it = map.find(sql);
-    if (it != map.end()) return it->second;
+    if (it != map.end() && (values || it->second.values.positional.empty())) {
+      if (values) *values = it->second.values;
+      return it->second.compiled;
+    }
     if (map.size() >= kMax) map.clear();
-    auto c = std::make_shared<const sd::Compiled>(sd::compile(sql, g_schema));
-    map.emplace(std::string(sql), c);
+    Entry e;
+    std::optional<sd::Shape> sh = values ? sd::shape_of(sql) : std::nullopt;
+    if (sh) {
+      auto si = shapes.find(sh->text);
+      if (si == shapes.end()) {
+        if (shapes.size() >= kMax) shapes.clear();
+        si = shapes.emplace(sh->text, std::make_shared<const sd::Compiled>(
+                                          sd::compile(sh->text, g_schema))).first;
+      }
+      e.compiled = si->second;
+      e.values = std::move(sh->values);
+      *values = e.values;
+    } else {
+      e.compiled = std::make_shared<const sd::Compiled>(sd::compile(sql, g_schema));
+    }
+    auto c = e.compiled;
+    map.insert_or_assign(std::string(sql), std::move(e));
     return c;
   }
 } g_compiled;
@@ -372,8 +398,9 @@ void observer_begin(zend_execute_data* ex) {
         std::string_view sql;
         if (!string_arg(ex, first, sql)) break;
         sd::Params p;
+        std::shared_ptr<const sd::Compiled> c = g_compiled.get(sql, &p);
         if (h.hook == Hook::ExecuteQuery) params_from_array(arg(ex, first + 1), p);
-        ticket = tr.before_statement(conn_id(obj), *g_compiled.get(sql), p);
+        ticket = tr.before_statement(conn_id(obj), *c, p);
         break;
       }
       case Hook::Prepare:
@@ -796,6 +823,7 @@ PHP_FUNCTION(tierce_status) {
   add_assoc_long(&c, "observed", k.observed);
   add_assoc_long(&c, "observe_ns", k.observe_ns);
   add_assoc_long(&c, "compiled_cached", g_compiled.map.size());
+  add_assoc_long(&c, "shapes_cached", g_compiled.shapes.size());
   add_assoc_zval(return_value, "counters", &c);
   zval r;
   array_init(&r);
