@@ -28,6 +28,7 @@ struct PoolOwner::Donor {
   std::string last_error;
   Clock::time_point writable_until{};
   std::vector<uint32_t> pending_free;  // freed by the user, not yet confirmed by the donor
+  uint64_t allocs = 0;  // allocations it granted us (see renew_now: stale UnknownOwner replies)
 };
 
 namespace {
@@ -228,6 +229,7 @@ std::vector<OwnedSlab> PoolOwner::alloc(uint32_t count, std::string* why) {
         for (const auto& s : rep->slabs) got.push_back({i, rep->pool_incarnation, s});
         held_.insert(held_.end(), got.begin(), got.end());
         d.held += uint32_t(got.size());
+        ++d.allocs;
         d.writable_until = sent + std::chrono::milliseconds(rep->lease_ms - rep->lease_ms / 4);
         ++counters_.allocs;
         counters_.slabs_allocated += got.size();
@@ -308,10 +310,11 @@ size_t PoolOwner::renew_now() {
   for (size_t i = 0; i < donors_.size(); ++i) {
     // Frees that did not reach the donor first: else it would keep them as ours.
     flush_pending_free(i);
-    uint64_t inc;
+    uint64_t inc, allocs_before;
     {
       std::lock_guard lk(mu_);
       inc = donors_[i]->incarnation;
+      allocs_before = donors_[i]->allocs;
     }
     const auto sent = Clock::now();
     std::string err;
@@ -346,7 +349,12 @@ size_t PoolOwner::renew_now() {
             d.writable_until = sent + std::chrono::milliseconds(rep->lease_ms - rep->lease_ms / 4);
             break;
           case PoolStatus::UnknownOwner:  // holds nothing of ours: fine unless we thought so
-            if (d.held > 0) {
+            // ... or unless an allocation there completed since this renewal was sent: the call
+            // mutex orders the two calls, but this reply is applied only now, under mu_, and an
+            // alloc() (another thread) may have slipped in between — the donor answered the
+            // renewal before it knew us. An Ok alloc means we are active there: a real
+            // UnknownOwner after it needs a restarted donor, which its pool incarnation shows.
+            if (d.held > 0 && d.allocs == allocs_before) {
               auto more = drop_donor_locked(i);
               lost.insert(lost.end(), more.begin(), more.end());
               why = d.info.node + " does not know us as an owner any more (it reclaimed our "
