@@ -118,15 +118,6 @@ void RequestTracker::end_request() {
   }
 }
 
-void RequestTracker::connection_gone(ConnId id) {
-  auto it = conns_.find(id);
-  if (it == conns_.end()) return;
-  // Closed with a transaction open: rolled back by the server (nothing to invalidate). But a
-  // persistent link is not closed by freeing the object: keep it conservative.
-  if (!it->second.pending.empty()) invalidates_.add_all(it->second.pending);
-  conns_.erase(it);
-}
-
 void RequestTracker::commit_prepare(Ticket& t, Conn& c) {
   t.commit_names.add_all(c.pending);
   c.pending.clear();

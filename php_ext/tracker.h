@@ -102,7 +102,6 @@ class RequestTracker {
   Ticket before_rollback(ConnId conn);
   Ticket before_autocommit(ConnId conn, bool on);  // autocommit(true) commits an open transaction
   void after(Ticket& t, bool ok);
-  void connection_gone(ConnId conn);  // object freed / closed: the server rolls back
   // A value of a row a locking read returned (LockedRow from a Ticket): a fact about that row
   // until the transaction ends (sqldeps::RowFacts). `raw` as the result holds it.
   // Ignored unless the connection is still in transaction `txn` (Ticket::txn).
