@@ -52,44 +52,37 @@ std::string g_schema_error;
 zend_class_entry* g_exception_ce = nullptr;
 bool g_in_apache = false;                 // sapi apache2handler: notes through apache_note()
 
-// Compiled SQL by text (prepared statements and repeated texts), and by shape (sqldeps/shape.h)
-// for texts with inlined values: a new text then costs one tokenization, not a classification.
+// Compiled SQL by text (prepared statements, texts without literals), and by shape
+// (sqldeps/shape.h) for query() texts with inlined values: a text with literals is never kept
+// by itself (apps that inline values make most texts new), it costs one pass of the lexer and
+// a lookup of its shape, not a classification.
 struct CompiledCache {
   static constexpr size_t kMax = 4096;
-  struct Entry {
-    std::shared_ptr<const sd::Compiled> compiled;
-    sd::Params values;  // the text's literals when it was compiled by its shape
-  };
-  std::unordered_map<std::string, Entry, tp::TransparentHash, std::equal_to<>> map;
-  std::unordered_map<std::string, std::shared_ptr<const sd::Compiled>, tp::TransparentHash,
-                     std::equal_to<>>
-      shapes;
-  // `values` null: the text as written (a prepared statement's: its values come at execute).
+  using Map = std::unordered_map<std::string, std::shared_ptr<const sd::Compiled>,
+                                 tp::TransparentHash, std::equal_to<>>;
+  Map map;     // by text as written
+  Map shapes;  // by shape
+  // `values` null: the text as written (a prepared statement's: its values come at execute);
+  // else the text's literals are put in `values` when it is compiled by its shape.
   std::shared_ptr<const sd::Compiled> get(std::string_view sql, sd::Params* values = nullptr) {
     auto it = map.find(sql);
-    if (it != map.end() && (values || it->second.values.positional.empty())) {
-      if (values) *values = it->second.values;
-      return it->second.compiled;
+    if (it != map.end()) return it->second;
+    if (values) {
+      if (std::optional<sd::Shape> sh = sd::shape_of(sql)) {
+        auto si = shapes.find(sh->text);
+        if (si == shapes.end()) {
+          if (shapes.size() >= kMax) shapes.clear();
+          auto c = std::make_shared<const sd::Compiled>(sd::compile(sh->text, g_schema));
+          si = shapes.emplace(std::move(sh->text), std::move(c)).first;
+        }
+        *values = std::move(sh->values);
+        return si->second;
+      }
     }
     if (map.size() >= kMax) map.clear();
-    Entry e;
-    std::optional<sd::Shape> sh = values ? sd::shape_of(sql) : std::nullopt;
-    if (sh) {
-      auto si = shapes.find(sh->text);
-      if (si == shapes.end()) {
-        if (shapes.size() >= kMax) shapes.clear();
-        si = shapes.emplace(sh->text, std::make_shared<const sd::Compiled>(
-                                          sd::compile(sh->text, g_schema))).first;
-      }
-      e.compiled = si->second;
-      e.values = std::move(sh->values);
-      *values = e.values;
-    } else {
-      e.compiled = std::make_shared<const sd::Compiled>(sd::compile(sql, g_schema));
-    }
-    auto c = e.compiled;
-    map.insert_or_assign(std::string(sql), std::move(e));
-    return c;
+    return map.emplace(std::string(sql),
+                       std::make_shared<const sd::Compiled>(sd::compile(sql, g_schema)))
+        .first->second;
   }
 } g_compiled;
 

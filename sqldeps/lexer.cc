@@ -18,30 +18,83 @@ bool is_ident(unsigned char c) {
 }
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; }
 
+// Lexes the next token of a TokenStream into `out`; one Lexer per token (its state lives in
+// the stream, so a stream needs no allocation).
 class Lexer {
  public:
-  Lexer(std::string_view s, int first_param) : s_(s), next_param_(first_param) {}
+  Lexer(TokenStream::State& st, Token& out)
+      : s_(st.sql),
+        i_(st.pos),
+        next_param_(st.next_param),
+        in_exec_comment_(st.in_exec_comment),
+        prev_type_(st.prev_type),
+        prev_close_paren_(st.prev_close_paren),
+        cur_(&out) {}
 
-  std::vector<Token> run() {
-    while (skip_blanks()) lex_one();
-    return std::move(out_);
+  bool next() {
+    while (!produced_ && skip_blanks()) lex_one();
+    return produced_;
   }
 
  private:
   std::string_view s_;
-  size_t i_ = 0;
-  int next_param_;
-  bool in_exec_comment_ = false;  // inside /*! ... */: its "*/" closes it
-  std::vector<Token> out_;
+  size_t& i_;
+  int& next_param_;
+  bool& in_exec_comment_;  // inside /*! ... */: its "*/" closes it
+  // The previous token, for the one rule that looks back (a '.' after a name).
+  TokenType& prev_type_;
+  bool& prev_close_paren_;
+  Token* cur_;  // where the token being lexed goes
+  bool produced_ = false;
 
   unsigned char at(size_t k) const { return k < s_.size() ? (unsigned char)s_[k] : 0; }
   bool more(size_t k) const { return k < s_.size(); }
 
-  void emit(TokenType t, size_t start, std::string text, int param = -1) {
-    out_.push_back(Token{t, uint32_t(start), param, std::move(text)});
+  void emit(TokenType t, size_t start, std::string_view text, int param = -1) {
+    cur_->type = t;
+    cur_->offset = uint32_t(start);
+    cur_->param = param;
+    cur_->text.assign(text.data(), text.size());
+    done(t);
+  }
+  // The token whose text was built in cur_->text (decoded strings, lower-cased words).
+  void emit_built(TokenType t, size_t start, int param = -1) {
+    cur_->type = t;
+    cur_->offset = uint32_t(start);
+    cur_->param = param;
+    done(t);
+  }
+  void done(TokenType t) {
+    produced_ = true;
+    prev_type_ = t;
+    prev_close_paren_ = t == TokenType::Op && cur_->text == ")";
+  }
+  // s_[from, to) lower-cased into the token's text.
+  void lowered(size_t from, size_t to) {
+    std::string& w = cur_->text;
+    w.assign(s_.data() + from, to - from);
+    for (char& ch : w) ch = lower(ch);
+  }
+  // Length of the operator at i_ (2 or 3 bytes), 0 when it is a one-byte one.
+  size_t long_op() const {
+    unsigned char c = at(i_), n = at(i_ + 1), m = at(i_ + 2);
+    switch (c) {
+      case '<':
+        if (n == '=') return m == '>' ? 3 : 2;  // <=> <=
+        return n == '>' || n == '<' ? 2 : 0;    // <> <<
+      case '-':
+        if (n == '>') return m == '>' ? 3 : 2;  // ->> ->
+        return 0;
+      case '>': return n == '=' || n == '>' ? 2 : 0;  // >= >>
+      case '!': return n == '=' ? 2 : 0;
+      case ':': return n == '=' ? 2 : 0;
+      case '|': return n == '|' ? 2 : 0;
+      case '&': return n == '&' ? 2 : 0;
+      default: return 0;
+    }
   }
   void error_rest(size_t start) {
-    emit(TokenType::Error, start, std::string(s_.substr(start)));
+    emit(TokenType::Error, start, s_.substr(start));
     i_ = s_.size();
   }
 
@@ -131,9 +184,9 @@ class Lexer {
   }
 
   void string_at(size_t start) {
-    std::string text;
+    cur_->text.clear();
     char q = s_[i_];
-    if (quoted(q, true, text)) emit(TokenType::String, start, std::move(text));
+    if (quoted(q, true, cur_->text)) emit_built(TokenType::String, start);
   }
 
   void lex_one() {
@@ -145,7 +198,7 @@ class Lexer {
       size_t end = s_.find('\'', i_ + 2);
       if (end == std::string_view::npos) return error_rest(start);
       i_ = end + 1;
-      return emit(TokenType::Bits, start, std::string(s_.substr(start, i_ - start)));
+      return emit(TokenType::Bits, start, s_.substr(start, i_ - start));
     }
     if ((c == 'n' || c == 'N') && n == '\'') {
       ++i_;
@@ -156,7 +209,7 @@ class Lexer {
       while (n == 'x' ? is_hex(at(k)) : (at(k) == '0' || at(k) == '1')) ++k;
       if (!is_ident(at(k))) {
         i_ = k;
-        return emit(TokenType::Bits, start, std::string(s_.substr(start, k - start)));
+        return emit(TokenType::Bits, start, s_.substr(start, k - start));
       }
       // else an identifier such as 0xg1: fall through to the word rule below.
     }
@@ -164,21 +217,23 @@ class Lexer {
     if (is_ident(c)) {
       size_t k = i_;
       while (is_ident(at(k))) ++k;
-      std::string w(s_.substr(i_, k - i_));
-      for (auto& ch : w) ch = lower(ch);
+      bool underscore = c == '_';
+      if (underscore && (at(k) == '\'' || at(k) == '"')) {  // _utf8mb4'x'
+        i_ = k;
+        return string_at(start);
+      }
+      lowered(i_, k);
       i_ = k;
-      if (w[0] == '_' && (at(i_) == '\'' || at(i_) == '"')) return string_at(start);  // _utf8mb4'x'
-      return emit(TokenType::Word, start, std::move(w));
+      return emit_built(TokenType::Word, start);
     }
     switch (c) {
       case '\'':
       case '"':
         return string_at(start);
-      case '`': {
-        std::string text;
-        if (quoted('`', false, text)) emit(TokenType::QuotedName, start, std::move(text));
+      case '`':
+        cur_->text.clear();
+        if (quoted('`', false, cur_->text)) emit_built(TokenType::QuotedName, start);
         return;
-      }
       case ';':
         ++i_;
         return emit(TokenType::Semicolon, start, ";");
@@ -191,32 +246,27 @@ class Lexer {
         if ((n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') || n == '_') {
           size_t k = i_ + 1;
           while (is_ident(at(k))) ++k;
-          std::string name(s_.substr(i_ + 1, k - i_ - 1));
+          std::string_view name = s_.substr(i_ + 1, k - i_ - 1);
           i_ = k;
-          return emit(TokenType::NamedParam, start, std::move(name));
+          return emit(TokenType::NamedParam, start, name);
         }
         break;
       default:
         break;
     }
-    static constexpr std::string_view kOps[] = {"<=>", "->>", "<=", ">=", "<>", "!=", ":=", "||",
-                                                "&&",  "<<",  ">>", "->"};
-    for (auto op : kOps) {
-      if (s_.substr(i_, op.size()) == op) {
-        i_ += op.size();
-        return emit(TokenType::Op, start, std::string(op));
-      }
+    // <=> ->> <= >= <> != := || && << >> ->
+    if (size_t len = long_op()) {
+      i_ += len;
+      return emit(TokenType::Op, start, s_.substr(start, len));
     }
     ++i_;
-    if (c < 0x20 || c == 0x7f) return emit(TokenType::Error, start, std::string(1, char(c)));
-    emit(TokenType::Op, start, std::string(1, char(c)));
+    if (c < 0x20 || c == 0x7f) return emit(TokenType::Error, start, s_.substr(start, 1));
+    emit(TokenType::Op, start, s_.substr(start, 1));
   }
 
   // `.5` after a name is `t .5`? No: after a name or `)` a '.' is the qualifier dot (t.5col).
   bool prev_is_name() const {
-    if (out_.empty()) return false;
-    const Token& t = out_.back();
-    return t.type == TokenType::Word || t.type == TokenType::QuotedName || t.op(")");
+    return prev_type_ == TokenType::Word || prev_type_ == TokenType::QuotedName || prev_close_paren_;
   }
 
   void number_or_word(size_t start) {
@@ -235,13 +285,12 @@ class Lexer {
     } else if (!frac && is_ident(at(k))) {
       // MySQL identifiers may start with digits (1abc): a word.
       while (is_ident(at(k))) ++k;
-      std::string w(s_.substr(i_, k - i_));
-      for (auto& ch : w) ch = lower(ch);
+      lowered(i_, k);
       i_ = k;
-      return emit(TokenType::Word, start, std::move(w));
+      return emit_built(TokenType::Word, start);
     }
     i_ = k;
-    emit(TokenType::Number, start, std::string(s_.substr(start, k - start)));
+    emit(TokenType::Number, start, s_.substr(start, k - start));
   }
 
   void variable(size_t start) {
@@ -250,22 +299,28 @@ class Lexer {
     unsigned char q = at(k);
     if (q == '\'' || q == '"' || q == '`') {
       i_ = k;
-      std::string text;
-      if (quoted(char(q), q != '`', text)) emit(TokenType::Variable, start, "@" + text);
+      cur_->text.assign(1, '@');
+      if (quoted(char(q), q != '`', cur_->text)) emit_built(TokenType::Variable, start);
       return;
     }
     while (is_ident(at(k)) || at(k) == '.') ++k;
-    std::string v(s_.substr(i_, k - i_));
-    for (auto& ch : v) ch = lower(ch);
+    lowered(i_, k);
     i_ = k;
-    emit(TokenType::Variable, start, std::move(v));
+    emit_built(TokenType::Variable, start);
   }
 };
 
 }  // namespace
 
+bool TokenStream::next(Token& t) { return Lexer(st_, t).next(); }
+
 std::vector<Token> tokenize(std::string_view sql, int first_param) {
-  return Lexer(sql, first_param).run();
+  TokenStream in(sql, first_param);
+  std::vector<Token> out;
+  out.reserve(sql.size() / 4 + 4);  // ~one token per 4-5 bytes of typical SQL: no regrowth
+  Token t;
+  while (in.next(t)) out.push_back(std::move(t));
+  return out;
 }
 
 size_t line_of(std::string_view sql, size_t offset) {

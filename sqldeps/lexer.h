@@ -28,8 +28,8 @@ enum class TokenType : uint8_t {
 };
 
 struct Token {
-  TokenType type;
-  uint32_t offset;  // byte offset in the input (for messages: line numbers)
+  TokenType type = TokenType::Error;
+  uint32_t offset = 0;  // byte offset in the input (for messages: line numbers)
   int32_t param = -1;
   std::string text;
 
@@ -41,6 +41,27 @@ struct Token {
 
 // Tokens of `sql` in order; `?` are numbered from `first_param`.
 std::vector<Token> tokenize(std::string_view sql, int first_param = 0);
+
+// The same tokens one at a time, for a caller that looks at each once (query shapes): no vector,
+// and the token's string storage is reused from one token to the next.
+class TokenStream {
+ public:
+  explicit TokenStream(std::string_view sql, int first_param = 0)
+      : st_{sql, 0, first_param, false, TokenType::Semicolon, false} {}
+  bool next(Token& t);  // false at the end of the input
+
+  struct State {  // where the lexer is (lexer.cc)
+    std::string_view sql;
+    size_t pos;
+    int next_param;
+    bool in_exec_comment;    // inside /*! ... */: its "*/" closes it
+    TokenType prev_type;     // the previous token's, for a '.' after a name
+    bool prev_close_paren;
+  };
+
+ private:
+  State st_;
+};
 
 // 1-based line of byte `offset` in `sql`.
 size_t line_of(std::string_view sql, size_t offset);

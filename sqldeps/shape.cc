@@ -1,46 +1,78 @@
-// sqldeps/shape.cc — see shape.h.
+// sqldeps/shape.cc — see shape.h. One pass over a token stream (no token vector): a new text
+// costs its lexing and the shape's string, nothing else.
 #include "sqldeps/shape.h"
 
 #include "sqldeps/lexer.h"
 
 namespace tierce::sqldeps {
+namespace {
+
+bool is_verb(const Token& t) {
+  return t.word("select") || t.word("insert") || t.word("update") || t.word("delete") ||
+         t.word("replace");
+}
+
+}  // namespace
 
 std::optional<Shape> shape_of(std::string_view sql) {
-  std::vector<Token> tokens = tokenize(sql);
-  size_t n = tokens.size();
-  while (n > 0 && tokens[n - 1].type == TokenType::Semicolon) --n;  // trailing ';'
-  if (n == 0) return std::nullopt;
-  size_t first = 0;
-  while (first < n && tokens[first].op("(")) ++first;
-  if (first >= n) return std::nullopt;
-  const Token& verb = tokens[first];
-  if (!(verb.word("select") || verb.word("insert") || verb.word("update") ||
-        verb.word("delete") || verb.word("replace")))
-    return std::nullopt;
+  TokenStream in(sql);
   Shape s;
   s.text.reserve(sql.size());
+  Token t;
+  bool verb_seen = false;  // leading '(' then one of the verbs
   bool literal = false;
-  for (size_t i = 0; i < n; ++i) {
-    const Token& t = tokens[i];
-    if (i) s.text += ' ';
-    // A sign before a number where a value starts (after an operator other than ')'): one
-    // literal, as the classifier reads `= -5`.
-    if ((t.op("-") || t.op("+")) && i + 1 < n && tokens[i + 1].type == TokenType::Number &&
-        i > 0 && tokens[i - 1].type == TokenType::Op && !tokens[i - 1].op(")")) {
-      s.text += '?';
-      s.values.positional.emplace_back((t.op("-") ? "-" : "") + tokens[i + 1].text);
-      literal = true;
-      ++i;
+  bool ended = false;      // a ';' was seen: only more ';' may follow
+  // The previous token as the sign rule needs it: an operator other than ')'.
+  bool prev_op = false;
+  // A '+'/'-' held back: one literal with the number after it, when one follows.
+  char sign = 0;
+  auto put = [&](std::string_view piece) {
+    if (!s.text.empty()) s.text += ' ';
+    s.text += piece;
+  };
+  while (in.next(t)) {
+    if (t.type == TokenType::Semicolon) {
+      ended = true;
       continue;
     }
+    if (ended) return std::nullopt;  // a second statement
+    if (!verb_seen) {
+      if (t.op("(")) {
+        put("(");
+        prev_op = true;
+        continue;
+      }
+      if (!is_verb(t)) return std::nullopt;
+      verb_seen = true;
+    }
+    if (sign) {
+      if (t.type == TokenType::Number) {
+        // A sign before a number where a value starts (after an operator other than ')'): one
+        // literal, as the classifier reads `= -5`.
+        put("?");
+        s.values.positional.emplace_back(sign == '-' ? "-" + t.text : t.text);
+        literal = true;
+        sign = 0;
+        prev_op = false;
+        continue;
+      }
+      put(sign == '-' ? "-" : "+");
+      sign = 0;
+    }
+    if ((t.op("-") || t.op("+")) && prev_op) {
+      sign = t.text[0];
+      continue;
+    }
+    prev_op = t.type == TokenType::Op && !t.op(")");
     switch (t.type) {
       case TokenType::String:
       case TokenType::Number:
-        s.text += '?';
+        put("?");
         s.values.positional.emplace_back(t.text);
         literal = true;
         break;
       case TokenType::QuotedName:
+        if (!s.text.empty()) s.text += ' ';
         s.text += '`';
         for (char c : t.text) {
           if (c == '`') s.text += '`';
@@ -52,7 +84,7 @@ std::optional<Shape> shape_of(std::string_view sql) {
       case TokenType::Bits:
       case TokenType::Variable:
       case TokenType::Op:
-        s.text += t.text;
+        put(t.text);
         break;
       case TokenType::Param:
       case TokenType::NamedParam:
@@ -61,7 +93,8 @@ std::optional<Shape> shape_of(std::string_view sql) {
         return std::nullopt;
     }
   }
-  if (!literal) return std::nullopt;
+  if (sign) put(sign == '-' ? "-" : "+");
+  if (!verb_seen || !literal) return std::nullopt;
   return s;
 }
 
