@@ -19,10 +19,6 @@
 
 namespace tierce::fabric {
 
-void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
 
 namespace {
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "base/fd.h"
+
 namespace tierce::fabric {
 
 using Deadline = std::chrono::steady_clock::time_point;
@@ -17,27 +19,7 @@ inline Deadline deadline_in(std::chrono::milliseconds t) {
 }
 inline constexpr Deadline kNoDeadline = Deadline::max();
 
-// RAII file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(std::exchange(o.fd_, -1));
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1);
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+using base::Fd;  // RAII file descriptor (base/fd.h)
 
 Fd tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port);
 Fd unix_listen(const std::string& path);  // replaces a stale socket file

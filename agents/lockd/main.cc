@@ -13,7 +13,8 @@
 #include <string>
 
 #include "agents/lockd/lockd.h"
-#include "agents/memd/daemon.h"
+#include "base/daemon.h"
+#include "base/log.h"
 #include "cluster/topology.h"
 #include "fabric/auth.h"
 
@@ -25,10 +26,10 @@ namespace tierce::lockd {
 namespace {
 
 constexpr const char* kProgram = "tierce-lockd";
-using memd::kExitFailure;
-using memd::kExitOk;
-using memd::kExitRunning;
-using memd::kExitUsage;
+using base::kExitFailure;
+using base::kExitOk;
+using base::kExitRunning;
+using base::kExitUsage;
 
 void usage(FILE* out) {
   std::fprintf(
@@ -139,10 +140,10 @@ int run(const Options& o) {
                 std::string(cluster::to_string(topo.dlm.algorithm)).c_str());
     return kExitOk;
   }
-  memd::StartupReport report;
+  base::StartupReport report;
   if (!o.foreground) {
     try {
-      report = memd::daemonize(false);
+      report = base::daemonize(kProgram, false);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
                    e.what());
@@ -151,21 +152,21 @@ int run(const Options& o) {
   }
   auto level = std::make_shared<std::atomic<fabric::LogLevel>>(o.verbose ? fabric::LogLevel::Debug
                                                                          : fabric::LogLevel::Info);
-  fabric::LogSink log = memd::level_filter(
+  fabric::LogSink log = base::level_filter(
       o.foreground ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug)
-                   : memd::syslog_sink(kProgram),
+                   : base::syslog_sink(kProgram),
       level);
   auto fail = [&](int code, const std::string& line) {
     log(fabric::LogLevel::Error, line);
     if (report.detached()) report.failed(code, line);
     return code;
   };
-  memd::PidFile pid;
+  base::PidFile pid;
   if (!o.pid_file.empty()) {
     pid_t stale = 0;
     try {
-      pid = memd::PidFile::acquire(o.pid_file, &stale);
-    } catch (const memd::AlreadyRunning& e) {
+      pid = base::PidFile::acquire(o.pid_file, &stale);
+    } catch (const base::AlreadyRunning& e) {
       return fail(kExitRunning, "LOCKD0006 another tierce-lockd holds " + o.pid_file +
                                     (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : ""));
     } catch (const std::exception& e) {
@@ -193,7 +194,7 @@ int run(const Options& o) {
     return fail(kExitFailure, std::string("LOCKD0005 cannot start: ") + e.what());
   }
   report.ready();
-  memd::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
+  base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
   for (;;) {
     signalfd_siginfo si;
     ssize_t n = ::read(sigfd, &si, sizeof si);

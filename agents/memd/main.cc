@@ -16,8 +16,9 @@
 #include <string>
 
 #include "agents/memd/config.h"
-#include "agents/memd/daemon.h"
 #include "agents/memd/memd.h"
+#include "base/daemon.h"
+#include "base/log.h"
 #include "fabric/auth.h"
 #include "fabric/errors.h"
 
@@ -27,6 +28,8 @@
 
 namespace tierce::memd {
 namespace {
+
+using namespace tierce::base;  // the daemon kit: exit codes, daemonize, pid file, log sinks
 
 constexpr const char* kProgram = "tierce-memd";
 constexpr const char* kDefaultConfig = "/etc/tierce/memd.toml";
@@ -175,7 +178,7 @@ class Daemon {
     to_stderr_ = target == LogTarget::Stderr;
     if (!opts_.foreground) {
       try {
-        report_ = daemonize(to_stderr_);
+        report_ = daemonize(kProgram, to_stderr_);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
                      e.what());
@@ -385,6 +388,7 @@ class Daemon {
 
 int main(int argc, char** argv) {
   using namespace tierce::memd;
+  using namespace tierce::base;
   Options opts;
   if (auto code = parse_options(argc, argv, &opts)) return *code;
   Config cfg;

@@ -16,7 +16,8 @@
 #include <optional>
 #include <string>
 
-#include "agents/memd/daemon.h"
+#include "base/daemon.h"
+#include "base/log.h"
 #include "ftp_adts/ftp/tls.h"
 #include "ftp_adts/server/config.h"
 #include "ftp_adts/server/data.h"
@@ -33,9 +34,9 @@ namespace {
 
 constexpr const char* kProgram = "tierce-ftpd";
 constexpr const char* kDefaultConfig = "/etc/tierce/ftpd.toml";
-using memd::kExitFailure;
-using memd::kExitOk;
-using memd::kExitUsage;
+using base::kExitFailure;
+using base::kExitOk;
+using base::kExitUsage;
 
 void usage(FILE* out) {
   std::fprintf(
@@ -174,10 +175,10 @@ int run(const Options& o) {
     return kExitOk;
   }
 
-  memd::StartupReport report;
+  base::StartupReport report;
   if (!o.foreground) {
     try {
-      report = memd::daemonize(false);
+      report = base::daemonize(kProgram, false);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
                    e.what());
@@ -185,22 +186,22 @@ int run(const Options& o) {
     }
   }
   auto level = std::make_shared<std::atomic<fabric::LogLevel>>(cfg.log_level);
-  fabric::LogSink log = memd::level_filter(
+  fabric::LogSink log = base::level_filter(
       o.foreground ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug)
-                   : memd::syslog_sink(kProgram),
+                   : base::syslog_sink(kProgram),
       level);
   auto fail = [&](int code, const std::string& line) {
     log(fabric::LogLevel::Error, line);
     if (report.detached()) report.failed(code, line);
     return code;
   };
-  memd::PidFile pid;
+  base::PidFile pid;
   if (!o.pid_file.empty()) {
     pid_t stale = 0;
     try {
-      pid = memd::PidFile::acquire(o.pid_file, &stale);
-    } catch (const memd::AlreadyRunning& e) {
-      return fail(memd::kExitRunning,
+      pid = base::PidFile::acquire(o.pid_file, &stale);
+    } catch (const base::AlreadyRunning& e) {
+      return fail(base::kExitRunning,
                   "FTPD0011 another tierce-ftpd holds " + o.pid_file +
                       (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : ""));
     } catch (const std::exception& e) {
@@ -231,7 +232,7 @@ int run(const Options& o) {
                       std::to_string(bound.port());
   if (!cfg.ready_file.empty()) {
     try {
-      memd::write_file_atomically(cfg.ready_file, std::to_string(bound.port()) + "\n");
+      base::write_file_atomically(cfg.ready_file, std::to_string(bound.port()) + "\n");
     } catch (const std::exception& e) {
       return fail(kExitFailure, std::string("FTPD0013 cannot write the ready file: ") + e.what());
     }
@@ -244,7 +245,7 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
   report.ready();
-  memd::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
+  base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
   MasterEnv env{&cfg, log, tls, xferlog.get()};
   return run_master(env, lfd, sigfd);
 }

@@ -20,11 +20,11 @@ std::ostream& operator<<(std::ostream& o, LogTarget t) {
   return o << to_string(t);
 }
 }  // namespace tierce::memd
-namespace tierce::fabric {
+namespace tierce::base {
 std::ostream& operator<<(std::ostream& o, LogLevel l) {
   return o << to_string(l);
 }
-}  // namespace tierce::fabric
+}  // namespace tierce::base
 
 namespace {
 

@@ -1,6 +1,6 @@
-// agents/memd/daemon.h — what makes a program a well-behaved Unix daemon, apart from what it
-// serves: going to the background with an honest exit code, the pid file, the ready file, log
-// sinks (stderr, syslog, a run-time level), and the systemd readiness note.
+// base/daemon.h — what makes a program a well-behaved Unix daemon, apart from what it serves:
+// going to the background with an honest exit code, the pid file, the ready file, and the
+// systemd readiness note. Used by tierce-memd, tierce-lockd and tierce-ftpd (log sinks: log.h).
 #pragma once
 
 #include <sys/types.h>
@@ -10,16 +10,16 @@
 #include <stdexcept>
 #include <string>
 
-#include "fabric/log.h"
 
-namespace tierce::memd {
+namespace tierce::base {
 
-// Exit codes of tierce-memd (documented in docs/memd.md; launchers rely on them).
+// Exit codes of the daemons (documented in docs/memd.md, docs/dlm.md, docs/ftp.md; launchers
+// rely on them).
 enum ExitCode : int {
   kExitOk = 0,       // clean stop (SIGTERM/SIGINT), --check passed, --help, --version
   kExitFailure = 1,  // runtime failure: cannot bind, cannot write the pid file, ...
   kExitUsage = 2,    // bad command line or bad configuration
-  kExitRunning = 3,  // another memd holds the pid file
+  kExitRunning = 3,  // another instance holds the pid file
 };
 
 // The daemon's word to the process that started it. In the foreground it goes nowhere.
@@ -45,8 +45,9 @@ class StartupReport {
 // Goes to the background: fork, setsid, fork again (never to reacquire a terminal), chdir("/"),
 // stdin and stdout to /dev/null, stderr too unless keep_stderr (log = "stderr" with a launcher that
 // redirected it). The original process waits for the daemon's StartupReport and exits with its
-// code; only the daemon returns. Prereq: no threads yet (fork keeps only the caller's).
-StartupReport daemonize(bool keep_stderr);
+// code (its messages prefixed with `program`); only the daemon returns. Prereq: no threads yet
+// (fork keeps only the caller's).
+StartupReport daemonize(const std::string& program, bool keep_stderr);
 
 class AlreadyRunning : public std::runtime_error {
  public:
@@ -57,7 +58,7 @@ class AlreadyRunning : public std::runtime_error {
   pid_t pid_;
 };
 
-// A pid file held with an exclusive flock() for the daemon's life: a live memd always holds the
+// A pid file held with an exclusive flock() for the daemon's life: a live daemon always holds the
 // lock, so a second one sees it (AlreadyRunning), and a file left by a crash is taken over.
 // Removed on destruction.
 class PidFile {
@@ -82,13 +83,7 @@ class PidFile {
 // a reader never sees a half-written file. Throws std::system_error.
 void write_file_atomically(const std::string& path, const std::string& text, unsigned mode = 0644);
 
-// Lines to syslog (facility daemon), level mapped to priority.
-fabric::LogSink syslog_sink(const std::string& ident);
-// Drops lines below *min, which may change while running (reload of log_level).
-fabric::LogSink level_filter(fabric::LogSink inner,
-                             std::shared_ptr<std::atomic<fabric::LogLevel>> min);
-
 // sd_notify(3) without libsystemd: sends `state` to $NOTIFY_SOCKET when set (Type=notify units).
 void notify_systemd(const std::string& state);
 
-}  // namespace tierce::memd
+}  // namespace tierce::base

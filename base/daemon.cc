@@ -1,8 +1,8 @@
-// agents/memd/daemon.cc — background start with a report pipe, pid file, ready file, log sinks.
+// base/daemon.cc — background start with a report pipe, pid file, ready file, systemd notes.
 //
 // Report pipe format (daemon → starting process): a decimal exit code, '\n', then a message for
 // the starting process's stderr (may be empty). EOF without a report means the daemon died.
-#include "agents/memd/daemon.h"
+#include "base/daemon.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,7 +23,7 @@
 #include <system_error>
 #include <utility>
 
-namespace tierce::memd {
+namespace tierce::base {
 
 namespace {
 
@@ -45,6 +44,8 @@ bool write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
+std::string g_program = "tierce";  // for the starting process's messages (daemonize)
+
 // How long the starting process waits for the daemon's report before giving up on it.
 constexpr std::chrono::seconds kStartupReportWait{60};
 
@@ -58,9 +59,9 @@ constexpr std::chrono::seconds kStartupReportWait{60};
     if (left.count() <= 0) {
       std::fprintf(
           stderr,
-          "tierce-memd: the daemon did not report within %lld s; it may still be starting: "
+          "%s: the daemon did not report within %lld s; it may still be starting: "
           "see syslog and the pid file\n",
-          static_cast<long long>(kStartupReportWait.count()));
+          g_program.c_str(), static_cast<long long>(kStartupReportWait.count()));
       std::_Exit(kExitFailure);
     }
     pollfd p{fd, POLLIN, 0};
@@ -77,13 +78,13 @@ constexpr std::chrono::seconds kStartupReportWait{60};
   ::waitpid(child, &status, 0);  // the intermediate process exits at once
   auto nl = buf.find('\n');
   if (nl == std::string::npos) {
-    std::fprintf(stderr,
-                 "tierce-memd: the daemon exited during startup without a word; see syslog\n");
+    std::fprintf(stderr, "%s: the daemon exited during startup without a word; see syslog\n",
+                 g_program.c_str());
     std::_Exit(kExitFailure);
   }
   int code = std::atoi(buf.substr(0, nl).c_str());
   std::string msg = buf.substr(nl + 1);
-  if (!msg.empty()) std::fprintf(stderr, "tierce-memd: %s\n", msg.c_str());
+  if (!msg.empty()) std::fprintf(stderr, "%s: %s\n", g_program.c_str(), msg.c_str());
   std::fflush(stderr);
   std::_Exit(code);
 }
@@ -117,7 +118,8 @@ void StartupReport::failed(int code, const std::string& message) {
   send(code, message);
 }
 
-StartupReport daemonize(bool keep_stderr) {
+StartupReport daemonize(const std::string& program, bool keep_stderr) {
+  g_program = program;
   std::fflush(nullptr);
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) throw_sys("pipe");
@@ -157,12 +159,12 @@ PidFile PidFile::acquire(const std::string& path, pid_t* stale_pid) {
       ::close(fd);
       if (e == EWOULDBLOCK)
         throw AlreadyRunning(
-            named, "pid file " + path + " is held by a running tierce-memd" +
+            named, "pid file " + path + " is held by a running process" +
                        (named > 0 ? " (pid " + std::to_string(named) + ")" : std::string()));
       errno = e;
       throw_sys("lock pid file " + path);
     }
-    // A stopping memd unlinks its file while holding the lock: make sure we locked the file that
+    // A stopping daemon unlinks its file while holding the lock: make sure we locked the file that
     // is at `path` now, not an orphan.
     struct stat a {
     }, b{};
@@ -208,7 +210,7 @@ PidFile::~PidFile() {
 
 void PidFile::release() {
   if (fd_ < 0) return;
-  ::unlink(path_.c_str());  // under the lock: the next memd's inode check sees it go
+  ::unlink(path_.c_str());  // under the lock: the next daemon's inode check sees it go
   ::close(fd_);
   fd_ = -1;
 }
@@ -235,40 +237,6 @@ void write_file_atomically(const std::string& path, const std::string& text, uns
   }
 }
 
-fabric::LogSink syslog_sink(const std::string& ident) {
-  // openlog keeps the pointer: the string must outlive every syslog() call.
-  static std::string kept;
-  kept = ident;
-  ::openlog(kept.c_str(), LOG_PID | LOG_NDELAY, LOG_DAEMON);
-  return [](fabric::LogLevel l, std::string_view line) {
-    int prio = LOG_INFO;
-    switch (l) {
-      case fabric::LogLevel::Debug:
-        prio = LOG_DEBUG;
-        break;
-      case fabric::LogLevel::Info:
-        prio = LOG_INFO;
-        break;
-      case fabric::LogLevel::Warn:
-        prio = LOG_WARNING;
-        break;
-      case fabric::LogLevel::Error:
-        prio = LOG_ERR;
-        break;
-    }
-    ::syslog(prio, "%.*s", int(line.size()), line.data());
-  };
-}
-
-fabric::LogSink level_filter(fabric::LogSink inner,
-                             std::shared_ptr<std::atomic<fabric::LogLevel>> min) {
-  return
-      [inner = std::move(inner), min = std::move(min)](fabric::LogLevel l, std::string_view line) {
-        if (l < min->load(std::memory_order_relaxed)) return;
-        inner(l, line);
-      };
-}
-
 void notify_systemd(const std::string& state) {
   const char* path = std::getenv("NOTIFY_SOCKET");
   if (!path || !*path) return;
@@ -285,4 +253,4 @@ void notify_systemd(const std::string& state) {
   ::close(fd);
 }
 
-}  // namespace tierce::memd
+}  // namespace tierce::base
