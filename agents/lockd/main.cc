@@ -2,7 +2,6 @@
 // signals. The agent itself is agents/lockd/lockd.h; docs/dlm.md is the user's reference.
 #include <getopt.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +14,7 @@
 #include "agents/lockd/lockd.h"
 #include "base/daemon.h"
 #include "base/log.h"
+#include "base/signals.h"
 #include "cluster/topology.h"
 #include "fabric/auth.h"
 
@@ -173,14 +173,12 @@ int run(const Options& o) {
       return fail(kExitFailure, std::string("LOCKD0008 cannot write the pid file: ") + e.what());
     }
   }
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t set;
-  sigemptyset(&set);
-  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&set, s);
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  int sigfd = ::signalfd(-1, &set, SFD_CLOEXEC);
-  if (sigfd < 0)
-    return fail(kExitFailure, std::string("LOCKD0007 signalfd: ") + std::strerror(errno));
+  base::SignalFd signals;
+  try {
+    signals = base::SignalFd::take({SIGTERM, SIGINT, SIGHUP, SIGUSR1});
+  } catch (const std::system_error& e) {
+    return fail(kExitFailure, std::string("LOCKD0007 cannot set up signal handling: ") + e.what());
+  }
 
   std::unique_ptr<Lockd> lockd;
   try {
@@ -196,29 +194,24 @@ int run(const Options& o) {
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
   for (;;) {
-    signalfd_siginfo si;
-    ssize_t n = ::read(sigfd, &si, sizeof si);
-    if (n != ssize_t(sizeof si)) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (si.ssi_signo == SIGUSR1) {
+    base::Signal sig = signals.wait(-1);
+    if (!sig) continue;
+    if (sig.number == SIGUSR1) {
       log(fabric::LogLevel::Info, "LOCKD0004 status:\n" + lockd->status_text());
       continue;
     }
-    if (si.ssi_signo == SIGHUP) {
+    if (sig.number == SIGHUP) {
       log(fabric::LogLevel::Info,
           "LOCKD0009 SIGHUP: tierce-lockd has nothing to reload; membership changes need a "
           "restart of every lockd with the new topology");
       continue;
     }
     log(fabric::LogLevel::Info, std::string("LOCKD0003 received ") +
-                                    (si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT") +
-                                    ": stopping");
+                                    (sig.number == SIGTERM ? "SIGTERM" : "SIGINT") + " from pid " +
+                                    std::to_string(sig.from) + ": stopping");
     break;
   }
   lockd->stop();
-  ::close(sigfd);
   return kExitOk;
 }
 

@@ -2,7 +2,6 @@
 // main loop. The logic it runs is agents/memd/memd.h; docs/memd.md is the user's reference.
 #include <getopt.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +18,7 @@
 #include "agents/memd/memd.h"
 #include "base/daemon.h"
 #include "base/log.h"
+#include "base/signals.h"
 #include "fabric/auth.h"
 #include "fabric/errors.h"
 
@@ -239,18 +239,11 @@ class Daemon {
 
     // Signals are taken synchronously through a signalfd. Blocked before the server starts its
     // threads, which inherit the mask, so no thread is interrupted by them.
-    ::signal(SIGPIPE, SIG_IGN);
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&set, s);
-    if (::sigprocmask(SIG_BLOCK, &set, nullptr) != 0)
-      return fail(kExitFailure,
-                  std::string("MEMD0012 cannot set up signal handling: sigprocmask: ") +
-                      std::strerror(errno));
-    sigfd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigfd_ < 0)
-      return fail(kExitFailure, std::string("MEMD0012 cannot set up signal handling: signalfd: ") +
-                                    std::strerror(errno));
+    try {
+      signals_ = SignalFd::take({SIGTERM, SIGINT, SIGHUP, SIGUSR1});
+    } catch (const std::system_error& e) {
+      return fail(kExitFailure, std::string("MEMD0012 cannot set up signal handling: ") + e.what());
+    }
 
     try {
       memd_ = std::make_unique<Memd>(cfg_, secret_, log_);
@@ -290,15 +283,14 @@ class Daemon {
   int loop() {
     try {
       for (;;) {
-        if (!memd_->poll_once(sigfd_, std::chrono::milliseconds(1000))) continue;
-        signalfd_siginfo si;
-        while (::read(sigfd_, &si, sizeof si) == ssize_t(sizeof si)) {
-          switch (si.ssi_signo) {
+        if (!memd_->poll_once(signals_.fd(), std::chrono::milliseconds(1000))) continue;
+        while (Signal sig = signals_.next()) {
+          switch (sig.number) {
             case SIGTERM:
             case SIGINT:
               log_(fabric::LogLevel::Info, std::string("MEMD0003 received ") +
-                                               (si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT") +
-                                               " from pid " + std::to_string(si.ssi_pid) +
+                                               (sig.number == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                               " from pid " + std::to_string(sig.from) +
                                                ": stopping");
               return kExitOk;
             case SIGHUP:
@@ -366,7 +358,6 @@ class Daemon {
     memd_.reset();
     if (wrote_ready_) ::unlink(cfg_.ready_file.c_str());
     pid_file_.release();
-    if (sigfd_ >= 0) ::close(sigfd_);
     log_(fabric::LogLevel::Info, "MEMD0004 stopped");
   }
 
@@ -378,7 +369,7 @@ class Daemon {
   std::shared_ptr<std::atomic<fabric::LogLevel>> level_;
   fabric::LogSink log_;
   PidFile pid_file_;
-  int sigfd_ = -1;
+  SignalFd signals_;
   bool wrote_ready_ = false;
   std::unique_ptr<Memd> memd_;
 };

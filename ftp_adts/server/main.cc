@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 
 #include "base/daemon.h"
 #include "base/log.h"
+#include "base/signals.h"
 #include "ftp_adts/ftp/tls.h"
 #include "ftp_adts/server/config.h"
 #include "ftp_adts/server/data.h"
@@ -215,13 +215,12 @@ int run(const Options& o) {
     return fail(kExitFailure, std::string("FTPD0012 cannot open the xferlog: ") + e.what());
   }
 
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t set;
-  sigemptyset(&set);
-  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&set, s);
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  int sigfd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sigfd < 0) return fail(kExitFailure, std::string("FTPD0007 signalfd: ") + std::strerror(errno));
+  base::SignalFd signals;
+  try {
+    signals = base::SignalFd::take({SIGTERM, SIGINT, SIGHUP, SIGCHLD});
+  } catch (const std::system_error& e) {
+    return fail(kExitFailure, std::string("FTPD0007 cannot set up signal handling: ") + e.what());
+  }
 
   std::string err;
   SockAddr bound;
@@ -247,7 +246,7 @@ int run(const Options& o) {
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
   MasterEnv env{&cfg, log, tls, xferlog.get()};
-  return run_master(env, lfd, sigfd);
+  return run_master(env, lfd, signals.fd());
 }
 
 }  // namespace
