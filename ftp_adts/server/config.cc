@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -192,7 +193,8 @@ Config parse_checked(const toml::table& root, const std::string& source) {
   c.only_known_keys(root, "",
                     {"listen", "workers", "max_sessions", "worker_sessions", "pasv_ports",
                      "pasv_address", "idle_timeout_s", "data_timeout_s", "store_splice", "login_timeout_s",
-                     "login_fail_delay_ms", "max_login_failures", "xferlog", "log_level",
+                     "login_fail_delay_ms", "max_login_failures", "max_sessions_per_ip",
+                     "unprivileged_user", "xferlog", "log_level",
                      "ready_file", "banner", "anonymous", "tls", "adts", "user"});
 
   if (auto v = c.str(root, "", "listen")) {
@@ -226,6 +228,14 @@ Config parse_checked(const toml::table& root, const std::string& source) {
   c.set(&cfg.login_timeout_s, root, "", "login_timeout_s", 1, 3600);
   c.set(&cfg.login_fail_delay_ms, root, "", "login_fail_delay_ms", 0, 60000);
   c.set(&cfg.max_login_failures, root, "", "max_login_failures", 1, 100);
+  c.set(&cfg.max_sessions_per_ip, root, "", "max_sessions_per_ip", 0, 10000);
+  if (auto v = c.str(root, "", "unprivileged_user")) {
+    if (v->empty())
+      c.problem(root.get("unprivileged_user")->source(),
+                "unprivileged_user: empty; name a system account, e.g. \"nobody\" or \"ftp\"");
+    else
+      cfg.unprivileged_user = *v;
+  }
   if (auto v = c.str(root, "", "xferlog")) cfg.xferlog = *v;
   if (auto v = c.str(root, "", "log_level")) {
     if (*v == "debug")
@@ -309,7 +319,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
       std::set<std::string> seen;
       for (const toml::node& un : *arr) {
         const toml::table& t = *un.as_table();
-        c.only_known_keys(t, "user.", {"name", "password", "root", "write"});
+        c.only_known_keys(t, "user.", {"name", "password", "root", "write", "run_as"});
         UserConfig u;
         auto name = c.str(t, "user.", "name");
         if (!name || name->empty() ||
@@ -340,6 +350,13 @@ Config parse_checked(const toml::table& root, const std::string& source) {
         else if (auto d = c.directory(t, "user.", "root", base))
           u.root = *d;
         if (auto w = c.boolean(t, "user.", "write")) u.write = *w;
+        if (auto r = c.str(t, "user.", "run_as")) {
+          if (r->empty())
+            c.problem(t.get("run_as")->source(), "user.run_as: user \"" + u.name +
+                                                     "\": empty; name a system account or omit it");
+          else
+            u.run_as = *r;
+        }
         cfg.users.push_back(std::move(u));
       }
     }
@@ -384,9 +401,13 @@ Config load_config(const std::string& path) {
     int e = errno;
     throw ConfigError({path + ": cannot read the configuration file: " + std::strerror(e)});
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), abs);
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  Config cfg = parse_config(text, abs);
+  // The text holds the password hashes: overwritten so that a session's process, forked from this
+  // one, does not find them in freed memory (privsep.h wipes the parsed table after a login).
+  // Best effort: the stream's buffer and toml++'s temporaries are freed without being cleared.
+  ::explicit_bzero(text.data(), text.size());
+  return cfg;
 }
 
 }  // namespace tierce::ftpd
