@@ -5,6 +5,7 @@
 #include "ftp_adts/server/config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -345,6 +346,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
                         "accepted: make one with tierce-ftpd --hash-password");
         else
           u.password_hash = *pw;
+        if (pw) ::explicit_bzero(pw->data(), pw->size());  // see scrub_strings
         if (!t.contains("root"))
           c.problem(un.source(), "user.root: missing for user \"" + u.name + "\"");
         else if (auto d = c.directory(t, "user.", "root", base))
@@ -379,8 +381,32 @@ const UserConfig* Config::find_user(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Overwrites every string value of the parsed document before it is freed: the password hashes
+// must not stay in freed memory of the master, which every worker inherits by fork (privsep.h
+// wipes the parsed user table in a session's process after its login).
+void scrub_strings(toml::node& n) {
+  if (auto* s = n.as_string()) {
+    std::string& v = s->get();
+    ::explicit_bzero(v.data(), v.size());
+  } else if (auto* t = n.as_table()) {
+    for (auto&& [k, v] : *t) scrub_strings(v);
+  } else if (auto* a = n.as_array()) {
+    for (auto& v : *a) scrub_strings(v);
+  }
+}
+
+struct Scrub {
+  toml::table& t;
+  ~Scrub() { scrub_strings(t); }
+};
+
+}  // namespace
+
 Config parse_config(const std::string& text, const std::string& source_name) {
   toml::table root;
+  Scrub scrub{root};
   try {
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
@@ -396,18 +422,39 @@ Config load_config(const std::string& path) {
   std::error_code ec;
   std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
   if (ec) abs = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // read(2) into one buffer of the file's size, no stream buffer: the text holds the password
+  // hashes and is overwritten below, so that no copy is left in freed memory (scrub_strings).
+  auto cannot = [&](int e) {
+    return ConfigError({path + ": cannot read the configuration file: " + std::strerror(e)});
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw cannot(errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
     int e = errno;
-    throw ConfigError({path + ": cannot read the configuration file: " + std::strerror(e)});
+    ::close(fd);
+    throw cannot(e);
   }
-  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  Config cfg = parse_config(text, abs);
-  // The text holds the password hashes: overwritten so that a session's process, forked from this
-  // one, does not find them in freed memory (privsep.h wipes the parsed table after a login).
-  // Best effort: the stream's buffer and toml++'s temporaries are freed without being cleared.
-  ::explicit_bzero(text.data(), text.size());
-  return cfg;
+  std::string text(size_t(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      throw cannot(e);
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  struct Wipe {
+    std::string& s;
+    ~Wipe() { ::explicit_bzero(s.data(), s.size()); }
+  } wipe{text};
+  return parse_config(text, abs);
 }
 
 }  // namespace tierce::ftpd
