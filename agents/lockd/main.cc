@@ -111,8 +111,11 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
         errno = 0;
         unsigned long long v = std::strtoull(optarg, &end, 10);
         if (!*optarg || *end || errno || v < 1 || v > (1ull << 30) || optarg[0] == '-') {
-          std::fprintf(stderr, "%s: %s wants a number 1..%llu, not '%s'\n", kProgram,
-                       argv[optind - 1], 1ull << 30, optarg);
+          const char* name = c == 'L'   ? "--max-locks-per-client"
+                             : c == 'U' ? "--max-locks-per-uid"
+                                        : "--max-clients-per-uid";
+          std::fprintf(stderr, "%s: %s wants a number 1..%llu, not '%s'\n", kProgram, name,
+                       1ull << 30, optarg);
           return kExitUsage;
         }
         (c == 'L'   ? o->max_locks_per_client
