@@ -97,6 +97,16 @@ def chown_tree(top, uid, gid):
             os.lchown(os.path.join(d, n), uid, gid)
 
 
+def give_to_sessions(srv, *paths):
+    """Files a test adds to a TierceFtpd's tree after it started, that its sessions must write
+    (APPE, resume, delete): theirs, like the tree (TierceFtpd.start). Nothing unless root."""
+    if isinstance(srv, TierceFtpd) and os.geteuid() == 0:
+        import pwd
+        nobody = pwd.getpwnam("nobody")
+        for p in paths:
+            chown_tree(p, nobody.pw_uid, nobody.pw_gid)
+
+
 def which_or_skip(*names):
     """Exit 77 (skipped) when a required program is missing: packages only, never our targets."""
     for n in names:
