@@ -36,6 +36,7 @@ struct Worker {
   enum class State { Idle, Busy, Retiring } state = State::Idle;
   int ctl = -1;      // master's end of the pair; -1 once the worker closed it
   std::string peer;  // the client's host while it serves a session ("" otherwise)
+  bool asked = false;  // sent its 'B' (privilege separation: its only message; see message())
 };
 
 // After the worker told the master about a connection ('B'): waits for 'A' or 'R'. A 'Q' that
@@ -114,6 +115,7 @@ bool ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
       (void)!::send(fd, kTooManyFromIp, std::strlen(kTooManyFromIp), MSG_NOSIGNAL);
       ::shutdown(fd, SHUT_WR);
       ::close(fd);
+      if (privsep) ::_exit(0);  // its one 'B' is spent (Master::message)
       if (::write(ctl, &kIdle, 1) != 1) ::_exit(0);
       continue;
     }
@@ -155,6 +157,7 @@ class Master {
   int sigfd_;
   std::map<pid_t, Worker> workers_;
   bool stopping_ = false;
+  const bool privsep_ = env_.privsep && env_.privsep->enabled;
   unsigned spawn_failures_ = 0;
 };
 
@@ -183,7 +186,7 @@ void Master::spawn() {
     worker_main(env_, listen_fd_, sv[1], master);
   }
   ::close(sv[1]);
-  workers_[pid] = Worker{Worker::State::Idle, sv[0], {}};
+  workers_[pid] = Worker{Worker::State::Idle, sv[0], {}, false};
   spawn_failures_ = 0;
   log(LogLevel::Debug, "FTPD0002 worker " + std::to_string(pid) + " started");
 }
@@ -234,16 +237,20 @@ void Master::reap() {
   }
 }
 
-// One message of a worker (master.h). A worker may lie after its privileges were dropped: only
-// its own entry changes, and it is always answered so it never waits.
+// One message of a worker (master.h). A worker may lie after its privileges were dropped: with
+// privilege separation a worker serves one connection, so everything after its first 'B' is
+// ignored (an 'I' would make it count as idle, or clear its address from the per-address count);
+// and the answer is sent without blocking, so a worker that does not read cannot stall the master.
 void Master::message(pid_t pid, Worker& w, std::string_view m) {
   if (m.empty()) return;
+  if (privsep_ && w.asked) return;
   if (m[0] == kIdle) {
     w.peer.clear();
     if (w.state != Worker::State::Retiring) w.state = Worker::State::Idle;
     return;
   }
   if (m[0] != kBusy) return;
+  w.asked = true;
   if (w.state != Worker::State::Retiring) w.state = Worker::State::Busy;
   std::string host(m.substr(1));
   size_t same = 0;
@@ -259,7 +266,7 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
   } else {
     w.peer = host;
   }
-  if (w.ctl >= 0) (void)!::write(w.ctl, &answer, 1);
+  if (w.ctl >= 0) (void)!::send(w.ctl, &answer, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void Master::turn_away() {
