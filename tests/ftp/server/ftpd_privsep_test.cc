@@ -342,6 +342,10 @@ BOOST_AUTO_TEST_CASE(missing_account_is_a_startup_error) {
 BOOST_AUTO_TEST_CASE(per_address_limit_turns_away_with_421) {
   // Runs as any user: the limit is the master's, not privilege separation's.
   Fixture f("max_sessions_per_ip = 2");
+  // Not root: privilege separation is off, and the server says so.
+  BOOST_TEST(f.server->log().find(running_as_root() ? "FTPD0021 privilege separation on"
+                                                    : "FTPD0020 privilege separation off") !=
+             std::string::npos);
   auto a = f.connect();
   auto b = f.connect();
   Client third(f.server->port());
