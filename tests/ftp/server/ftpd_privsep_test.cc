@@ -166,11 +166,15 @@ struct Fixture {
   }
 };
 
-// Whether `needle` occurs in the readable memory of `pid` (root reads /proc/PID/mem).
+// Whether `needle` occurs in the readable memory of `pid` (root reads /proc/PID/mem), read in
+// chunks that overlap by the needle's size; mappings above 4 GiB (reserved address space) are
+// skipped.
 bool memory_contains(pid_t pid, const std::string& needle) {
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   int mem = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY);
   if (mem < 0) throw std::runtime_error("cannot open /proc/PID/mem");
+  constexpr size_t kChunk = size_t(1) << 20;
+  std::string buf(kChunk + needle.size(), '\0');
   std::string line;
   bool found = false;
   while (!found && std::getline(maps, line)) {
@@ -179,11 +183,13 @@ bool memory_contains(pid_t pid, const std::string& needle) {
     if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r') continue;
     if (line.find("[vvar]") != std::string::npos || line.find("[vsyscall]") != std::string::npos)
       continue;
-    std::string buf(hi - lo, '\0');
-    ssize_t n = ::pread(mem, buf.data(), buf.size(), off_t(lo));
-    if (n <= 0) continue;
-    buf.resize(size_t(n));
-    found = buf.find(needle) != std::string::npos;
+    if (hi - lo > (4ul << 30)) continue;
+    for (unsigned long at = lo; !found && at < hi; at += kChunk) {
+      size_t want = std::min<unsigned long>(kChunk + needle.size(), hi - at);
+      ssize_t n = ::pread(mem, buf.data(), want, off_t(at));
+      if (n <= 0) continue;
+      found = std::string_view(buf.data(), size_t(n)).find(needle) != std::string_view::npos;
+    }
   }
   ::close(mem);
   return found;
@@ -299,8 +305,22 @@ BOOST_AUTO_TEST_CASE(a_worker_serves_one_session) {
   BOOST_TEST(next != unauth);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TIERCE_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TIERCE_TEST_ASAN 1
+#endif
+#endif
+
 BOOST_AUTO_TEST_CASE(user_table_is_wiped_after_login) {
   if (!need_root("user_table_is_wiped_after_login")) return;
+#ifdef TIERCE_TEST_ASAN
+  // ASan keeps freed blocks in its quarantine and its heap in mappings of its own: what this test
+  // scans for is not what the plain build leaves. Checked by the plain build.
+  std::printf("user_table_is_wiped_after_login: SKIPPED (AddressSanitizer build)\n");
+  return;
+#endif
   Fixture f;
   auto c = f.connect();
   pid_t w = serving_pid(*f.server, *c);
