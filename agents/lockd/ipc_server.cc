@@ -60,6 +60,14 @@ uint64_t le64(const uint8_t* p) {
   return v;
 }
 
+// One peer uid's use, shared by its connections (IpcOptions::max_locks_per_uid,
+// max_clients_per_uid). `locks` is the sum of its connections' holds.size() + pending, kept by
+// every place that changes those; `conns` changes on the epoll thread only, under State::mu.
+struct UidUse {
+  std::atomic<size_t> locks{0};
+  size_t conns = 0;
+};
+
 struct Conn : std::enable_shared_from_this<Conn> {
   dlm::OwnerId owner = 0;
   pid_t pid = -1;
@@ -74,6 +82,11 @@ struct Conn : std::enable_shared_from_this<Conn> {
   size_t outbox_bytes = 0;
   std::unordered_set<dlm::HoldId> holds;
   size_t pending = 0;  // acquisitions whose `done` has not run
+  std::shared_ptr<UidUse> uid_use;  // set before the connection is served; never null then
+
+  void uid_locks_down(size_t n = 1) {
+    if (uid_use && n) uid_use->locks.fetch_sub(n);
+  }
 
   std::string who() const {
     return "client pid " + std::to_string(pid) + " uid " + std::to_string(uid) + " (owner " +
@@ -102,6 +115,8 @@ struct IpcServer::State : std::enable_shared_from_this<IpcServer::State> {
 
   std::mutex mu;  // guards owners, deferred
   std::unordered_map<dlm::OwnerId, std::shared_ptr<Conn>> owners;
+  // One small entry per peer uid ever seen (kept: the accounts of a host are few).
+  std::unordered_map<uid_t, std::shared_ptr<UidUse>> uids;
   std::vector<std::pair<dlm::OwnerId, dlm::HoldId>> deferred;  // late grants to release
 
   std::vector<std::shared_ptr<Conn>> graveyard;  // closed during this epoll batch (epoll thread)
@@ -396,6 +411,35 @@ void IpcServer::State::accept_all() {
                               " clients connected (max_clients)");
       continue;
     }
+    std::shared_ptr<UidUse> use;
+    {
+      std::lock_guard g(mu);
+      auto& slot = uids[c->uid];
+      if (!slot) slot = std::make_shared<UidUse>();
+      if (slot->conns < opts.max_clients_per_uid) {
+        ++slot->conns;
+        use = slot;
+      }
+    }
+    if (!use) {
+      ++n.refused;
+      ipc::Reply r;
+      r.req_id = 0;
+      r.status = dlm::Status::TooMany;
+      r.message = "uid " + std::to_string(c->uid) + " has " +
+                  std::to_string(opts.max_clients_per_uid) +
+                  " connections to tierce-lockd already (max_clients_per_uid): close some";
+      ipc::Frame f;
+      ipc::encode(r, &f);
+      [[maybe_unused]] ssize_t s = ::send(fd, f.bytes, f.size, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ::close(fd);
+      log(LogLevel::Warn, "LOCKD0220 refused client pid " + std::to_string(c->pid) + " uid " +
+                              std::to_string(c->uid) + ": " +
+                              std::to_string(opts.max_clients_per_uid) +
+                              " connections of that uid (max_clients_per_uid)");
+      continue;
+    }
+    c->uid_use = std::move(use);
     c->owner = next_owner++;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -403,6 +447,8 @@ void IpcServer::State::accept_all() {
     if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       log(LogLevel::Error, "LOCKD0208 epoll_ctl: " + errno_text(errno));
       ::close(fd);
+      std::lock_guard g(mu);
+      --c->uid_use->conns;
       continue;
     }
     {
@@ -443,10 +489,12 @@ void IpcServer::State::close_conn(Conn& c, const std::string& why) {
     c.fd = -1;
     c.outbox.clear();
     c.outbox_bytes = 0;
+    c.uid_locks_down(c.holds.size());  // the pending ones: when their `done` runs (on_grant)
     c.holds.clear();
   }
   {
     std::lock_guard g(mu);
+    if (c.uid_use) --c.uid_use->conns;
     auto it = owners.find(c.owner);
     if (it != owners.end()) {
       graveyard.push_back(std::move(it->second));
@@ -494,19 +542,35 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
   ++n.requests;
 
   if (auto* r = std::get_if<ipc::LockRequest>(&*req)) {
-    bool over;
-    size_t have;
+    bool over, uid_over = false;
+    size_t have, uid_have = 0;
     {
       std::lock_guard g(c.mu);
       have = c.holds.size() + c.pending;
       over = have >= opts.max_holds_per_client;
-      if (!over) ++c.pending;
+      if (!over) {
+        // Taken before the check, given back if over: two connections of one uid racing for the
+        // last unit cannot both get it.
+        uid_have = c.uid_use->locks.fetch_add(1);
+        uid_over = uid_have >= opts.max_locks_per_uid;
+        if (uid_over)
+          c.uid_locks_down();
+        else
+          ++c.pending;
+      }
     }
     if (over)
       return reply(c, r->req_id, dlm::Status::TooMany,
                    "this client has " + std::to_string(have) +
                        " holds and pending requests (max_holds_per_client " +
                        std::to_string(opts.max_holds_per_client) + "): unlock some first");
+    if (uid_over) {
+      log(LogLevel::Debug, "LOCKD0221 " + c.who() + ": LOCK refused: max_locks_per_uid");
+      return reply(c, r->req_id, dlm::Status::TooMany,
+                   "uid " + std::to_string(c.uid) + " has " + std::to_string(uid_have) +
+                       " holds and pending requests over its connections (max_locks_per_uid " +
+                       std::to_string(opts.max_locks_per_uid) + "): unlock some first");
+    }
     auto timeout = std::chrono::milliseconds(r->timeout_ms < 0 ? -1 : r->timeout_ms);
     std::weak_ptr<State> w = weak_from_this();
     auto cp = c.shared_from_this();
@@ -519,7 +583,10 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
       log(LogLevel::Error, "LOCKD0216 acquire threw: " + std::string(e.what()));
       {
         std::lock_guard g(c.mu);
-        if (c.pending) --c.pending;
+        if (c.pending) {
+          --c.pending;
+          c.uid_locks_down();
+        }
       }
       reply(c, id, dlm::Status::Internal, std::string("lockd: acquire failed: ") + e.what());
     }
@@ -537,7 +604,7 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
     }
     if (s == dlm::Status::Ok) {
       std::lock_guard g(c.mu);
-      c.holds.erase(r->hold);
+      if (c.holds.erase(r->hold)) c.uid_locks_down();
     } else if (s == dlm::Status::NotHeld) {
       msg = "hold " + std::to_string(r->hold) +
             " is not held by this client (unlocked already, or revoked)";
@@ -598,12 +665,16 @@ void IpcServer::State::on_grant(const std::weak_ptr<State>& w, const std::shared
   bool late;
   {
     std::lock_guard lk(c->mu);
+    // The pending unit counted in the uid's use becomes a hold, or goes.
+    bool counted = c->pending > 0;
     if (c->pending) --c->pending;
     late = c->closed || !st;
+    bool kept = false;
     if (!late) {
-      if (g.status == dlm::Status::Ok) c->holds.insert(g.hold);
+      if (g.status == dlm::Status::Ok) kept = c->holds.insert(g.hold).second;
       st->send_locked(*c, f);
     }
+    if (counted && !kept) c->uid_locks_down();
   }
   if (late && g.status == dlm::Status::Ok) {
     // Granted after the client left (owner_gone may have run before the grant): release it on
@@ -656,7 +727,7 @@ void IpcServer::State::on_revoked(dlm::OwnerId owner, dlm::HoldId hold, const st
   bool sent;
   {
     std::lock_guard g(c->mu);
-    c->holds.erase(hold);
+    if (c->holds.erase(hold)) c->uid_locks_down();
     sent = send_locked(*c, f);
   }
   if (sent) ++n.revoked_sent;

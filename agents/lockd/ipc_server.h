@@ -8,6 +8,10 @@
 // of an acquire runs wherever the service grants); a connection's sends are serialised by its
 // own mutex, and a connection that closed ignores late replies (a late grant is released).
 //
+// Limits (IpcOptions): per connection (max_holds_per_client) and per peer uid over all its
+// connections (max_locks_per_uid, max_clients_per_uid); both answer TooMany with a message naming
+// the limit, which the client library and tierce-lock print.
+//
 // Log ids: LOCKD0200..LOCKD0219.
 #pragma once
 
@@ -33,6 +37,12 @@ struct IpcOptions {
   size_t max_clients = 4096;
   // Holds plus pending acquisitions per connection; a LOCK beyond it is answered TooMany.
   size_t max_holds_per_client = 4096;
+  // The same summed over every connection of one peer uid (SO_PEERCRED): a user cannot fill the
+  // lock table by opening more connections. A LOCK beyond it is answered TooMany.
+  size_t max_locks_per_uid = 16384;
+  // Connections of one peer uid at once; beyond it the connection is told TooMany and closed, so
+  // one user cannot take every one of the max_clients slots.
+  size_t max_clients_per_uid = 1024;
   // After handling activity the epoll thread polls (epoll_wait with timeout 0, yielding the CPU
   // between polls) this long before sleeping: waking a sleeping thread costs ~35 us on a VM, more
   // than a whole lock round trip. Adaptive: spins that find nothing make the next ones sleep at
@@ -45,7 +55,7 @@ struct IpcOptions {
 
 struct IpcCounters {
   uint64_t accepted = 0;      // connections accepted (and served)
-  uint64_t refused = 0;       // connections refused: max_clients
+  uint64_t refused = 0;       // connections refused: max_clients or max_clients_per_uid
   uint64_t requests = 0;      // well-formed requests
   uint64_t malformed = 0;     // frames answered BadRequest/BadName or dropped
   uint64_t revoked_sent = 0;  // REVOKED frames sent

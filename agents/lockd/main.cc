@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -47,6 +48,11 @@ void usage(FILE* out) {
       "                        (default /var/lib/tierce/lockd-NODE)\n"
       "  -p, --pid-file FILE   write and lock a pid file\n"
       "      --socket-mode OCT permissions of the socket (default 0660)\n"
+      "      --max-locks-per-client N   holds + waiting requests of one connection\n"
+      "                        (default 4096); beyond: TooMany\n"
+      "      --max-locks-per-uid N      the same over all connections of one peer uid\n"
+      "                        (default 16384); beyond: TooMany\n"
+      "      --max-clients-per-uid N    connections of one peer uid (default 1024)\n"
       "  -f, --foreground      stay in the foreground, log to stderr\n"
       "  -v, --verbose         log debug lines too\n"
       "      --check           validate the topology, the node and the secret, then exit\n"
@@ -63,6 +69,7 @@ void usage(FILE* out) {
 struct Options {
   std::string topology, node, socket = "/run/tierce/lockd.sock", state_dir, pid_file;
   mode_t socket_mode = 0660;
+  size_t max_locks_per_client = 4096, max_locks_per_uid = 16384, max_clients_per_uid = 1024;
   bool foreground = false, verbose = false, check = false;
 };
 
@@ -73,6 +80,9 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
       {"pid-file", required_argument, nullptr, 'p'}, {"socket-mode", required_argument, nullptr, 'm'},
       {"foreground", no_argument, nullptr, 'f'},     {"verbose", no_argument, nullptr, 'v'},
       {"check", no_argument, nullptr, 'k'},          {"version", no_argument, nullptr, 'V'},
+      {"max-locks-per-client", required_argument, nullptr, 'L'},
+      {"max-locks-per-uid", required_argument, nullptr, 'U'},
+      {"max-clients-per-uid", required_argument, nullptr, 'C'},
       {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -92,6 +102,25 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
           return kExitUsage;
         }
         o->socket_mode = mode_t(m);
+        break;
+      }
+      case 'L':
+      case 'U':
+      case 'C': {
+        char* end = nullptr;
+        errno = 0;
+        unsigned long long v = std::strtoull(optarg, &end, 10);
+        if (!*optarg || *end || errno || v < 1 || v > (1ull << 30) || optarg[0] == '-') {
+          const char* name = c == 'L'   ? "--max-locks-per-client"
+                             : c == 'U' ? "--max-locks-per-uid"
+                                        : "--max-clients-per-uid";
+          std::fprintf(stderr, "%s: %s wants a number 1..%llu, not '%s'\n", kProgram, name,
+                       1ull << 30, optarg);
+          return kExitUsage;
+        }
+        (c == 'L'   ? o->max_locks_per_client
+         : c == 'U' ? o->max_locks_per_uid
+                    : o->max_clients_per_uid) = size_t(v);
         break;
       }
       case 'f': o->foreground = true; break;
@@ -186,6 +215,9 @@ int run(const Options& o) {
     lo.socket_path = o.socket;
     lo.state_dir = o.state_dir;
     lo.ipc.socket_mode = o.socket_mode;
+    lo.ipc.max_holds_per_client = o.max_locks_per_client;
+    lo.ipc.max_locks_per_uid = o.max_locks_per_uid;
+    lo.ipc.max_clients_per_uid = o.max_clients_per_uid;
     lo.log = log;
     lockd = std::make_unique<Lockd>(topo, o.node, secret, lo);
   } catch (const std::exception& e) {

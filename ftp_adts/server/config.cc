@@ -5,6 +5,7 @@
 #include "ftp_adts/server/config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -192,7 +194,8 @@ Config parse_checked(const toml::table& root, const std::string& source) {
   c.only_known_keys(root, "",
                     {"listen", "workers", "max_sessions", "worker_sessions", "pasv_ports",
                      "pasv_address", "idle_timeout_s", "data_timeout_s", "store_splice", "login_timeout_s",
-                     "login_fail_delay_ms", "max_login_failures", "xferlog", "log_level",
+                     "login_fail_delay_ms", "max_login_failures", "max_sessions_per_ip",
+                     "unprivileged_user", "xferlog", "log_level",
                      "ready_file", "banner", "anonymous", "tls", "adts", "user"});
 
   if (auto v = c.str(root, "", "listen")) {
@@ -226,6 +229,14 @@ Config parse_checked(const toml::table& root, const std::string& source) {
   c.set(&cfg.login_timeout_s, root, "", "login_timeout_s", 1, 3600);
   c.set(&cfg.login_fail_delay_ms, root, "", "login_fail_delay_ms", 0, 60000);
   c.set(&cfg.max_login_failures, root, "", "max_login_failures", 1, 100);
+  c.set(&cfg.max_sessions_per_ip, root, "", "max_sessions_per_ip", 0, 10000);
+  if (auto v = c.str(root, "", "unprivileged_user")) {
+    if (v->empty())
+      c.problem(root.get("unprivileged_user")->source(),
+                "unprivileged_user: empty; name a system account, e.g. \"nobody\" or \"ftp\"");
+    else
+      cfg.unprivileged_user = *v;
+  }
   if (auto v = c.str(root, "", "xferlog")) cfg.xferlog = *v;
   if (auto v = c.str(root, "", "log_level")) {
     if (*v == "debug")
@@ -309,7 +320,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
       std::set<std::string> seen;
       for (const toml::node& un : *arr) {
         const toml::table& t = *un.as_table();
-        c.only_known_keys(t, "user.", {"name", "password", "root", "write"});
+        c.only_known_keys(t, "user.", {"name", "password", "root", "write", "run_as"});
         UserConfig u;
         auto name = c.str(t, "user.", "name");
         if (!name || name->empty() ||
@@ -335,11 +346,19 @@ Config parse_checked(const toml::table& root, const std::string& source) {
                         "accepted: make one with tierce-ftpd --hash-password");
         else
           u.password_hash = *pw;
+        if (pw) ::explicit_bzero(pw->data(), pw->size());  // see scrub_strings
         if (!t.contains("root"))
           c.problem(un.source(), "user.root: missing for user \"" + u.name + "\"");
         else if (auto d = c.directory(t, "user.", "root", base))
           u.root = *d;
         if (auto w = c.boolean(t, "user.", "write")) u.write = *w;
+        if (auto r = c.str(t, "user.", "run_as")) {
+          if (r->empty())
+            c.problem(t.get("run_as")->source(), "user.run_as: user \"" + u.name +
+                                                     "\": empty; name a system account or omit it");
+          else
+            u.run_as = *r;
+        }
         cfg.users.push_back(std::move(u));
       }
     }
@@ -362,8 +381,32 @@ const UserConfig* Config::find_user(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Overwrites every string value of the parsed document before it is freed: the password hashes
+// must not stay in freed memory of the master, which every worker inherits by fork (privsep.h
+// wipes the parsed user table in a session's process after its login).
+void scrub_strings(toml::node& n) {
+  if (auto* s = n.as_string()) {
+    std::string& v = s->get();
+    ::explicit_bzero(v.data(), v.size());
+  } else if (auto* t = n.as_table()) {
+    for (auto&& [k, v] : *t) scrub_strings(v);
+  } else if (auto* a = n.as_array()) {
+    for (auto& v : *a) scrub_strings(v);
+  }
+}
+
+struct Scrub {
+  toml::table& t;
+  ~Scrub() { scrub_strings(t); }
+};
+
+}  // namespace
+
 Config parse_config(const std::string& text, const std::string& source_name) {
   toml::table root;
+  Scrub scrub{root};
   try {
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
@@ -379,14 +422,39 @@ Config load_config(const std::string& path) {
   std::error_code ec;
   std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
   if (ec) abs = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // read(2) into one buffer of the file's size, no stream buffer: the text holds the password
+  // hashes and is overwritten below, so that no copy is left in freed memory (scrub_strings).
+  auto cannot = [&](int e) {
+    return ConfigError({path + ": cannot read the configuration file: " + std::strerror(e)});
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw cannot(errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
     int e = errno;
-    throw ConfigError({path + ": cannot read the configuration file: " + std::strerror(e)});
+    ::close(fd);
+    throw cannot(e);
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), abs);
+  std::string text(size_t(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      throw cannot(e);
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  struct Wipe {
+    std::string& s;
+    ~Wipe() { ::explicit_bzero(s.data(), s.size()); }
+  } wipe{text};
+  return parse_config(text, abs);
 }
 
 }  // namespace tierce::ftpd

@@ -26,6 +26,8 @@ struct UserConfig {
   std::string password_hash;  // crypt(3): "$y$..." (yescrypt) or "$6$..." (sha512crypt)
   std::string root;           // absolute host directory: the user's "/"
   bool write = false;         // STOR/APPE/STOU/DELE/MKD/RMD/RNFR/MFMT/SITE CHMOD
+  std::string run_as;         // system account its sessions run as when started as root
+                              // ("" = unprivileged_user; privsep.h)
 };
 
 struct Config {
@@ -44,6 +46,9 @@ struct Config {
   unsigned login_timeout_s = 30;
   unsigned login_fail_delay_ms = 1000;  // pause after a failed PASS (slows password guessing)
   unsigned max_login_failures = 3;      // then 421 and close
+  unsigned max_sessions_per_ip = 8;     // sessions from one client address at once (0 = no limit)
+  // Started as root: the account of anonymous sessions and of users without run_as (privsep.h).
+  std::string unprivileged_user = "nobody";
   std::string xferlog;
   fabric::LogLevel log_level = fabric::LogLevel::Info;
   std::string ready_file;

@@ -23,6 +23,7 @@
 #include "ftp_adts/server/data.h"
 #include "ftp_adts/server/master.h"
 #include "ftp_adts/server/password.h"
+#include "ftp_adts/server/privsep.h"
 #include "ftp_adts/server/xferlog.h"
 
 #ifndef TIERCE_VERSION
@@ -168,6 +169,19 @@ int run(const Options& o) {
       return kExitUsage;
     }
   }
+  // Privilege separation (privsep.h) whenever started as root. The accounts are resolved here, so
+  // a missing one stops the start (and --check says so), not the first login.
+  PrivsepPlan privsep;
+  const bool root = ::geteuid() == 0;
+  if (root || o.check) {
+    std::vector<std::string> problems;
+    privsep = resolve_accounts(cfg, &problems);
+    if (!problems.empty()) {
+      for (auto& p : problems) std::fprintf(stderr, "%s: %s\n", kProgram, p.c_str());
+      return kExitUsage;
+    }
+    privsep.enabled = root;
+  }
   if (o.check) {
     std::printf("%s: %s is fine: %zu user(s)%s, %u workers, max %u sessions\n", kProgram,
                 cfg.source.c_str(), cfg.users.size(), cfg.anonymous ? " + anonymous" : "",
@@ -243,9 +257,18 @@ int run(const Options& o) {
     std::printf("%s: listening on %s\n", kProgram, where.c_str());
     std::fflush(stdout);
   }
+  if (privsep.enabled)
+    log(fabric::LogLevel::Info,
+        "FTPD0021 privilege separation on: each session runs as its account after login "
+        "(anonymous and users without run_as: " + cfg.unprivileged_user + ", uid " +
+            std::to_string(privsep.unprivileged.uid) + "), one session per worker");
+  else
+    log(fabric::LogLevel::Info, "FTPD0020 privilege separation off: not started as root (uid " +
+                                    std::to_string(::geteuid()) +
+                                    "); every session runs as this user");
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
-  MasterEnv env{&cfg, log, tls, xferlog.get()};
+  MasterEnv env{&cfg, log, tls, xferlog.get(), &privsep};
   return run_master(env, lfd, signals.fd());
 }
 

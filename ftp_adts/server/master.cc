@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ftp_adts/server/data.h"
 #include "ftp_adts/server/session.h"
 
 namespace tierce::ftpd {
@@ -26,13 +27,38 @@ namespace {
 
 using fabric::LogLevel;
 
-constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q';
+constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q', kAccept = 'A', kRefuse = 'R';
 constexpr const char* kTooMany = "421 Too many sessions, try later\r\n";
+constexpr const char* kTooManyFromIp = "421 Too many connections from your address\r\n";
+constexpr size_t kMaxMessage = 64;  // 'B' + a numeric IPv6 address fits
 
 struct Worker {
   enum class State { Idle, Busy, Retiring } state = State::Idle;
-  int ctl = -1;  // master's end of the pair; -1 once the worker closed it
+  int ctl = -1;      // master's end of the pair; -1 once the worker closed it
+  std::string peer;  // the client's host while it serves a session ("" otherwise)
+  bool asked = false;  // sent its 'B' (privilege separation: its only message; see message())
 };
+
+// After the worker told the master about a connection ('B'): waits for 'A' or 'R'. A 'Q' that
+// crossed the 'B' is remembered in *quit. EOF: the master is gone, the worker exits.
+bool ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
+  for (;;) {
+    pollfd p{ctl, POLLIN, 0};
+    int n = ::poll(&p, 1, 10000);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // The master answers at once unless something is badly wrong: serve rather than hang.
+      if (log) log(LogLevel::Warn, "FTPD0024 no answer from the master about a connection; served");
+      return true;
+    }
+    char c = 0;
+    ssize_t r = ::read(ctl, &c, 1);
+    if (r <= 0) ::_exit(0);
+    if (c == kQuit) *quit = true;
+    if (c == kAccept) return true;
+    if (c == kRefuse) return false;
+  }
+}
 
 [[noreturn]] void worker_main(const MasterEnv& env, int listen_fd, int ctl, pid_t master) {
   // Die with the master (kill -9 of the master must not leave orphans serving the port).
@@ -44,9 +70,28 @@ struct Worker {
   ::signal(SIGTERM, SIG_DFL);
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGHUP, SIG_IGN);
-  SessionEnv senv{env.cfg, env.log, env.xferlog, env.tls};
+  const bool privsep = env.privsep && env.privsep->enabled;
+  SessionEnv senv{env.cfg, env.log, env.xferlog, env.tls, {}};
+  if (privsep) {
+    senv.after_login = [&env](const std::string& user, bool anonymous, std::string* err) {
+      Account a = env.privsep->account_for(user, anonymous);
+      if (!drop_privileges(a, err)) return false;
+      // This process is the worker's own copy of the configuration (fork), and it serves no other
+      // session: no user's name, root or hash is left for the session's account to find. The
+      // Config object is not const (main's), only our view of it.
+      wipe_user_table(const_cast<Config*>(env.cfg));
+      env.privsep->by_user.clear();
+      if (env.log)
+        env.log(LogLevel::Debug, "FTPD0023 session of " + user + " runs as " + a.name + " (uid " +
+                                     std::to_string(a.uid) + ", gid " + std::to_string(a.gid) +
+                                     ")");
+      return true;
+    };
+  }
   unsigned served = 0;
+  bool quit = false;
   for (;;) {
+    if (quit) ::_exit(0);
     pollfd p[2] = {{listen_fd, POLLIN, 0}, {ctl, POLLIN, 0}};
     if (::poll(p, 2, -1) < 0) {
       if (errno == EINTR) continue;
@@ -62,9 +107,23 @@ struct Worker {
     // non-blocking) and go back to poll.
     int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    if (::write(ctl, &kBusy, 1) != 1) ::_exit(0);
+    std::string busy(1, kBusy);
+    busy += SockAddr::peer_of(fd).host().substr(0, kMaxMessage - 1);
+    if (::write(ctl, busy.data(), busy.size()) != ssize_t(busy.size())) ::_exit(0);
+    if (!ask_master(ctl, &quit, env.log)) {
+      // Nothing was read from this client: the worker may accept the next connection.
+      (void)!::send(fd, kTooManyFromIp, std::strlen(kTooManyFromIp), MSG_NOSIGNAL);
+      ::shutdown(fd, SHUT_WR);
+      ::close(fd);
+      if (privsep) ::_exit(0);  // its one 'B' is spent (Master::message)
+      if (::write(ctl, &kIdle, 1) != 1) ::_exit(0);
+      continue;
+    }
     serve_session(senv, fd);
     ++served;
+    // Privilege separation: one session per process, logged in or not (the pre-login code
+    // handled what the client sent; a fresh worker starts clean).
+    if (privsep) ::_exit(0);
     if (env.cfg->worker_sessions && served >= env.cfg->worker_sessions) ::_exit(0);
     if (::write(ctl, &kIdle, 1) != 1) ::_exit(0);
   }
@@ -84,6 +143,7 @@ class Master {
   void maintain();
   void reap();
   void turn_away();
+  void message(pid_t pid, Worker& w, std::string_view m);
   void stop();
   size_t count(Worker::State s) const {
     size_t n = 0;
@@ -97,6 +157,7 @@ class Master {
   int sigfd_;
   std::map<pid_t, Worker> workers_;
   bool stopping_ = false;
+  const bool privsep_ = env_.privsep && env_.privsep->enabled;
   unsigned spawn_failures_ = 0;
 };
 
@@ -125,7 +186,7 @@ void Master::spawn() {
     worker_main(env_, listen_fd_, sv[1], master);
   }
   ::close(sv[1]);
-  workers_[pid] = Worker{Worker::State::Idle, sv[0]};
+  workers_[pid] = Worker{Worker::State::Idle, sv[0], {}, false};
   spawn_failures_ = 0;
   log(LogLevel::Debug, "FTPD0002 worker " + std::to_string(pid) + " started");
 }
@@ -174,6 +235,38 @@ void Master::reap() {
     if (it->second.ctl >= 0) ::close(it->second.ctl);
     workers_.erase(it);
   }
+}
+
+// One message of a worker (master.h). A worker may lie after its privileges were dropped: with
+// privilege separation a worker serves one connection, so everything after its first 'B' is
+// ignored (an 'I' would make it count as idle, or clear its address from the per-address count);
+// and the answer is sent without blocking, so a worker that does not read cannot stall the master.
+void Master::message(pid_t pid, Worker& w, std::string_view m) {
+  if (m.empty()) return;
+  if (privsep_ && w.asked) return;
+  if (m[0] == kIdle) {
+    w.peer.clear();
+    if (w.state != Worker::State::Retiring) w.state = Worker::State::Idle;
+    return;
+  }
+  if (m[0] != kBusy) return;
+  w.asked = true;
+  if (w.state != Worker::State::Retiring) w.state = Worker::State::Busy;
+  std::string host(m.substr(1));
+  size_t same = 0;
+  for (auto& [p, o] : workers_) same += p != pid && !o.peer.empty() && o.peer == host;
+  char answer = kAccept;
+  if (cfg_.max_sessions_per_ip && same >= cfg_.max_sessions_per_ip) {
+    answer = kRefuse;
+    w.peer.clear();
+    log(LogLevel::Warn, "FTPD0022 " + host + " has " + std::to_string(same) +
+                            " sessions already (max_sessions_per_ip " +
+                            std::to_string(cfg_.max_sessions_per_ip) +
+                            "): connection turned away with 421");
+  } else {
+    w.peer = host;
+  }
+  if (w.ctl >= 0) (void)!::send(w.ctl, &answer, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void Master::turn_away() {
@@ -249,19 +342,16 @@ int Master::run() {
       if (!fds[i].revents || owners[i] <= 0) continue;
       auto it = workers_.find(owners[i]);
       if (it == workers_.end()) continue;
-      char buf[16];
+      char buf[kMaxMessage];
       ssize_t r = ::read(it->second.ctl, buf, sizeof buf);
       if (r <= 0) {
         ::close(it->second.ctl);
         it->second.ctl = -1;  // dying; reaped on SIGCHLD
+        it->second.peer.clear();
         if (it->second.state == Worker::State::Idle) it->second.state = Worker::State::Retiring;
         continue;
       }
-      for (ssize_t k = 0; k < r; ++k) {
-        if (it->second.state == Worker::State::Retiring) continue;
-        if (buf[k] == kBusy) it->second.state = Worker::State::Busy;
-        if (buf[k] == kIdle) it->second.state = Worker::State::Idle;
-      }
+      message(pid_t(owners[i]), it->second, std::string_view(buf, size_t(r)));
     }
     if (fds[0].revents) {
       signalfd_siginfo si;

@@ -194,7 +194,8 @@ class Session {
                        Clock::time_point start, bool log_xfer);
   std::unique_ptr<DataConn> open_data(std::string* err);
   TransferOptions transfer_options(bool ascii);
-  void login_ok(const std::string& name, const std::string& root, bool anonymous, bool write);
+  // By value: after_login may wipe the user table these come from.
+  void login_ok(std::string name, std::string root, bool anonymous, bool write);
 
   const SessionEnv& env_;
   const Config& cfg_;
@@ -395,14 +396,21 @@ void Session::cmd_user(const std::string& arg) {
     ctl_.reply(331, "Password required for " + arg.substr(0, 64));
 }
 
-void Session::login_ok(const std::string& name, const std::string& root, bool anonymous,
-                       bool write) {
+void Session::login_ok(std::string name, std::string root, bool anonymous, bool write) {
   try {
     root_ = std::make_unique<ftp::Root>(root);
   } catch (const std::exception& e) {
     log(LogLevel::Error, "FTPD0204 " + peer_.host() + ": cannot open the root of " + name + ": " +
                              e.what());
     ctl_.reply(421, "Cannot open your home directory; try later");
+    quit_ = true;
+    return;
+  }
+  // ---- privilege separation (privsep.h): the one call of the session into it ----
+  if (std::string err; env_.after_login && !env_.after_login(name, anonymous, &err)) {
+    log(LogLevel::Error, "FTPD0205 " + peer_.host() + ": cannot drop privileges for " + name +
+                             ": " + err + "; session ended");
+    ctl_.reply(421, "Internal error; try later");
     quit_ = true;
     return;
   }

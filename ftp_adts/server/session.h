@@ -4,6 +4,7 @@
 // runs one Session at a time; nothing here is shared between sessions.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,10 @@ struct SessionEnv {
   fabric::LogSink log;
   Xferlog* xferlog = nullptr;
   std::shared_ptr<ftp::TlsContext> tls;  // nullptr: no [tls], AUTH TLS is refused
+  // Called once the password is accepted and the user's root is open, before the 230 reply:
+  // privilege separation (privsep.h) drops to the user's account there. False (with *err): the
+  // session is ended with 421. Empty: nothing to do (not started as root).
+  std::function<bool(const std::string& user, bool anonymous, std::string* err)> after_login;
 };
 
 // Serves the session on the accepted control socket `fd` (owned) until QUIT, a timeout or the

@@ -89,6 +89,24 @@ def make_tree(root, files, seed=1):
     return root
 
 
+def chown_tree(top, uid, gid):
+    """chown -R without following symlinks."""
+    os.lchown(top, uid, gid)
+    for d, dirs, files in os.walk(top):
+        for n in dirs + files:
+            os.lchown(os.path.join(d, n), uid, gid)
+
+
+def give_to_sessions(srv, *paths):
+    """Files a test adds to a TierceFtpd's tree after it started, that its sessions must write
+    (APPE, resume, delete): theirs, like the tree (TierceFtpd.start). Nothing unless root."""
+    if isinstance(srv, TierceFtpd) and os.geteuid() == 0:
+        import pwd
+        nobody = pwd.getpwnam("nobody")
+        for p in paths:
+            chown_tree(p, nobody.pw_uid, nobody.pw_gid)
+
+
 def which_or_skip(*names):
     """Exit 77 (skipped) when a required program is missing: packages only, never our targets."""
     for n in names:
@@ -446,6 +464,17 @@ class TierceFtpd(_Server):
         self.ready_file = os.path.join(d, "ready")
         self.config_path = os.path.join(d, "ftpd.toml")
         os.makedirs(self.root, exist_ok=True)
+        # Started as root, tierce-ftpd runs each session as its account after login (privilege
+        # separation, docs/ftp.md): users here have no run_as, so that is unprivileged_user
+        # (default nobody), which must own the writable trees. Files the test adds later as root
+        # stay readable (0644) but not writable by the session.
+        if os.geteuid() == 0:
+            import pwd
+            nobody = pwd.getpwnam("nobody")
+            for _name, _pw, root, write in self.users:
+                if write:
+                    chown_tree(os.path.abspath(root) if root else self.root, nobody.pw_uid,
+                               nobody.pw_gid)
         with open(self.config_path, "w") as f:
             f.write(self._config())
         self.proc = spawn([self.binary, "-c", self.config_path, "--foreground"], self.log_path)

@@ -283,3 +283,26 @@ BOOST_FIXTURE_TEST_CASE(c_api_round_trip, CliFixture) {
   BOOST_TEST(c.wait() == 0, slurp(err));
   BOOST_TEST(eventually([&] { return svc.total_holds() == 0; }));
 }
+
+// max_locks_per_uid reaches tierce-lock as TooMany with lockd's message, printed; COMMAND never
+// runs.
+BOOST_AUTO_TEST_CASE(uid_quota_is_reported_by_the_cli) {
+  tierce::lockd::IpcOptions o;
+  o.max_locks_per_uid = 1;
+  ServerFixture s(false, o);
+  LockClient holder(s.sock);  // same uid as the CLI: takes the whole quota
+  auto h = holder.lock("held", Mode::Exclusive);
+  std::string err = s.dir / "stderr", marker = s.dir / "ran";
+  Child c = spawn({TIERCE_LOCK_BINARY, "--socket", s.sock, "other", "touch", marker}, err,
+                  s.dir / "stdout");
+  int code = c.wait();
+  std::string e = slurp(err);
+  BOOST_TEST(code != 0, e);
+  BOOST_TEST(e.find("max_locks_per_uid 1") != std::string::npos, e);
+  BOOST_TEST(!std::filesystem::exists(marker));
+  h.unlock();
+  c = spawn({TIERCE_LOCK_BINARY, "--socket", s.sock, "other", "touch", marker}, err,
+            s.dir / "stdout");
+  BOOST_TEST(c.wait() == 0, slurp(err));
+  BOOST_TEST(std::filesystem::exists(marker));
+}

@@ -401,6 +401,109 @@ BOOST_AUTO_TEST_CASE(per_client_hold_limit) {
   BOOST_TEST(c.try_lock("c", Mode::Exclusive).has_value());
 }
 
+// max_locks_per_uid: the holds and waiting requests of all connections of one uid count
+// together (this process is one uid), released units are given back (unlock, close), and another
+// uid is not affected.
+BOOST_AUTO_TEST_CASE(per_uid_lock_quota_across_connections) {
+  tierce::lockd::IpcOptions o;
+  o.max_holds_per_client = 10;
+  o.max_locks_per_uid = 3;
+  o.socket_mode = 0666;
+  ServerFixture s(false, o);
+  LockClient a(s.sock), b(s.sock);
+  auto a1 = a.lock("a1", Mode::Exclusive);
+  auto a2 = a.lock("a2", Mode::Exclusive);
+  auto b1 = b.lock("b1", Mode::Exclusive);
+  // A fourth, from either connection, and a waiting one too: refused before reaching the service.
+  auto msg = expect_error(Status::TooMany, [&] { b.lock("b2", Mode::Exclusive); });
+  BOOST_TEST(msg.find("max_locks_per_uid 3") != std::string::npos, msg);
+  BOOST_TEST(msg.find("uid " + std::to_string(::getuid())) != std::string::npos, msg);
+  expect_error(Status::TooMany, [&] { a.lock("a1", Mode::Exclusive, 50ms); });
+  BOOST_TEST(s.svc.waiters("a1") == 0u);
+  // An unlock gives one back.
+  a1.unlock();
+  auto b2 = b.lock("b2", Mode::Exclusive);
+  expect_error(Status::TooMany, [&] { b.lock("b3", Mode::Exclusive); });
+  // A waiting request counts while it waits, and is given back when it times out.
+  b2.unlock();
+  LockClient holder_of_x(s.sock);  // same uid: takes the last unit
+  auto x = holder_of_x.lock("x", Mode::Exclusive);
+  x.unlock();
+  auto w = std::async(std::launch::async, [&] {
+    try {
+      b.lock("a2", Mode::Exclusive, 300ms);
+      return Status::Ok;
+    } catch (const LockError& e) {
+      return e.status();
+    }
+  });
+  BOOST_TEST_REQUIRE(eventually([&] { return s.svc.waiters("a2") == 1u; }));
+  expect_error(Status::TooMany, [&] { holder_of_x.lock("y", Mode::Exclusive); });
+  BOOST_TEST(w.get() == Status::Timeout);
+  // The wait's unit is back once lockd's own timeout ran (the client may give up a moment before).
+  BOOST_TEST(eventually([&] {
+    try {
+      return holder_of_x.try_lock("y", Mode::Exclusive).has_value();
+    } catch (const LockError&) {
+      return false;
+    }
+  }));
+  // Closing a connection gives back all of its holds: a process takes the last unit and exits
+  // without unlocking (the kernel closes its connection).
+  pid_t child = ::fork();
+  if (child == 0) {
+    try {
+      LockClient k(s.sock);
+      auto h = k.lock("k", Mode::Exclusive, 2s);
+      ::_exit(0);
+    } catch (...) {
+      ::_exit(3);
+    }
+  }
+  int cst = 0;
+  ::waitpid(child, &cst, 0);
+  BOOST_TEST((WIFEXITED(cst) && WEXITSTATUS(cst) == 0), "child status " << cst);
+  BOOST_TEST(eventually([&] { return b.try_lock("k", Mode::Exclusive).has_value(); }));
+  // Another uid has its own quota (needs root to become it).
+  if (::geteuid() == 0) {
+    auto p = b.lock("p", Mode::Exclusive);  // a2, b1, p: this uid is full now
+    expect_error(Status::TooMany, [&] { b.lock("r", Mode::Exclusive); });
+    ::chmod(s.dir.path().c_str(), 0755);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 1;
+      if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+        try {
+          LockClient other(s.sock);
+          auto h = other.lock("r", Mode::Exclusive, 2s);
+          code = 0;
+        } catch (...) {
+          code = 2;
+        }
+      }
+      ::_exit(code);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0), "child status " << st);
+  } else {
+    BOOST_TEST_MESSAGE("not root: the other-uid part is skipped");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(per_uid_client_limit) {
+  tierce::lockd::IpcOptions o;
+  o.max_clients_per_uid = 2;
+  ServerFixture s(false, o);
+  LockClient a(s.sock), b(s.sock);
+  BOOST_TEST_REQUIRE(eventually([&] { return s.ipc->clients() == 2; }));
+  LockClient c(s.sock);  // connects at socket level, then is told
+  auto msg = expect_error(Status::TooMany, [&] { c.lock("x", Mode::Exclusive, 1s); });
+  BOOST_TEST(msg.find("max_clients_per_uid") != std::string::npos, msg);
+  BOOST_TEST(s.log.count("LOCKD0220") == 1u);
+  BOOST_TEST(a.try_lock("x", Mode::Exclusive).has_value());
+}
+
 BOOST_AUTO_TEST_CASE(client_limit) {
   tierce::lockd::IpcOptions o;
   o.max_clients = 1;

@@ -13,7 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import ftpenv  # noqa: E402
-from ftpenv import Checks, TempDir, TierceFtpd, make_tree, run, sha256  # noqa: E402
+from ftpenv import (Checks, TempDir, TierceFtpd, give_to_sessions, make_tree, run,  # noqa: E402
+                    sha256)
 from test_vs_vsftpd import mirror_files, tree_digest  # noqa: E402
 
 
@@ -67,6 +68,7 @@ def main():
                     "get -c over ADTS: sha256 identical", r.stderr)
             with open(os.path.join(root, "rpart.bin"), "wb") as f:
                 f.write(data[:len(data) // 2])
+            give_to_sessions(s, os.path.join(root, "rpart.bin"))
             r = tf("put", "-c", part, s.url("/rpart.bin"))
             c.check(r.returncode == 0 and sha256(os.path.join(root, "rpart.bin")) == sha256(part),
                     "put -c over ADTS (APPE): sha256 identical", r.stderr)

@@ -99,6 +99,7 @@ def body(ck, srv, root, local, a, cert):
         f.write(uphead)
     if a.vsftpd:
         os.chown(rp, *ftpenv.ensure_local_user())
+    ftpenv.give_to_sessions(srv, rp)
     rc, out, err = curl(*up, "-C", "-", "-T", os.path.join(local, "up.bin"),
                         base + "/resumed.bin")
     ck.check(rc == 0 and "SIZE" in err and "APPE" in err and ftpenv.file_sha(rp) == up_sha,

@@ -211,6 +211,7 @@ def body(ck, srv, root, local, ftp):
             name = "raw-%s.bin" % verb.replace("+", "-").lower()
             with open(os.path.join(root, name), "wb") as f:
                 f.write(data[:off])
+            ftpenv.give_to_sessions(srv, os.path.join(root, name))
             d = c.data_connect(timeout=30)
             if verb == "APPE":
                 code, text = c.cmd("APPE " + name)

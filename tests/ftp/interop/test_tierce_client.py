@@ -225,6 +225,7 @@ def body(ck, srv, root, local, ftp):
              (r.returncode, r.stderr.decode(errors="replace")[-300:]))
     rdir = os.path.join(root, "rmirror")
     ftpenv.make_tree(rdir, {"stale.bin": b"old", "keep/stale2.bin": b"old"})
+    ftpenv.give_to_sessions(srv, rdir)
     rc, so, se = tftp("tcp", "mirror", "-R", "--delete", base + "/rmirror",
                       os.path.join(local, "utree"))
     ck.check(rc == 0 and not diff_trees(os.path.join(local, "utree"), rdir),

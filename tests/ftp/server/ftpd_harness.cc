@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
@@ -74,6 +76,23 @@ RunResult run_ftpd(const std::vector<std::string>& args, const std::string& inpu
   r.out = tierce_test::read_file(d / "out");
   r.err = tierce_test::read_file(d / "err");
   return r;
+}
+
+bool running_as_root() { return ::geteuid() == 0; }
+
+void give_to(const std::string& path, const std::string& account) {
+  if (!running_as_root()) return;
+  passwd* pw = ::getpwnam(account.c_str());
+  if (!pw) throw std::runtime_error("no account " + account);
+  std::error_code ec;
+  auto own = [&](const std::string& p) {
+    if (::lchown(p.c_str(), pw->pw_uid, pw->pw_gid) != 0)
+      throw std::runtime_error("lchown " + p + ": " + std::strerror(errno));
+  };
+  own(path);
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    own(it->path().string());
 }
 
 std::string hash_of(const std::string& password) {

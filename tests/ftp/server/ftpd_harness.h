@@ -21,6 +21,14 @@ struct RunResult {
 // Runs tierce-ftpd with `args`, feeding `input` on stdin; bounded by 60 s.
 RunResult run_ftpd(const std::vector<std::string>& args, const std::string& input = "");
 
+// Started as root, tierce-ftpd runs a session as its account after login (privilege separation,
+// docs/ftp.md): a writable tree must belong to that account. Chowns `path` and everything below
+// it to `account` when the test runs as root; does nothing otherwise. Throws when the account does
+// not exist.
+void give_to(const std::string& path, const std::string& account = "nobody");
+// True when the tests run as root (privilege separation is on in the servers they start).
+bool running_as_root();
+
 // A crypt(3) hash made by the binary (--hash-password).
 std::string hash_of(const std::string& password);
 

@@ -41,6 +41,9 @@ struct Fixture {
     ::mkdir(alice_root.c_str(), 0755);
     ::mkdir(anon_root.c_str(), 0755);
     tierce_test::write_file(anon_root + "/readme.txt", "hello anonymous\n");
+    // As root, alice's and bob's sessions run as nobody (unprivileged_user's default): alice
+    // writes there.
+    give_to(alice_root);
     static const std::string alice_hash = hash_of("wonderland");
     server = std::make_unique<Server>(
         dir, "workers = 2\nmax_sessions = 4\nlogin_fail_delay_ms = 10\nxferlog = \"" +

@@ -1,0 +1,58 @@
+// ftp_adts/server/privsep.h — privilege separation of tierce-ftpd (docs/ftp.md "Privilege
+// separation"; the model is vsftpd's and OpenSSH's).
+//
+// Started as root, tierce-ftpd binds its port as root and serves each session in a worker that,
+// at the moment the user's password is accepted, becomes the session's system account for good:
+// setgroups + setresgid + setresuid (each checked; afterwards setuid(0)/setgid(0) must fail, else
+// the session is ended), PR_SET_NO_NEW_PRIVS, and the user table (names, roots, password hashes)
+// is overwritten in the worker's memory. Such a worker exits after its session, so a worker never
+// serves two users (the master forks a fresh one). Started as another user, nothing changes: the
+// sessions run as that user (FTPD0020 says so).
+//
+// Accounts are resolved once at start (getpwnam/getgrouplist), so a missing account is a startup
+// error, not a failed login, and the worker needs no NSS lookup after the drop.
+//
+// No chroot: ftp::Root already confines every access with openat2(RESOLVE_IN_ROOT) from a dirfd
+// opened before the drop, so a chroot would add nothing to the confinement and would take away
+// what the session needs (/etc/localtime for xferlog times, /dev/log for syslog).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ftp_adts/server/config.h"
+
+namespace tierce::ftpd {
+
+struct Account {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups (getgrouplist), the primary one included
+};
+
+struct PrivsepPlan {
+  bool enabled = false;  // started as root
+  Account unprivileged;  // anonymous, and users without run_as
+  std::map<std::string, Account> by_user;  // [[user]] name -> its account
+
+  // The account a login becomes: the user's run_as, else `unprivileged`.
+  const Account& account_for(const std::string& user, bool anonymous) const;
+};
+
+// Resolves unprivileged_user and every run_as. Problems (an account that does not exist, or is
+// root) are appended to *problems, one line each, naming the key. `enabled` is set by the caller.
+PrivsepPlan resolve_accounts(const Config& cfg, std::vector<std::string>* problems);
+
+// Becomes `a` for good (see above). False with *err set when any step failed or root could be
+// regained; the caller must then end the session.
+bool drop_privileges(const Account& a, std::string* err);
+
+// Overwrites then frees the user table of this process's configuration (names, roots, password
+// hashes): a session running as its user keeps no other user's data, nor its own hash.
+void wipe_user_table(Config* cfg);
+
+}  // namespace tierce::ftpd
