@@ -601,7 +601,8 @@ uint64_t VerbsSession::receive(const Sink& sink, const Progress& progress) {
                                           " (ids increase by one per session, from 1)");
     if (begin.length > sink.max_length ||
         (sink.fd < 0 && begin.length > kMaxMemoryTransfer))
-      throw AdtsError(Code::Protocol, "transfer of " + std::to_string(begin.length) +
+      throw AdtsError(begin.length > sink.max_length ? Code::TooLarge : Code::Protocol,
+                      "transfer of " + std::to_string(begin.length) +
                                           " bytes exceeds the sink's limit");
     last_id_ = begin.transfer_id;
     total = begin.length;

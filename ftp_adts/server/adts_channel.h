@@ -52,7 +52,8 @@ class AdtsChannel {
   // still usable). The result's bytes are those moved so far also when the transfer failed.
   TransferResult send_file(int fd, uint64_t offset, uint64_t length);
   TransferResult send_bytes(std::string_view bytes);
-  TransferResult receive_file(int fd, uint64_t offset);
+  // max: a BEGIN announcing more is refused at once (Quota; the session is broken).
+  TransferResult receive_file(int fd, uint64_t offset, uint64_t max = UINT64_MAX);
   TransferResult receive_bytes(std::string* out, uint64_t max);
 
   // Also called from the thread accepting the streams: must be thread-safe and must not depend on
