@@ -58,6 +58,9 @@ struct SessionParams {
   bool zero_copy = true;        // tcp/ptcp: sendfile/splice; false = pipeline through buffers
   Millis timeout{60000};        // data timeout: no progress for this long is an error
   uint64_t cookie = 0;          // from the TPRT reply; checked in every HELLO
+  // Listener (tcp/ptcp): accept streams only from this numeric host (an IPv4-mapped address
+  // counts as IPv4); "" = from anywhere. tierce-ftpd sets the control connection's peer.
+  std::string allowed_peer;
 };
 constexpr unsigned kMaxStreams = 64;
 

@@ -62,6 +62,24 @@ std::string peer_name(int fd) {
   return std::string(host) + ":" + serv;
 }
 
+// The numeric host of fd's peer, an IPv4-mapped IPv6 address as IPv4; "" when unknown.
+std::string peer_host(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  char host[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+  } else if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      ::inet_ntop(AF_INET, &a.s6_addr[12], host, sizeof host);
+    else
+      ::inet_ntop(AF_INET6, &a, host, sizeof host);
+  }
+  return host;
+}
+
 class TcpSession final : public Session {
  public:
   TcpSession(std::vector<Fd> socks, const SessionParams& p) : socks_(std::move(socks)), p_(p) {
@@ -735,6 +753,13 @@ class TcpListener final : public ListenerImplBase {
           Pending pd;
           pd.fd.reset(c);
           pd.peer = peer_name(c);
+          if (!p_.allowed_peer.empty() && peer_host(c) != p_.allowed_peer) {
+            // Not the control connection's peer (a stranger racing for the port): dropped
+            // before it may even try a cookie.
+            say("ADT0105 data stream from " + pd.peer + " dropped: not the control peer " +
+                p_.allowed_peer);
+            continue;
+          }
           wire::tune_socket(c);
           if (pending.size() >= kMaxPending) {
             say("ADT0104 too many data connections without HELLO; dropping the oldest");

@@ -139,7 +139,7 @@ bool AdtsChannel::verbs_available() {
 }
 
 bool AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero_copy,
-                            Millis timeout, uint64_t cookie) {
+                            Millis timeout, uint64_t cookie, const std::string& allowed_peer) {
   if (streams < 1 || streams > adts::kMaxStreams || (kind != Kind::ParallelTcp && streams != 1))
     return false;
   reset();
@@ -152,6 +152,7 @@ bool AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero
   p.zero_copy = zero_copy;
   p.timeout = timeout;
   p.cookie = cookie;
+  p.allowed_peer = allowed_peer;
   configured_ = true;
   return true;
 }

@@ -864,7 +864,7 @@ void Session::cmd_tprt(const std::string& arg) {
   unsigned streams = req->kind == K::ParallelTcp ? req->streams : 1;
   if (!adts_.configure(kind, streams, size_t(cfg_.adts_block_kib) * 1024,
                        cfg_.adts_zero_copy && !ascii_, std::chrono::seconds(cfg_.data_timeout_s),
-                       cookie)) {
+                       cookie, cfg_.adts_peer_only ? peer_.host() : std::string())) {
     ctl_.reply(501, std::string("TPRT ") + upper(arg).substr(0, 16) + ": stream count must be 1.." +
                         std::to_string(cfg_.adts_max_streams));
     return;
