@@ -930,6 +930,15 @@ std::unique_ptr<DataConn> Session::open_data(std::string* err) {
       *err = std::string("TLS on the data connection failed: ") + e.what();
       return nullptr;
     }
+    if (cfg_.tls_require_reuse && !conn->tls()->session_reused()) {
+      // As vsftpd's require_ssl_reuse: the data connection must resume the TLS session of this
+      // server's control connection, so a stranger who raced for the port (with a fresh
+      // handshake) cannot take the data. curl, lftp and tierce-ftp resume.
+      log(LogLevel::Warn, "FTPD0405 " + who() + ": data connection without TLS session reuse " +
+                              "refused ([tls] require_reuse)");
+      *err = "TLS session reuse required on the data connection";
+      return nullptr;
+    }
   }
   return conn;
 }

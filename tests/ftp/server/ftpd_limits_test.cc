@@ -23,6 +23,7 @@
 #include <random>
 #include <thread>
 
+#include "ftp_adts/ftp/tls.h"
 #include "tests/ftp/server/ftpd_harness.h"
 #ifdef TIERCE_TEST_HAVE_ADTS
 #include "ftp_adts/adts/adts.h"
@@ -535,3 +536,145 @@ BOOST_AUTO_TEST_CASE(adts_begin_over_upload_limit_is_552) {
   BOOST_TEST(file_size(f.alice_root + "/huge.bin") == 0u);
 }
 #endif
+
+// ---- TLS: AUTH resets the login; data connections must resume the control session ----
+
+namespace {
+
+// A self-signed certificate in `dir` (openssl CLI); false when openssl is missing.
+bool make_cert(const TempDir& dir, std::string* cert, std::string* key) {
+  *cert = dir / "cert.pem";
+  *key = dir / "key.pem";
+  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + *key + " -out " +
+                    *cert + " -days 2 -subj /CN=localhost >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// The control connection of `c` after AUTH TLS: commands and replies inside TLS.
+class TlsControl {
+ public:
+  TlsControl(Client& c, std::shared_ptr<tierce::ftp::TlsContext> ctx) : ctx_(std::move(ctx)) {
+    auto r = c.cmd("AUTH TLS");
+    BOOST_REQUIRE_EQUAL(r.code, 234);
+    tls_ = tierce::ftp::TlsConnection::connect(ctx_, c.fd(), "localhost", 10000ms);
+  }
+  tierce::ftp::Reply cmd(const std::string& line) {
+    std::string l = line + "\r\n";
+    tls_->write_all({reinterpret_cast<const uint8_t*>(l.data()), l.size()});
+    return reply();
+  }
+  tierce::ftp::Reply reply() {
+    for (;;) {
+      if (auto r = parser_.take()) return *r;
+      uint8_t buf[4096];
+      size_t n = 0;
+      try {
+        n = tls_->read_some({buf, sizeof buf});
+      } catch (const std::exception&) {
+        return {};
+      }
+      if (n == 0) return {};
+      parser_.feed({reinterpret_cast<const char*>(buf), n});
+    }
+  }
+  tierce::ftp::TlsConnection* tls() { return tls_.get(); }
+  const std::shared_ptr<tierce::ftp::TlsContext>& ctx() const { return ctx_; }
+
+ private:
+  std::shared_ptr<tierce::ftp::TlsContext> ctx_;
+  std::unique_ptr<tierce::ftp::TlsConnection> tls_;
+  tierce::ftp::ReplyParser parser_;
+};
+
+uint16_t pasv_port(const tierce::ftp::Reply& r) {
+  auto t = r.text();
+  auto open = t.find('('), close = t.find(')');
+  BOOST_REQUIRE(open != std::string::npos && close != std::string::npos);
+  auto hp = tierce::ftp::parse_port_arg(t.substr(open + 1, close - open - 1));
+  BOOST_REQUIRE(hp);
+  return hp->port;
+}
+
+// RETR over PROT P; the data connection's TLS resumes the control session when `reuse`.
+// The final reply code (0 when none).
+int tls_retr(TlsControl& t, const std::string& file, bool reuse, std::string* data) {
+  uint16_t port = pasv_port(t.cmd("PASV"));
+  int d = Client::data_connect(port);
+  BOOST_REQUIRE(d >= 0);
+  std::string line = "RETR " + file + "\r\n";
+  t.tls()->write_all({reinterpret_cast<const uint8_t*>(line.data()), line.size()});
+  std::unique_ptr<tierce::ftp::TlsConnection> dt;
+  try {
+    dt = tierce::ftp::TlsConnection::connect(t.ctx(), d, "localhost", 10000ms,
+                                             reuse ? t.tls() : nullptr);
+    uint8_t buf[4096];
+    for (;;) {
+      size_t n = dt->read_some({buf, sizeof buf});
+      if (n == 0) break;
+      data->append(reinterpret_cast<const char*>(buf), n);
+    }
+  } catch (const std::exception&) {
+  }
+  dt.reset();
+  ::close(d);
+  auto r = t.reply();
+  if (r.code == 150) r = t.reply();
+  return r.code;
+}
+
+}  // namespace
+
+// RFC 4217 §4: AUTH TLS after a plain login resets the session: the user logs in again.
+BOOST_AUTO_TEST_CASE(auth_tls_after_login_resets_the_login) {
+  TempDir certs;
+  std::string cert, key;
+  if (!make_cert(certs, &cert, &key)) {
+    BOOST_TEST_MESSAGE("openssl not available: skipped");
+    return;
+  }
+  Fixture f("", "[tls]\ncert = \"" + cert + "\"\nkey = \"" + key + "\"\n");
+  auto c = f.alice();
+  BOOST_TEST(c->cmd("PWD").code == 257);
+  TlsControl t(*c, tierce::ftp::TlsContext::client(false));
+  BOOST_TEST(t.cmd("PWD").code == 530);
+  BOOST_TEST(t.cmd("USER alice").code == 331);
+  BOOST_TEST(t.cmd("PASS wonderland").code == 230);
+  BOOST_TEST(t.cmd("PWD").code == 257);
+  BOOST_TEST(f.server->log().find("FTPD0205") != std::string::npos);
+}
+
+// [tls] require_reuse (default true): a PROT P data connection with a fresh TLS handshake gets
+// 426 (FTPD0405); one resuming the control connection's session is served. Off: both served.
+BOOST_AUTO_TEST_CASE(tls_data_connection_must_resume_the_session) {
+  TempDir certs;
+  std::string cert, key;
+  if (!make_cert(certs, &cert, &key)) {
+    BOOST_TEST_MESSAGE("openssl not available: skipped");
+    return;
+  }
+  for (bool require : {true, false}) {
+    Fixture f("", "[tls]\ncert = \"" + cert + "\"\nkey = \"" + key + "\"\nrequire_reuse = " +
+                      (require ? "true" : "false") + "\n");
+    tierce_test::write_file(f.alice_root + "/t.txt", "secret");
+    Client c(f.server->port());
+    BOOST_REQUIRE_EQUAL(c.reply().code, 220);
+    TlsControl t(c, tierce::ftp::TlsContext::client(false));
+    BOOST_TEST(t.cmd("USER alice").code == 331);
+    BOOST_TEST(t.cmd("PASS wonderland").code == 230);
+    BOOST_TEST(t.cmd("PBSZ 0").code == 200);
+    BOOST_TEST(t.cmd("PROT P").code == 200);
+    std::string data;
+    BOOST_TEST(tls_retr(t, "t.txt", true, &data) == 226);
+    BOOST_TEST(data == "secret");
+    data.clear();
+    int code = tls_retr(t, "t.txt", false, &data);
+    if (require) {
+      BOOST_TEST(code == 426);
+      BOOST_TEST(data.empty());
+      BOOST_TEST(f.server->log().find("FTPD0405") != std::string::npos);
+    } else {
+      BOOST_TEST(code == 226);
+      BOOST_TEST(data == "secret");
+    }
+  }
+}
