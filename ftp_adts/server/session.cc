@@ -500,10 +500,10 @@ void Session::cmd_pass(const std::string& arg) {
     ok = verify_password(arg, u->password_hash);
   } else {
     // Spend the same time on unknown names as on known ones: no user enumeration by timing.
-    // The check runs against a real entry's hash (the first [[user]]), so algorithm and cost
-    // are those of real entries whatever --hash-password's default is; its result is ignored.
-    static const std::string fallback = hash_password("tierce-dummy");
-    verify_password(arg, cfg_.users.empty() ? fallback : cfg_.users.front().password_hash);
+    // The check runs against a real entry's hash (same algorithm and cost); result ignored.
+    std::vector<std::string> known;
+    for (const auto& k : cfg_.users) known.push_back(k.password_hash);
+    verify_password(arg, dummy_hash_for(known));
     ok = false;
   }
   if (ok) {
