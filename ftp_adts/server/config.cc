@@ -343,7 +343,8 @@ Config parse_checked(const toml::table& root, const std::string& source) {
         else if (auto d = c.directory(t, "user.", "root", base))
           u.root = *d;
         if (auto w = c.boolean(t, "user.", "write")) u.write = *w;
-        if (auto v = c.integer(t, "user.", "max_upload_bytes", 0, INT64_MAX)) u.max_upload_bytes = *v;
+        if (auto v = c.integer(t, "user.", "max_upload_bytes", 0, INT64_MAX))
+          u.max_upload_bytes = *v;
         if (auto v = c.integer(t, "user.", "session_upload_bytes", 0, INT64_MAX))
           u.session_upload_bytes = *v;
         cfg.users.push_back(std::move(u));

@@ -471,7 +471,8 @@ void Session::login_ok(const std::string& name, const std::string& root, bool an
   logged_in_ = true;
   anonymous_ = anonymous;
   writable_ = write;
-  max_upload_ = u && u->max_upload_bytes >= 0 ? uint64_t(u->max_upload_bytes) : cfg_.max_upload_bytes;
+  max_upload_ = u && u->max_upload_bytes >= 0 ? uint64_t(u->max_upload_bytes)
+                                              : cfg_.max_upload_bytes;
   session_upload_ = u && u->session_upload_bytes >= 0 ? uint64_t(u->session_upload_bytes)
                                                       : cfg_.session_upload_bytes;
   cwd_ = "/";
