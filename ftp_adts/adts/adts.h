@@ -41,6 +41,8 @@ class AdtsError : public std::runtime_error {
     LocalIo,     // reading/writing the local file failed (errno text in the message)
     NoDevice,    // verbs: no RDMA device
     Config,      // bad parameters
+    TooLarge,    // the transfer passes the receiver's limit (Sink::max_length,
+                 // PlainOptions::max_bytes); nothing beyond the limit was written
   };
   AdtsError(Code c, const std::string& what) : std::runtime_error(what), code_(c) {}
   Code code() const { return code_; }
@@ -56,6 +58,9 @@ struct SessionParams {
   bool zero_copy = true;        // tcp/ptcp: sendfile/splice; false = pipeline through buffers
   Millis timeout{60000};        // data timeout: no progress for this long is an error
   uint64_t cookie = 0;          // from the TPRT reply; checked in every HELLO
+  // Listener (tcp/ptcp): accept streams only from this numeric host (an IPv4-mapped address
+  // counts as IPv4); "" = from anywhere. tierce-ftpd sets the control connection's peer.
+  std::string allowed_peer;
 };
 constexpr unsigned kMaxStreams = 64;
 
@@ -72,7 +77,10 @@ struct Sink {
   int fd = -1;                          // file to write at offset..offset+total
   uint64_t offset = 0;
   std::vector<uint8_t>* memory = nullptr;  // or append here
-  uint64_t max_length = UINT64_MAX;     // a larger BEGIN is a Protocol error (nothing written)
+  uint64_t max_length = UINT64_MAX;     // a larger BEGIN is TooLarge (nothing written; the
+                                        // session is broken: its streams are mid-transfer)
+  // Memory sinks grow as the blocks arrive (in offset order), never to the announced total up
+  // front: a peer announcing 1 GiB and sending nothing costs nothing.
 };
 
 // Progress of the transfer in flight: bytes so far, total (called from the calling thread).
@@ -165,6 +173,9 @@ struct PlainOptions {
   // is woken once 512 KiB is queued (SO_RCVLOWAT, back to 1 afterwards), not once per segment, and
   // reads whatever trickled in every 200 ms, so a slow sender is still progress.
   bool receive_by_splice = true;
+  // receive_file: the most bytes to take; one more arriving throws AdtsError{TooLarge} with the
+  // first max_bytes written (an upload limit).
+  uint64_t max_bytes = UINT64_MAX;
 };
 // Sends [offset, offset+length) of fd to sock with sendfile(2); returns bytes sent.
 uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis timeout,

@@ -172,7 +172,11 @@ uint64_t copy_out(Move& m, int fd, uint64_t offset, uint64_t length) {
 // recv + write until EOF: by choice (receive_by_splice off), or for sockets or files that refuse
 // splice. Reads again at once after a full buffer, and waits (for a batch) only after a recv that
 // emptied the socket: a poll per recv would double the system calls of a busy transfer.
-uint64_t copy_in(Move& m, int fd, uint64_t offset) {
+[[noreturn]] void too_large(uint64_t max) {
+  throw AdtsError(Code::TooLarge, "more than the limit of " + std::to_string(max) + " bytes");
+}
+
+uint64_t copy_in(Move& m, int fd, uint64_t offset, uint64_t max) {
   std::vector<uint8_t> buf(kChunk);
   BatchedWakeups batched(m.sock());
   bool drained = false;  // the last recv emptied the socket: wait before the next
@@ -187,6 +191,12 @@ uint64_t copy_in(Move& m, int fd, uint64_t offset) {
     if (r < 0) wire::throw_errno(Code::PeerClosed, "recv", errno);
     if (r == 0) return m.done();
     drained = size_t(r) < buf.size();
+    if (uint64_t(r) > max - m.done()) {
+      size_t keep = size_t(max - m.done());
+      write_at(fd, buf.data(), keep, offset + m.done());
+      m.moved(keep, true);
+      too_large(max);
+    }
     write_at(fd, buf.data(), size_t(r), offset + m.done());
     m.moved(uint64_t(r), true);
   }
@@ -256,23 +266,31 @@ uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis ti
 uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout, const PlainOptions& o) {
   Move m(sock, timeout, o);
   int p[2];
-  if (!o.receive_by_splice || ::pipe2(p, O_CLOEXEC) != 0) return copy_in(m, fd, offset);
+  const uint64_t max = o.max_bytes;
+  if (!o.receive_by_splice || ::pipe2(p, O_CLOEXEC) != 0) return copy_in(m, fd, offset, max);
   wire::Fd pr(p[0]), pw(p[1]);
   (void)::fcntl(pw.get(), F_SETPIPE_SZ, int(kChunk));  // best effort (pipe-max-size)
   BatchedWakeups batched(sock);
   for (;;) {
     (void)m.wait(POLLIN, "receiving from the peer", batched.slice());
     // The pipe is empty here (each chunk is moved on whole), so the splice in never blocks on it.
-    ssize_t in = ::splice(sock, nullptr, pw.get(), nullptr, kChunk,
+    // At most one byte past the limit comes in: enough to tell the sender went over it.
+    size_t want = size_t(std::min<uint64_t>(kChunk, max - m.done() + (max - m.done() < kChunk)));
+    ssize_t in = ::splice(sock, nullptr, pw.get(), nullptr, want,
                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     if (in == 0) return m.done();
     if (in < 0) {
       int e = errno;
       if (e == EINTR || e == EAGAIN) continue;
-      if (e == EINVAL) return copy_in(m, fd, offset);  // this socket cannot splice
+      if (e == EINVAL) return copy_in(m, fd, offset, max);  // this socket cannot splice
       wire::throw_errno(Code::PeerClosed, "splice from the data connection", e);
     }
-    if (!splice_to_file(m, pr.get(), size_t(in), fd, offset)) return copy_in(m, fd, offset);
+    if (uint64_t(in) > max - m.done()) {
+      // Over the limit: the bytes up to it go to the file, the rest stays in the pipe.
+      splice_to_file(m, pr.get(), size_t(max - m.done()), fd, offset);
+      too_large(max);
+    }
+    if (!splice_to_file(m, pr.get(), size_t(in), fd, offset)) return copy_in(m, fd, offset, max);
   }
 }
 

@@ -49,6 +49,7 @@ using Code = AdtsError::Code;
 constexpr int kPipeSize = 1 << 20;
 // Scratch buffer of the read+pwrite fallback (files that do not support splice).
 constexpr size_t kScratch = 256 << 10;
+constexpr size_t kMemoryStep = 1 << 20;  // a memory sink grows by at most this per recv
 
 std::string peer_name(int fd) {
   sockaddr_storage ss{};
@@ -59,6 +60,24 @@ std::string peer_name(int fd) {
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0)
     return "?";
   return std::string(host) + ":" + serv;
+}
+
+// The numeric host of fd's peer, an IPv4-mapped IPv6 address as IPv4; "" when unknown.
+std::string peer_host(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  char host[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+  } else if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      ::inet_ntop(AF_INET, &a.s6_addr[12], host, sizeof host);
+    else
+      ::inet_ntop(AF_INET6, &a, host, sizeof host);
+  }
+  return host;
 }
 
 class TcpSession final : public Session {
@@ -416,7 +435,7 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
     if (begin.offset != 0)
       throw AdtsError(Code::Protocol, "BEGIN with offset " + std::to_string(begin.offset));
     if (begin.length > sink.max_length)
-      throw AdtsError(Code::Protocol, "transfer of " + std::to_string(begin.length) +
+      throw AdtsError(Code::TooLarge, "transfer of " + std::to_string(begin.length) +
                                           " bytes exceeds the limit of " +
                                           std::to_string(sink.max_length));
     if (sink.fd < 0 && begin.length > kMaxMemoryTransfer)
@@ -429,17 +448,16 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
   last_id_ = begin.transfer_id;
   const uint64_t id = begin.transfer_id, total = begin.length;
 
-  size_t mem_base = 0;
-  if (sink.fd < 0 && sink.memory) {
-    mem_base = sink.memory->size();
-    sink.memory->resize(mem_base + size_t(total));
-  }
+  // A memory sink grows as the bytes arrive (blocks are taken in offset order, as for files),
+  // never to the announced total up front: BEGIN costs the receiver nothing (issue 17).
+  const size_t mem_base = sink.fd < 0 && sink.memory ? sink.memory->size() : 0;
 
   const bool pipelined = sink.fd >= 0 && !p_.zero_copy;
   Coverage cov(total);
-  // File sinks are written in offset order; memory sinks take blocks wherever they land.
+  // File and memory sinks are written in offset order (a memory sink then only ever grows at
+  // its end).
   std::unique_ptr<OrderGate> gate;
-  if (sink.fd >= 0) gate = std::make_unique<OrderGate>(n, p_.timeout);
+  if (sink.fd >= 0 || sink.memory) gate = std::make_unique<OrderGate>(n, p_.timeout);
   std::atomic<uint64_t> done{0}, zc{0}, copied{0}, hits{0}, misses{0};
   std::atomic<bool> local_fail{false}, net_fail{false}, aborted{false};
   ErrorSlot local_err, net_err;
@@ -513,11 +531,20 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
         stream_end = h.offset + h.length;
         int sock = socks_[i].get();
         if (sink.fd < 0) {
-          if (sink.memory)
-            wire::recv_all(sock, sink.memory->data() + mem_base + h.offset, size_t(h.length),
-                           p_.timeout);
-          else
+          if (sink.memory && gate->wait_turn(i, h.offset)) {
+            // Our turn: the vector holds exactly [0, h.offset). Grown a bounded step at a time,
+            // so a DATA header claiming a huge length costs only what really arrives.
+            for (uint64_t got = 0; got < h.length;) {
+              size_t k = size_t(std::min<uint64_t>(h.length - got, kMemoryStep));
+              size_t at = mem_base + size_t(h.offset + got);
+              sink.memory->resize(at + k);
+              wire::recv_all(sock, sink.memory->data() + at, k, p_.timeout);
+              got += k;
+            }
+            gate->advance(h.offset + h.length);
+          } else {
             wire::discard(sock, h.length, p_.timeout);
+          }
           copied += h.length;
         } else if (pipelined) {
           // Our turn: every earlier block is queued, and the disk thread writes in queue order.
@@ -726,6 +753,13 @@ class TcpListener final : public ListenerImplBase {
           Pending pd;
           pd.fd.reset(c);
           pd.peer = peer_name(c);
+          if (!p_.allowed_peer.empty() && peer_host(c) != p_.allowed_peer) {
+            // Not the control connection's peer (a stranger racing for the port): dropped
+            // before it may even try a cookie.
+            say("ADT0105 data stream from " + pd.peer + " dropped: not the control peer " +
+                p_.allowed_peer);
+            continue;
+          }
           wire::tune_socket(c);
           if (pending.size() >= kMaxPending) {
             say("ADT0104 too many data connections without HELLO; dropping the oldest");

@@ -601,12 +601,14 @@ uint64_t VerbsSession::receive(const Sink& sink, const Progress& progress) {
                                           " (ids increase by one per session, from 1)");
     if (begin.length > sink.max_length ||
         (sink.fd < 0 && begin.length > kMaxMemoryTransfer))
-      throw AdtsError(Code::Protocol, "transfer of " + std::to_string(begin.length) +
+      throw AdtsError(begin.length > sink.max_length ? Code::TooLarge : Code::Protocol,
+                      "transfer of " + std::to_string(begin.length) +
                                           " bytes exceeds the sink's limit");
     last_id_ = begin.transfer_id;
     total = begin.length;
     const uint64_t id = begin.transfer_id;
-    if (sink.fd < 0 && sink.memory) sink.memory->resize(mem_base + size_t(total));
+    // A memory sink grows block by block as they arrive (in order, each at most one message
+    // buffer), never to the announced total up front.
     Coverage cov(total);
     if (sink.fd >= 0)
       disk = std::thread([&] {
@@ -668,6 +670,7 @@ uint64_t VerbsSession::receive(const Sink& sink, const Progress& progress) {
         if (!queue.push(Write{in.index, h.offset, h.length}, p_.timeout))
           throw AdtsError(Code::LocalIo, "disk pipeline cancelled");
       } else {
+        if (sink.memory) sink.memory->resize(mem_base + size_t(h.offset + h.length));
         if (sink.memory)
           std::memcpy(sink.memory->data() + mem_base + h.offset,
                       recv_[in.index].lease.data() + wire::kHeaderSize, size_t(h.length));

@@ -345,7 +345,7 @@ void FtpClient::setup_adts() {
     auto hp = pv.code == 227 ? ftp::parse_pasv_reply(pv.text()) : std::nullopt;
     if (!hp) throw ClientError(Exit::Refused, "server refused passive mode: " + one_line(pv));
     dport = hp->port;
-    if (hp->host != "0.0.0.0") dhost = hp->host;
+    dhost = pasv_host(hp->host);
   }
   try {
     adts_ = adts::connect(dhost, dport, p);
@@ -376,9 +376,23 @@ Fd FtpClient::open_passive() {
   ftp::Reply r = command("PASV");
   auto hp = r.code == 227 ? ftp::parse_pasv_reply(r.text()) : std::nullopt;
   if (!hp) throw ClientError(exit_for_reply(r.code), "server refused passive mode: " + one_line(r));
-  // 0.0.0.0 (a server that does not know its address) means "the host you are talking to".
-  std::string h = hp->host == "0.0.0.0" ? peer_ : hp->host;
-  return connect_tcp(h, hp->port, opts_.timeout, false);
+  return connect_tcp(pasv_host(hp->host), hp->port, opts_.timeout, false);
+}
+
+std::string FtpClient::pasv_host(const std::string& announced) {
+  // The address in a 227 reply is not trusted (as curl's default, CURLOPT_FTP_SKIP_PASV_IP):
+  // data connections go to the control connection's peer, so a hostile server cannot point the
+  // client at a third host (FTP bounce, internal port scans through the client). A server behind
+  // NAT announcing its private address works too. 0.0.0.0 is a server that does not know its
+  // address: no warning for that.
+  if (announced != peer_ && announced != "0.0.0.0" && !pasv_warned_) {
+    pasv_warned_ = true;
+    std::fprintf(stderr,
+                 "tierce-ftp: the PASV reply names %s, not the server's address %s: "
+                 "connecting to %s\n",
+                 announced.c_str(), peer_.c_str(), peer_.c_str());
+  }
+  return peer_;
 }
 
 std::unique_ptr<PlainData> FtpClient::start_plain(const std::string& cmd,

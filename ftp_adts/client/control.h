@@ -130,6 +130,9 @@ class FtpClient {
   void setup_adts();
   // Plain path: EPSV/PASV + connect; the caller then sends the transfer command.
   Fd open_passive();
+  // The host to connect a 227 reply's data connection to: always the control peer; a different
+  // announced address is reported (once per connection) on stderr.
+  std::string pasv_host(const std::string& announced);
   std::unique_ptr<PlainData> start_plain(const std::string& cmd, const std::string& rest_cmd,
                                          ftp::Reply* prelim);
   uint64_t finish_plain_reply(const std::string& what);
@@ -153,6 +156,7 @@ class FtpClient {
   bool epsv_refused_ = false;
   bool broken_ = false;
   std::string peer_;  // numeric address of the control peer
+  bool pasv_warned_ = false;
   ProgressFn progress_;  // of the single transfer in flight (retr/stor), else empty
 };
 

@@ -306,8 +306,16 @@ std::unique_ptr<TlsConnection> TlsConnection::connect(std::shared_ptr<TlsContext
   if (reuse) {
     // RFC 4217 §10.2: servers such as vsftpd (require_ssl_reuse) insist that the data channel
     // resumes the control channel's session.
+    // A copy of it: OpenSSL marks the session of a connection freed without close_notify (a
+    // data connection that broke or was cut short) not resumable, and with the control's own
+    // object that would poison every later data connection of the session.
     if (SSL_SESSION* s = SSL_get1_session(reuse->ssl_)) {
-      if (SSL_SESSION_is_resumable(s)) SSL_set_session(ssl, s);
+      if (SSL_SESSION_is_resumable(s)) {
+        if (SSL_SESSION* copy = SSL_SESSION_dup(s)) {
+          SSL_set_session(ssl, copy);
+          SSL_SESSION_free(copy);
+        }
+      }
       SSL_SESSION_free(s);
     }
   }

@@ -52,6 +52,9 @@ TransferResult from_error(const adts::AdtsError& e, uint64_t bytes) {
     case adts::AdtsError::Code::LocalIo:
       r.status = TransferResult::Status::LocalError;
       break;
+    case adts::AdtsError::Code::TooLarge:
+      r.status = TransferResult::Status::Quota;
+      break;
     default:
       r.status = TransferResult::Status::PeerError;
   }
@@ -136,7 +139,7 @@ bool AdtsChannel::verbs_available() {
 }
 
 bool AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero_copy,
-                            Millis timeout, uint64_t cookie) {
+                            Millis timeout, uint64_t cookie, const std::string& allowed_peer) {
   if (streams < 1 || streams > adts::kMaxStreams || (kind != Kind::ParallelTcp && streams != 1))
     return false;
   reset();
@@ -149,6 +152,7 @@ bool AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero
   p.zero_copy = zero_copy;
   p.timeout = timeout;
   p.cookie = cookie;
+  p.allowed_peer = allowed_peer;
   configured_ = true;
   return true;
 }
@@ -271,11 +275,12 @@ TransferResult AdtsChannel::send_bytes(std::string_view bytes) {
   });
 }
 
-TransferResult AdtsChannel::receive_file(int fd, uint64_t offset) {
+TransferResult AdtsChannel::receive_file(int fd, uint64_t offset, uint64_t max) {
   return run_transfer(*impl_, [&](adts::Session& s, TransferResult& r, const adts::Progress& p) {
     adts::Sink sink;
     sink.fd = fd;
     sink.offset = offset;
+    sink.max_length = max;
     r.bytes = s.receive(sink, p);
     r.zero_copy = impl_->params.zero_copy;
   });

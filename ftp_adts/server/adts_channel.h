@@ -28,8 +28,9 @@ class AdtsChannel {
   // TPRT accepted: the parameters of the next data session. Ends the current one. false (nothing
   // changed) when the stream count is not 1 for TCP/VERBS or not 1..adts::kMaxStreams for PTCP:
   // the caller checks it against its own limit first and replies 501.
+  // allowed_peer: the only host the streams may come from ("" = any; [limits] adts_peer_only).
   bool configure(Kind kind, unsigned streams, size_t block, bool zero_copy, Millis timeout,
-                 uint64_t cookie);
+                 uint64_t cookie, const std::string& allowed_peer = {});
   bool configured() const { return configured_; }
   // EPSV/PASV after TPRT: listens for the data session's streams and starts accepting them at
   // once, in the background (a client may wait for its HELLO-ACKs before it sends the next
@@ -52,7 +53,8 @@ class AdtsChannel {
   // still usable). The result's bytes are those moved so far also when the transfer failed.
   TransferResult send_file(int fd, uint64_t offset, uint64_t length);
   TransferResult send_bytes(std::string_view bytes);
-  TransferResult receive_file(int fd, uint64_t offset);
+  // max: a BEGIN announcing more is refused at once (Quota; the session is broken).
+  TransferResult receive_file(int fd, uint64_t offset, uint64_t max = UINT64_MAX);
   TransferResult receive_bytes(std::string* out, uint64_t max);
 
   // Also called from the thread accepting the streams: must be thread-safe and must not depend on

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -196,7 +197,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
                      "pasv_address", "idle_timeout_s", "data_timeout_s", "store_splice", "login_timeout_s",
                      "login_fail_delay_ms", "max_login_failures", "max_sessions_per_ip",
                      "unprivileged_user", "xferlog", "log_level",
-                     "ready_file", "banner", "anonymous", "tls", "adts", "user"});
+                     "ready_file", "banner", "anonymous", "tls", "adts", "user", "limits"});
 
   if (auto v = c.str(root, "", "listen")) {
     if (!parse_listen(*v, &cfg.listen_host, &cfg.listen_port))
@@ -275,7 +276,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
 
   if (const toml::node* n = root.get("tls")) {
     if (const toml::table* t = n->as_table()) {
-      c.only_known_keys(*t, "tls.", {"cert", "key", "require"});
+      c.only_known_keys(*t, "tls.", {"cert", "key", "require", "require_reuse"});
       auto cert = c.str(*t, "tls.", "cert");
       auto key = c.str(*t, "tls.", "key");
       if (!cert || cert->empty()) c.problem(n->source(), "tls.cert: missing; the PEM certificate");
@@ -295,6 +296,7 @@ Config parse_checked(const toml::table& root, const std::string& source) {
         cfg.tls_key = *key;
       }
       if (auto v = c.boolean(*t, "tls.", "require")) cfg.tls_require = *v;
+      if (auto v = c.boolean(*t, "tls.", "require_reuse")) cfg.tls_require_reuse = *v;
     } else {
       c.problem(n->source(), "tls: expected a table [tls]");
     }
@@ -320,7 +322,8 @@ Config parse_checked(const toml::table& root, const std::string& source) {
       std::set<std::string> seen;
       for (const toml::node& un : *arr) {
         const toml::table& t = *un.as_table();
-        c.only_known_keys(t, "user.", {"name", "password", "root", "write", "run_as"});
+        c.only_known_keys(t, "user.", {"name", "password", "root", "write", "run_as",
+                                       "max_upload_bytes", "session_upload_bytes"});
         UserConfig u;
         auto name = c.str(t, "user.", "name");
         if (!name || name->empty() ||
@@ -359,10 +362,34 @@ Config parse_checked(const toml::table& root, const std::string& source) {
           else
             u.run_as = *r;
         }
+        if (auto v = c.integer(t, "user.", "max_upload_bytes", 0, INT64_MAX))
+          u.max_upload_bytes = *v;
+        if (auto v = c.integer(t, "user.", "session_upload_bytes", 0, INT64_MAX))
+          u.session_upload_bytes = *v;
         cfg.users.push_back(std::move(u));
       }
     }
   }
+  // ---- [limits] (issue 17: bounded resources per session) ----
+  if (const toml::node* n = root.get("limits")) {
+    if (const toml::table* t = n->as_table()) {
+      c.only_known_keys(*t, "limits.",
+                        {"max_command_line", "control_buffer_kib", "max_upload_bytes",
+                         "session_upload_bytes", "adts_peer_only"});
+      if (auto v = c.integer(*t, "limits.", "max_command_line", 512, 4096))
+        cfg.max_command_line = size_t(*v);
+      if (auto v = c.integer(*t, "limits.", "control_buffer_kib", 4, 65536))
+        cfg.control_buffer_bytes = size_t(*v) << 10;
+      if (auto v = c.integer(*t, "limits.", "max_upload_bytes", 0, INT64_MAX))
+        cfg.max_upload_bytes = uint64_t(*v);
+      if (auto v = c.integer(*t, "limits.", "session_upload_bytes", 0, INT64_MAX))
+        cfg.session_upload_bytes = uint64_t(*v);
+      if (auto v = c.boolean(*t, "limits.", "adts_peer_only")) cfg.adts_peer_only = *v;
+    } else {
+      c.problem(n->source(), "limits: expected a table [limits]");
+    }
+  }
+
   if (cfg.users.empty() && !cfg.anonymous && c.problems().empty())
     c.problem("user: no [[user]] and no [anonymous]: nobody could log in; add one of them");
 

@@ -28,6 +28,10 @@ struct UserConfig {
   bool write = false;         // STOR/APPE/STOU/DELE/MKD/RMD/RNFR/MFMT/SITE CHMOD
   std::string run_as;         // system account its sessions run as when started as root
                               // ("" = unprivileged_user; privsep.h)
+  // Upload limits of this user ([limits] values when absent; 0 = none): the largest file an
+  // upload may leave, and the bytes one session may upload in all.
+  int64_t max_upload_bytes = -1;
+  int64_t session_upload_bytes = -1;
 };
 
 struct Config {
@@ -65,6 +69,15 @@ struct Config {
   unsigned adts_max_streams = 16;
   unsigned adts_block_kib = 1024;
   bool adts_zero_copy = true;
+
+  // [limits] (issue 17): bounded resources per session; docs/ftp.md "Limits".
+  size_t max_command_line = 4096;        // a longer line gets "500 Command line too long"
+  size_t control_buffer_bytes = 64 << 10;  // control input buffered during a transfer; more: 421
+  uint64_t max_upload_bytes = 0;         // size an upload may leave a file at; 0 = no limit
+  uint64_t session_upload_bytes = 0;     // bytes one session may upload; 0 = no limit
+  bool adts_peer_only = true;            // ADTS streams only from the control peer's address
+  bool tls_require_reuse = true;         // [tls] require_reuse: PROT P data must resume the
+                                         // control connection's TLS session
 
   std::vector<UserConfig> users;
 

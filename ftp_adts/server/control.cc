@@ -16,7 +16,8 @@ namespace {
 constexpr size_t kFlushAt = 64 * 1024;  // flush early when this many reply bytes are pending
 }
 
-Control::Control(int fd) : fd_(fd) {}
+Control::Control(int fd, size_t max_line, size_t max_buffer)
+    : fd_(fd), max_line_(max_line), max_buffer_(max_buffer) {}
 
 Control::~Control() {
   flush();
@@ -74,7 +75,7 @@ bool Control::extract(std::string* line, bool* too_long) {
       continue;
     }
     if (lf == std::string::npos) {
-      if (in_.size() > ftp::kMaxCommandLine) {
+      if (in_.size() > max_line_) {
         // Over-long: report it once now and drop the rest of it as it arrives.
         in_.clear();
         discarding_ = true;
@@ -83,7 +84,7 @@ bool Control::extract(std::string* line, bool* too_long) {
       }
       return false;
     }
-    if (lf > ftp::kMaxCommandLine) {
+    if (lf > max_line_) {
       in_.erase(0, lf + 1);
       *too_long = true;
       return true;
@@ -112,25 +113,28 @@ Control::Read Control::read_line(std::string* line, Millis timeout) {
     if (n < 0) return Read::Timeout;
     if (n == 0) {
       closed_ = true;
-      // A last line without LF still counts (some clients end with "QUIT" alone).
-      if (!in_.empty() && !discarding_ && in_.size() <= ftp::kMaxCommandLine) {
-        *line = in_;
-        in_.clear();
-        if (!line->empty() && line->back() == '\r') line->pop_back();
-        return Read::Line;
-      }
+      // A last line without LF is dropped, not executed (issue 17): a connection cut in the
+      // middle of "DELE important-file-2" must not delete "important-file-".
+      in_.clear();
       return Read::Closed;
     }
   }
 }
 
 bool Control::poll_input() {
-  if (closed_) return false;
+  if (closed_ || overflowed_) return false;
   pollfd p{fd_, POLLIN, 0};
   if (::poll(&p, 1, 0) <= 0) return true;
   long n = read_some(Millis(tls_ ? 1000 : 0));
   if (n == 0) {
     closed_ = true;
+    return false;
+  }
+  // During a transfer only ABOR is taken from the input; everything else waits here for the
+  // transfer to end. A client flooding command lines would grow this without bound: past
+  // max_buffer_ it is cut off (one read may pass the mark by at most its 8 KiB).
+  if (in_.size() > max_buffer_) {
+    overflowed_ = true;
     return false;
   }
   return true;

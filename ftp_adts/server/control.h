@@ -19,7 +19,10 @@ using Millis = std::chrono::milliseconds;
 
 class Control {
  public:
-  explicit Control(int fd);  // takes ownership of fd
+  // Takes ownership of fd. max_line: longer command lines are discarded (TooLong); max_buffer:
+  // the control input held while a transfer runs (poll_input) — a client that sends more than
+  // that during one transfer is cut off (overflowed(), the session answers 421 and closes).
+  explicit Control(int fd, size_t max_line = 4096, size_t max_buffer = 64 << 10);
   ~Control();
   Control(const Control&) = delete;
   Control& operator=(const Control&) = delete;
@@ -29,13 +32,17 @@ class Control {
 
   enum class Read { Line, TooLong, Closed, Timeout };
   // The next command line without CR LF. Flushes pending replies before it blocks. TooLong: a line
-  // longer than ftp::kMaxCommandLine was discarded (up to its LF).
+  // longer than max_line was discarded (up to its LF). A last line that the peer did not end
+  // with LF before closing is discarded too (never executed): Closed.
   Read read_line(std::string* line, Millis timeout);
   // Whether a whole line is already buffered (pipelined commands).
   bool line_buffered() const;
   // Reads what is available without blocking (a transfer checks for ABOR between chunks).
-  // Returns false when the peer closed.
+  // Returns false when the peer closed, or when the input held would pass max_buffer (then
+  // overflowed() is true and nothing more is read: the transfer stops, the session ends with 421).
   bool poll_input();
+  bool overflowed() const { return overflowed_; }
+  size_t buffered() const { return in_.size(); }
   // Takes the buffered line if it is ABOR (a client's abort during a transfer). Other lines stay.
   bool take_abort();
 
@@ -56,7 +63,9 @@ class Control {
   bool extract(std::string* line, bool* too_long);
 
   int fd_;
+  size_t max_line_, max_buffer_;
   bool closed_ = false;
+  bool overflowed_ = false;
   std::string in_;
   bool discarding_ = false;  // inside an over-long line: drop up to the next LF
   std::string out_;

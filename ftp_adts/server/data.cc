@@ -92,6 +92,7 @@ TransferResult zero_copy_move(DataConn& c, const TransferOptions& o, MoveFn&& mo
   po.short_file_ok = true;  // a file that shrank under us: send what there was
   po.copied = &copied;
   po.receive_by_splice = o.receive_splice;
+  po.max_bytes = o.max_bytes;
   set_nonblocking(c.fd(), true);
   try {
     r.bytes = move(po);
@@ -104,6 +105,8 @@ TransferResult zero_copy_move(DataConn& c, const TransferOptions& o, MoveFn&& mo
         return fail(r, TransferResult::Status::Timeout, "no progress on the data connection");
       case Code::PeerClosed:
         return fail(r, TransferResult::Status::PeerError, e.what());
+      case Code::TooLarge:
+        return fail(r, TransferResult::Status::Quota, e.what());
       default:
         return fail(r, TransferResult::Status::LocalError, e.what());
     }
@@ -524,8 +527,10 @@ TransferResult receive_file(DataConn& c, int file_fd, uint64_t offset, const Tra
       }
       got = size_t(n);
     }
-    r.bytes += got;
     std::string err;
+    bool over = got > o.max_bytes - r.bytes;
+    if (over) got = size_t(o.max_bytes - r.bytes);  // what fits goes to the file, then 552
+    r.bytes += got;
     if (o.ascii) {
       std::string conv = from_crlf({buf.data(), got}, &held_cr);
       if (!pwrite_all(file_fd, conv.data(), conv.size(), &off, &err))
@@ -533,6 +538,9 @@ TransferResult receive_file(DataConn& c, int file_fd, uint64_t offset, const Tra
     } else if (!pwrite_all(file_fd, buf.data(), got, &off, &err)) {
       return fail(r, TransferResult::Status::LocalError, err);
     }
+    if (over)
+      return fail(r, TransferResult::Status::Quota,
+                  "more than the limit of " + std::to_string(o.max_bytes) + " bytes");
   }
   if (held_cr) {
     std::string err;

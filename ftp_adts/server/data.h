@@ -84,7 +84,8 @@ class DataPort {
 struct TransferResult {
   // Aborted: plain data, the client's ABOR (or the control connection went away); ADTS, the
   // sender's ABORT block.
-  enum class Status { Ok, Aborted, Timeout, PeerError, LocalError } status = Status::Ok;
+  // Quota: an upload passed its limit (TransferOptions::max_bytes, the ADTS sink's max_length).
+  enum class Status { Ok, Aborted, Timeout, PeerError, LocalError, Quota } status = Status::Ok;
   uint64_t bytes = 0;       // payload bytes moved on the data connection (also when it failed)
   bool zero_copy = false;   // moved by sendfile/splice
   bool adts = false;        // moved (or meant to move) over the ADTS data session
@@ -97,6 +98,7 @@ struct TransferOptions {
   bool receive_splice = false;  // receive_file: splice, or recv + pwrite (adts::PlainOptions)
   Millis timeout{60000};   // no progress for this long -> Timeout
   int control_fd = -1;     // polled along with the data socket
+  uint64_t max_bytes = UINT64_MAX;  // receive_file: more bytes arriving -> Quota (upload limits)
   // Called when the control socket is readable: true = the client sent ABOR (stop now);
   // it also returns true when the control connection is gone.
   std::function<bool()> abort;

@@ -51,4 +51,11 @@ bool verify_password(const std::string& password, const std::string& hash) {
   return CRYPTO_memcmp(h, hash.data(), n) == 0;
 }
 
+std::string dummy_hash_for(const std::vector<std::string>& known) {
+  for (const auto& h : known)
+    if (!h.empty()) return h;
+  static const std::string fallback = hash_password("tierce-dummy");
+  return fallback;
+}
+
 }  // namespace tierce::ftpd

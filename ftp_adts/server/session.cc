@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <thread>
@@ -75,10 +76,66 @@ std::string errno_text(int neg) {
   }
 }
 
+// An unnamed scratch file (O_TMPFILE in $TMPDIR, else /tmp), for TYPE A over ADTS: the BEGIN
+// block carries the converted size, so the conversion runs file -> scratch file -> session, in
+// bounded memory, instead of through a string the size of the file. -errno on failure.
+int scratch_file() {
+  const char* d = std::getenv("TMPDIR");
+  std::string dir = d && *d ? d : "/tmp";
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  // File systems without O_TMPFILE: a named one, unlinked at once.
+  std::string path = dir + "/tierce-ftpd-XXXXXX";
+  fd = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd < 0) return -errno;
+  ::unlink(path.c_str());
+  return fd;
+}
+
+// TYPE A conversion of [in_off, EOF) of `in` to `out` from offset out_off, kConvertChunk bytes at
+// a time (to_crlf / from_crlf carry a CR across chunk boundaries). Bytes written in *written.
+// false with *err on an I/O error.
+constexpr size_t kConvertChunk = 256 << 10;
+bool convert_file(int in, uint64_t in_off, int out, uint64_t out_off, bool crlf,
+                  uint64_t* written, std::string* err) {
+  std::vector<char> buf(kConvertChunk);
+  bool carry = false;
+  auto put = [&](const std::string& b) {
+    for (size_t done = 0; done < b.size();) {
+      ssize_t n = ::pwrite(out, b.data() + done, b.size() - done, off_t(out_off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        *err = n < 0 ? std::strerror(errno) : "short write";
+        return false;
+      }
+      done += size_t(n);
+      out_off += uint64_t(n);
+      *written += uint64_t(n);
+    }
+    return true;
+  };
+  for (;;) {
+    ssize_t n = ::pread(in, buf.data(), buf.size(), off_t(in_off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *err = std::strerror(errno);
+      return false;
+    }
+    if (n == 0) break;
+    in_off += uint64_t(n);
+    std::string_view chunk(buf.data(), size_t(n));
+    if (!put(crlf ? to_crlf(chunk, &carry) : from_crlf(chunk, &carry))) return false;
+  }
+  if (!crlf && carry) return put("\r");  // a CR at the very end is data
+  return true;
+}
+
 class Session {
  public:
   Session(const SessionEnv& env, int fd)
-      : env_(env), cfg_(*env.cfg), ctl_(fd), peer_(SockAddr::peer_of(fd)),
+      : env_(env), cfg_(*env.cfg), ctl_(fd, env.cfg->max_command_line,
+                                        env.cfg->control_buffer_bytes),
+        peer_(SockAddr::peer_of(fd)),
         local_(SockAddr::local_of(fd)) {
     // Called from the thread that accepts the ADTS streams too: only the (thread-safe) sink.
     adts_.set_log([sink = env_.log](const std::string& m) {
@@ -189,13 +246,18 @@ class Session {
   // Runs one plain or ADTS transfer after the 150; replies with the outcome.
   TransferResult send_plain_or_adts(int fd, uint64_t offset, uint64_t size, std::string_view mem,
                                     bool from_memory);
-  TransferResult receive_plain_or_adts(int fd, uint64_t offset);
+  TransferResult receive_plain_or_adts(int fd, uint64_t offset, uint64_t max);
+  // The bytes the next upload may take ([limits] / the user's max_upload_bytes and
+  // session_upload_bytes); UINT64_MAX: no limit.
+  uint64_t upload_allowance(uint64_t offset) const;
   void finish_transfer(const TransferResult& r, const std::string& path, char direction,
                        Clock::time_point start, bool log_xfer);
   std::unique_ptr<DataConn> open_data(std::string* err);
   TransferOptions transfer_options(bool ascii);
-  // By value: after_login may wipe the user table these come from.
-  void login_ok(std::string name, std::string root, bool anonymous, bool write);
+  // By value: after_login may wipe the user table these come from (and `u` with it: its limits
+  // are read before).
+  void login_ok(std::string name, std::string root, bool anonymous, bool write,
+                const UserConfig* u = nullptr);
 
   const SessionEnv& env_;
   const Config& cfg_;
@@ -206,6 +268,7 @@ class Session {
   bool logged_in_ = false;
   bool anonymous_ = false;
   bool writable_ = false;
+  uint64_t max_upload_ = 0, session_upload_ = 0;  // the logged-in user's limits (0 = none)
   unsigned failures_ = 0;
   std::unique_ptr<ftp::Root> root_;
   std::string cwd_ = "/";
@@ -396,7 +459,14 @@ void Session::cmd_user(const std::string& arg) {
     ctl_.reply(331, "Password required for " + arg.substr(0, 64));
 }
 
-void Session::login_ok(std::string name, std::string root, bool anonymous, bool write) {
+void Session::login_ok(std::string name, std::string root, bool anonymous, bool write,
+                       const UserConfig* u) {
+  // Read before after_login: it wipes the user table `u` points into.
+  uint64_t max_upload = u && u->max_upload_bytes >= 0 ? uint64_t(u->max_upload_bytes)
+                                                      : cfg_.max_upload_bytes;
+  uint64_t session_upload = u && u->session_upload_bytes >= 0 ? uint64_t(u->session_upload_bytes)
+                                                              : cfg_.session_upload_bytes;
+  u = nullptr;
   try {
     root_ = std::make_unique<ftp::Root>(root);
   } catch (const std::exception& e) {
@@ -417,6 +487,8 @@ void Session::login_ok(std::string name, std::string root, bool anonymous, bool 
   logged_in_ = true;
   anonymous_ = anonymous;
   writable_ = write;
+  max_upload_ = max_upload;
+  session_upload_ = session_upload;
   cwd_ = "/";
   user_ = name;
   log(LogLevel::Info, "FTPD0201 login ok: " + name + " from " + peer_.host() +
@@ -443,12 +515,14 @@ void Session::cmd_pass(const std::string& arg) {
     ok = verify_password(arg, u->password_hash);
   } else {
     // Spend the same time on unknown names as on known ones: no user enumeration by timing.
-    static const std::string dummy = hash_password("tierce-dummy");
-    verify_password(arg, dummy);
+    // The check runs against a real entry's hash (same algorithm and cost); result ignored.
+    std::vector<std::string> known;
+    for (const auto& k : cfg_.users) known.push_back(k.password_hash);
+    verify_password(arg, dummy_hash_for(known));
     ok = false;
   }
   if (ok) {
-    login_ok(u->name, u->root, false, u->write);
+    login_ok(u->name, u->root, false, u->write, u);
     return;
   }
   ++failures_;
@@ -805,7 +879,7 @@ void Session::cmd_tprt(const std::string& arg) {
   unsigned streams = req->kind == K::ParallelTcp ? req->streams : 1;
   if (!adts_.configure(kind, streams, size_t(cfg_.adts_block_kib) * 1024,
                        cfg_.adts_zero_copy && !ascii_, std::chrono::seconds(cfg_.data_timeout_s),
-                       cookie)) {
+                       cookie, cfg_.adts_peer_only ? peer_.host() : std::string())) {
     ctl_.reply(501, std::string("TPRT ") + upper(arg).substr(0, 16) + ": stream count must be 1.." +
                         std::to_string(cfg_.adts_max_streams));
     return;
@@ -871,6 +945,15 @@ std::unique_ptr<DataConn> Session::open_data(std::string* err) {
       *err = std::string("TLS on the data connection failed: ") + e.what();
       return nullptr;
     }
+    if (cfg_.tls_require_reuse && !conn->tls()->session_reused()) {
+      // As vsftpd's require_ssl_reuse: the data connection must resume the TLS session of this
+      // server's control connection, so a stranger who raced for the port (with a fresh
+      // handshake) cannot take the data. curl, lftp and tierce-ftp resume.
+      log(LogLevel::Warn, "FTPD0405 " + who() + ": data connection without TLS session reuse " +
+                              "refused ([tls] require_reuse)");
+      *err = "TLS session reuse required on the data connection";
+      return nullptr;
+    }
   }
   return conn;
 }
@@ -894,26 +977,27 @@ TransferResult Session::send_plain_or_adts(int fd, uint64_t offset, uint64_t siz
   if (adts_.configured()) {
     if (from_memory) return adts_.send_bytes(mem);
     if (ascii_) {
-      // TYPE A over ADTS: the BEGIN block carries the converted size, so convert up front.
-      std::string text;
-      std::vector<char> buf(1 << 16);
-      uint64_t off = offset;
-      for (;;) {
-        ssize_t n = ::pread(fd, buf.data(), buf.size(), off_t(off));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          TransferResult r;
-          r.status = TransferResult::Status::LocalError;
-          r.error = std::strerror(errno);
-          r.adts = true;
-          return r;
-        }
-        if (n == 0) break;
-        text.append(buf.data(), size_t(n));
-        off += uint64_t(n);
+      // TYPE A over ADTS: the BEGIN block carries the converted size, so the file is converted
+      // into a scratch file first (bounded memory, issue 17), and that is sent.
+      TransferResult r;
+      r.adts = true;
+      int tmp = scratch_file();
+      if (tmp < 0) {
+        r.status = TransferResult::Status::LocalError;
+        r.error = std::string("scratch file for TYPE A: ") + std::strerror(-tmp);
+        return r;
       }
-      bool prev = false;
-      return adts_.send_bytes(to_crlf(text, &prev));
+      uint64_t converted = 0;
+      std::string err;
+      if (!convert_file(fd, offset, tmp, 0, true, &converted, &err)) {
+        ::close(tmp);
+        r.status = TransferResult::Status::LocalError;
+        r.error = "TYPE A conversion: " + err;
+        return r;
+      }
+      r = adts_.send_file(tmp, 0, converted);
+      ::close(tmp);
+      return r;
     }
     return adts_.send_file(fd, offset, size > offset ? size - offset : 0);
   }
@@ -931,28 +1015,29 @@ TransferResult Session::send_plain_or_adts(int fd, uint64_t offset, uint64_t siz
   return r;
 }
 
-TransferResult Session::receive_plain_or_adts(int fd, uint64_t offset) {
+TransferResult Session::receive_plain_or_adts(int fd, uint64_t offset, uint64_t max) {
   if (adts_.configured()) {
-    if (!ascii_) return adts_.receive_file(fd, offset);
-    std::string text;
-    TransferResult r = adts_.receive_bytes(&text, uint64_t(1) << 30);
-    if (r.status != TransferResult::Status::Ok) return r;
-    bool held = false;
-    std::string conv = from_crlf(text, &held);
-    if (held) conv.push_back('\r');
-    uint64_t off = offset;
-    size_t done = 0;
-    while (done < conv.size()) {
-      ssize_t n = ::pwrite(fd, conv.data() + done, conv.size() - done, off_t(off));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        r.status = TransferResult::Status::LocalError;
-        r.error = n < 0 ? std::strerror(errno) : "short write";
-        return r;
-      }
-      done += size_t(n);
-      off += uint64_t(n);
+    if (!ascii_) return adts_.receive_file(fd, offset, max);
+    // TYPE A over ADTS: received into a scratch file as the blocks arrive, then converted into
+    // the target a chunk at a time (bounded memory whatever the BEGIN announced).
+    int tmp = scratch_file();
+    if (tmp < 0) {
+      TransferResult r;
+      r.adts = true;
+      r.status = TransferResult::Status::LocalError;
+      r.error = std::string("scratch file for TYPE A: ") + std::strerror(-tmp);
+      return r;
     }
+    TransferResult r = adts_.receive_file(tmp, 0, max);
+    if (r.status == TransferResult::Status::Ok) {
+      uint64_t written = 0;
+      std::string err;
+      if (!convert_file(tmp, 0, fd, offset, false, &written, &err)) {
+        r.status = TransferResult::Status::LocalError;
+        r.error = "TYPE A conversion: " + err;
+      }
+    }
+    ::close(tmp);
     return r;
   }
   std::string err;
@@ -963,7 +1048,9 @@ TransferResult Session::receive_plain_or_adts(int fd, uint64_t offset) {
     r.error = "cannot open the data connection: " + err;
     return r;
   }
-  TransferResult r = ftpd::receive_file(*conn, fd, offset, transfer_options(ascii_));
+  TransferOptions o = transfer_options(ascii_);
+  o.max_bytes = max;
+  TransferResult r = ftpd::receive_file(*conn, fd, offset, o);
   if (r.status == TransferResult::Status::Ok) conn->finish();
   return r;
 }
@@ -977,7 +1064,9 @@ void Session::finish_transfer(const TransferResult& r, const std::string& path, 
       ctl_.reply(226, "Transfer complete (" + std::to_string(r.bytes) + " bytes)");
       break;
     case TransferResult::Status::Aborted:
-      if (r.adts) {
+      if (ctl_.overflowed()) {
+        ctl_.reply(426, "Transfer aborted");  // 421 below
+      } else if (r.adts) {
         // The sender's ABORT block, not an ABOR command: this transfer's one final reply.
         ctl_.reply(426, "Transfer aborted by the sender" +
                             (r.error.empty() ? std::string() : ": " + r.error));
@@ -996,6 +1085,20 @@ void Session::finish_transfer(const TransferResult& r, const std::string& path, 
     case TransferResult::Status::LocalError:
       ctl_.reply(451, "Transfer failed, local error: " + r.error);
       break;
+    case TransferResult::Status::Quota:
+      ctl_.reply(552, "Exceeded storage allocation: " + r.error);
+      log(LogLevel::Warn, "FTPD0305 " + who() + ": upload " + path + " stopped at " +
+                              std::to_string(r.bytes) + " bytes: upload limit (" + r.error + ")");
+      break;
+  }
+  if (ctl_.overflowed()) {
+    // The client sent more command input during the transfer than [limits] control_buffer_kib
+    // lets us hold (a flood): the transfer was stopped as for ABOR; the session ends here.
+    ctl_.reply(421, "Too much command input during a transfer, closing the control connection");
+    log(LogLevel::Warn, "FTPD0108 " + who() + ": over " +
+                            std::to_string(cfg_.control_buffer_bytes) +
+                            " bytes of command input during a transfer: session closed");
+    quit_ = true;
   }
   if (!log_xfer) return;
   if (direction == 'o') {
@@ -1093,6 +1196,20 @@ void Session::store(const std::string& arg, StoreKind kind) {
   int fl = ::fcntl(fd, F_GETFL);
   ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   if (kind == StoreKind::Appe) offset = uint64_t(st.st_size);
+  if (offset > uint64_t(st.st_size)) {
+    // REST past the end would leave a hole: an arbitrarily large sparse file from a few bytes.
+    ::close(fd);
+    ctl_.reply(554, "REST offset beyond the end of the file (" + std::to_string(st.st_size) +
+                        " bytes)");
+    return;
+  }
+  uint64_t max = upload_allowance(offset);
+  if (max == 0) {
+    ::close(fd);
+    log(LogLevel::Warn, "FTPD0305 " + who() + ": upload " + v + " refused: upload limit reached");
+    ctl_.reply(552, "Exceeded storage allocation: upload limit reached");
+    return;
+  }
   if (!data_channel_ready()) {
     ::close(fd);
     return;
@@ -1103,9 +1220,17 @@ void Session::store(const std::string& arg, StoreKind kind) {
     ctl_.reply(150, std::string("Ok to send data (") + (ascii_ ? "ASCII" : "BINARY") + " mode)");
   ctl_.flush();
   auto start = Clock::now();
-  TransferResult r = receive_plain_or_adts(fd, offset);
+  TransferResult r = receive_plain_or_adts(fd, offset, max);
   ::close(fd);
   finish_transfer(r, v, 'i', start, true);
+}
+
+uint64_t Session::upload_allowance(uint64_t offset) const {
+  uint64_t max = UINT64_MAX;
+  if (max_upload_) max = max_upload_ > offset ? max_upload_ - offset : 0;
+  if (session_upload_)
+    max = std::min(max, session_upload_ > bytes_in_ ? session_upload_ - bytes_in_ : 0);
+  return max;
 }
 
 void Session::listing(const std::string& arg, ListKind kind) {
@@ -1319,8 +1444,21 @@ void Session::cmd_auth(const std::string& arg) {
     quit_ = true;
     return;
   }
-  // RFC 4217 §4: the login starts over inside TLS.
+  // RFC 4217 §4: AUTH resets the session; the login starts over inside TLS, also for a client
+  // that was logged in over the plain connection.
+  if (logged_in_)
+    log(LogLevel::Info, "FTPD0205 " + peer_.host() + ": AUTH TLS after login: " + user_ +
+                            " logged out, log in again");
   user_.clear();
+  logged_in_ = anonymous_ = writable_ = false;
+  max_upload_ = session_upload_ = 0;
+  root_.reset();
+  cwd_ = "/";
+  rest_ = 0;
+  rnfr_set_ = false;
+  pbsz_ = prot_p_ = false;
+  port_.reset();
+  adts_.reset();
 }
 
 void Session::cmd_pbsz(const std::string&) {

@@ -297,7 +297,7 @@ BOOST_AUTO_TEST_CASE(sink_max_length_refuses_begin) {
   s.max_length = 999;
   Outcome o = capture([&] { return p.server->receive(s); });
   BOOST_REQUIRE(o.error);
-  BOOST_CHECK(*o.error == Code::Protocol);
+  BOOST_CHECK(*o.error == Code::TooLarge);
   BOOST_CHECK(mem.empty());
 }
 

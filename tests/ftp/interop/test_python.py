@@ -28,6 +28,19 @@ def expect_error(fn, *args):
     return None
 
 
+class ReusingFTP_TLS(ftplib.FTP_TLS):
+    """FTP_TLS whose PROT P data connections resume the control connection's TLS session, as
+    curl and lftp do: tierce-ftpd requires it by default ([tls] require_reuse, like vsftpd's
+    require_ssl_reuse), and plain ftplib does not offer the session."""
+
+    def ntransfercmd(self, cmd, rest=None):
+        conn, size = ftplib.FTP.ntransfercmd(self, cmd, rest)
+        if self._prot_p:
+            conn = self.context.wrap_socket(conn, server_hostname=self.host,
+                                            session=self.sock.session)
+        return conn, size
+
+
 def retr(ftp, name, rest=None):
     buf = io.BytesIO()
     ftp.retrbinary("RETR " + name, buf.write, rest=rest)
@@ -162,7 +175,7 @@ def body(a, ck, srv, root, cert, a_data):
 
     # FTPS: AUTH TLS, PROT P.
     ctx = ssl.create_default_context(cafile=cert)
-    tls = ftplib.FTP_TLS(context=ctx, timeout=20)
+    tls = ReusingFTP_TLS(context=ctx, timeout=20)
     tls.connect(srv.host, srv.port)
     tls.login(srv.user, srv.password)  # FTP_TLS.login sends AUTH TLS first
     ck.check(isinstance(tls.sock, ssl.SSLSocket), "FTP_TLS: control channel is TLS")
@@ -184,7 +197,7 @@ def require_tls_body(ck, srv, cert, a_data):
     ck.equal(expect_error(ftp.login, srv.user, srv.password), "530",
              "require=true: USER before AUTH TLS -> 530")
     ftp.close()
-    tls = ftplib.FTP_TLS(context=ssl.create_default_context(cafile=cert), timeout=20)
+    tls = ReusingFTP_TLS(context=ssl.create_default_context(cafile=cert), timeout=20)
     tls.connect(srv.host, srv.port)
     ck.check(tls.login(srv.user, srv.password).startswith("230"), "require=true: TLS login")
     tls.voidcmd("PBSZ 0")  # RFC 4217: PBSZ before PROT (ftplib's prot_c() does not send it)

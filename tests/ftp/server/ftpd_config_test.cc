@@ -131,3 +131,46 @@ BOOST_AUTO_TEST_CASE(sha512crypt_hashes_verify) {
   BOOST_TEST(!tierce::ftpd::verify_password("s3cret", "plain"));
   BOOST_TEST(!tierce::ftpd::verify_password("s3cret", ""));
 }
+
+// Issue 17: an unknown user's password is checked against a real entry's hash (same algorithm and
+// cost as the accounts: "$6$" entries get a "$6$" dummy, not the "$y$" default).
+BOOST_AUTO_TEST_CASE(dummy_hash_has_the_cost_of_real_entries) {
+  struct crypt_data cd {};
+  const char* h6 = crypt_r("s3cret", "$6$rounds=20000$saltsaltsalt$", &cd);
+  BOOST_REQUIRE(h6 && h6[0] == '$');
+  std::string d = tierce::ftpd::dummy_hash_for({h6});
+  BOOST_TEST(d.rfind("$6$rounds=20000$", 0) == 0, d);
+  BOOST_TEST(!tierce::ftpd::verify_password("tierce-dummy", d));
+  BOOST_TEST(tierce::ftpd::dummy_hash_for({}).rfind("$y$", 0) == 0);
+}
+
+// Issue 17: [limits], the users' upload limits and [tls] require_reuse.
+BOOST_AUTO_TEST_CASE(limits_keys) {
+  TempDir d;
+  auto c = tierce::ftpd::parse_config(
+      base_config(d, "[limits]\nmax_command_line = 1024\ncontrol_buffer_kib = 16\n"
+                     "max_upload_bytes = 1000\nsession_upload_bytes = 5000\n"
+                     "adts_peer_only = false\n",
+                  "max_upload_bytes = 10\nsession_upload_bytes = 0\n"),
+      d / "x.toml");
+  BOOST_TEST(c.max_command_line == 1024u);
+  BOOST_TEST(c.control_buffer_bytes == 16u * 1024);
+  BOOST_TEST(c.max_upload_bytes == 1000u);
+  BOOST_TEST(c.session_upload_bytes == 5000u);
+  BOOST_TEST(!c.adts_peer_only);
+  BOOST_TEST(c.users.at(0).max_upload_bytes == 10);
+  BOOST_TEST(c.users.at(0).session_upload_bytes == 0);
+  auto defaults = tierce::ftpd::parse_config(base_config(d, ""), d / "y.toml");
+  BOOST_TEST(defaults.max_command_line == 4096u);
+  BOOST_TEST(defaults.control_buffer_bytes == 64u * 1024);
+  BOOST_TEST(defaults.max_upload_bytes == 0u);
+  BOOST_TEST(defaults.adts_peer_only);
+  BOOST_TEST(defaults.tls_require_reuse);
+  BOOST_TEST(defaults.users.at(0).max_upload_bytes == -1);  // inherits [limits]
+  auto r = check(d, base_config(d, "[limits]\ncontrol_buffer_kib = 1\n"));
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("limits.control_buffer_kib") != std::string::npos, r.err);
+  r = check(d, base_config(d, "[limits]\nbogus = 1\n"));
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("limits.bogus: unknown key") != std::string::npos, r.err);
+}
