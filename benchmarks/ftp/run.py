@@ -292,7 +292,10 @@ def start_vsftpd(root):
 def start_tierce(binary, root, name="tierce-ftpd", pasv_ports="0", pasv_address=None):
     t = ftpenv.TierceFtpd(binary, root, users=((USER, PASSWORD, None, True),), workers=4,
                           max_sessions=128, pasv_ports=pasv_ports, pasv_address=pasv_address,
-                          log_level="warn", max_streams=16)
+                          log_level="warn", max_streams=16,
+                          # the tree is shared with vsftpd: only tierce's upload dir is the
+                          # sessions' (as root, they run as nobody: privilege separation)
+                          session_owned=[os.path.join(root, "tupload")])
     s = Server(name, t, make_meter(name), "127.0.0.1", USER, PASSWORD, "/tupload")
     return s.start()
 

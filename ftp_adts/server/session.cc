@@ -1436,6 +1436,14 @@ void Session::cmd_auth(const std::string& arg) {
     ctl_.reply(504, "AUTH " + a.substr(0, 16) + " not supported; use AUTH TLS");
     return;
   }
+  if (logged_in_ && env_.after_login) {
+    // Privilege separation: this process already runs as the user's account and holds no user
+    // table any more, so the reset RFC 4217 asks for (a new login inside TLS) cannot happen here.
+    log(LogLevel::Info, "FTPD0207 " + peer_.host() + ": AUTH TLS after login refused: the session "
+                        "already runs as " + user_ + "'s account (privilege separation)");
+    ctl_.reply(503, "AUTH TLS must come before the login: reconnect and send AUTH TLS first");
+    return;
+  }
   ctl_.reply(234, "AUTH TLS ok, start the handshake");
   try {
     ctl_.start_tls(env_.tls, std::chrono::seconds(cfg_.login_timeout_s));
@@ -1447,7 +1455,7 @@ void Session::cmd_auth(const std::string& arg) {
   // RFC 4217 §4: AUTH resets the session; the login starts over inside TLS, also for a client
   // that was logged in over the plain connection.
   if (logged_in_)
-    log(LogLevel::Info, "FTPD0205 " + peer_.host() + ": AUTH TLS after login: " + user_ +
+    log(LogLevel::Info, "FTPD0206 " + peer_.host() + ": AUTH TLS after login: " + user_ +
                             " logged out, log in again");
   user_.clear();
   logged_in_ = anonymous_ = writable_ = false;

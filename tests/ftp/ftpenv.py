@@ -395,8 +395,11 @@ class TierceFtpd(_Server):
                  max_sessions=64, pasv_ports="0", pasv_address=None, extra_toml="",
                  host="127.0.0.1", idle_timeout_s=None, data_timeout_s=None,
                  login_timeout_s=None, log_level="info", max_streams=None, block_kib=None,
-                 zero_copy=None, start_timeout=20.0):
+                 zero_copy=None, start_timeout=20.0, session_owned=None):
         self.binary = binary
+        # What the sessions must own when root (privilege separation): None = every writable
+        # user's root; else just these paths (a tree shared with another server, e.g. vsftpd).
+        self.session_owned = session_owned
         self.root = os.path.abspath(root)
         self.users = list(users)
         self.anonymous_root = anonymous_root
@@ -471,10 +474,12 @@ class TierceFtpd(_Server):
         if os.geteuid() == 0:
             import pwd
             nobody = pwd.getpwnam("nobody")
-            for _name, _pw, root, write in self.users:
-                if write:
-                    chown_tree(os.path.abspath(root) if root else self.root, nobody.pw_uid,
-                               nobody.pw_gid)
+            owned = self.session_owned
+            if owned is None:
+                owned = [os.path.abspath(root) if root else self.root
+                         for _name, _pw, root, write in self.users if write]
+            for path in owned:
+                chown_tree(path, nobody.pw_uid, nobody.pw_gid)
         with open(self.config_path, "w") as f:
             f.write(self._config())
         self.proc = spawn([self.binary, "-c", self.config_path, "--foreground"], self.log_path)
