@@ -105,12 +105,12 @@ bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b) {
 
 std::vector<uint8_t> ClientHandshake::answer_hello(const wire::Header& h,
                                                    std::span<const uint8_t> p) {
+  if (h.op == wire::Op::Hello && h.reply && h.status != Errc::Ok)  // refused at a limit
+    throw FabricError(h.status, "server refused the connection: " +
+                                    std::string(p.begin(), p.end()));
   if (h.op != wire::Op::Hello || h.reply)
     throw FabricError(Errc::Protocol,
                       "server did not start with HELLO: not a Tierce fabric server?");
-  if (h.status != Errc::Ok)  // refused at a limit; the payload says which
-    throw FabricError(h.status, "server refused the connection: " +
-                                    std::string(p.begin(), p.end()));
   if (h.a0 != wire::kProtocolVersion)
     throw FabricError(Errc::Protocol,
                       "server speaks fabric protocol version " +

@@ -77,6 +77,7 @@ class SocketListener final : public Listener {
     std::string text = ctx_.opts->name + ": " + why;
     wire::Header h;
     h.op = wire::Op::Hello;
+    h.reply = true;  // statuses travel in replies only (wire.h)
     h.status = Errc::Busy;
     h.a0 = wire::kProtocolVersion;
     std::vector<uint8_t> f;

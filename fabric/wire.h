@@ -19,8 +19,8 @@
 //   HELLO        server→client first: a0 = protocol version (kProtocolVersion; 0 from servers
 //                before version 2), a1 = the server's protection (Protection: 0 none, 1 mac,
 //                2 encrypt; always 0 on shm and verbs), payload = 32-byte server nonce + server
-//                name. A server refusing the connection (a limit) sends HELLO with status Busy
-//                and a text payload, and closes.
+//                name. A server refusing the connection (a limit) sends instead a HELLO with
+//                the reply bit, status Busy and a text payload saying why, and closes.
 //   AUTH         a0 = protocol version, a1 = the protection the client wants (0 on shm/verbs),
 //                payload = 32-byte client nonce + HMAC-SHA256(secret, "tierce-c" v ps pc sn cn)
 //   AUTH_OK      server→client: a1 = the protection in force = max(ps, pc),
