@@ -111,12 +111,19 @@ void FrameProtector::seal(const uint8_t* hdr, uint8_t* p, size_t len, uint8_t* t
   d.iv(iv);
   int n = 0;
   if (EVP_EncryptInit_ex(d.ctx, nullptr, nullptr, nullptr, iv) != 1) evp_failed("IV");
-  if (EVP_EncryptUpdate(d.ctx, nullptr, &n, hdr, int(wire::kHeaderSize)) != 1) evp_failed("AAD");
-  for (size_t off = 0; off < len; off += kSlice) {
-    int k = int(std::min(kSlice, len - off));
-    int r = mode_ == Protection::Encrypt ? EVP_EncryptUpdate(d.ctx, p + off, &n, p + off, k)
-                                         : EVP_EncryptUpdate(d.ctx, nullptr, &n, p + off, k);
-    if (r != 1) evp_failed("update");
+  if (mode_ == Protection::Mac && p == hdr + wire::kHeaderSize && len < kSlice) {
+    // Header and payload contiguous (a frame built in one buffer): one AAD pass.
+    if (EVP_EncryptUpdate(d.ctx, nullptr, &n, hdr, int(wire::kHeaderSize + len)) != 1)
+      evp_failed("AAD");
+  } else {
+    if (EVP_EncryptUpdate(d.ctx, nullptr, &n, hdr, int(wire::kHeaderSize)) != 1)
+      evp_failed("AAD");
+    for (size_t off = 0; off < len; off += kSlice) {
+      int k = int(std::min(kSlice, len - off));
+      int r = mode_ == Protection::Encrypt ? EVP_EncryptUpdate(d.ctx, p + off, &n, p + off, k)
+                                           : EVP_EncryptUpdate(d.ctx, nullptr, &n, p + off, k);
+      if (r != 1) evp_failed("update");
+    }
   }
   if (EVP_EncryptFinal_ex(d.ctx, nullptr, &n) != 1) evp_failed("final");
   if (EVP_CIPHER_CTX_ctrl(d.ctx, EVP_CTRL_GCM_GET_TAG, int(kTagSize), tag) != 1) evp_failed("tag");

@@ -759,6 +759,10 @@ int run_protection(const Options& o) {
   }
   std::printf("\n");
   print_table(rows, {false, false, true, true, true, true});
+  // Each target inherited the control pipes of those forked before it: stop the last first, so
+  // every target sees its pipe close.
+  conns.clear();
+  while (!targets.empty()) targets.pop_back();
   auto& v = ns[0];
   double mac = percentile_us(v[1], 0.50) / percentile_us(v[0], 0.50);
   std::printf("\ntargets\n  %-46s %-30s %s\n", "tcp read 8 B p50 mac <= 1.2x none",
