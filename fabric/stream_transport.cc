@@ -567,7 +567,6 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
       if (!reader_->header(&*h, d))
         throw FabricError(Errc::PeerClosed, "server closed the connection");
       if (!h->reply || h->id != id++) throw FabricError(Errc::Protocol, "reply out of order");
-      op.status = h->status;
       if (h->length) {
         if (op.kind != OpKind::Read || h->status != Errc::Ok || h->length != op.len)
           throw FabricError(Errc::Protocol, "reply payload of unexpected length");
@@ -575,9 +574,11 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
       } else if (op.kind == OpKind::Read && h->status == Errc::Ok && op.len != 0) {
         throw FabricError(Errc::Protocol, "READ reply without data");
       }
-      // A forged or replayed reply: the caller gets an error (fail() below), never its bytes.
+      // A forged or replayed reply: wait() throws (fail() below) and the op's status and result
+      // are not taken from it; what landed in op.dst must not be used (wait() did not succeed).
       if (!reader_->finish(*h, static_cast<uint8_t*>(h->length ? op.dst : nullptr), d))
         bad_reply_mac();
+      op.status = h->status;
       op.result = h->a0;
     }
   } catch (const FabricError& e) {
