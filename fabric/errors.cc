@@ -30,6 +30,8 @@ std::string_view to_string(Errc e) {
       return "handler failed";
     case Errc::NotPermitted:
       return "not permitted";
+    case Errc::Busy:
+      return "server busy (connection limit)";
     case Errc::Timeout:
       return "timeout";
     case Errc::PeerClosed:

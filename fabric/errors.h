@@ -26,6 +26,8 @@ enum class Errc : uint16_t {
   Fenced = 12,        // the region's owner no longer vouches for it (its lease cap passed, e.g.
                       // a coherence home that has not proven it has every invalidation): fail
                       // closed and try again later
+  Busy = 13,          // the server refused the connection at a limit (connections per address,
+                      // max_connections): try again later or from elsewhere
   // Local-only statuses.
   Timeout = 0x100,  // the peer did not answer within the deadline
   PeerClosed,       // the connection went away (peer died or closed it)

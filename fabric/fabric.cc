@@ -33,6 +33,26 @@ Transport parse_transport(std::string_view s) {
                     "unknown transport '" + std::string(s) + "' (use auto, verbs, tcp or shm)");
 }
 
+std::string_view to_string(Protection p) {
+  switch (p) {
+    case Protection::None:
+      return "none";
+    case Protection::Mac:
+      return "mac";
+    case Protection::Encrypt:
+      return "encrypt";
+  }
+  return "?";
+}
+
+Protection parse_protection(std::string_view s) {
+  if (s == "none") return Protection::None;
+  if (s == "mac") return Protection::Mac;
+  if (s == "encrypt") return Protection::Encrypt;
+  throw FabricError(Errc::Config, "unknown protection '" + std::string(s) +
+                                      "' (use mac, encrypt, or none for measurement only)");
+}
+
 Capabilities capabilities_of(Transport t) {
   Capabilities c;
   c.max_transfer = wire::kMaxTransfer;

@@ -47,6 +47,17 @@ struct Capabilities {
 };
 Capabilities capabilities_of(Transport t);
 
+// What protects tcp frames after the handshake (fabric/protect.h). shm and verbs stay inside one
+// trust domain (this host; the RDMA fabric) and are never protected, whatever is asked.
+//   None     nothing: an on-path attacker can inject, replay or read frames. For measurement only;
+//            a Server configured so logs a loud warning (FAB0108).
+//   Mac      every frame carries a 16-byte tag over its header, payload and sequence number.
+//   Encrypt  as Mac, and payloads are encrypted.
+// A connection uses the stronger of the server's and the client's settings.
+// (enum class Protection is in auth.h: the handshake proofs cover it.)
+std::string_view to_string(Protection p);
+Protection parse_protection(std::string_view s);  // "none|mac|encrypt", throws Errc::Config
+
 struct Address {
   Transport transport = Transport::Tcp;
   std::string host;  // tcp, verbs
@@ -129,6 +140,8 @@ struct ClientOptions {
   // post(), call fabric::invalidate_registrations(addr, len) (reg_cache.h says why). tcp, shm: no
   // effect.
   size_t registration_cache_bytes = 0;
+  // tcp: the least protection this client accepts (the server may impose more). shm, verbs: none.
+  Protection protection = Protection::Mac;
 };
 
 // A client's link to one Server. Not thread-safe: one per thread, or guard it.
@@ -204,6 +217,16 @@ struct ServerOptions {
   // much per request. 0 = never spin.
   std::chrono::microseconds spin{50};
   size_t max_connections = 4096;
+  // tcp: connections from one IP address served at once; the next one is answered with a HELLO
+  // carrying Busy and closed (FAB0107). Loopback peers count like any other (a local cluster
+  // puts every client on 127.0.0.1). 0 = no per-address limit.
+  size_t max_connections_per_ip = 1024;
+  // Largest frame payload accepted before the handshake completes (the AUTH payload is 64
+  // bytes). A bigger claim is refused (FAB0209) and the connection closed, so an unauthenticated
+  // peer cannot make the server allocate more than this. 64..65536.
+  size_t max_preauth_frame = 256;
+  // tcp frames after the handshake (see Protection). shm and verbs: ignored.
+  Protection protection = Protection::Mac;
   LogSink log;  // defaults to stderr
 };
 
@@ -225,6 +248,9 @@ struct ServerStats {
   uint64_t rejected_ops = 0;  // bad key, bounds, alignment, revoked
   uint64_t messages = 0;
   uint64_t streams = 0;
+  uint64_t connections_refused = 0;  // max_connections or max_connections_per_ip reached
+  uint64_t preauth_oversize = 0;     // a frame over max_preauth_frame before authentication
+  uint64_t bad_frame_macs = 0;       // a protected frame failed its MAC (injected/replayed/...)
 };
 
 class Server {

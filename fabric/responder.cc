@@ -102,6 +102,9 @@ ServerStats Counters::snapshot() const {
   s.rejected_ops = rejected_ops.load(std::memory_order_relaxed);
   s.messages = messages.load(std::memory_order_relaxed);
   s.streams = streams.load(std::memory_order_relaxed);
+  s.connections_refused = connections_refused.load(std::memory_order_relaxed);
+  s.preauth_oversize = preauth_oversize.load(std::memory_order_relaxed);
+  s.bad_frame_macs = bad_frame_macs.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -56,7 +56,8 @@ class ServiceTable {
 
 struct Counters {
   std::atomic<uint64_t> connections_accepted{0}, auth_failures{0}, malformed_frames{0},
-      one_sided_ops{0}, rejected_ops{0}, messages{0}, streams{0};
+      one_sided_ops{0}, rejected_ops{0}, messages{0}, streams{0}, connections_refused{0},
+      preauth_oversize{0}, bad_frame_macs{0};
   ServerStats snapshot() const;
 };
 

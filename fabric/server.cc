@@ -16,6 +16,7 @@
 #include "fabric/socket.h"
 #include "fabric/stream_transport.h"
 #include "fabric/verbs_transport.h"
+#include "fabric/wire.h"
 
 namespace tierce::fabric {
 
@@ -59,7 +60,33 @@ class SocketListener final : public Listener {
   }
 
  private:
+  // The address part of accept_conn's "HOST:PORT" ("[v6]:PORT" or "v6:PORT" alike).
+  static std::string host_of(const std::string& peer) {
+    auto colon = peer.rfind(':');
+    return colon == std::string::npos ? peer : peer.substr(0, colon);
+  }
+
+  // Tells a refused peer why before closing: a HELLO carrying Busy and the reason, so its
+  // connect fails with that message instead of "closed before HELLO". Never blocks the acceptor
+  // (a fresh socket's send buffer is empty; if it is not, the peer gets the bare close).
+  void refuse(const Fd& c, const std::string& peer, const char* id, const std::string& why) {
+    ctx_.counters->connections_refused.fetch_add(1, std::memory_order_relaxed);
+    if (ctx_.opts->log)
+      ctx_.opts->log(LogLevel::Warn,
+                     std::string(id) + " refusing connection from " + peer + ": " + why);
+    std::string text = ctx_.opts->name + ": " + why;
+    wire::Header h;
+    h.op = wire::Op::Hello;
+    h.reply = true;  // statuses travel in replies only (wire.h)
+    h.status = Errc::Busy;
+    h.a0 = wire::kProtocolVersion;
+    std::vector<uint8_t> f;
+    wire::append_frame(f, h, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    (void)!::send(c.get(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+
   void accept_loop() {
+    const bool per_ip = addr_.transport == Transport::Tcp && ctx_.opts->max_connections_per_ip > 0;
     for (;;) {
       std::string peer;
       Fd c = accept_conn(fd_.get(), &peer);
@@ -67,10 +94,17 @@ class SocketListener final : public Listener {
       std::unique_lock g(mu_);
       if (stopped_) return;
       if (active_ >= ctx_.opts->max_connections) {
-        if (ctx_.opts->log)
-          ctx_.opts->log(LogLevel::Warn,
-                         "FAB0102 refusing connection from " + peer + ": max_connections (" +
-                             std::to_string(ctx_.opts->max_connections) + ") reached");
+        g.unlock();
+        refuse(c, peer, "FAB0102",
+               "max_connections (" + std::to_string(ctx_.opts->max_connections) + ") reached");
+        continue;
+      }
+      std::string host = per_ip ? host_of(peer) : std::string();
+      if (per_ip && per_ip_[host] >= ctx_.opts->max_connections_per_ip) {
+        g.unlock();
+        refuse(c, peer, "FAB0107",
+               "max_connections_per_ip (" + std::to_string(ctx_.opts->max_connections_per_ip) +
+                   ") reached for " + host);
         continue;
       }
       Fd mine(::dup(c.get()));  // lets stop() shut the socket down whatever its owner does with c
@@ -78,14 +112,20 @@ class SocketListener final : public Listener {
       int raw = mine.get();
       conns_.insert(raw);
       ++active_;
+      if (per_ip) ++per_ip_[host];
       ctx_.counters->connections_accepted.fetch_add(1, std::memory_order_relaxed);
-      std::thread([this, c = std::move(c), mine = std::move(mine), raw, peer]() mutable {
+      std::thread([this, c = std::move(c), mine = std::move(mine), raw, peer, host,
+                   per_ip]() mutable {
         PeerInfo info{addr_.transport == Transport::Shm ? "local" : peer, addr_.transport};
         serve_stream_connection(std::move(c), info, ctx_);
         release_thread_crypto();
         std::lock_guard g2(mu_);
         conns_.erase(raw);
         mine.reset();
+        if (per_ip) {
+          auto it = per_ip_.find(host);
+          if (it != per_ip_.end() && --it->second == 0) per_ip_.erase(it);
+        }
         --active_;
         cv_.notify_all();  // under the lock: stop() cannot return (and free us) before this ends
       }).detach();
@@ -99,6 +139,7 @@ class SocketListener final : public Listener {
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<int> conns_;
+  std::map<std::string, size_t> per_ip_;  // tcp: connections served per peer address
   size_t active_ = 0;
   bool stopped_ = false;
 };
@@ -148,6 +189,19 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
     throw FabricError(Errc::Config, "server " + I.opts.name + ": no listen address");
   if (I.opts.lease <= I.opts.heartbeat)
     throw FabricError(Errc::Config, "lease must be longer than the heartbeat period");
+  if (I.opts.max_preauth_frame < wire::kNonceSize + wire::kMacSize ||
+      I.opts.max_preauth_frame > 65536)
+    throw FabricError(Errc::Config, "server " + I.opts.name + ": max_preauth_frame must be " +
+                                        std::to_string(wire::kNonceSize + wire::kMacSize) +
+                                        "..65536 (the AUTH frame carries " +
+                                        std::to_string(wire::kNonceSize + wire::kMacSize) +
+                                        " bytes)");
+  if (I.opts.protection == Protection::None)
+    I.opts.log(LogLevel::Warn,
+               "FAB0108 WARNING: " + I.opts.name +
+                   " runs with protection = none: tcp frames after the handshake carry no MAC, "
+                   "so anyone on the path can inject, replay or read them (unless every client "
+                   "asks for mac). For measurements only; use mac or encrypt");
   try {
     for (auto& uri : I.opts.listen) {
       Address a = parse_address(uri);

@@ -135,7 +135,9 @@ Fd unix_listen(const std::string& path) {
     throw FabricError(Errc::Config, "unix socket " + path + " is in use by a running server");
   ::unlink(path.c_str());
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw_errno("bind " + path);
-  ::chmod(path.c_str(), 0660);
+  // Group-accessible on purpose (an httpd group reaches memd); a failure would leave whatever
+  // the umask gave, so it is an error, not something to ignore.
+  if (::chmod(path.c_str(), 0660) != 0) throw_errno("chmod 0660 " + path);
   if (::listen(fd.get(), 512) != 0) throw_errno("listen " + path);
   return fd;
 }

@@ -38,7 +38,26 @@ void Stream::read_exact(std::span<uint8_t> buf) {
 // ---------------------------------------------------------------------------------------------
 // Frames on sockets
 
-void send_frame(int fd, const Header& h, std::span<const uint8_t> payload, Deadline d) {
+void send_frame(int fd, const Header& h, std::span<const uint8_t> payload, Deadline d,
+                FrameProtector* prot) {
+  if (prot && prot->active()) {
+    if (prot->mode() == Protection::Mac && payload.size() > 4096) {  // large: no copy
+      uint8_t hb[wire::kHeaderSize], tag[FrameProtector::kTagSize];
+      Header c = h;
+      c.length = uint32_t(payload.size());
+      wire::encode_header(c, hb);
+      prot->seal_const(hb, payload.data(), payload.size(), tag);
+      send_all(fd, hb, sizeof hb, d);
+      send_all(fd, payload.data(), payload.size(), d);
+      send_all(fd, tag, sizeof tag, d);
+      return;
+    }
+    std::vector<uint8_t> buf;
+    buf.reserve(wire::kHeaderSize + payload.size() + FrameProtector::kTagSize);
+    append_sealed_frame(buf, h, payload, prot);
+    send_all(fd, buf.data(), buf.size(), d);
+    return;
+  }
   uint8_t hb[wire::kHeaderSize];
   Header c = h;
   c.length = uint32_t(payload.size());
@@ -54,21 +73,49 @@ void send_frame(int fd, const Header& h, std::span<const uint8_t> payload, Deadl
   }
 }
 
+void append_sealed_frame(std::vector<uint8_t>& out, const Header& h,
+                         std::span<const uint8_t> payload, FrameProtector* prot) {
+  size_t at = out.size();
+  wire::append_frame(out, h, payload);
+  if (!prot || !prot->active()) return;
+  out.resize(out.size() + FrameProtector::kTagSize);
+  uint8_t* f = out.data() + at;
+  prot->seal(f, f + wire::kHeaderSize, payload.size(), f + wire::kHeaderSize + payload.size());
+}
+
 namespace {
 
-// Reads one frame; false on clean EOF between frames. Throws Protocol on a malformed header.
+// Reads one frame; false on clean EOF between frames. Throws Protocol on a malformed header or,
+// with an active protector, a frame that fails its tag; TooLarge on a payload over max_len
+// (before anything is allocated for it).
 bool recv_frame(int fd, Header* h, std::vector<uint8_t>* payload, Deadline header_deadline,
-                Deadline body_deadline) {
+                Deadline body_deadline, size_t max_len = wire::kMaxPayload,
+                FrameProtector* prot = nullptr) {
   uint8_t hb[wire::kHeaderSize];
   if (!recv_exact(fd, hb, sizeof hb, header_deadline, true)) return false;
   std::string why;
   auto dh = wire::decode_header(hb, &why);
   if (!dh) throw FabricError(Errc::Protocol, "malformed frame: " + why);
+  if (dh->length > max_len)
+    throw FabricError(Errc::TooLarge, "a " + std::to_string(dh->length) +
+                                          "-byte frame where at most " + std::to_string(max_len) +
+                                          " are accepted");
   *h = *dh;
   payload->resize(h->length);
   if (h->length) recv_exact(fd, payload->data(), h->length, body_deadline);
+  if (prot && prot->active()) {
+    uint8_t tag[FrameProtector::kTagSize];
+    recv_exact(fd, tag, sizeof tag, body_deadline);
+    if (!prot->open(hb, payload->data(), payload->size(), tag))
+      throw FabricError(Errc::Protocol, "frame failed authentication (bad MAC: injected, "
+                                        "replayed or reordered)");
+  }
   return true;
 }
+
+// Handshake frames from a server (HELLO, AUTH_OK or a refusal) are small; a client does not let
+// a bogus server make it allocate more.
+constexpr size_t kMaxHandshakeFrame = 4096;
 
 constexpr Millis kFrameBodyTimeout{5000};
 
@@ -107,6 +154,16 @@ bool FrameReader::header(Header* h, Deadline d) {
   return true;
 }
 
+bool FrameReader::finish(const Header& h, uint8_t* payload, Deadline d) {
+  if (!prot_ || !prot_->active()) return true;
+  uint8_t tag[FrameProtector::kTagSize], hb[wire::kHeaderSize];
+  body(tag, sizeof tag, d);
+  // The header as it was on the wire: decode_header accepts only canonical encodings of what it
+  // returns, so encoding it again gives the bytes the sender sealed.
+  wire::encode_header(h, hb);
+  return prot_->open(hb, payload, h.length, tag);
+}
+
 void FrameReader::body(void* dst, size_t n, Deadline d) {
   auto* out = static_cast<uint8_t*>(dst);
   size_t take = std::min(n, buffered());
@@ -126,58 +183,90 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
     if (o.log) o.log(l, s);
   };
   try {
-    // 1. HELLO with our nonce.
+    // 1. HELLO with our nonce, protocol version and protection (tcp only: shm stays on this
+    //    host, inside the trust domain, and its control channel is not protected).
+    const Protection ours =
+        ctx.view.transport == Transport::Tcp ? o.protection : Protection::None;
     Nonce sn = make_nonce();
     std::vector<uint8_t> hello(sn.begin(), sn.end());
     hello.insert(hello.end(), o.name.begin(), o.name.end());
     Header hh;
     hh.op = Op::Hello;
+    hh.a0 = wire::kProtocolVersion;
+    hh.a1 = uint64_t(ours);
     Deadline auth_d = deadline_in(o.auth_timeout);
     send_frame(fd.get(), hh, hello, auth_d);
 
-    // 2. AUTH must come first and prove the secret.
+    auto refuse = [&](const Header& to, std::string_view why) {
+      Header r;
+      r.op = to.op;
+      r.reply = true;
+      r.id = to.id;
+      r.status = Errc::AuthFailed;
+      send_frame(fd.get(), r,
+                 std::span(reinterpret_cast<const uint8_t*>(why.data()), why.size()), auth_d);
+    };
+
+    // 2. AUTH must come first and prove the secret. Until it has, a frame may claim at most
+    //    max_preauth_frame bytes: an unauthenticated peer cannot make us allocate more.
     Header h;
     std::vector<uint8_t> payload;
-    if (!recv_frame(fd.get(), &h, &payload, auth_d, auth_d)) return;
+    try {
+      if (!recv_frame(fd.get(), &h, &payload, auth_d, auth_d, o.max_preauth_frame)) return;
+    } catch (const FabricError& e) {
+      if (e.code() != Errc::TooLarge) throw;
+      ctx.counters->preauth_oversize.fetch_add(1, std::memory_order_relaxed);
+      log(LogLevel::Warn, "FAB0209 peer " + peer.remote + " sent " + e.what() +
+                              " before authenticating (max_preauth_frame); closing");
+      return;
+    }
     if (h.op != Op::Auth || h.reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
       ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
       log(LogLevel::Warn, "FAB0201 peer " + peer.remote + " sent " +
                               std::string(wire::op_name(h.op)) + " before authenticating; closing");
-      Header r;
-      r.op = h.op;
-      r.reply = true;
-      r.id = h.id;
-      r.status = Errc::AuthFailed;
-      send_frame(fd.get(), r, {}, auth_d);
+      refuse(h, "authenticate first");
       return;
     }
+    if (h.a0 != wire::kProtocolVersion || h.a1 > uint64_t(Protection::Encrypt)) {
+      ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
+      std::string why = "peer speaks fabric protocol version " +
+                        std::to_string(h.a0 == 0 ? 1 : h.a0) + ", this server version " +
+                        std::to_string(wire::kProtocolVersion) +
+                        " (frame protection): run the same Tierce release on both ends";
+      log(LogLevel::Warn, "FAB0210 " + peer.remote + ": " + why + "; closing");
+      refuse(h, why);
+      return;
+    }
+    HandshakeParams params;
+    params.server = ours;
+    params.client = Protection(h.a1);
+    const Protection agreed =
+        ctx.view.transport == Transport::Tcp ? params.agreed() : Protection::None;
     Nonce cn;
     std::memcpy(cn.data(), payload.data(), cn.size());
-    Mac expect = client_proof(o.secret, sn, cn);
+    Mac expect = client_proof(o.secret, sn, cn, params);
     if (!mac_equal(expect,
                    std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
       ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
       log(LogLevel::Warn,
           "FAB0202 peer " + peer.remote + " failed authentication (wrong shared secret?); closing");
-      Header r;
-      r.op = Op::Auth;
-      r.reply = true;
-      r.id = h.id;
-      r.status = Errc::AuthFailed;
-      send_frame(fd.get(), r, {}, auth_d);
+      refuse(h, "");
       return;
     }
-    Mac sp = server_proof(o.secret, sn, cn);
+    Mac sp = server_proof(o.secret, sn, cn, params);
     Header ok;
     ok.op = Op::AuthOk;
     ok.reply = true;
     ok.id = h.id;
+    ok.a1 = uint64_t(agreed);
     send_frame(fd.get(), ok, sp, auth_d);
+    FrameProtector prot(o.secret, sn, cn, agreed, false);
 
     // 3. Requests.
     Responder responder(*ctx.regions, *ctx.services, *ctx.counters);
     Reply reply;
     FrameReader reader(fd.get(), o.spin);
+    reader.protect(&prot);
     std::vector<uint8_t> out;  // replies held back while more requests are already buffered
     auto flush = [&](Deadline d) {
       if (!out.empty()) send_all(fd.get(), out.data(), out.size(), d);
@@ -187,8 +276,24 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
       Deadline idle = o.idle_timeout.count() > 0 ? deadline_in(o.idle_timeout) : kNoDeadline;
       try {
         if (!reader.header(&h, idle)) return;
+        if (h.reply) {  // before the body and tag: closing either way, no need to wait for them
+          ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
+          log(LogLevel::Warn,
+              "FAB0205 peer " + peer.remote + " sent a reply frame as a request; closing");
+          return;
+        }
         payload.resize(h.length);
-        if (h.length) reader.body(payload.data(), h.length, deadline_in(kFrameBodyTimeout));
+        Deadline bd = deadline_in(kFrameBodyTimeout);
+        if (h.length) reader.body(payload.data(), h.length, bd);
+        if (!reader.finish(h, payload.data(), bd)) {
+          // Checked before anything is done with the frame: a forged request is never applied.
+          ctx.counters->bad_frame_macs.fetch_add(1, std::memory_order_relaxed);
+          log(LogLevel::Warn, "FAB0211 peer " + peer.remote + ": a " +
+                                  std::string(wire::op_name(h.op)) +
+                                  " frame failed authentication (bad MAC: injected, replayed or "
+                                  "reordered, or another secret); closing the connection");
+          return;
+        }
       } catch (const FabricError& e) {
         if (e.code() == Errc::Protocol) {
           ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
@@ -198,12 +303,6 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
           log(LogLevel::Info,
               "FAB0204 peer " + peer.remote + " idle or stalled mid-frame; closing");
         }
-        return;
-      }
-      if (h.reply) {
-        ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
-        log(LogLevel::Warn,
-            "FAB0205 peer " + peer.remote + " sent a reply frame as a request; closing");
         return;
       }
       Deadline d = deadline_in(kFrameBodyTimeout);
@@ -224,10 +323,12 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
         r.id = h.id;
         if (!handler) {
           r.status = Errc::NoSuchService;
-          send_frame(fd.get(), r, {}, d);
+          send_frame(fd.get(), r, {}, d, &prot);
           continue;
         }
-        send_frame(fd.get(), r, {}, d);
+        // From here on the socket carries the service's raw bytes (sendfile/splice): streams are
+        // not protected by the fabric (ADTS/FTP bring their own TLS where they need it).
+        send_frame(fd.get(), r, {}, d, &prot);
         ctx.counters->streams.fetch_add(1, std::memory_order_relaxed);
         handler(peer, std::make_unique<SocketStream>(std::move(fd), Millis(30000)));
         return;
@@ -243,9 +344,9 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
           auto body = reply.direct.empty() ? std::span<const uint8_t>(reply.payload) : reply.direct;
           if (body.size() > FrameReader::kBufferSize) {  // large: no extra copy
             flush(d);
-            send_frame(fd.get(), reply.header, body, d);
+            send_frame(fd.get(), reply.header, body, d, &prot);
           } else {
-            wire::append_frame(out, reply.header, body);
+            append_sealed_frame(out, reply.header, body, &prot);
           }
         }
         reply.pinned.reset();
@@ -265,22 +366,35 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
 // ---------------------------------------------------------------------------------------------
 // Client side
 
-std::string client_handshake(int fd, const Secret& secret, Deadline d) {
-  ClientHandshake hs(secret);
+std::string client_handshake(int fd, const Secret& secret, Deadline d, Protection wanted,
+                             FrameProtector* prot) {
+  ClientHandshake hs(secret, wanted);
   Header h;
   std::vector<uint8_t> p;
-  if (!recv_frame(fd, &h, &p, d, d))
+  if (!recv_frame(fd, &h, &p, d, d, kMaxHandshakeFrame))
     throw FabricError(Errc::PeerClosed, "server closed before HELLO");
-  Header a;
-  a.op = Op::Auth;
-  a.id = 1;
-  send_frame(fd, a, hs.answer_hello(h, p), d);
-  if (!recv_frame(fd, &h, &p, d, d))
+  auto auth = hs.answer_hello(h, p);
+  send_frame(fd, hs.auth_header(), auth, d);
+  if (!recv_frame(fd, &h, &p, d, d, kMaxHandshakeFrame))
     throw FabricError(Errc::AuthFailed, "server " + hs.server_name() +
                                             " closed the connection during authentication");
   hs.check_answer(h, p);
+  if (prot)
+    *prot = FrameProtector(secret, hs.server_nonce(), hs.client_nonce(), hs.protection(), true);
   return hs.server_name();
 }
+
+namespace {
+// What a client asks for: tcp only (shm's control channel stays on this host).
+Protection wanted_on(Transport t, Protection p) {
+  return t == Transport::Tcp ? p : Protection::None;
+}
+[[noreturn]] void bad_reply_mac() {
+  throw FabricError(Errc::Protocol,
+                    "a reply failed authentication (bad MAC: injected, replayed or reordered "
+                    "frame on the path); the connection is closed, nothing from it was used");
+}
+}  // namespace
 
 StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
     : addr_(std::move(addr)), uri_(addr_.uri()), opts_(opts) {
@@ -293,8 +407,10 @@ StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
     if (::setsockopt(fd_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0)
       throw FabricError(Errc::System, uri_ + ": setsockopt SO_LINGER: " + std::strerror(errno));
   }
-  peer_name_ = client_handshake(fd_.get(), opts_.secret, d);
+  peer_name_ = client_handshake(fd_.get(), opts_.secret, d,
+                                wanted_on(addr_.transport, opts_.protection), &prot_);
   reader_ = std::make_unique<FrameReader>(fd_.get(), opts_.spin);
+  reader_->protect(&prot_);
 }
 
 Fd StreamConnection::open_socket(Deadline d) const {
@@ -333,8 +449,9 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
   Deadline d = deadline_in(opts_.op_timeout);
   Header h;
   try {
-    send_frame(fd_.get(), req, payload, d);
+    send_frame(fd_.get(), req, payload, d, &prot_);
     if (fd_out) {
+      if (prot_.active()) throw std::logic_error("MAP on a protected connection");
       if (reader_->buffered() != 0)
         throw FabricError(Errc::Protocol, "unexpected bytes before a MAP reply");
       uint8_t hb[wire::kHeaderSize];
@@ -350,6 +467,7 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
         throw FabricError(Errc::PeerClosed, "server closed the connection");
       reply_payload->resize(h.length);
       if (h.length) reader_->body(reply_payload->data(), h.length, d);
+      if (!reader_->finish(h, reply_payload->data(), d)) bad_reply_mac();
     }
     if (!h.reply || h.op != req.op || h.id != req.id)
       throw FabricError(Errc::Protocol, "reply does not match the request");
@@ -380,6 +498,11 @@ RemoteRegion StreamConnection::lookup(std::string_view name) {
 
 void StreamConnection::post(std::span<OneSidedOp> ops) {
   check_usable();
+  // Refused before any frame is sealed: a sealed frame that is never sent would put the
+  // sequence numbers out of step.
+  for (auto& op : ops)
+    if (op.len > wire::kMaxTransfer)
+      throw FabricError(Errc::TooLarge, "one-sided transfer over 16 MiB");
   sendbuf_.clear();
   sent_.assign(ops.size(), 0);
   size_t n = 0;
@@ -418,9 +541,7 @@ void StreamConnection::post(std::span<OneSidedOp> ops) {
         h.a2 = op.arg0;
         break;
     }
-    if (op.len > wire::kMaxTransfer)
-      throw FabricError(Errc::TooLarge, "one-sided transfer over 16 MiB");
-    wire::append_frame(sendbuf_, h, payload);
+    append_sealed_frame(sendbuf_, h, payload, &prot_);
   }
   try {
     send_all(fd_.get(), sendbuf_.data(), sendbuf_.size(), deadline_in(opts_.op_timeout));
@@ -446,7 +567,6 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
       if (!reader_->header(&*h, d))
         throw FabricError(Errc::PeerClosed, "server closed the connection");
       if (!h->reply || h->id != id++) throw FabricError(Errc::Protocol, "reply out of order");
-      op.status = h->status;
       if (h->length) {
         if (op.kind != OpKind::Read || h->status != Errc::Ok || h->length != op.len)
           throw FabricError(Errc::Protocol, "reply payload of unexpected length");
@@ -454,6 +574,11 @@ void StreamConnection::wait(std::span<OneSidedOp> ops) {
       } else if (op.kind == OpKind::Read && h->status == Errc::Ok && op.len != 0) {
         throw FabricError(Errc::Protocol, "READ reply without data");
       }
+      // A forged or replayed reply: wait() throws (fail() below) and the op's status and result
+      // are not taken from it; what landed in op.dst must not be used (wait() did not succeed).
+      if (!reader_->finish(*h, static_cast<uint8_t*>(h->length ? op.dst : nullptr), d))
+        bad_reply_mac();
+      op.status = h->status;
       op.result = h->a0;
     }
   } catch (const FabricError& e) {
@@ -485,7 +610,7 @@ void StreamConnection::send(std::string_view service, std::span<const uint8_t> b
   req.op = Op::Send;
   req.id = next_id_++;
   try {
-    send_frame(fd_.get(), req, p, deadline_in(opts_.op_timeout));
+    send_frame(fd_.get(), req, p, deadline_in(opts_.op_timeout), &prot_);
   } catch (const FabricError& e) {
     fail(e);
   }
@@ -494,15 +619,18 @@ void StreamConnection::send(std::string_view service, std::span<const uint8_t> b
 std::unique_ptr<Stream> StreamConnection::open_stream(std::string_view service) {
   Deadline d = deadline_in(opts_.connect_timeout);
   Fd fd = open_socket(d);
-  client_handshake(fd.get(), opts_.secret, d);
+  FrameProtector prot;  // covers STREAM_OPEN and its reply; the stream's bytes are raw
+  client_handshake(fd.get(), opts_.secret, d, wanted_on(addr_.transport, opts_.protection),
+                   &prot);
   Header req;
   req.op = Op::StreamOpen;
   req.id = 1;
   send_frame(fd.get(), req,
-             std::span(reinterpret_cast<const uint8_t*>(service.data()), service.size()), d);
+             std::span(reinterpret_cast<const uint8_t*>(service.data()), service.size()), d,
+             &prot);
   Header h;
   std::vector<uint8_t> p;
-  if (!recv_frame(fd.get(), &h, &p, d, d))
+  if (!recv_frame(fd.get(), &h, &p, d, d, kMaxHandshakeFrame, &prot))
     throw FabricError(Errc::PeerClosed, "server closed the stream request");
   if (h.op != Op::StreamOpen || !h.reply)
     throw FabricError(Errc::Protocol, "unexpected answer to STREAM_OPEN");

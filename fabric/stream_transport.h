@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fabric/fabric.h"
+#include "fabric/protect.h"
 #include "fabric/responder.h"
 #include "fabric/socket.h"
 #include "fabric/wire.h"
@@ -43,10 +44,15 @@ class FrameReader {
   bool header(wire::Header* h, Deadline d);
   // Exactly n bytes of the current frame's payload.
   void body(void* dst, size_t n, Deadline d);
+  // After body(): reads the frame's tag and checks it (decrypting `payload` in place), when a
+  // protector was set and is active. False when the frame is not authentic: close the connection.
+  bool finish(const wire::Header& h, uint8_t* payload, Deadline d);
+  void protect(FrameProtector* p) { prot_ = p; }
   size_t buffered() const { return end_ - begin_; }
 
  private:
   int fd_;
+  FrameProtector* prot_ = nullptr;
   std::chrono::microseconds spin_;  // poll this long before sleeping for the next header
   unsigned backoff_ = 0, skip_ = 0;   // adaptive spin: waits to sleep at once after a failed spin
   std::vector<uint8_t> buf_;
@@ -66,11 +72,19 @@ struct ServeContext {
 // an idle timeout or shutdown. Never throws.
 void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ctx);
 
-// The client half of the handshake on a fresh socket; returns the server's name.
-std::string client_handshake(int fd, const Secret& secret, Deadline d);
+// The client half of the handshake on a fresh socket; returns the server's name. `wanted`: the
+// least protection accepted (tcp); *prot, when given, gets the session's keys.
+std::string client_handshake(int fd, const Secret& secret, Deadline d,
+                             Protection wanted = Protection::None,
+                             FrameProtector* prot = nullptr);
 
-// Sends one frame (header + payload) on a socket.
-void send_frame(int fd, const wire::Header& h, std::span<const uint8_t> payload, Deadline d);
+// Sends one frame (header + payload, then its tag when prot is active) on a socket.
+void send_frame(int fd, const wire::Header& h, std::span<const uint8_t> payload, Deadline d,
+                FrameProtector* prot = nullptr);
+// Appends one frame (sealed when prot is active) to `out`. Frames must be sent in the order
+// they were sealed.
+void append_sealed_frame(std::vector<uint8_t>& out, const wire::Header& h,
+                         std::span<const uint8_t> payload, FrameProtector* prot);
 
 class StreamConnection : public Connection {
  public:
@@ -107,6 +121,7 @@ class StreamConnection : public Connection {
   bool broken_ = false;  // a transport error desynchronised the stream: reconnect
   std::string broken_why_;
   std::vector<uint8_t> sendbuf_;
+  FrameProtector prot_;  // tcp: the session's frame protection (inactive on shm)
   std::unique_ptr<FrameReader> reader_;
   std::vector<uint8_t> sent_;  // per posted op: 1 if it went to the server, 0 if refused locally
 };

@@ -243,10 +243,8 @@ std::string ClientLink::handshake(const Secret& secret, Deadline d) {
   std::vector<uint8_t> p;
   if (!recv_frame(*ep_, &h, &p, d))
     throw FabricError(Errc::Timeout, uri_ + ": no HELLO from the server within connect_timeout");
-  Header a;
-  a.op = Op::Auth;
-  a.id = 1;
-  send_frame(*ep_, a, hs.answer_hello(h, p), d);
+  auto auth = hs.answer_hello(h, p);
+  send_frame(*ep_, hs.auth_header(), auth, d);
   if (!recv_frame(*ep_, &h, &p, d))
     throw FabricError(Errc::Timeout, uri_ + ": server " + hs.server_name() +
                                          " did not answer AUTH within connect_timeout");

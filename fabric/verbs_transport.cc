@@ -753,6 +753,7 @@ void ServerConn::run() {
   hello.insert(hello.end(), name.begin(), name.end());
   Header hh;
   hh.op = Op::Hello;
+  hh.a0 = wire::kProtocolVersion;  // a1 = 0: verbs frames are not protected (one trust domain)
   const Deadline auth_d = deadline_in(o.auth_timeout);
   verbs::send_frame(ep, hh, hello, auth_d);
 
@@ -790,8 +791,14 @@ void ServerConn::run() {
   }
   Nonce cn;
   std::memcpy(cn.data(), payload.data(), cn.size());
-  const bool proven =
-      mac_equal(client_proof(o.secret, sn, cn), payload.subspan(wire::kNonceSize, wire::kMacSize));
+  // Version 2 binds the version and the protection settings (none on verbs) into the proofs; a
+  // peer of another version fails here (FAB0425), as it would fail the check of our proof.
+  HandshakeParams params;
+  params.client = h->a0 == wire::kProtocolVersion && h->a1 == 0 ? Protection::None
+                                                                : Protection::Encrypt;
+  const bool proven = h->a0 == wire::kProtocolVersion && h->a1 == 0 &&
+                      mac_equal(client_proof(o.secret, sn, cn, params),
+                                payload.subspan(wire::kNonceSize, wire::kMacSize));
   const uint64_t auth_id = h->id;
   ep.repost(m->slot);
   if (!proven) {
@@ -817,7 +824,7 @@ void ServerConn::run() {
     }
   }
   ep.allow_long_frames();  // only an authenticated peer may make us fetch (and buffer) 1 MiB frames
-  Mac sp = server_proof(o.secret, sn, cn);
+  Mac sp = server_proof(o.secret, sn, cn, params);
   Header ok;
   ok.op = Op::AuthOk;
   ok.reply = true;

@@ -16,9 +16,17 @@
 //   48      ...   payload
 //
 // Requests and their replies:
-//   HELLO        server→client first: payload = 32-byte server nonce + server name
-//   AUTH         payload = 32-byte client nonce + HMAC-SHA256(secret, "tierce-c" sn cn)
-//   AUTH_OK      server→client: payload = HMAC-SHA256(secret, "tierce-s" cn sn) (mutual auth)
+//   HELLO        server→client first: a0 = protocol version (kProtocolVersion; 0 from servers
+//                before version 2), a1 = the server's protection (Protection: 0 none, 1 mac,
+//                2 encrypt; always 0 on shm and verbs), payload = 32-byte server nonce + server
+//                name. A server refusing the connection (a limit) sends instead a HELLO with
+//                the reply bit, status Busy and a text payload saying why, and closes.
+//   AUTH         a0 = protocol version, a1 = the protection the client wants (0 on shm/verbs),
+//                payload = 32-byte client nonce + HMAC-SHA256(secret, "tierce-c" v ps pc sn cn)
+//   AUTH_OK      server→client: a1 = the protection in force = max(ps, pc),
+//                payload = HMAC-SHA256(secret, "tierce-s" v ps pc cn sn) (mutual auth)
+//   After AUTH_OK, on tcp with protection mac or encrypt, every frame is followed by a 16-byte
+//   tag, and in encrypt mode its payload is encrypted (fabric/protect.h).
 //   READ         a0 addr, a1 key, a2 len            → reply payload = the bytes
 //   WRITE        a0 addr, a1 key, payload = bytes    → empty reply
 //   CAS          a0 addr, a1 key, a2 expect, a3 desired → reply a0 = old value
@@ -48,6 +56,9 @@
 namespace tierce::fabric::wire {
 
 inline constexpr uint8_t kMagic = 0xC7;
+// Version 2: HELLO/AUTH carry versions and protection settings, frames after AUTH_OK carry tags.
+// A peer of another version is refused at the handshake with a message saying so.
+inline constexpr uint64_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderSize = 48;
 // Largest one-sided transfer (READ/WRITE) and largest message body. One-sided transfers are
 // bounded so a peer cannot make the responder allocate without limit.

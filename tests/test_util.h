@@ -11,7 +11,9 @@
 
 #include <csignal>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -77,7 +79,8 @@ inline void write_file(const std::string& path, const std::string& text, mode_t 
     std::ofstream out(path, std::ios::trunc);
     out << text;
   }
-  ::chmod(path.c_str(), mode);
+  if (::chmod(path.c_str(), mode) != 0)
+    throw std::runtime_error("chmod " + path + ": " + std::strerror(errno));
 }
 
 inline std::string read_file(const std::string& path) {

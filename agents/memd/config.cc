@@ -207,7 +207,8 @@ class Checker {
 
 const std::vector<std::string_view> kMemdKeys = {
     "node",      "listen",       "secret_file", "pid_file",        "ready_file", "log",
-    "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms", "spin_us"};
+    "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms", "spin_us",
+    "max_connections_per_ip", "max_preauth_frame", "protection"};
 const std::vector<std::string_view> kRegionKeys = {"name", "segment", "follow_owner"};
 
 std::string default_node_name() {
@@ -336,6 +337,23 @@ void parse_memd_table(Checker& c, const toml::table& m, Config& cfg) {
   if (auto v = c.integer(m, W, "max_connections", 1, Limits::kMaxMaxConnections,
                          Limits::kDefaultMaxConnections))
     cfg.max_connections = size_t(*v);
+  if (auto v = c.integer(m, W, "max_connections_per_ip", 0, Limits::kMaxMaxConnections,
+                         Limits::kDefaultMaxConnectionsPerIp))
+    cfg.max_connections_per_ip = size_t(*v);
+  if (auto v = c.integer(m, W, "max_preauth_frame", Limits::kMinPreauthFrame,
+                         Limits::kMaxPreauthFrame, Limits::kDefaultPreauthFrame))
+    cfg.max_preauth_frame = size_t(*v);
+  if (auto v = c.string(m, W, "protection", "\"mac\"")) {
+    try {
+      cfg.protection = fabric::parse_protection(*v);
+    } catch (const fabric::FabricError&) {
+      c.problem(m.get("protection")->source(),
+                W + " protection: " + quote(*v) +
+                    " is not a protection; write protection = \"mac\" (frames authenticated, "
+                    "the default) or \"encrypt\" (authenticated and encrypted); \"none\" is for "
+                    "measurements only");
+    }
+  }
   if (auto v = c.integer(m, W, "rescan_ms", Limits::kMinRescanMs, Limits::kMaxRescanMs,
                          Limits::kDefaultRescanMs))
     cfg.rescan = std::chrono::milliseconds(*v);

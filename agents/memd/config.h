@@ -14,6 +14,9 @@
 //   heartbeat_ms = 50                           # shm lease renewal period
 //   lease_ms = 500                              # shm peers fail an op once the lease is this old
 //   max_connections = 4096
+//   max_connections_per_ip = 1024               # tcp; 0 = no per-address limit
+//   max_preauth_frame = 256                     # bytes a frame may claim before AUTH succeeded
+//   protection = "mac"                          # tcp frames: mac | encrypt (none: measuring)
 //   rescan_ms = 1000                            # how often missing/changed segments are checked
 //   spin_us = 50                                # responders poll this long before sleeping
 //
@@ -45,6 +48,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fabric/auth.h"
 #include "fabric/log.h"
 
 namespace tierce::memd {
@@ -71,6 +75,10 @@ struct Limits {
   static constexpr long kMinRescanMs = 10;  // below this memd would spin on shm_open
   static constexpr long kMaxRescanMs = 3'600'000;
   static constexpr long kMaxMaxConnections = 1'000'000;
+  static constexpr long kDefaultMaxConnectionsPerIp = 1024;  // fabric ServerOptions default
+  static constexpr long kDefaultPreauthFrame = 256;
+  static constexpr long kMinPreauthFrame = 64;  // the AUTH payload (nonce + proof)
+  static constexpr long kMaxPreauthFrame = 65536;
   static constexpr size_t kMaxNodeName = 64;
   static constexpr size_t kMaxRegionName = 128;  // fabric wire::kMaxRegionName
 };
@@ -130,6 +138,9 @@ struct Config {
   std::chrono::milliseconds lease{Limits::kDefaultLeaseMs};
   std::chrono::milliseconds rescan{Limits::kDefaultRescanMs};
   size_t max_connections = Limits::kDefaultMaxConnections;
+  size_t max_connections_per_ip = Limits::kDefaultMaxConnectionsPerIp;
+  size_t max_preauth_frame = Limits::kDefaultPreauthFrame;
+  fabric::Protection protection = fabric::Protection::Mac;
   std::chrono::microseconds spin{50};  // fabric ServerOptions::spin (tcp/shm responders)
   std::vector<RegionConfig> regions;
   CoherenceConfig coherence;

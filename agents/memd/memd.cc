@@ -141,6 +141,9 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
   o.spin = cfg_.spin;
   o.lease = cfg_.lease;
   o.max_connections = cfg_.max_connections;
+  o.max_connections_per_ip = cfg_.max_connections_per_ip;
+  o.max_preauth_frame = cfg_.max_preauth_frame;
+  o.protection = cfg_.protection;
   o.log = log_;
   server_ = std::make_unique<fabric::Server>(std::move(o));
   started_ = steady_clock::now();
@@ -510,6 +513,9 @@ ReloadOutcome Memd::reload(Config next) {
     restart("lease_ms", next.lease != cfg_.lease);
     restart("max_connections", next.max_connections != cfg_.max_connections);
     restart("spin_us", next.spin != cfg_.spin);
+    restart("max_connections_per_ip", next.max_connections_per_ip != cfg_.max_connections_per_ip);
+    restart("max_preauth_frame", next.max_preauth_frame != cfg_.max_preauth_frame);
+    restart("protection", next.protection != cfg_.protection);
     cfg_.rescan = next.rescan;
     cfg_.log_level = next.log_level;
 

@@ -14,6 +14,11 @@
 // It serves until the client closes its control pipe; PR_SET_PDEATHSIG kills it if the client
 // dies, and a signal handler kills and reaps it on SIGINT/SIGTERM.
 //
+// --protection: instead, tcp reads (8 B, 8 KiB) against three unloaded targets at once, one per
+// frame protection (none, mac, encrypt; fabric/protect.h), in interleaved rounds so that drift
+// on a shared machine hits all three alike; a table with each mode's p50/p99 over none's.
+// The `none` target logs its FAB0108 warning on stderr: that is expected.
+//
 // Segment contents: byte i of the data area is pattern(i), except the last 8 KiB block, whose
 // first word is the cas64/faa64 counter. Reads only touch blocks 0..kReadBlocks-1.
 #include <fcntl.h>
@@ -96,6 +101,7 @@ struct Options {
   bool plot = false;
   std::string png;  // default: the CSV path with .png
   std::string python = TIERCE_BENCH_FABRIC_PYTHON;
+  bool protection = false;  // the protection sweep instead of the load run
 };
 
 struct UsageError : std::runtime_error {
@@ -105,14 +111,15 @@ struct UsageError : std::runtime_error {
 void print_usage(FILE* f) {
   std::fprintf(f,
                "usage: tierce-bench-fabric [--iters N] [--quick] [--load-threads N] [--csv PATH]\n"
-               "                           [--plot] [--png PATH] [--python PATH]\n"
+               "                           [--plot] [--png PATH] [--python PATH] [--protection]\n"
                "  --iters N         measured operations per (backend, load, op); default %zu\n"
                "  --quick           CI smoke run: --iters %zu\n"
                "  --load-threads N  busy threads in the loaded target; default one per core (%u)\n"
                "  --csv PATH        results; default benchmarks/results/fabric.csv\n"
                "  --plot            draw a PNG with plot.py (needs python3-matplotlib)\n"
                "  --png PATH        where --plot writes; default the CSV path with .png\n"
-               "  --python PATH     interpreter for plot.py; default %s\n",
+               "  --python PATH     interpreter for plot.py; default %s\n"
+               "  --protection      tcp read latency with frame protection none vs mac vs encrypt\n",
                kDefaultIters, kQuickIters, std::max(1u, std::thread::hardware_concurrency()),
                TIERCE_BENCH_FABRIC_PYTHON);
 }
@@ -148,6 +155,8 @@ Options parse_options(int argc, char** argv) {
       o.png = value();
     else if (a == "--python")
       o.python = value();
+    else if (a == "--protection")
+      o.protection = true;
     else if (a == "--help" || a == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -225,6 +234,7 @@ struct TargetConfig {
   bool want_verbs = false;
   fab::Secret secret;
   std::string shm_path;
+  fab::Protection protection = fab::Protection::Mac;
 };
 
 // Runs in the forked child; returns its exit status.
@@ -239,6 +249,7 @@ int target_main(const TargetConfig& c, int report_fd, int control_fd) {
     o.name = "bench-target";
     o.secret = c.secret;
     o.listen = {"tcp://127.0.0.1:0", "shm://" + c.shm_path};
+    o.protection = c.protection;
     if (c.want_verbs) o.listen.push_back("verbs://127.0.0.1:0");
     o.log = fab::stderr_sink("tierce-bench-fabric target", fab::LogLevel::Warn);
     std::unique_ptr<fab::Server> server;
@@ -675,7 +686,92 @@ fab::Secret random_secret() {
   return fab::Secret(hex);
 }
 
+// tcp read latency per frame protection: three targets, interleaved rounds, ratios over none.
+int run_protection(const Options& o) {
+  fab::Secret secret = random_secret();
+  const std::vector<fab::Protection> modes = {fab::Protection::None, fab::Protection::Mac,
+                                              fab::Protection::Encrypt};
+  constexpr size_t kRounds = 20;
+  const size_t per_round = std::max<size_t>(1, o.iters / kRounds);
+  std::printf("tierce-bench-fabric --protection: tcp read latency by frame protection\n");
+  std::printf("  three unloaded targets (one per mode), %zu rounds x %zu reads per mode and size, "
+              "interleaved; host: %u hardware thread(s) shared by client and targets\n",
+              kRounds, per_round, std::thread::hardware_concurrency());
+  std::fflush(stdout);
+  std::vector<std::unique_ptr<TargetProcess>> targets;
+  std::vector<std::unique_ptr<fab::Connection>> conns;
+  std::vector<fab::RemoteRegion> regions;
+  int instance = 0;
+  for (auto m : modes) {
+    TargetConfig tc;
+    tc.secret = secret;
+    tc.protection = m;
+    tc.shm_path = "/tmp/tierce-bench-fabric-" + std::to_string(::getpid()) + "-p" +
+                  std::to_string(instance++) + ".sock";
+    targets.push_back(std::make_unique<TargetProcess>(tc));
+    fab::ClientOptions co;
+    co.secret = secret;
+    co.op_timeout = kOpTimeout;
+    co.protection = m;
+    conns.push_back(fab::connect(targets.back()->uri_for(fab::Transport::Tcp), co));
+    regions.push_back(conns.back()->lookup("bench"));
+    uint8_t small[8];
+    conns.back()->read(regions.back(), small_offset(3), small, sizeof small);
+    for (size_t i = 0; i < sizeof small; ++i)
+      if (small[i] != pattern(small_offset(3) + i)) self_check_failed("read 8 B content");
+  }
+  const std::vector<size_t> sizes = {kSmallRead, kLargeRead};
+  // samples[size][mode]
+  std::vector<std::vector<std::vector<uint64_t>>> ns(
+      sizes.size(), std::vector<std::vector<uint64_t>>(modes.size()));
+  std::vector<uint8_t> buf(kLargeRead);
+  size_t warmup = std::max(kMinWarmup, o.iters / 10);
+  for (size_t m = 0; m < modes.size(); ++m)
+    for (size_t z = 0; z < sizes.size(); ++z)
+      for (size_t i = 0; i < warmup; ++i)
+        conns[m]->read(regions[m], large_offset(i), buf.data(), sizes[z]);
+  for (size_t round = 0; round < kRounds; ++round)
+    for (size_t m = 0; m < modes.size(); ++m)
+      for (size_t z = 0; z < sizes.size(); ++z)
+        for (size_t i = 0; i < per_round; ++i) {
+          uint64_t off = sizes[z] == kSmallRead ? small_offset(round * per_round + i)
+                                                : large_offset(round * per_round + i);
+          auto a = Clock::now();
+          conns[m]->read(regions[m], off, buf.data(), sizes[z]);
+          auto b = Clock::now();
+          ns[z][m].push_back(
+              uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count()));
+        }
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"op", "protection", "p50 µs", "p99 µs", "p50 / none", "p99 / none"});
+  for (size_t z = 0; z < sizes.size(); ++z) {
+    if (z) rows.push_back({});
+    double base50 = 0, base99 = 0;
+    for (size_t m = 0; m < modes.size(); ++m) {
+      auto& v = ns[z][m];
+      std::sort(v.begin(), v.end());
+      double p50 = percentile_us(v, 0.50), p99 = percentile_us(v, 0.99);
+      if (m == 0) base50 = p50, base99 = p99;
+      rows.push_back({sizes[z] == kSmallRead ? "tcp read 8 B" : "tcp read 8 KiB",
+                      std::string(fab::to_string(modes[m])), fmt_us(p50), fmt_us(p99),
+                      fmt("%.2fx", p50 / base50), fmt("%.2fx", p99 / base99)});
+    }
+  }
+  std::printf("\n");
+  print_table(rows, {false, false, true, true, true, true});
+  // Each target inherited the control pipes of those forked before it: stop the last first, so
+  // every target sees its pipe close.
+  conns.clear();
+  while (!targets.empty()) targets.pop_back();
+  auto& v = ns[0];
+  double mac = percentile_us(v[1], 0.50) / percentile_us(v[0], 0.50);
+  std::printf("\ntargets\n  %-46s %-30s %s\n", "tcp read 8 B p50 mac <= 1.2x none",
+              fmt("%.2fx", mac).c_str(), mac <= 1.2 ? "PASS" : "MISS");
+  return 0;
+}
+
 int run(const Options& o) {
+  if (o.protection) return run_protection(o);
   // Fail before a long run, not after it, when the CSV cannot be written.
   if (auto dir = std::filesystem::path(o.csv).parent_path(); !dir.empty())
     std::filesystem::create_directories(dir);

@@ -41,6 +41,9 @@ log_level = "warn"
 heartbeat_ms = 20
 lease_ms = 300
 max_connections = 64
+max_connections_per_ip = 16
+max_preauth_frame = 128
+protection = "encrypt"
 rescan_ms = 250
 
 [[region]]
@@ -103,6 +106,9 @@ BOOST_AUTO_TEST_CASE(good_config_is_read_completely) {
   BOOST_TEST(c.heartbeat.count() == 20);
   BOOST_TEST(c.lease.count() == 300);
   BOOST_TEST(c.max_connections == 64u);
+  BOOST_TEST(c.max_connections_per_ip == 16u);
+  BOOST_TEST(c.max_preauth_frame == 128u);
+  BOOST_TEST(int(c.protection) == int(tierce::fabric::Protection::Encrypt));
   BOOST_TEST(c.rescan.count() == 250);
   BOOST_TEST_REQUIRE(c.regions.size() == 2u);
   BOOST_TEST(c.regions[0].name == "versions");
@@ -121,6 +127,9 @@ BOOST_AUTO_TEST_CASE(defaults) {
   BOOST_TEST(c.lease.count() == 500);
   BOOST_TEST(c.rescan.count() == 1000);
   BOOST_TEST(c.max_connections == 4096u);
+  BOOST_TEST(c.max_connections_per_ip == 1024u);
+  BOOST_TEST(c.max_preauth_frame == 256u);
+  BOOST_TEST(int(c.protection) == int(tierce::fabric::Protection::Mac));
   BOOST_TEST(c.pid_file.empty());
   BOOST_TEST(c.ready_file.empty());
   BOOST_TEST(c.regions.empty());
@@ -191,6 +200,15 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_key) {
   expect_error(with_memd("rescan_ms = 1"),
                {"[memd] rescan_ms", "out of range", "rescan_ms = 1000"});
   expect_error(with_memd("max_connections = -4"), {"[memd] max_connections", "out of range"});
+  expect_error(with_memd("max_connections_per_ip = -1"),
+               {"[memd] max_connections_per_ip", "out of range"});
+  expect_error(with_memd("max_preauth_frame = 32"), {"[memd] max_preauth_frame", "out of range"});
+  expect_error(with_memd("max_preauth_frame = 1048576"),
+               {"[memd] max_preauth_frame", "out of range"});
+  expect_error(with_memd("protection = \"hmac\""),
+               {"[memd] protection", "protection = \"mac\"", "\"encrypt\""});
+  BOOST_TEST(int(parse_config(with_memd("protection = \"none\""), "/etc/tierce/memd.toml")
+                     .protection) == int(tierce::fabric::Protection::None));
   expect_error(with_memd("heartbeat_ms = 100\nlease_ms = 100"),
                {"[memd] lease_ms", "longer than heartbeat_ms"});
   expect_error(with_memd("lease_ms = 40"), {"[memd] lease_ms", "longer than heartbeat_ms (50 ms)"});

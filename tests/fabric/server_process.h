@@ -47,10 +47,12 @@ struct ExportSpec {
 class ServerProcess {
  public:
   using Setup = std::function<void(fabric::Server&)>;
+  // Runs in the child on the options before the Server is made (limits, protection, log sink).
+  using Tweak = std::function<void(fabric::ServerOptions&)>;
 
   ServerProcess(const std::string& listen_uri, std::vector<ExportSpec> exports, Setup setup = {},
                 fabric::Millis heartbeat = fabric::Millis(20),
-                fabric::Millis lease = fabric::Millis(200))
+                fabric::Millis lease = fabric::Millis(200), Tweak tweak = {})
       : listen_uri_(listen_uri) {
     int p[2];
     if (pipe(p) != 0) throw std::runtime_error("pipe");
@@ -69,6 +71,7 @@ class ServerProcess {
           if (l >= fabric::LogLevel::Warn)
             std::fprintf(stderr, "[target] %.*s\n", int(s.size()), s.data());
         };
+        if (tweak) tweak(o);
         fabric::Server server(std::move(o));
         for (auto& e : exports) server.export_region(e.name, e.seg);
         if (setup) setup(server);

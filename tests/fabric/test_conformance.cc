@@ -375,9 +375,13 @@ BOOST_AUTO_TEST_CASE(unauthenticated_peers_are_refused) {
       got += k;
     }
     BOOST_REQUIRE(got >= 2 * wire::kHeaderSize);
-    auto second = wire::decode_header(
-        std::span(all.data() + got - wire::kHeaderSize, wire::kHeaderSize), nullptr);
+    auto hello = wire::decode_header(std::span(all.data(), wire::kHeaderSize), nullptr);
+    BOOST_REQUIRE(hello.has_value());
+    size_t at = wire::kHeaderSize + hello->length;  // the refusal follows (it says why)
+    BOOST_REQUIRE(got >= at + wire::kHeaderSize);
+    auto second = wire::decode_header(std::span(all.data() + at, wire::kHeaderSize), nullptr);
     BOOST_REQUIRE(second.has_value());
+    BOOST_TEST(got == at + wire::kHeaderSize + second->length);  // and nothing else: no data
     BOOST_TEST(int(second->status) == int(Errc::AuthFailed));
   }
   // Authorised clients are still served.
