@@ -118,11 +118,6 @@ void throw_no_progress(const char* what, Millis timeout) {
                                                 std::to_string(timeout.count()) + " ms");
 }
 
-void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 void set_nonblocking(int fd) {
   int fl = ::fcntl(fd, F_GETFL);
   if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/fd.h"
 #include "ftp_adts/adts/adts.h"
 
 namespace tierce::adts::wire {
@@ -111,30 +112,6 @@ class SigpipeGuard {
 // TCP connect with a deadline; throws PeerClosed (refused/unreachable) or Timeout.
 int connect_tcp(const std::string& host, uint16_t port, Millis timeout);
 
-// Owns one fd.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+using base::Fd;  // owns one fd (base/fd.h)
 
 }  // namespace tierce::adts::wire

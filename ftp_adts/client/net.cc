@@ -17,16 +17,6 @@
 
 namespace tierce::ftpc {
 
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) reset(o.release());
-  return *this;
-}
-
-void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 bool wait_fd(int fd, bool for_write, Millis timeout) {
   pollfd p{fd, short(for_write ? POLLOUT : POLLIN), 0};
   auto deadline = std::chrono::steady_clock::now() + timeout;

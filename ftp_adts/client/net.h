@@ -8,27 +8,13 @@
 #include <string>
 #include <utility>
 
+#include "base/fd.h"
+
 namespace tierce::ftpc {
 
 using Millis = std::chrono::milliseconds;
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void reset(int fd = -1);
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_ = -1;
-};
+using base::Fd;  // owns one fd (base/fd.h)
 
 // Connects to host:port (names resolved; each address tried in turn) within `timeout`; the socket
 // is returned in blocking mode. nodelay: TCP_NODELAY (control connections: small commands must
