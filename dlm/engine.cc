@@ -97,6 +97,7 @@ struct LockEngine::Step {
   std::deque<Msg> inbox;
   std::vector<std::pair<std::function<void(const Grant&)>, Grant>> completions;
   std::vector<std::tuple<OwnerId, HoldId, std::string>> revocations;
+  bool recover = false;  // opts_.request_recovery() once the mutex is released
 };
 
 namespace {
@@ -126,6 +127,7 @@ void log_line(const fabric::LogSink& log, fabric::LogLevel lv, const std::string
 LockEngine::LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& net)
     : opts_(std::move(opts)), table_(table), net_(net), records_lost_(opts_.members + 1, false),
       srsl_floor_(opts_.members + 1, 0), srsl_purge_due_(opts_.members + 1, false),
+      gave_up_(opts_.members + 1, false),
       srsl_purged_(opts_.members + 1, 0),
       alive_(opts_.members + 1, true) {
   if (opts_.self_rank == 0 || opts_.self_rank > opts_.members)
@@ -144,12 +146,16 @@ LockEngine::LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& ne
 }
 
 LockEngine::~LockEngine() {
+  stop();
+  if (timer_.joinable()) timer_.join();
+}
+
+void LockEngine::stop() {
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
   }
   timer_cv_.notify_all();
-  timer_.join();
 }
 
 void LockEngine::set_revoked_callback(RevokedFn fn) {
@@ -160,6 +166,11 @@ void LockEngine::set_revoked_callback(RevokedFn fn) {
 EngineCounters LockEngine::counters() const {
   std::lock_guard lk(mu_);
   return counters_;
+}
+
+bool LockEngine::stopping() const {
+  std::lock_guard lk(mu_);
+  return stopping_;
 }
 
 bool LockEngine::member_alive(uint32_t rank) const {
@@ -200,8 +211,10 @@ void LockEngine::finish(std::unique_lock<std::mutex>& lk, Step& st) {
     auto completions = std::move(st.completions);
     auto revocations = std::move(st.revocations);
     auto publish = std::move(st.publish);
+    const bool recover = st.recover;
     st = Step{};
     lk.unlock();
+    if (recover && opts_.request_recovery) opts_.request_recovery();
     // Grants first: waiters hear of their grant before the releaser's remote CAS.
     for (auto& [rank, body] : out) net_.send(rank, body);
     for (auto& [fn, g] : completions)
@@ -771,9 +784,23 @@ void LockEngine::handle(Step& st, const Msg& m) {
     // dropped when it gave this home up goes, whatever the message. Only a floor that is a
     // request id of the sending incarnation (ids start at epoch << 47, incarnations are
     // epoch << 32 | random): garbage must not make the home refuse a member's requests for good.
-    if (opts_.algorithm == cluster::LockAlgorithm::SRSL && m.c != opts_.self_rank &&
-        m.sender == m.c && m.from != 0 && (m.y >> kRequestIdShift) == (m.from >> 32))
-      srsl_purge(st, m.c, m.y);
+    const bool floor_valid = m.c != opts_.self_rank && m.sender == m.c && m.from != 0 &&
+                             (m.y >> kRequestIdShift) == (m.from >> 32);
+    if (opts_.algorithm == cluster::LockAlgorithm::SRSL && floor_valid) srsl_purge(st, m.c, m.y);
+    // N-CoSED / DQNL: member c gave this home up and dropped its entries in this home's queues,
+    // though this home may never have declared it dead (its lease lapsed one way, under load: a
+    // heartbeat thread that did not run for lease - guard). The queues that named its entries
+    // wait for messages it will never send (the lock passed on to a record that is gone, a
+    // SHARED_REL of a revoked hold): only a recovery rebuilds them (it asks every member what
+    // it holds; c holds nothing of them any more), and the locks whose tail is c's released
+    // record are not idle (records_lost_). Without this the lock stayed wedged for good and every
+    // later waiter hung (test_cluster.cc a_one_way_lapse_does_not_wedge_the_home_queue).
+    if (opts_.algorithm != cluster::LockAlgorithm::SRSL && m.type == MsgType::SrslPurge &&
+        floor_valid && m.c < srsl_purged_.size() && m.y > srsl_purged_[m.c]) {
+      srsl_purged_[m.c] = m.y;
+      records_lost_[m.c] = true;
+      st.recover = true;
+    }
     if (m.type == MsgType::SrslPurge) return;
   }
   if (m.home == opts_.self_rank) {
@@ -1039,6 +1066,14 @@ void LockEngine::member_up(uint32_t rank) {
     srsl_purge_due_[rank] = true;
     timer_cv_.notify_one();
   }
+  // N-CoSED / DQNL: the home recovers the locks whose queues named what member_down dropped
+  // (gave_up_).
+  if (opts_.algorithm != cluster::LockAlgorithm::SRSL && rank != opts_.self_rank &&
+      gave_up_[rank]) {
+    gave_up_[rank] = false;
+    srsl_purge_due_[rank] = true;
+    timer_cv_.notify_one();
+  }
 }
 
 void LockEngine::member_down(uint32_t rank, const std::string& why) {
@@ -1067,7 +1102,9 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
   // Every request of this node on the member's locks is gone (below next_id_): SRSL tells the
   // home so, or it would keep the holds and waits it has of them (member_up).
   srsl_floor_[rank] = next_id_;
-  std::erase_if(records_, [&](const auto& kv) { return std::get<0>(kv.first) == rank; });
+  const auto dropped_records =
+      std::erase_if(records_, [&](const auto& kv) { return std::get<0>(kv.first) == rank; });
+  if (!ids.empty() || dropped_records) gave_up_[rank] = true;
   std::erase_if(resolved_, [&](const auto& kv) { return kv.second.home == rank; });
   std::erase_if(last_word_, [&](const auto& kv) { return uint32_t(kv.first >> 32) == rank; });
   finish(lk, st);
@@ -1182,6 +1219,19 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
     for (uint32_t rank = 1; rank <= opts_.members; ++rank) {
       for (;;) {
         if (rank != opts_.self_rank && !alive(rank)) break;
+        // Stopping: give up. This loop waits for `alive` to turn false, and lockd's stop() ends
+        // the heartbeat thread that would turn it false before it joins the thread running this:
+        // a lockd stopped while a member was down but not yet dead (e.g. in the test cluster's
+        // destructor, when stopping the previous node took over lease - guard under load) waited
+        // here for ever (test_cluster.cc stop_while_recovery_waits_for_a_down_member). The slot
+        // stays fenced with its generation bumped: nobody can enqueue on a home that is going
+        // away, and the members fail its locks with HomeDown once they see it down.
+        if (stopping()) {
+          log_line(opts_.log, fabric::LogLevel::Warn,
+                   "DLM0306 recovery of slot " + std::to_string(s) +
+                       " abandoned: lockd is stopping (the lock stays fenced)");
+          return;
+        }
         try {
           auto body = q.encode();
           auto reply = rank == opts_.self_rank ? on_recover(body)

@@ -71,6 +71,11 @@ struct EngineOptions {
   // handed out carries the deadline (Grant::valid_until_ns), which the client checks when it
   // reads the grant. Unset: always valid, no deadline (tests of the engine alone).
   std::function<uint64_t(uint32_t home)> lease_until;
+  // N-CoSED / DQNL: a member says it gave this home up (SRSL_PURGE: it dropped its queue entries
+  // on this home's locks, member_down) while this home did not declare it dead: the home must run
+  // recover_all() (lockd: wakes its recovery thread). Called without the engine's mutex, from the
+  // thread that handled the message.
+  std::function<void()> request_recovery;
   fabric::LogSink log;
 };
 
@@ -127,6 +132,11 @@ class LockEngine final : public LocalLockService {
   // count 0, the tail's member alive and not dead or restarted (member_dead) since the previous
   // recover_all() started.
   void recover_all(const std::function<bool(uint32_t)>& alive);
+  // The lockd is stopping: new acquires fail (ShuttingDown), the timer stops, and a
+  // recover_all() that waits for a member's answer gives up (its slot stays fenced: this home is
+  // going away). Call before joining the thread that runs recover_all(): the liveness it waits
+  // on (lockd's heartbeat thread) may already be stopped, so `alive` would never turn false.
+  void stop();
 
   EngineCounters counters() const;
   const EngineOptions& options() const { return opts_; }
@@ -138,6 +148,7 @@ class LockEngine final : public LocalLockService {
  private:
   struct Step;  // what one locked step produced: messages, completions, revocations
   void finish(std::unique_lock<std::mutex>& lk, Step& st);
+  bool stopping() const;  // takes mu_
   void timer_loop();
 
   // N-CoSED / DQNL
@@ -187,6 +198,13 @@ class LockEngine final : public LocalLockService {
   // home in every SRSL message (y) and in SRSL_PURGE when the home is up again (member_up).
   std::vector<uint64_t> srsl_floor_;
   std::vector<bool> srsl_purge_due_;  // SRSL_PURGE to send (member_up; the timer thread sends)
+  // N-CoSED / DQNL, as a member, by home rank: member_down dropped requests or queue records of
+  // this node on that home's locks. The home's queues may still name them (a SUCCESSOR or
+  // EXCL_GRANT to a record that is gone is dropped, a SHARED_REL never comes): unless the home
+  // recovers those locks they wedge. A home that declared this node dead recovers them anyway;
+  // one that did not (this node's lease lapsed one way: its heartbeats to the home were late,
+  // the home's to it were not) is told by SRSL_PURGE at member_up.
+  std::vector<bool> gave_up_;
   // SRSL, as a home, by member rank: the highest floor the member sent. Its holders and waiters
   // below it are dropped, and a request below it that arrives late (the network held it) is not
   // queued: the member dropped it, and would never release it.

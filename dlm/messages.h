@@ -43,7 +43,9 @@ enum class MsgType : uint8_t {
   SrslGrant = 9,    // to the requester: request x -> status a (Ok: token y; WouldBlock)
   SrslRel = 10,     // to the home: rank c releases request x
   SrslCancel = 11,  // to the home: rank c withdraws request x (waiting, or granted unseen)
-  SrslPurge = 12,   // to the home: rank c's floor y (sent when the home is up again)
+  SrslPurge = 12,   // to the home: rank c's floor y (sent when the home is up again); under
+                   // N-CoSED/DQNL: rank c dropped its queue entries on the home's locks
+                   // (it gave the home up): the home recovers its locks
 };
 inline constexpr uint8_t kMsgMagic = 0xD1;
 inline constexpr size_t kMsgBytes = 56;

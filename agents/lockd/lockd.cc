@@ -137,6 +137,13 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   };
   eo.uncertain_release_delay = std::chrono::milliseconds(topo_.dlm.lease_ms);
   eo.lease_until = [this](uint32_t home) { return lease_until(home); };
+  eo.request_recovery = [this] {
+    {
+      std::lock_guard lk(mu_);
+      recovery_needed_ = true;
+    }
+    cv_.notify_all();
+  };
   eo.log = opts_.log;
   engine_ = std::make_unique<dlm::LockEngine>(eo, std::span(table_->data(), table_bytes), *this);
   for (uint32_t r = 1; r < peers_.size(); ++r)
@@ -184,6 +191,11 @@ void Lockd::stop() {
   cv_.notify_all();
   if (ipc_) ipc_->stop();
   if (heartbeat_.joinable()) heartbeat_.join();
+  // The recovery thread may be in recover_all(), asking a member that is down but not yet dead
+  // until it answers or is dead; with the heartbeat thread gone nothing declares it dead any
+  // more, so that would never end: the engine's stop() makes it give up (a hang of
+  // dlm_cluster_*: a node stopped while another was down, the test cluster's destructor).
+  if (engine_) engine_->stop();
   if (recovery_.joinable()) recovery_.join();
   if (server_) server_->stop();
 }

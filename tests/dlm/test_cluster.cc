@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -182,17 +184,21 @@ BOOST_AUTO_TEST_CASE(mutual_exclusion_under_contention) {
   std::atomic<int> inside{0}, shared_inside{0}, violations{0};
   std::atomic<uint64_t> max_excl_token{0};
   std::atomic<int> token_regressions{0};
+  // An acquire with no answer within 30 s means the lock is wedged: every later one would wait
+  // its 30 s too (150 rounds of them: a hang until ctest's timeout). All threads stop instead.
+  std::atomic<bool> wedged{false};
   std::vector<std::thread> ts;
   for (int t = 0; t < 6; ++t) {
     ts.emplace_back([&, t] {
       auto& n = c.node(1 + t % 3);
       const uint64_t owner = 1000 + uint64_t(t);
-      for (int i = 0; i < 150; ++i) {
+      for (int i = 0; i < 150 && !wedged.load(); ++i) {
         Mode m = (i + t) % 3 == 0 ? Mode::Exclusive : Mode::Shared;
         Grant g = acquire(n, owner, name, m);
         if (g.status != Status::Ok) {
           ++violations;
           BOOST_TEST_MESSAGE("acquire failed: " << g.message);
+          if (g.status == Status::Internal) wedged = true;
           continue;
         }
         if (m == Mode::Exclusive) {
@@ -215,6 +221,7 @@ BOOST_AUTO_TEST_CASE(mutual_exclusion_under_contention) {
     });
   }
   for (auto& t : ts) t.join();
+  BOOST_TEST(!wedged.load(), "an acquire had no answer within 30 s: the lock is wedged");
   BOOST_TEST(violations.load() == 0);
   if (c.algorithm != "srsl") BOOST_TEST(token_regressions.load() == 0);
 }
@@ -235,12 +242,22 @@ BOOST_AUTO_TEST_CASE(shared_group_is_released_together_then_exclusive) {
   std::vector<Grant> gs;
   if (c.algorithm == "dqnl") {
     // DQNL has no shared mode: the readers are granted one at a time.
+    // The next grant is a message or two away: waited for with a deadline (a fixed 50 ms sleep
+    // found none on a loaded machine and failed), never two at once.
     std::set<size_t> done;
     while (done.size() < readers.size()) {
-      std::this_thread::sleep_for(50ms);
       size_t granted_now = 0, which = 0;
-      for (size_t i = 0; i < readers.size(); ++i)
-        if (!done.count(i) && readers[i].ready()) ++granted_now, which = i;
+      const auto until = std::chrono::steady_clock::now() + 5s;
+      for (;;) {
+        std::this_thread::sleep_for(10ms);
+        granted_now = 0;
+        for (size_t i = 0; i < readers.size(); ++i)
+          if (!done.count(i) && readers[i].ready()) ++granted_now, which = i;
+        if (granted_now != 0 || std::chrono::steady_clock::now() > until) break;
+      }
+      BOOST_REQUIRE_MESSAGE(granted_now != 0, "no reader was granted within 5 s of the release ("
+                                                  << done.size() << " of " << readers.size()
+                                                  << " done)");
       BOOST_REQUIRE_MESSAGE(granted_now == 1, granted_now << " readers hold at once under DQNL");
       Grant g = readers[which].f.get();
       BOOST_REQUIRE(g.status == Status::Ok);
@@ -473,4 +490,101 @@ BOOST_AUTO_TEST_CASE(a_late_message_of_an_old_incarnation_is_not_a_restart) {
   BOOST_REQUIRE_MESSAGE(y.status == Status::Ok, y.message);
   BOOST_TEST(y.token > x.token);
   BOOST_TEST(c.node(3).engine().release(2, y.hold) == Status::Ok);
+}
+
+// A lockd stopped while its recovery asks a member that is down but not yet dead (silent for
+// more than lease - guard, less than a lease) must stop: recover_all() waited for that member to
+// be declared dead, which the heartbeat thread does, and stop() ends the heartbeat thread before
+// it joins the recovery thread: stop() hung for ever (dlm_cluster_dqnl_tcp hit it under load in
+// the cluster's destructor: one node gone, the next stopped while its recovery waited). A long
+// lease makes the window (2.25 s .. 3 s after node 3 stops) wide enough to stop node 2 in it.
+BOOST_AUTO_TEST_CASE(stop_while_recovery_waits_for_a_down_member) {
+  Cluster c(3, 3000);
+  const std::string name = c.name_homed_at(2, "stop-in-recovery");
+  Grant x = acquire(c.node(3), 1, name, Mode::Exclusive);  // held: the lock is not idle
+  BOOST_REQUIRE_MESSAGE(x.status == Status::Ok, x.message);
+  c.stop(3);
+  const auto t_stop3 = std::chrono::steady_clock::now();
+  // Node 2 sees 3 down (member_down at lease - guard) and its recovery starts asking node 3.
+  while (c.node(2).members_up() == 3) {
+    BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() - t_stop3 < 20s,
+                          "node 2 did not see node 3 down within 20 s");
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(50ms);
+  const auto since = std::chrono::steady_clock::now() - t_stop3;
+  BOOST_TEST_MESSAGE("node 2 saw node 3 down after "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(since).count()
+                     << " ms; stopping node 2");
+  if (since >= 2900ms)
+    BOOST_TEST_MESSAGE("(late: node 3 may already be dead for node 2, the case is not exercised)");
+  auto stopped = std::async(std::launch::async, [&] { c.stop(2); });
+  if (stopped.wait_for(10s) != std::future_status::ready) {
+    // The stop is stuck in a thread that cannot be cancelled: say so and end the process
+    // rather than hang until ctest's timeout.
+    std::fprintf(stderr, "FAIL stop_while_recovery_waits_for_a_down_member: Lockd::stop() of "
+                         "node 2 did not return within 10 s (its recovery waits for node 3)\n");
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  stopped.get();
+  // The survivor still works; node 2's locks are HomeDown.
+  BOOST_TEST(acquire(c.node(1), 2, name, Mode::Exclusive, 1000ms).status == Status::HomeDown);
+  const std::string other = c.name_homed_at(1, "stop-in-recovery-1");
+  Grant y = acquire(c.node(1), 3, other, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(y.status == Status::Ok, y.message);
+  BOOST_TEST(c.node(1).engine().release(3, y.hold) == Status::Ok);
+}
+
+// A member whose lease on a home lapsed one way (its heartbeats to the home late, under load, the
+// home's to it not: the home never declares it dead) gives the home up: member_down revokes its
+// holds and fails its waiters on the home's locks and drops its queue records of them. The
+// home's queue still names those records: the lock passes on to them and stops there (a waiter
+// dropped), or they never release (a holder revoked). The member tells the home when it is up
+// again (SRSL_PURGE) and the home recovers its locks; before that, everyone queued behind waited
+// for ever (each acquire of mutual_exclusion_under_contention then took its 30 s: a hang of the
+// whole test). The lapse is played by calling member_down/member_up on the member's engine, as
+// the heartbeat thread does (LOCKD0031/LOCKD0035); a long lease keeps the real heartbeats out.
+BOOST_AUTO_TEST_CASE(a_one_way_lapse_does_not_wedge_the_home_queue) {
+  Cluster c(3, 3000);
+  const std::string name = c.name_homed_at(2, "lapse");
+  // (a) Node 1's entry waits between node 2's hold and node 3's request.
+  Grant x = acquire(c.node(2), 1, name, Mode::Exclusive);
+  BOOST_REQUIRE_MESSAGE(x.status == Status::Ok, x.message);
+  Pending w1, w3;
+  w1.start(c.node(1), 2, name, Mode::Exclusive);
+  std::this_thread::sleep_for(100ms);
+  w3.start(c.node(3), 3, name, Mode::Exclusive);
+  std::this_thread::sleep_for(100ms);
+  c.node(1).engine().member_down(2, "test: lease lapsed one way");
+  BOOST_REQUIRE(w1.ready(1s));
+  BOOST_TEST(w1.f.get().status == Status::HomeDown);
+  c.node(1).engine().member_up(2);
+  BOOST_TEST(c.node(2).engine().release(1, x.hold) == Status::Ok);
+  BOOST_REQUIRE_MESSAGE(w3.ready(10s), "node 3 waits for ever behind node 1's dropped entry");
+  Grant g3 = w3.f.get();
+  BOOST_REQUIRE_MESSAGE(g3.status == Status::Ok, g3.message);
+  BOOST_TEST(g3.token > x.token);
+  BOOST_TEST(c.node(3).engine().release(3, g3.hold) == Status::Ok);
+  // (b) Node 1 holds (its hold is revoked when it gives the home up); node 3 waits behind it.
+  Grant h1 = acquire(c.node(1), 4, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(h1.status == Status::Ok, h1.message);
+  Pending v3;
+  v3.start(c.node(3), 5, name, Mode::Exclusive);
+  std::this_thread::sleep_for(100ms);
+  const int revoked_before = c.revocations.load();
+  c.node(1).engine().member_down(2, "test: lease lapsed one way");
+  BOOST_TEST(c.revocations.load() == revoked_before + 1);
+  BOOST_TEST(!v3.ready(), "granted while the revoked holder's home has not recovered");
+  c.node(1).engine().member_up(2);
+  BOOST_REQUIRE_MESSAGE(v3.ready(10s), "node 3 waits for ever behind node 1's revoked hold");
+  Grant gv = v3.f.get();
+  BOOST_REQUIRE_MESSAGE(gv.status == Status::Ok, gv.message);
+  BOOST_TEST(gv.token > h1.token);
+  BOOST_TEST(c.node(3).engine().release(5, gv.hold) == Status::Ok);
+  // The member takes part again.
+  Grant again = acquire(c.node(1), 6, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(again.status == Status::Ok, again.message);
+  BOOST_TEST(again.token > gv.token);
+  BOOST_TEST(c.node(1).engine().release(6, again.hold) == Status::Ok);
 }
