@@ -32,6 +32,7 @@
 #include "fabric/stream_transport.h"
 #include "fabric/wire.h"
 #include "tests/fabric/server_process.h"
+#include "tests/test_util.h"
 
 using namespace tierce;
 using namespace tierce::fabric;
@@ -325,7 +326,11 @@ BOOST_AUTO_TEST_CASE(pre_auth_claims_cost_the_server_little_memory) {
   BOOST_TEST_MESSAGE(n << " pre-auth connections: server RSS idle " << idle_kib << " KiB, with "
                        << holders.size() << " held " << now_kib << " KiB, peak " << peak_kib
                        << " KiB; bound idle + " << bound << " KiB");
+#ifndef TIERCE_TEST_ASAN
   BOOST_TEST(peak_kib - idle_kib <= bound);
+#else
+  BOOST_TEST_MESSAGE("ASan build: RSS bound asserted by the plain build only");
+#endif
   // Every claim was refused: its connection is closed (one hang guard for them all).
   size_t closed = 0;
   const Deadline all = soon();

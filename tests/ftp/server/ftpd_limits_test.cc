@@ -177,7 +177,11 @@ BOOST_AUTO_TEST_CASE(control_flood_during_stalled_retr_is_cut_off) {
   BOOST_TEST_MESSAGE("flood: sent " << sent << " bytes; worker VmRSS peak " << peak << " KiB");
   BOOST_TEST(log.find("FTPD0108") != std::string::npos, log);
   BOOST_TEST(peak > 0);
+#ifndef TIERCE_TEST_ASAN
   BOOST_TEST(peak < kRssBoundKib);
+#else
+  BOOST_TEST_MESSAGE("ASan build: RSS bound asserted by the plain build only");
+#endif
   // The server goes on serving others.
   auto c2 = f.alice();
   BOOST_TEST(c2->cmd("NOOP").code == 200);
@@ -233,7 +237,11 @@ BOOST_AUTO_TEST_CASE(type_a_retr_large_file_plain_bounded_rss) {
   BOOST_TEST_MESSAGE("TYPE A plain RETR of " << size << " bytes: worker VmRSS peak " << peak
                                              << " KiB");
   BOOST_TEST(peak > 0);
+#ifndef TIERCE_TEST_ASAN
   BOOST_TEST(peak < kRssBoundKib);
+#else
+  BOOST_TEST_MESSAGE("ASan build: RSS bound asserted by the plain build only");
+#endif
 }
 
 // TYPE A conversion across chunk boundaries (the server converts 256 KiB at a time): CR LF pairs
@@ -408,7 +416,11 @@ BOOST_AUTO_TEST_CASE(type_a_retr_large_file_adts_bounded_rss) {
   BOOST_TEST_MESSAGE("TYPE A ADTS RETR of " << size << " bytes: worker VmRSS peak " << peak
                                             << " KiB");
   BOOST_TEST(peak > 0);
+#ifndef TIERCE_TEST_ASAN
   BOOST_TEST(peak < kRssBoundKib);
+#else
+  BOOST_TEST_MESSAGE("ASan build: RSS bound asserted by the plain build only");
+#endif
 }
 
 // An ADTS STOR whose BEGIN announces 1 GiB, then nothing: the worker allocates nothing for it
@@ -440,7 +452,11 @@ BOOST_AUTO_TEST_CASE(adts_stor_announcing_1gib_sending_nothing) {
     BOOST_TEST_MESSAGE("ADTS STOR announcing 1 GiB (TYPE " << type << "): worker VmRSS peak "
                                                            << peak << " KiB");
     BOOST_TEST(peak > 0);
+#ifndef TIERCE_TEST_ASAN
     BOOST_TEST(peak < kRssBoundKib);
+#else
+    BOOST_TEST_MESSAGE("ASan build: RSS bound asserted by the plain build only");
+#endif
   }
 }
 

@@ -305,14 +305,6 @@ BOOST_AUTO_TEST_CASE(a_worker_serves_one_session) {
   BOOST_TEST(next != unauth);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TIERCE_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TIERCE_TEST_ASAN 1
-#endif
-#endif
-
 BOOST_AUTO_TEST_CASE(user_table_is_wiped_after_login) {
   if (!need_root("user_table_is_wiped_after_login")) return;
 #ifdef TIERCE_TEST_ASAN
