@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,68 @@ inline void replay_files(const std::vector<std::string>& files) {
     std::vector<uint8_t> v((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     LLVMFuzzerTestOneInput(v.data(), v.size());
   }
+}
+
+// One step of the generic mutation loop the newer drivers share: 1..6 edits of a copy of a seed
+// (a byte, a bit, a truncation, a splice of another seed, random bytes inserted, a range
+// repeated). Byte 0 (the target's selector, when it has one) is mutated like any other.
+template <class Seed>
+std::vector<uint8_t> mutate(const std::vector<Seed>& seeds, std::mt19937_64& rng) {
+  const Seed& s = seeds[rng() % seeds.size()];
+  std::vector<uint8_t> v(s.data(), s.data() + s.size());
+  int edits = 1 + int(rng() % 6);
+  for (int e = 0; e < edits; ++e) {
+    switch (rng() % 6) {
+      case 0:
+        if (!v.empty()) v[rng() % v.size()] = uint8_t(rng());
+        break;
+      case 1:
+        if (!v.empty()) v[rng() % v.size()] ^= uint8_t(1u << (rng() % 8));
+        break;
+      case 2:
+        if (v.size() > 1) v.resize(rng() % v.size());
+        break;
+      case 3: {
+        const Seed& o = seeds[rng() % seeds.size()];
+        size_t from = o.size() ? rng() % o.size() : 0;
+        v.insert(v.begin() + long(v.empty() ? 0 : rng() % v.size()), o.data() + from,
+                 o.data() + o.size());
+        break;
+      }
+      case 4: {
+        size_t n = 1 + rng() % 16, at = v.empty() ? 0 : rng() % v.size();
+        for (size_t i = 0; i < n; ++i) v.insert(v.begin() + long(at), uint8_t(rng()));
+        break;
+      }
+      default:
+        if (v.size() > 2 && v.size() < 8192) {
+          size_t a = rng() % v.size(), n = 1 + rng() % (v.size() - a);
+          std::vector<uint8_t> r(v.begin() + long(a), v.begin() + long(a + n));
+          v.insert(v.begin() + long(a), r.begin(), r.end());
+        }
+        break;
+    }
+  }
+  return v;
+}
+
+// The whole replay driver of a target that needs nothing but seeds: files, seeds, then
+// `default_iterations` mutated inputs (overridable with --iterations). Returns main's code.
+template <class Seed>
+int replay_main(int argc, char** argv, const char* name, long default_iterations,
+                const std::vector<Seed>& seeds, uint64_t rng_seed) {
+  auto args = parse_replay_args(argc, argv, default_iterations, seeds);
+  if (args.exit_code) return *args.exit_code;
+  replay_files(args.files);
+  for (const auto& s : seeds) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  std::mt19937_64 rng(rng_seed);
+  for (long it = 0; it < args.iterations; ++it) {
+    auto v = mutate(seeds, rng);
+    LLVMFuzzerTestOneInput(v.data(), v.size());
+  }
+  std::printf("%s_replay: %zu files, %zu seeds, %ld mutated inputs, no failure\n", name,
+              args.files.size(), seeds.size(), args.iterations);
+  return 0;
 }
 
 }  // namespace tierce_fuzz

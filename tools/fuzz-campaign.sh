@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Long libFuzzer campaigns, outside CI (CI runs each target for TIERCE_FUZZ_SECONDS only).
+#   tools/fuzz-campaign.sh [-n RUNS] [-d BUILD_DIR] [-o OUT_DIR] [TARGET...]
+# Builds the libFuzzer targets with clang, AddressSanitizer + UndefinedBehaviorSanitizer at -O2
+# (BUILD_DIR, default build-fuzz/), then runs each TARGET (default: all) for RUNS executions
+# (default 10^7), one after the other at nice 19, starting from the replay driver's seeds plus
+# the corpus a previous campaign left in OUT_DIR/<target>/corpus (default fuzz-out/). Logs go to
+# OUT_DIR/<target>/log; a crash, leak, timeout or out-of-memory input is written to
+# OUT_DIR/<target>/ and the script goes on with the next target. Copy such an input into
+# tests/fuzz/regressions/<target>/ once fixed: ctest's <target>_replay runs every file there.
+# Prints one line per target: executions, exec/s, coverage, corpus size, result.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+runs=10000000 build=build-fuzz out=fuzz-out
+while getopts "n:d:o:" o; do
+  case $o in
+    n) runs=$OPTARG ;;
+    d) build=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) echo "usage: $0 [-n RUNS] [-d BUILD_DIR] [-o OUT_DIR] [TARGET...]" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+all=(fuzz_wire fuzz_fabric_handshake fuzz_ftp_command fuzz_adts_wire fuzz_headers
+     fuzz_coherence_messages fuzz_sql_deps fuzz_config fuzz_coop_slot fuzz_coop_directory
+     fuzz_coop_copy)
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
+declare -A max_len=([fuzz_ftp_command]=8192 [fuzz_coop_slot]=1024 [fuzz_coop_directory]=1024
+  [fuzz_coop_copy]=1024 [fuzz_coherence_messages]=512 [fuzz_sql_deps]=4096
+  [fuzz_fabric_handshake]=8192 [fuzz_adts_wire]=8192 [fuzz_config]=4096 [fuzz_headers]=4096)
+
+if [ ! -f "$build/build.ninja" ]; then
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTIERCE_SANITIZE=ON -DTIERCE_FUZZ=ON >/dev/null || exit 1
+fi
+nice ninja -C "$build" "${targets[@]}" "${targets[@]/%/_replay}" >/dev/null || exit 1
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+status=0
+for t in "${targets[@]}"; do
+  dir=$out/$t
+  mkdir -p "$dir/corpus"
+  bin=$(find "$build" -name "$t" -type f -perm -u+x | head -1)
+  "${bin}_replay" --write-seeds "$dir/corpus" >/dev/null
+  len=()
+  [ -n "${max_len[$t]:-}" ] && len=(-max_len="${max_len[$t]}")
+  start=$(date +%s)
+  nice -n 19 "$bin" -runs="$runs" -seed=1 -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
+    -artifact_prefix="$dir/" "${len[@]}" "$dir/corpus" >"$dir/log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/log" | grep -o '[0-9]*$')
+  cov=$(grep -o 'cov: [0-9]*' "$dir/log" | tail -1 | grep -o '[0-9]*')
+  files=$(ls "$dir/corpus" | wc -l)
+  if [ $rc -eq 0 ]; then result=ok; else result="FAILED rc=$rc (see $dir/log)"; status=1; fi
+  printf '%-26s %10s execs %6s s %8s exec/s  cov %6s  corpus %6s  %s\n' "$t" "${execs:-?}" \
+    "$secs" "$(( ${execs:-0} / (secs > 0 ? secs : 1) ))" "${cov:-?}" "$files" "$result"
+done
+exit $status
