@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,9 +47,46 @@ struct Lockd::Peer {
   std::string why_down = "not heard from yet";
   uint64_t send_failures = 0;
   uint64_t old_incarnation_msgs = 0;  // dropped (note_incarnation), under Lockd::mu_
+
+  // Protocol messages (dlm.msg) to this member, while it is up, are numbered within a stream
+  // and kept until its heartbeat answers acknowledge them: a write that fails or misses its
+  // deadline (the member is alive but slow) is re-sent, in order, and so is anything not
+  // acknowledged in time (lost with a broken connection); the member delivers each once, in
+  // order (below). Before, such a message was simply lost, and with a live member nothing ever
+  // repaired it: that lock's queue waited for ever. When the member goes down or restarts the
+  // queue is dropped and a new stream begins — the recovery repairs what was in flight, as it
+  // repairs everything a down member missed. Under msg_mu.
+  struct Outgoing {
+    uint64_t seq = 0;
+    std::vector<uint8_t> body;  // the messages + trailer (stream, seq)
+    Clock::time_point written{};
+  };
+  std::deque<Outgoing> outbox;
+  size_t unsent = 0;  // outbox[unsent..] not written yet
+  uint64_t out_stream = 1, out_seq = 0;
+  uint64_t resends = 0;
+  // What this node delivered of the member's messages (under in_mu, held while the engine
+  // handles one: its messages are handled one at a time, in order). Lock order: in_mu before
+  // Lockd::mu_ (the engine may ask for a recovery), never the other way.
+  std::mutex in_mu;
+  uint64_t in_incarnation = 0, in_stream = 0, in_seq = 0;
+  uint64_t duplicates = 0, out_of_order = 0;
 };
 
 namespace {
+
+// After a dlm.msg body's 56-byte messages: u64 stream, u64 sequence number (Peer::outbox).
+// After a heartbeat answer: the same pair, the last message delivered from the caller.
+constexpr size_t kMsgTrailer = 16;
+
+void store_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+uint64_t load_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
 
 fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t) {
   fabric::ClientOptions o;
@@ -150,11 +188,34 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
     if (r != rank_) engine_->member_down(r, "not heard from yet");
 
   server_->on_call("dlm.msg", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
-    if (auto m = dlm::Msg::decode(b.first(std::min(b.size(), dlm::kMsgBytes)));
-        m && m->sender > 0 && m->sender < peers_.size() && m->sender != rank_ &&
-        note_incarnation(m->sender, m->from) == Incarnation::Old)
+    auto m = dlm::Msg::decode(b.first(std::min(b.size(), dlm::kMsgBytes)));
+    const bool member = m && m->sender > 0 && m->sender < peers_.size() && m->sender != rank_;
+    if (member && note_incarnation(m->sender, m->from) == Incarnation::Old)
       return std::vector<uint8_t>{};  // sent by a process that is gone: its state was dropped
-    engine_->on_message(b);
+    if (!member || b.size() % dlm::kMsgBytes != kMsgTrailer) {
+      engine_->on_message(b);  // malformed: the engine counts and logs it
+      return std::vector<uint8_t>{};
+    }
+    const uint64_t stream = load_le64(b.data() + b.size() - kMsgTrailer);
+    const uint64_t seq = load_le64(b.data() + b.size() - 8);
+    Peer& p = *peers_[m->sender];
+    std::lock_guard lk(p.in_mu);
+    if (m->from != p.in_incarnation) {  // a new process (an old one was refused just above)
+      p.in_incarnation = m->from;       // numbers its messages from the start
+      p.in_stream = 0;
+      p.in_seq = 0;
+    }
+    if (stream < p.in_stream || (stream == p.in_stream && seq <= p.in_seq)) {
+      ++p.duplicates;  // a re-sent message that had arrived after all
+      return std::vector<uint8_t>{};
+    }
+    if (seq != (stream == p.in_stream ? p.in_seq + 1 : 1)) {
+      ++p.out_of_order;  // one before it is missing: the sender re-sends from that one
+      return std::vector<uint8_t>{};
+    }
+    p.in_stream = stream;
+    p.in_seq = seq;
+    engine_->on_message(b.first(b.size() - kMsgTrailer));
     return std::vector<uint8_t>{};
   });
   server_->on_call("dlm.resolve", [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
@@ -269,21 +330,71 @@ void Lockd::send(uint32_t rank, const std::vector<uint8_t>& msg) {
   if (rank == 0 || rank >= peers_.size() || rank == rank_) return;  // the engine validated it
   Peer& p = peer(rank);
   std::lock_guard lk(p.msg_mu);
-  try {
-    if (!p.msg) {
-      if (Clock::now() < p.msg_retry_at) throw std::runtime_error("reconnect backoff");
-      p.msg = fabric::connect(p.uri, client_options(secret_, topo_));
-    }
-    p.msg->send("dlm.msg", msg);
-  } catch (const std::exception& e) {
-    p.msg.reset();
-    p.msg_retry_at = Clock::now() + std::chrono::milliseconds(100);
-    if (p.send_failures++ % 100 == 0 && opts_.log)
-      opts_.log(fabric::LogLevel::Warn,
-                "LOCKD0020 cannot send to member " + std::to_string(rank) + " (" + p.name + ", " +
-                    p.uri + "): " + e.what() + "; lost messages are repaired by its home's "
-                    "recovery once it is declared dead");
+  Peer::Outgoing out;
+  out.seq = ++p.out_seq;
+  out.body.reserve(msg.size() + kMsgTrailer);
+  out.body = msg;
+  out.body.resize(msg.size() + kMsgTrailer);
+  store_le64(out.body.data() + msg.size(), p.out_stream);
+  store_le64(out.body.data() + msg.size() + 8, out.seq);
+  p.outbox.push_back(std::move(out));
+  if (p.outbox.size() % 10000 == 0 && opts_.log)
+    opts_.log(fabric::LogLevel::Warn,
+              "LOCKD0021 " + std::to_string(p.outbox.size()) + " messages to member " +
+                  std::to_string(rank) + " (" + p.name + ") wait for its acknowledgement; they "
+                  "are kept until it acknowledges them or is declared down");
+  flush_locked(p, false, SIZE_MAX);
+}
+
+void Lockd::flush_locked(Peer& p, bool resend_all, size_t budget) {
+  if (resend_all) {
+    p.unsent = 0;
+    p.msg.reset();  // whatever the old connection still holds is sent again on a fresh one
   }
+  while (p.unsent < p.outbox.size() && budget-- > 0) {
+    Peer::Outgoing& out = p.outbox[p.unsent];
+    try {
+      if (!p.msg) {
+        if (Clock::now() < p.msg_retry_at) return;  // reconnect backoff: the next flush retries
+        p.msg = fabric::connect(p.uri, client_options(secret_, topo_));
+      }
+      const auto loss = opts_.lose_message ? opts_.lose_message(p.rank) : LockdOptions::Loss::None;
+      if (loss == LockdOptions::Loss::FailWrite) throw std::runtime_error("message lost (test)");
+      if (loss == LockdOptions::Loss::None) p.msg->send("dlm.msg", out.body);
+      out.written = Clock::now();
+      ++p.unsent;
+    } catch (const std::exception& e) {
+      p.msg.reset();
+      p.msg_retry_at = Clock::now() + std::chrono::milliseconds(100);
+      if (p.send_failures++ % 100 == 0 && opts_.log)
+        opts_.log(fabric::LogLevel::Warn,
+                  "LOCKD0020 cannot send to member " + std::to_string(p.rank) + " (" + p.name +
+                      ", " + p.uri + "): " + e.what() + "; " +
+                      std::to_string(p.outbox.size() - p.unsent) +
+                      " message(s) kept and re-sent while it is up (recovered if it goes down)");
+      return;
+    }
+  }
+}
+
+void Lockd::note_ack(Peer& p, uint64_t stream, uint64_t seq) {
+  std::lock_guard lk(p.msg_mu);
+  if (stream == p.out_stream) {
+    while (!p.outbox.empty() && p.outbox.front().seq <= seq) {
+      p.outbox.pop_front();
+      if (p.unsent) --p.unsent;
+    }
+  }
+  // Written but not acknowledged for this long: lost with a broken connection (or dropped by
+  // the member as out of order after a lost one) — send everything again, in order.
+  const auto overdue = std::max(std::chrono::milliseconds(4 * topo_.dlm.heartbeat_ms),
+                                std::chrono::milliseconds(200));
+  const bool resend = !p.outbox.empty() && p.unsent > 0 &&
+                      Clock::now() - p.outbox.front().written > overdue;
+  if (resend) ++p.resends;
+  // Bounded per heartbeat round: a long queue to a slow member must not hold the heartbeats
+  // to the others back.
+  if (resend || p.unsent < p.outbox.size()) flush_locked(p, resend, 256);
 }
 
 std::vector<uint8_t> Lockd::call(uint32_t rank, std::string_view service,
@@ -322,7 +433,17 @@ std::vector<uint8_t> Lockd::on_heartbeat(std::span<const uint8_t> body) {
     p.last_heard = Clock::now();
   }
   dlm::Heartbeat me{rank_, digest_, incarnation_, epoch_};
-  return me.encode();
+  std::vector<uint8_t> out = me.encode();
+  // The acknowledgement of its messages (Peer::outbox).
+  Peer& p = *peers_[hb->rank];
+  const size_t at = out.size();
+  out.resize(at + kMsgTrailer);
+  {
+    std::lock_guard lk(p.in_mu);
+    store_le64(out.data() + at, p.in_stream);
+    store_le64(out.data() + at + 8, p.in_seq);
+  }
+  return out;
 }
 
 void Lockd::heartbeat_loop() {
@@ -341,10 +462,16 @@ void Lockd::heartbeat_loop() {
       Peer& p = *peers_[r];
       const auto sent = Clock::now();
       std::optional<dlm::Heartbeat> answer;
+      std::optional<std::pair<uint64_t, uint64_t>> ack;  // (stream, seq) it delivered from us
       std::string err;
       try {
         dlm::Heartbeat me{rank_, digest_, incarnation_, epoch_};
         auto reply = call(r, "dlm.heartbeat", me.encode());
+        if (reply.size() >= kMsgTrailer) {
+          ack = std::pair(load_le64(reply.data() + reply.size() - kMsgTrailer),
+                          load_le64(reply.data() + reply.size() - 8));
+          reply.resize(reply.size() - kMsgTrailer);
+        }
         answer = dlm::Heartbeat::decode(reply);
         if (!answer || answer->rank != r) err = "malformed heartbeat answer";
         else if (answer->digest != digest_) err = "topology mismatch";
@@ -353,6 +480,7 @@ void Lockd::heartbeat_loop() {
       }
       if (err.empty() && note_incarnation(r, answer->incarnation) == Incarnation::Old)
         err = "an answer of an old incarnation (that process is gone)";
+      if (err.empty() && ack) note_ack(p, ack->first, ack->second);
       std::lock_guard plk(mu_);
       const auto now = Clock::now();
       // Our lease on its locks had lapsed before this heartbeat left, yet it answers: this lockd
@@ -435,6 +563,12 @@ void Lockd::reset_connections(Peer& p) {
     std::lock_guard lk(p.msg_mu);
     p.msg.reset();
     p.msg_retry_at = {};
+    // What it has not acknowledged is dropped: it is down (or restarted), and the recoveries
+    // repair what it missed. A new stream: it can tell what comes next from what was in flight.
+    p.outbox.clear();
+    p.unsent = 0;
+    ++p.out_stream;
+    p.out_seq = 0;
   }
   {
     std::lock_guard lk(p.ops_mu);
@@ -514,6 +648,22 @@ std::string Lockd::status_text() {
           << std::chrono::duration_cast<std::chrono::milliseconds>(now - p.last_heard).count()
           << " ms ago";
       o << "\n";
+    }
+  }
+  // Outside mu_ (lock order: in_mu before mu_).
+  for (uint32_t r = 1; r < peers_.size(); ++r) {
+    if (r == rank_) continue;
+    Peer& p = *peers_[r];
+    o << "messages to " << p.name << ": ";
+    {
+      std::lock_guard mk(p.msg_mu);
+      o << p.outbox.size() << " unacknowledged, " << p.resends << " re-sent rounds, "
+        << p.send_failures << " send failures";
+    }
+    {
+      std::lock_guard ik(p.in_mu);
+      o << "; from it: " << p.duplicates << " duplicates and " << p.out_of_order
+        << " out of order dropped\n";
     }
   }
   o << engine_->status_text();

@@ -18,6 +18,7 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,6 +37,11 @@ struct LockdOptions {
   std::string state_dir;    // holds `epoch` (persisted, +1 per start)
   IpcOptions ipc;
   fabric::LogSink log;
+  // Tests only: asked before each write of a dlm.msg body to a member (unset in the daemon).
+  enum class Loss { None, FailWrite, Vanish };
+  // FailWrite: the write fails (a send that missed its deadline); Vanish: it seems to succeed
+  // but never arrives (written into a connection that then broke).
+  std::function<Loss(uint32_t rank)> lose_message;
 };
 
 class Lockd final : public dlm::Network {
@@ -81,6 +87,12 @@ class Lockd final : public dlm::Network {
   enum class Incarnation { Current, Restarted, Old };
   Incarnation note_incarnation(uint32_t rank, uint64_t incarnation);
   void reset_connections(Peer& p);
+  // Writes the member's unsent messages in order (from the first one when resend_all), at most
+  // `budget`; stops at the first failure (the rest stay queued). Needs p.msg_mu.
+  void flush_locked(Peer& p, bool resend_all, size_t budget);
+  // A heartbeat answer's acknowledgement: drops what the member delivered, re-sends the rest
+  // when it is overdue.
+  void note_ack(Peer& p, uint64_t stream, uint64_t seq);
   Peer& peer(uint32_t rank);
   static uint64_t next_epoch(const std::string& state_dir);
 

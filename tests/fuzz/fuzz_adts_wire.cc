@@ -11,11 +11,13 @@
 // deterministic mutation driver in ctest:
 //   fuzz_adts_wire_replay [--iterations N] [--write-seeds DIR] [FILE...]
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,14 +62,25 @@ int connect_stream(uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-    fail(std::string("connect failed: ") + std::strerror(errno));
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    // libFuzzer's -timeout alarm interrupts a blocking connect, which then goes on in the
+    // background: wait for it.
+    if (errno != EINTR) fail(std::string("connect failed: ") + std::strerror(errno));
+    pollfd pfd{s, POLLOUT, 0};
+    while (::poll(&pfd, 1, 5000) < 0 && errno == EINTR) {
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err) fail(std::string("connect failed: ") + std::strerror(err));
+  }
   return s;
 }
 
 void send_everything(int s, const uint8_t* p, size_t n) {
   while (n) {
     ssize_t w = ::send(s, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) fail(std::string("send failed: ") + std::strerror(errno));
     p += w;
     n -= size_t(w);

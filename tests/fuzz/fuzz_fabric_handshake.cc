@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +71,7 @@ World& world() {
 void write_all(int fd, const uint8_t* p, size_t n) {
   while (n) {
     ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;  // libFuzzer's -timeout alarm
     if (w <= 0) return;  // the server closed: what it did not read does not matter
     p += w;
     n -= size_t(w);
@@ -78,7 +80,10 @@ void write_all(int fd, const uint8_t* p, size_t n) {
 
 void drain(int fd) {
   uint8_t buf[16384];
-  while (::recv(fd, buf, sizeof buf, 0) > 0) {
+  for (;;) {
+    ssize_t r = ::recv(fd, buf, sizeof buf, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return;
   }
 }
 
