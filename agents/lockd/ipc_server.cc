@@ -98,11 +98,18 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
 struct IpcServer::State : std::enable_shared_from_this<IpcServer::State> {
   State(dlm::LocalLockService& s, fabric::LogSink l, IpcOptions o)
-      : svc(s), log_sink(std::move(l)), opts(o) {}
+      : svc(s),
+        log_sink(std::move(l)),
+        opts(o),
+        quota_holds_per_client(o.max_holds_per_client),
+        quota_locks_per_uid(o.max_locks_per_uid),
+        quota_clients_per_uid(o.max_clients_per_uid) {}
 
   dlm::LocalLockService& svc;
   fabric::LogSink log_sink;
   IpcOptions opts;
+  // The quotas of opts, changeable while serving (IpcServer::set_quotas): read once per check.
+  std::atomic<size_t> quota_holds_per_client, quota_locks_per_uid, quota_clients_per_uid;
   fabric::Fd listen_fd, ep, wake;
   std::string path;
   dev_t dev = 0;
@@ -292,6 +299,13 @@ void IpcServer::stop() {
   st.log(LogLevel::Info, "LOCKD0217 stopped serving local clients on " + path_);
 }
 
+void IpcServer::set_quotas(size_t max_holds_per_client, size_t max_locks_per_uid,
+                           size_t max_clients_per_uid) {
+  st_->quota_holds_per_client.store(max_holds_per_client);
+  st_->quota_locks_per_uid.store(max_locks_per_uid);
+  st_->quota_clients_per_uid.store(max_clients_per_uid);
+}
+
 size_t IpcServer::clients() const {
   return st_->nclients.load();
 }
@@ -412,11 +426,12 @@ void IpcServer::State::accept_all() {
       continue;
     }
     std::shared_ptr<UidUse> use;
+    const size_t max_clients_per_uid = quota_clients_per_uid.load(std::memory_order_relaxed);
     {
       std::lock_guard g(mu);
       auto& slot = uids[c->uid];
       if (!slot) slot = std::make_shared<UidUse>();
-      if (slot->conns < opts.max_clients_per_uid) {
+      if (slot->conns < max_clients_per_uid) {
         ++slot->conns;
         use = slot;
       }
@@ -427,7 +442,7 @@ void IpcServer::State::accept_all() {
       r.req_id = 0;
       r.status = dlm::Status::TooMany;
       r.message = "uid " + std::to_string(c->uid) + " has " +
-                  std::to_string(opts.max_clients_per_uid) +
+                  std::to_string(max_clients_per_uid) +
                   " connections to tierce-lockd already (max_clients_per_uid): close some";
       ipc::Frame f;
       ipc::encode(r, &f);
@@ -435,7 +450,7 @@ void IpcServer::State::accept_all() {
       ::close(fd);
       log(LogLevel::Warn, "LOCKD0220 refused client pid " + std::to_string(c->pid) + " uid " +
                               std::to_string(c->uid) + ": " +
-                              std::to_string(opts.max_clients_per_uid) +
+                              std::to_string(max_clients_per_uid) +
                               " connections of that uid (max_clients_per_uid)");
       continue;
     }
@@ -544,15 +559,17 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
   if (auto* r = std::get_if<ipc::LockRequest>(&*req)) {
     bool over, uid_over = false;
     size_t have, uid_have = 0;
+    const size_t max_holds_per_client = quota_holds_per_client.load(std::memory_order_relaxed);
+    const size_t max_locks_per_uid = quota_locks_per_uid.load(std::memory_order_relaxed);
     {
       std::lock_guard g(c.mu);
       have = c.holds.size() + c.pending;
-      over = have >= opts.max_holds_per_client;
+      over = have >= max_holds_per_client;
       if (!over) {
         // Taken before the check, given back if over: two connections of one uid racing for the
         // last unit cannot both get it.
         uid_have = c.uid_use->locks.fetch_add(1);
-        uid_over = uid_have >= opts.max_locks_per_uid;
+        uid_over = uid_have >= max_locks_per_uid;
         if (uid_over)
           c.uid_locks_down();
         else
@@ -563,13 +580,13 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
       return reply(c, r->req_id, dlm::Status::TooMany,
                    "this client has " + std::to_string(have) +
                        " holds and pending requests (max_holds_per_client " +
-                       std::to_string(opts.max_holds_per_client) + "): unlock some first");
+                       std::to_string(max_holds_per_client) + "): unlock some first");
     if (uid_over) {
       log(LogLevel::Debug, "LOCKD0221 " + c.who() + ": LOCK refused: max_locks_per_uid");
       return reply(c, r->req_id, dlm::Status::TooMany,
                    "uid " + std::to_string(c.uid) + " has " + std::to_string(uid_have) +
                        " holds and pending requests over its connections (max_locks_per_uid " +
-                       std::to_string(opts.max_locks_per_uid) + "): unlock some first");
+                       std::to_string(max_locks_per_uid) + "): unlock some first");
     }
     auto timeout = std::chrono::milliseconds(r->timeout_ms < 0 ? -1 : r->timeout_ms);
     std::weak_ptr<State> w = weak_from_this();

@@ -50,9 +50,13 @@ struct Lockd::Peer {
 
 namespace {
 
-fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t) {
+// `protection`: the least this lockd accepts on its connections to the other lockds, the same as
+// its own server imposes (LockdOptions::protection).
+fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t,
+                                     fabric::Protection protection) {
   fabric::ClientOptions o;
   o.secret = s;
+  o.protection = protection;
   o.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(100, t.dlm.heartbeat_ms * 2));
   o.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(50, t.dlm.lease_ms / 4));
   return o;
@@ -122,6 +126,10 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   so.secret = secret_;
   so.listen = topo_.node(node_).lockd;
   so.log = opts_.log;
+  so.protection = opts_.protection;
+  so.max_preauth_frame = opts_.max_preauth_frame;
+  so.max_connections = opts_.max_connections;
+  so.max_connections_per_ip = opts_.max_connections_per_ip;
   server_ = std::make_unique<fabric::Server>(so);
   server_->export_region("dlm.table", table_);
 
@@ -252,7 +260,7 @@ void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
       // land at the home after the home declared this lockd dead and recovered the lock, and set
       // K below the recovery token (the spin model's -DLATE_OPS). A connection this process gives
       // up on is reset too (fabric does that on any failure), so this covers the crash.
-      auto o = client_options(secret_, topo_);
+      auto o = client_options(secret_, topo_, opts_.protection);
       o.reset_on_close = true;
       p.ops = fabric::connect(p.uri, o);
       p.table = p.ops->lookup("dlm.table");
@@ -272,7 +280,7 @@ void Lockd::send(uint32_t rank, const std::vector<uint8_t>& msg) {
   try {
     if (!p.msg) {
       if (Clock::now() < p.msg_retry_at) throw std::runtime_error("reconnect backoff");
-      p.msg = fabric::connect(p.uri, client_options(secret_, topo_));
+      p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_.protection));
     }
     p.msg->send("dlm.msg", msg);
   } catch (const std::exception& e) {
@@ -291,7 +299,7 @@ std::vector<uint8_t> Lockd::call(uint32_t rank, std::string_view service,
   Peer& p = peer(rank);
   std::lock_guard lk(p.call_mu);
   try {
-    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_));
+    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_, opts_.protection));
     return p.calls->call(service, body);
   } catch (...) {
     p.calls.reset();
@@ -495,6 +503,11 @@ void Lockd::recovery_loop() {
     });
     lk.lock();
   }
+}
+
+void Lockd::set_quotas(size_t max_holds_per_client, size_t max_locks_per_uid,
+                       size_t max_clients_per_uid) {
+  if (ipc_) ipc_->set_quotas(max_holds_per_client, max_locks_per_uid, max_clients_per_uid);
 }
 
 std::string Lockd::status_text() {
