@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -222,8 +223,15 @@ void IpcServer::State::bind_socket() {
     throw std::runtime_error("LOCKD0200 cannot bind " + path + ": " + errno_text(errno) +
                              " (does the directory exist, and may lockd write there?)");
   // Permissions before listen(): no client can connect while the mode is still the umask's.
-  if (::chmod(path.c_str(), opts.socket_mode) != 0)
-    throw std::runtime_error("LOCKD0200 chmod " + path + ": " + errno_text(errno));
+  // Checked: a socket left with the umask's mode could let any local user lock (or no one).
+  if (::chmod(path.c_str(), opts.socket_mode) != 0) {
+    int e = errno;
+    ::unlink(path.c_str());
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "0%03o", unsigned(opts.socket_mode));
+    throw std::runtime_error("LOCKD0200 cannot set the mode " + std::string(mode) + " of " + path +
+                             " (chmod): " + errno_text(e) + "; not serving with the umask's mode");
+  }
   if (::stat(path.c_str(), &sb) == 0) {
     dev = sb.st_dev;
     ino = sb.st_ino;

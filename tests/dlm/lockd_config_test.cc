@@ -220,3 +220,13 @@ BOOST_AUTO_TEST_CASE(sighup_without_a_file_has_nothing_to_reload) {
   n.hup_and_wait("LOCKD0009");
   BOOST_TEST(locks_granted(n.socket, 10) == 2u);
 }
+
+// conf/lockd.toml, the installed sample, is a valid file (its topology and node overridden by
+// flags, as a flag overrides any key).
+BOOST_AUTO_TEST_CASE(the_sample_file_is_valid) {
+  Node n;
+  n.start({"--config", std::string(TIERCE_SOURCE_DIR) + "/conf/lockd.toml", "-t", n.topology, "-n",
+           "a", "-s", n.socket, "-d", n.dir / "state", "-p", n.dir / "pid", "--check"});
+  BOOST_TEST(n.wait_exit() == 0, read_file(n.log));
+  BOOST_TEST(n.logged("is fine: node a is member 1 of 1"), read_file(n.log));
+}
