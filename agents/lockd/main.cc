@@ -298,6 +298,12 @@ class Reload {
     reloader_.run(load, apply);
   }
 
+  // For the status report (USR1).
+  std::string counters() const {
+    return "reloads " + std::to_string(reloader_.counters().reloads) + "\nfailed_reloads " +
+           std::to_string(reloader_.counters().failed) + "\n";
+  }
+
  private:
   const Options& o_;
   Settings* running_;
@@ -398,7 +404,7 @@ int run(const Options& o) {
     base::Signal sig = signals.wait(-1);
     if (!sig) continue;
     if (sig.number == SIGUSR1) {
-      log(fabric::LogLevel::Info, "LOCKD0004 status:\n" + lockd->status_text());
+      log(fabric::LogLevel::Info, "LOCKD0004 status:\n" + lockd->status_text() + reload.counters());
       continue;
     }
     if (sig.number == SIGHUP) {

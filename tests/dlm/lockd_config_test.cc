@@ -211,6 +211,10 @@ BOOST_AUTO_TEST_CASE(sighup_raises_and_lowers_a_quota_and_a_broken_file_keeps_it
   n.write_config("max_locks_per_client = 2\n");
   n.hup_and_wait("LOCKD0015");
   BOOST_TEST(locks_granted(n.socket, 10) == 2u);
+  // The status report (USR1) counts them: 5 applied, 2 refused.
+  ::kill(n.pid, SIGUSR1);
+  BOOST_TEST(eventually([&] { return n.logged("reloads 5\nfailed_reloads 2\n"); }, 5000ms),
+             read_file(n.log));
 }
 
 BOOST_AUTO_TEST_CASE(sighup_without_a_file_has_nothing_to_reload) {
