@@ -68,7 +68,8 @@ struct UnknownKey {
 };
 
 // Every key of `t` that is not in `known`, in the table's order.
-std::vector<UnknownKey> unknown_keys(const toml::table& t, const std::vector<std::string_view>& known);
+std::vector<UnknownKey> unknown_keys(const toml::table& t,
+                                     const std::vector<std::string_view>& known);
 
 // "a, b, c".
 std::string join(const std::vector<std::string>& v, std::string_view sep);
@@ -98,8 +99,7 @@ class Reloader {
       : source_(std::move(source)), log_(std::move(log)), ids_(std::move(ids)) {}
 
   template <class Loaded>
-  bool run(const std::function<Loaded()>& load,
-           const std::function<std::string(Loaded&)>& apply) {
+  bool run(const std::function<Loaded()>& load, const std::function<std::string(Loaded&)>& apply) {
     started();
     Loaded next;
     try {

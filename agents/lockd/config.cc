@@ -14,12 +14,20 @@ namespace tierce::lockd {
 
 namespace {
 
-const std::vector<std::string_view> kKeys = {
-    "topology",          "node",           "socket",
-    "socket_mode",       "state_dir",      "pid_file",
-    "log_level",         "max_locks_per_client", "max_locks_per_uid",
-    "max_clients_per_uid", "protection",   "max_preauth_frame",
-    "max_connections",   "max_connections_per_ip"};
+const std::vector<std::string_view> kKeys = {"topology",
+                                             "node",
+                                             "socket",
+                                             "socket_mode",
+                                             "state_dir",
+                                             "pid_file",
+                                             "log_level",
+                                             "max_locks_per_client",
+                                             "max_locks_per_uid",
+                                             "max_clients_per_uid",
+                                             "protection",
+                                             "max_preauth_frame",
+                                             "max_connections",
+                                             "max_connections_per_ip"};
 
 std::string octal(mode_t m) {
   char b[16];
@@ -109,14 +117,16 @@ Layer parse_config(std::string_view text, const std::string& source_name) {
                            " (tierce-lockd reads only the [lockd] table; every key goes under it)");
   const toml::node* node = root.get("lockd");
   const toml::table* t = node ? node->as_table() : nullptr;
-  if (node && !t) c.problem(node->source(), "lockd: expected a [lockd] table, got " +
-                                                base::describe_toml_type(*node));
+  if (node && !t)
+    c.problem(node->source(),
+              "lockd: expected a [lockd] table, got " + base::describe_toml_type(*node));
   if (!node) c.problem("the [lockd] table is missing; start the file with [lockd]");
   if (t) {
     for (auto& u : base::unknown_keys(*t, kKeys))
-      c.problem(u.where, "[lockd] " + u.key + ": unknown key" +
-                             (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
-                             " ([lockd] knows: " + base::join(kKeys, ", ") + ")");
+      c.problem(u.where,
+                "[lockd] " + u.key + ": unknown key" +
+                    (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
+                    " ([lockd] knows: " + base::join(kKeys, ", ") + ")");
     auto take = [&](const char* key, auto v, auto& field) {
       if (v) {
         field = *v;
@@ -139,16 +149,21 @@ Layer parse_config(std::string_view text, const std::string& source_name) {
         if (!v.empty() && !*end) m = long(x);
       }
       if (!m || *m < 0 || *m > 0777)
-        c.problem(n->source(), "[lockd] socket_mode: expected an octal mode 0..0777; write e.g. "
-                               "socket_mode = \"0660\" (or 0o660)");
+        c.problem(n->source(),
+                  "[lockd] socket_mode: expected an octal mode 0..0777; write e.g. "
+                  "socket_mode = \"0660\" (or 0o660)");
       else
         take("socket_mode", std::optional<mode_t>(mode_t(*m)), s.socket_mode);
     }
     if (auto v = c.string(*t, "log_level", "\"info\"")) {
-      if (*v == "debug") take("log_level", std::optional(base::LogLevel::Debug), s.log_level);
-      else if (*v == "info") take("log_level", std::optional(base::LogLevel::Info), s.log_level);
-      else if (*v == "warn") take("log_level", std::optional(base::LogLevel::Warn), s.log_level);
-      else if (*v == "error") take("log_level", std::optional(base::LogLevel::Error), s.log_level);
+      if (*v == "debug")
+        take("log_level", std::optional(base::LogLevel::Debug), s.log_level);
+      else if (*v == "info")
+        take("log_level", std::optional(base::LogLevel::Info), s.log_level);
+      else if (*v == "warn")
+        take("log_level", std::optional(base::LogLevel::Warn), s.log_level);
+      else if (*v == "error")
+        take("log_level", std::optional(base::LogLevel::Error), s.log_level);
       else
         c.problem(t->get("log_level")->source(), "[lockd] log_level: \"" + *v +
                                                      "\" is not a level; write debug, info, "
@@ -216,17 +231,20 @@ Settings combine(const Layer* file, const Layer& flags) {
   return s;
 }
 
-std::vector<std::pair<std::string, std::string>> differences(const Settings& a,
-                                                             const Settings& b) {
+std::vector<std::pair<std::string, std::string>> differences(const Settings& a, const Settings& b) {
   std::vector<std::pair<std::string, std::string>> d;
   auto str = [](const auto& v) -> std::string {
     using T = std::decay_t<decltype(v)>;
-    if constexpr (std::is_same_v<T, std::string>) return "\"" + v + "\"";
-    else if constexpr (std::is_same_v<T, base::LogLevel>) return std::string(base::to_string(v));
-    else if constexpr (std::is_same_v<T, fabric::Protection>) return std::string(fabric::to_string(v));
-    else return std::to_string(v);
+    if constexpr (std::is_same_v<T, std::string>)
+      return "\"" + v + "\"";
+    else if constexpr (std::is_same_v<T, base::LogLevel>)
+      return std::string(base::to_string(v));
+    else if constexpr (std::is_same_v<T, fabric::Protection>)
+      return std::string(fabric::to_string(v));
+    else
+      return std::to_string(v);
   };
-#define TIERCE_DIFF(k)   \
+#define TIERCE_DIFF(k) \
   if (a.k != b.k) d.emplace_back(#k, str(a.k) + " -> " + str(b.k));
   TIERCE_DIFF(max_locks_per_client)
   TIERCE_DIFF(max_locks_per_uid)

@@ -1,16 +1,16 @@
 // tests/base/base_config_test.cc — base/config.h: the bounded read of a configuration file, TOML
 // errors that name FILE:LINE:COL, unknown keys, and the Reloader's apply-whole-or-keep rule.
 #define BOOST_TEST_MODULE base_config
-#include <boost/test/unit_test.hpp>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -131,18 +131,23 @@ BOOST_AUTO_TEST_CASE(reloader_applies_whole_or_keeps) {
   BOOST_TEST(lines.at(0) == "X0010 SIGHUP: reloading /etc/x.toml");
   BOOST_TEST(lines.at(1) == "X0013 reload done: now 2");
   lines.clear();
-  ok = r.run<int>([]() -> int { throw ConfigError({"f:1:1: one", "f:2:1: two"}); },
-                  [&](int& v) {
-                    running = v;
-                    return std::string();
-                  });
+  ok = r.run<int>(
+      []() -> int {
+        throw ConfigError({"f:1:1: one", "f:2:1: two"});
+      },
+      [&](int& v) {
+        running = v;
+        return std::string();
+      });
   BOOST_TEST(!ok);
   BOOST_TEST(running == 2);
   BOOST_TEST(r.counters().failed == 1u);
   BOOST_TEST(r.counters().reloads == 1u);
   BOOST_REQUIRE(lines.size() == 3u);
-  BOOST_TEST(lines[1] == "X0011 reload failed, the running configuration stays in effect: f:1:1: one");
-  BOOST_TEST(lines[2] == "X0011 reload failed, the running configuration stays in effect: f:2:1: two");
+  BOOST_TEST(lines[1] ==
+             "X0011 reload failed, the running configuration stays in effect: f:1:1: one");
+  BOOST_TEST(lines[2] ==
+             "X0011 reload failed, the running configuration stays in effect: f:2:1: two");
   ok = r.run<int>([]() -> int { throw std::runtime_error("cert unreadable"); },
                   [&](int&) { return std::string(); });
   BOOST_TEST(!ok);

@@ -3,11 +3,11 @@
 // exit code 2, SIGHUP raises and lowers a quota, and a broken file on SIGHUP keeps the old one.
 // One node, tcp on 127.0.0.1; clients through dlm::LockClient.
 #define BOOST_TEST_MODULE lockd_config
-#include <boost/test/unit_test.hpp>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <boost/test/unit_test.hpp>
 
 #include <memory>
 #include <optional>
@@ -45,8 +45,10 @@ struct Node {
 
   // The [lockd] table with `extra` lines; topology, node, socket and state_dir set.
   void write_config(const std::string& extra) {
-    write_file(config, "[lockd]\ntopology = \"cluster.toml\"\nnode = \"a\"\nsocket = \"ipc.sock\"\n"
-                       "state_dir = \"state\"\n" + extra);
+    write_file(config,
+               "[lockd]\ntopology = \"cluster.toml\"\nnode = \"a\"\nsocket = \"ipc.sock\"\n"
+               "state_dir = \"state\"\n" +
+                   extra);
   }
 
   // Runs tierce-lockd in the foreground with `args`, stdout+stderr to `log`; returns at once.
@@ -123,8 +125,9 @@ size_t locks_granted(const std::string& socket, size_t limit) {
 BOOST_AUTO_TEST_CASE(quotas_from_the_file_and_a_flag_overrides) {
   {
     Node n;
-    n.write_config("max_locks_per_client = 2\nmax_locks_per_uid = 100\nprotection = \"encrypt\"\n"
-                   "max_preauth_frame = 128\nmax_connections_per_ip = 16\n");
+    n.write_config(
+        "max_locks_per_client = 2\nmax_locks_per_uid = 100\nprotection = \"encrypt\"\n"
+        "max_preauth_frame = 128\nmax_connections_per_ip = 16\n");
     n.start_serving({"--config", n.config, "-f"});
     BOOST_TEST(locks_granted(n.socket, 10) == 2u);
     BOOST_TEST(n.logged("max_locks_per_client 2, max_locks_per_uid 100"), read_file(n.log));
@@ -145,7 +148,8 @@ BOOST_AUTO_TEST_CASE(a_bad_file_stops_the_start_with_exit_code_2) {
   BOOST_TEST(n.wait_exit() == 2);
   std::string out = read_file(n.log);
   BOOST_TEST(out.find("lockd.toml:6:1: [lockd] max_locks_per_clent: unknown key; did you mean "
-                      "'max_locks_per_client'?") != std::string::npos, out);
+                      "'max_locks_per_client'?") != std::string::npos,
+             out);
   BOOST_TEST(out.find("lockd.toml:7:") != std::string::npos, out);
   BOOST_TEST(out.find("max_locks_per_uid: 0 is out of range") != std::string::npos, out);
 
@@ -153,7 +157,8 @@ BOOST_AUTO_TEST_CASE(a_bad_file_stops_the_start_with_exit_code_2) {
   m.start({"--config", m.dir / "missing.toml", "-f"});
   BOOST_TEST(m.wait_exit() == 2);
   BOOST_TEST(read_file(m.log).find("missing.toml: cannot read the configuration file") !=
-             std::string::npos, read_file(m.log));
+                 std::string::npos,
+             read_file(m.log));
 
   Node s;
   s.write_config("[lockd]\n");  // a syntax error: the table twice
@@ -192,7 +197,8 @@ BOOST_AUTO_TEST_CASE(sighup_raises_and_lowers_a_quota_and_a_broken_file_keeps_it
     auto b = c.lock("keep-b", Mode::Exclusive, std::chrono::milliseconds(2000));
     n.write_config("max_locks_per_client = 1\n");
     n.hup_and_wait("LOCKD0015");
-    BOOST_CHECK_THROW(c.lock("keep-c", Mode::Exclusive, std::chrono::milliseconds(2000)), LockError);
+    BOOST_CHECK_THROW(c.lock("keep-c", Mode::Exclusive, std::chrono::milliseconds(2000)),
+                      LockError);
     a.unlock();
     b.unlock();
   }

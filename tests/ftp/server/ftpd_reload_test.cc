@@ -4,10 +4,10 @@
 // listen address is reported as needing a restart and not applied. Run as root, the sessions run
 // under privilege separation (the master keeps the user table the workers wipe).
 #define BOOST_TEST_MODULE ftpd_reload
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <netinet/in.h>
 
 #include <boost/test/unit_test.hpp>
 
@@ -77,8 +77,9 @@ BOOST_AUTO_TEST_CASE(sighup_adds_and_removes_users) {
   std::string log = f.server->log();
   BOOST_TEST(log.find("FTPD0010 SIGHUP: reloading " + f.dir / "ftpd.toml") != std::string::npos,
              log);
-  BOOST_TEST(log.find("FTPD0015 reload done: 2 user(s), 2 workers, max 6 sessions") !=
-                 std::string::npos, log);
+  BOOST_TEST(
+      log.find("FTPD0015 reload done: 2 user(s), 2 workers, max 6 sessions") != std::string::npos,
+      log);
   BOOST_TEST(log.find("FTPD0016") != std::string::npos, log);
   BOOST_TEST(f.can_login("carol"));
   BOOST_TEST(f.can_login("alice"));
@@ -95,7 +96,8 @@ BOOST_AUTO_TEST_CASE(a_broken_file_keeps_the_running_configuration) {
   f.reload(f.body({"alice"}) + "[[user]]\nname = \"carol\n", "FTPD0014");  // unterminated string
   std::string log = f.server->log();
   BOOST_TEST(log.find("FTPD0014 reload failed, the running configuration stays in effect: " +
-                      f.dir / "ftpd.toml:") != std::string::npos, log);
+                      f.dir / "ftpd.toml:") != std::string::npos,
+             log);
   BOOST_TEST(log.find("not valid TOML") != std::string::npos, log);
   BOOST_TEST(f.can_login("alice"));
   BOOST_TEST(!f.can_login("carol"));
@@ -112,7 +114,9 @@ BOOST_AUTO_TEST_CASE(a_broken_file_keeps_the_running_configuration) {
   ::unlink((f.dir / "ftpd.toml").c_str());
   ::kill(f.server->pid(), SIGHUP);
   BOOST_TEST(tierce_test::eventually(
-      [&] { return f.server->log().find("cannot read the configuration file") != std::string::npos; },
+      [&] {
+        return f.server->log().find("cannot read the configuration file") != std::string::npos;
+      },
       10000ms));
   BOOST_TEST(f.can_login("alice"));
   BOOST_TEST(f.server->stop() == 0);
@@ -125,7 +129,8 @@ BOOST_AUTO_TEST_CASE(a_changed_listen_address_needs_a_restart) {
   f.reload(f.body({"alice", "carol"}), "FTPD0015", listen);
   std::string log = f.server->log();
   BOOST_TEST(log.find("restart tierce-ftpd to apply listen 127.0.0.1:0 -> " + listen +
-                      " (the running values stay)") != std::string::npos, log);
+                      " (the running values stay)") != std::string::npos,
+             log);
   // The rest applied; still on the old port, nothing on the new one.
   BOOST_TEST(f.can_login("carol"));
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
