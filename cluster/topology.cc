@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/config.h"
 #include "cluster/hash.h"
 
 namespace tierce::cluster {
@@ -29,15 +30,13 @@ class Reader {
   }
 
   void only(const toml::table& t, const std::string& where, std::set<std::string_view> keys) {
-    for (auto&& [k, v] : t) {
-      (void)v;
-      if (!keys.count(k.str())) {
-        std::string known;
-        for (auto x : keys) known += (known.empty() ? "" : ", ") + std::string(x);
-        fail(k.source(), where + " " + std::string(k.str()) + ": unknown key (" + where +
-                             " knows: " + known + ")");
-      }
-    }
+    std::vector<std::string_view> known(keys.begin(), keys.end());
+    auto unknown = base::unknown_keys(t, known);
+    if (unknown.empty()) return;
+    const auto& u = unknown.front();
+    fail(u.where, where + " " + u.key + ": unknown key" +
+                      (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
+                      " (" + where + " knows: " + base::join(known, ", ") + ")");
   }
   std::optional<std::string> str(const toml::table& t, const std::string& where,
                                  std::string_view key) {
@@ -71,11 +70,13 @@ bool valid_name(std::string_view s) {
 }  // namespace
 
 Topology Topology::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw TopologyError(path + ": cannot read the topology file (does it exist?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Topology t = parse(ss.str(), path);
+  std::string text;
+  try {
+    text = base::read_config_file(path);  // a regular file of at most 1 MiB
+  } catch (const base::ConfigError& e) {
+    throw TopologyError(std::string(e.what()) + " (the cluster topology)");
+  }
+  Topology t = parse(text, path);
   t.path = path;
   return t;
 }

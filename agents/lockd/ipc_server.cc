@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -98,11 +99,18 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
 struct IpcServer::State : std::enable_shared_from_this<IpcServer::State> {
   State(dlm::LocalLockService& s, fabric::LogSink l, IpcOptions o)
-      : svc(s), log_sink(std::move(l)), opts(o) {}
+      : svc(s),
+        log_sink(std::move(l)),
+        opts(o),
+        quota_holds_per_client(o.max_holds_per_client),
+        quota_locks_per_uid(o.max_locks_per_uid),
+        quota_clients_per_uid(o.max_clients_per_uid) {}
 
   dlm::LocalLockService& svc;
   fabric::LogSink log_sink;
   IpcOptions opts;
+  // The quotas of opts, changeable while serving (IpcServer::set_quotas): read once per check.
+  std::atomic<size_t> quota_holds_per_client, quota_locks_per_uid, quota_clients_per_uid;
   fabric::Fd listen_fd, ep, wake;
   std::string path;
   dev_t dev = 0;
@@ -215,8 +223,15 @@ void IpcServer::State::bind_socket() {
     throw std::runtime_error("LOCKD0200 cannot bind " + path + ": " + errno_text(errno) +
                              " (does the directory exist, and may lockd write there?)");
   // Permissions before listen(): no client can connect while the mode is still the umask's.
-  if (::chmod(path.c_str(), opts.socket_mode) != 0)
-    throw std::runtime_error("LOCKD0200 chmod " + path + ": " + errno_text(errno));
+  // Checked: a socket left with the umask's mode could let any local user lock (or no one).
+  if (::chmod(path.c_str(), opts.socket_mode) != 0) {
+    int e = errno;
+    ::unlink(path.c_str());
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "0%03o", unsigned(opts.socket_mode));
+    throw std::runtime_error("LOCKD0200 cannot set the mode " + std::string(mode) + " of " + path +
+                             " (chmod): " + errno_text(e) + "; not serving with the umask's mode");
+  }
   if (::stat(path.c_str(), &sb) == 0) {
     dev = sb.st_dev;
     ino = sb.st_ino;
@@ -290,6 +305,13 @@ void IpcServer::stop() {
   if (::stat(path_.c_str(), &sb) == 0 && sb.st_dev == st.dev && sb.st_ino == st.ino)
     ::unlink(path_.c_str());
   st.log(LogLevel::Info, "LOCKD0217 stopped serving local clients on " + path_);
+}
+
+void IpcServer::set_quotas(size_t max_holds_per_client, size_t max_locks_per_uid,
+                           size_t max_clients_per_uid) {
+  st_->quota_holds_per_client.store(max_holds_per_client);
+  st_->quota_locks_per_uid.store(max_locks_per_uid);
+  st_->quota_clients_per_uid.store(max_clients_per_uid);
 }
 
 size_t IpcServer::clients() const {
@@ -412,11 +434,12 @@ void IpcServer::State::accept_all() {
       continue;
     }
     std::shared_ptr<UidUse> use;
+    const size_t max_clients_per_uid = quota_clients_per_uid.load(std::memory_order_relaxed);
     {
       std::lock_guard g(mu);
       auto& slot = uids[c->uid];
       if (!slot) slot = std::make_shared<UidUse>();
-      if (slot->conns < opts.max_clients_per_uid) {
+      if (slot->conns < max_clients_per_uid) {
         ++slot->conns;
         use = slot;
       }
@@ -427,7 +450,7 @@ void IpcServer::State::accept_all() {
       r.req_id = 0;
       r.status = dlm::Status::TooMany;
       r.message = "uid " + std::to_string(c->uid) + " has " +
-                  std::to_string(opts.max_clients_per_uid) +
+                  std::to_string(max_clients_per_uid) +
                   " connections to tierce-lockd already (max_clients_per_uid): close some";
       ipc::Frame f;
       ipc::encode(r, &f);
@@ -435,7 +458,7 @@ void IpcServer::State::accept_all() {
       ::close(fd);
       log(LogLevel::Warn, "LOCKD0220 refused client pid " + std::to_string(c->pid) + " uid " +
                               std::to_string(c->uid) + ": " +
-                              std::to_string(opts.max_clients_per_uid) +
+                              std::to_string(max_clients_per_uid) +
                               " connections of that uid (max_clients_per_uid)");
       continue;
     }
@@ -544,15 +567,17 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
   if (auto* r = std::get_if<ipc::LockRequest>(&*req)) {
     bool over, uid_over = false;
     size_t have, uid_have = 0;
+    const size_t max_holds_per_client = quota_holds_per_client.load(std::memory_order_relaxed);
+    const size_t max_locks_per_uid = quota_locks_per_uid.load(std::memory_order_relaxed);
     {
       std::lock_guard g(c.mu);
       have = c.holds.size() + c.pending;
-      over = have >= opts.max_holds_per_client;
+      over = have >= max_holds_per_client;
       if (!over) {
         // Taken before the check, given back if over: two connections of one uid racing for the
         // last unit cannot both get it.
         uid_have = c.uid_use->locks.fetch_add(1);
-        uid_over = uid_have >= opts.max_locks_per_uid;
+        uid_over = uid_have >= max_locks_per_uid;
         if (uid_over)
           c.uid_locks_down();
         else
@@ -563,13 +588,13 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
       return reply(c, r->req_id, dlm::Status::TooMany,
                    "this client has " + std::to_string(have) +
                        " holds and pending requests (max_holds_per_client " +
-                       std::to_string(opts.max_holds_per_client) + "): unlock some first");
+                       std::to_string(max_holds_per_client) + "): unlock some first");
     if (uid_over) {
       log(LogLevel::Debug, "LOCKD0221 " + c.who() + ": LOCK refused: max_locks_per_uid");
       return reply(c, r->req_id, dlm::Status::TooMany,
                    "uid " + std::to_string(c.uid) + " has " + std::to_string(uid_have) +
                        " holds and pending requests over its connections (max_locks_per_uid " +
-                       std::to_string(opts.max_locks_per_uid) + "): unlock some first");
+                       std::to_string(max_locks_per_uid) + "): unlock some first");
     }
     auto timeout = std::chrono::milliseconds(r->timeout_ms < 0 ? -1 : r->timeout_ms);
     std::weak_ptr<State> w = weak_from_this();

@@ -80,6 +80,12 @@ class IpcServer {
   // the revoked callback (it joins the epoll thread).
   void stop();
 
+  // Replaces the quotas of IpcOptions (a reload, SIGHUP): they apply to the next LOCK and the next
+  // connection; what a client or uid holds already beyond a lowered quota is kept (its further
+  // LOCKs are answered TooMany until it is back under). Thread-safe.
+  void set_quotas(size_t max_holds_per_client, size_t max_locks_per_uid,
+                  size_t max_clients_per_uid);
+
   // Connected clients now.
   size_t clients() const;
   IpcCounters counters() const;

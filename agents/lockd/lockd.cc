@@ -88,9 +88,13 @@ uint64_t load_le64(const uint8_t* p) {
   return v;
 }
 
-fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t) {
+// `protection`: the least this lockd accepts on its connections to the other lockds, the same as
+// its own server imposes (LockdOptions::protection).
+fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t,
+                                     fabric::Protection protection) {
   fabric::ClientOptions o;
   o.secret = s;
+  o.protection = protection;
   o.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(100, t.dlm.heartbeat_ms * 2));
   o.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(50, t.dlm.lease_ms / 4));
   return o;
@@ -160,6 +164,10 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   so.secret = secret_;
   so.listen = topo_.node(node_).lockd;
   so.log = opts_.log;
+  so.protection = opts_.protection;
+  so.max_preauth_frame = opts_.max_preauth_frame;
+  so.max_connections = opts_.max_connections;
+  so.max_connections_per_ip = opts_.max_connections_per_ip;
   server_ = std::make_unique<fabric::Server>(so);
   server_->export_region("dlm.table", table_);
 
@@ -313,7 +321,7 @@ void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
       // land at the home after the home declared this lockd dead and recovered the lock, and set
       // K below the recovery token (the spin model's -DLATE_OPS). A connection this process gives
       // up on is reset too (fabric does that on any failure), so this covers the crash.
-      auto o = client_options(secret_, topo_);
+      auto o = client_options(secret_, topo_, opts_.protection);
       o.reset_on_close = true;
       p.ops = fabric::connect(p.uri, o);
       p.table = p.ops->lookup("dlm.table");
@@ -356,7 +364,7 @@ void Lockd::flush_locked(Peer& p, bool resend_all, size_t budget) {
     try {
       if (!p.msg) {
         if (Clock::now() < p.msg_retry_at) return;  // reconnect backoff: the next flush retries
-        p.msg = fabric::connect(p.uri, client_options(secret_, topo_));
+        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_.protection));
       }
       const auto loss = opts_.lose_message ? opts_.lose_message(p.rank) : LockdOptions::Loss::None;
       if (loss == LockdOptions::Loss::FailWrite) throw std::runtime_error("message lost (test)");
@@ -402,7 +410,7 @@ std::vector<uint8_t> Lockd::call(uint32_t rank, std::string_view service,
   Peer& p = peer(rank);
   std::lock_guard lk(p.call_mu);
   try {
-    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_));
+    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_, opts_.protection));
     return p.calls->call(service, body);
   } catch (...) {
     p.calls.reset();
@@ -629,6 +637,11 @@ void Lockd::recovery_loop() {
     });
     lk.lock();
   }
+}
+
+void Lockd::set_quotas(size_t max_holds_per_client, size_t max_locks_per_uid,
+                       size_t max_clients_per_uid) {
+  if (ipc_) ipc_->set_quotas(max_holds_per_client, max_locks_per_uid, max_clients_per_uid);
 }
 
 std::string Lockd::status_text() {

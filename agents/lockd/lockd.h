@@ -36,6 +36,11 @@ struct LockdOptions {
   std::string socket_path;  // the local IPC socket
   std::string state_dir;    // holds `epoch` (persisted, +1 per start)
   IpcOptions ipc;
+  // The fabric server's (and this node's client connections') settings: fabric::ServerOptions.
+  fabric::Protection protection = fabric::Protection::Mac;
+  size_t max_preauth_frame = 256;
+  size_t max_connections = 4096;
+  size_t max_connections_per_ip = 1024;
   fabric::LogSink log;
   // Tests only: asked before each write of a dlm.msg body to a member (unset in the daemon).
   enum class Loss { None, FailWrite, Vanish };
@@ -55,6 +60,9 @@ class Lockd final : public dlm::Network {
 
   void stop();
   std::string status_text();
+  // The local clients' quotas, changed while serving (SIGHUP): IpcServer::set_quotas.
+  void set_quotas(size_t max_holds_per_client, size_t max_locks_per_uid,
+                  size_t max_clients_per_uid);
   std::vector<std::string> bound_uris() const;
   uint64_t epoch() const { return epoch_; }
   uint32_t rank() const { return rank_; }

@@ -4,20 +4,26 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "agents/lockd/config.h"
 #include "agents/lockd/lockd.h"
+#include "base/config.h"
 #include "base/daemon.h"
 #include "base/log.h"
 #include "base/signals.h"
 #include "cluster/topology.h"
 #include "fabric/auth.h"
+#include "fabric/fabric.h"
 
 #ifndef TIERCE_VERSION
 #define TIERCE_VERSION "0.0.0"
@@ -36,9 +42,13 @@ void usage(FILE* out) {
   std::fprintf(
       out,
       "Usage: %s -t TOPOLOGY -n NODE [options]\n"
+      "       %s --config FILE [options]\n"
       "The node's lock manager agent: serves local clients (tierce-lock, the C/C++ APIs) on a\n"
       "unix socket and runs the distributed lock protocol with the other lockds (docs/dlm.md).\n"
       "\n"
+      "  -c, --config FILE     settings file (TOML, a [lockd] table; see docs/dlm.md and\n"
+      "                        conf/lockd.toml): every setting below has a key of the same name\n"
+      "                        (max_locks_per_uid, ...); a flag given here overrides the file\n"
       "  -t, --topology FILE   cluster topology (members: the [[node]]s with lockd = [...];\n"
       "                        algorithm, lease and heartbeat: its [dlm] table)\n"
       "  -n, --node NAME       this node's name in the topology\n"
@@ -53,47 +63,79 @@ void usage(FILE* out) {
       "      --max-locks-per-uid N      the same over all connections of one peer uid\n"
       "                        (default 16384); beyond: TooMany\n"
       "      --max-clients-per-uid N    connections of one peer uid (default 1024)\n"
+      "      --protection P    fabric tcp frames between lockds: mac (default), encrypt, none\n"
+      "      --max-preauth-frame N      fabric: bytes a frame may claim before authentication\n"
+      "                        (64..65536, default 256)\n"
+      "      --max-connections N        fabric: connections served at once (default 4096)\n"
+      "      --max-connections-per-ip N fabric tcp: connections from one address (default 1024,\n"
+      "                        0 = no limit)\n"
       "  -f, --foreground      stay in the foreground, log to stderr\n"
-      "  -v, --verbose         log debug lines too\n"
-      "      --check           validate the topology, the node and the secret, then exit\n"
+      "  -v, --verbose         log debug lines too (log_level = \"debug\")\n"
+      "      --check           validate the settings, the topology, the node and the secret, then\n"
+      "                        exit\n"
       "  -V, --version         print the version and exit\n"
       "  -h, --help            print this help and exit\n"
       "\n"
       "Signals: TERM/INT stop (local holds are released, peers see the node leave),\n"
-      "         USR1 logs the status.\n"
+      "         HUP reloads the --config file: the three quotas and log_level apply to new\n"
+      "         requests, other changes are logged as needing a restart; a file with a problem\n"
+      "         changes nothing. USR1 logs the status.\n"
       "Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration,\n"
       "            3 another tierce-lockd holds the pid file.\n",
-      kProgram);
+      kProgram, kProgram);
 }
 
 struct Options {
-  std::string topology, node, socket = "/run/tierce/lockd.sock", state_dir, pid_file;
-  mode_t socket_mode = 0660;
-  size_t max_locks_per_client = 4096, max_locks_per_uid = 16384, max_clients_per_uid = 1024;
-  bool foreground = false, verbose = false, check = false;
+  std::string config;  // --config: "" = none
+  Layer flags;         // the settings given on the command line
+  bool foreground = false, check = false;
 };
 
 std::optional<int> parse(int argc, char** argv, Options* o) {
+  enum { kSocketMode = 'm', kPerClient = 'L', kPerUid = 'U', kClientsPerUid = 'C',
+         kProtection = 1000, kPreauth, kConns, kConnsPerIp };
   static const option longopts[] = {
+      {"config", required_argument, nullptr, 'c'},
       {"topology", required_argument, nullptr, 't'}, {"node", required_argument, nullptr, 'n'},
       {"socket", required_argument, nullptr, 's'},   {"state-dir", required_argument, nullptr, 'd'},
-      {"pid-file", required_argument, nullptr, 'p'}, {"socket-mode", required_argument, nullptr, 'm'},
+      {"pid-file", required_argument, nullptr, 'p'},
+      {"socket-mode", required_argument, nullptr, kSocketMode},
       {"foreground", no_argument, nullptr, 'f'},     {"verbose", no_argument, nullptr, 'v'},
       {"check", no_argument, nullptr, 'k'},          {"version", no_argument, nullptr, 'V'},
-      {"max-locks-per-client", required_argument, nullptr, 'L'},
-      {"max-locks-per-uid", required_argument, nullptr, 'U'},
-      {"max-clients-per-uid", required_argument, nullptr, 'C'},
+      {"max-locks-per-client", required_argument, nullptr, kPerClient},
+      {"max-locks-per-uid", required_argument, nullptr, kPerUid},
+      {"max-clients-per-uid", required_argument, nullptr, kClientsPerUid},
+      {"protection", required_argument, nullptr, kProtection},
+      {"max-preauth-frame", required_argument, nullptr, kPreauth},
+      {"max-connections", required_argument, nullptr, kConns},
+      {"max-connections-per-ip", required_argument, nullptr, kConnsPerIp},
       {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
+  Settings& v = o->flags.values;
+  auto given = [&](const char* key) { o->flags.given.insert(key); };
+  // A number lo..hi for the option `name`; nullopt (after the message) when it is not one.
+  auto number = [&](const char* name, unsigned long long lo,
+                    unsigned long long hi) -> std::optional<size_t> {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long x = std::strtoull(optarg, &end, 10);
+    if (!*optarg || *end || errno || x < lo || x > hi || optarg[0] == '-') {
+      std::fprintf(stderr, "%s: %s wants a number %llu..%llu, not '%s'\n", kProgram, name, lo, hi,
+                   optarg);
+      return std::nullopt;
+    }
+    return size_t(x);
+  };
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":t:n:s:d:p:fvVh", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":c:t:n:s:d:p:fvVh", longopts, nullptr)) != -1) {
     switch (c) {
-      case 't': o->topology = optarg; break;
-      case 'n': o->node = optarg; break;
-      case 's': o->socket = optarg; break;
-      case 'd': o->state_dir = optarg; break;
-      case 'p': o->pid_file = optarg; break;
-      case 'm': {
+      case 'c': o->config = optarg; break;
+      case 't': v.topology = optarg; given("topology"); break;
+      case 'n': v.node = optarg; given("node"); break;
+      case 's': v.socket = optarg; given("socket"); break;
+      case 'd': v.state_dir = optarg; given("state_dir"); break;
+      case 'p': v.pid_file = optarg; given("pid_file"); break;
+      case kSocketMode: {
         char* end = nullptr;
         unsigned long m = std::strtoul(optarg, &end, 8);
         if (!*optarg || *end || m > 0777) {
@@ -101,30 +143,56 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
                        kProgram, optarg);
           return kExitUsage;
         }
-        o->socket_mode = mode_t(m);
+        v.socket_mode = mode_t(m);
+        given("socket_mode");
         break;
       }
-      case 'L':
-      case 'U':
-      case 'C': {
-        char* end = nullptr;
-        errno = 0;
-        unsigned long long v = std::strtoull(optarg, &end, 10);
-        if (!*optarg || *end || errno || v < 1 || v > (1ull << 30) || optarg[0] == '-') {
-          const char* name = c == 'L'   ? "--max-locks-per-client"
-                             : c == 'U' ? "--max-locks-per-uid"
-                                        : "--max-clients-per-uid";
-          std::fprintf(stderr, "%s: %s wants a number 1..%llu, not '%s'\n", kProgram, name,
-                       1ull << 30, optarg);
+      case kPerClient:
+      case kPerUid:
+      case kClientsPerUid: {
+        const char* name = c == kPerClient ? "--max-locks-per-client"
+                           : c == kPerUid  ? "--max-locks-per-uid"
+                                           : "--max-clients-per-uid";
+        auto x = number(name, 1, Settings::kMaxQuota);
+        if (!x) return kExitUsage;
+        if (c == kPerClient) v.max_locks_per_client = *x, given("max_locks_per_client");
+        if (c == kPerUid) v.max_locks_per_uid = *x, given("max_locks_per_uid");
+        if (c == kClientsPerUid) v.max_clients_per_uid = *x, given("max_clients_per_uid");
+        break;
+      }
+      case kProtection:
+        try {
+          v.protection = fabric::parse_protection(optarg);
+          given("protection");
+        } catch (const std::exception&) {
+          std::fprintf(stderr, "%s: --protection wants mac, encrypt or none, not '%s'\n", kProgram,
+                       optarg);
           return kExitUsage;
         }
-        (c == 'L'   ? o->max_locks_per_client
-         : c == 'U' ? o->max_locks_per_uid
-                    : o->max_clients_per_uid) = size_t(v);
+        break;
+      case kPreauth: {
+        auto x = number("--max-preauth-frame", 64, 65536);
+        if (!x) return kExitUsage;
+        v.max_preauth_frame = *x;
+        given("max_preauth_frame");
+        break;
+      }
+      case kConns: {
+        auto x = number("--max-connections", 1, 1'000'000);
+        if (!x) return kExitUsage;
+        v.max_connections = *x;
+        given("max_connections");
+        break;
+      }
+      case kConnsPerIp: {
+        auto x = number("--max-connections-per-ip", 0, 1'000'000);
+        if (!x) return kExitUsage;
+        v.max_connections_per_ip = *x;
+        given("max_connections_per_ip");
         break;
       }
       case 'f': o->foreground = true; break;
-      case 'v': o->verbose = true; break;
+      case 'v': v.log_level = base::LogLevel::Debug; given("log_level"); break;
       case 'k': o->check = true; break;
       case 'V': std::printf("%s %s\n", kProgram, TIERCE_VERSION); return kExitOk;
       case 'h': usage(stdout); return kExitOk;
@@ -142,21 +210,117 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
     std::fprintf(stderr, "%s: unexpected argument '%s'\n", kProgram, argv[optind]);
     return kExitUsage;
   }
-  if (o->topology.empty() || o->node.empty()) {
-    std::fprintf(stderr, "%s: -t TOPOLOGY and -n NODE are required; see %s --help\n", kProgram,
-                 kProgram);
-    return kExitUsage;
+  // Absolute: the daemon changes to / and reads the file again on SIGHUP.
+  if (!o->config.empty()) {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(o->config, ec);
+    if (!ec) o->config = abs.lexically_normal().string();
   }
-  if (o->state_dir.empty()) o->state_dir = "/var/lib/tierce/lockd-" + o->node;
   return std::nullopt;
 }
 
+// The settings: the --config file (if any) under the command line. Prints the problems and
+// returns kExitUsage on failure.
+std::optional<int> settle(const Options& o, Settings* s) {
+  std::optional<Layer> file;
+  if (!o.config.empty()) {
+    try {
+      file = load_config_file(o.config);
+    } catch (const base::ConfigError& e) {
+      std::fprintf(stderr, "%s: the configuration has %zu problem(s):\n", kProgram,
+                   e.problems().size());
+      for (auto& p : e.problems()) std::fprintf(stderr, "  %s\n", p.c_str());
+      return kExitUsage;
+    }
+  }
+  *s = combine(file ? &*file : nullptr, o.flags);
+  if (s->topology.empty() || s->node.empty()) {
+    std::fprintf(stderr,
+                 "%s: the topology and the node are required: -t TOPOLOGY -n NODE, or topology = "
+                 "and node = in the [lockd] table of --config; see %s --help\n",
+                 kProgram, kProgram);
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+std::string join_pairs(const std::vector<std::pair<std::string, std::string>>& v) {
+  std::string s;
+  for (auto& [k, d] : v) s += (s.empty() ? "" : ", ") + k + " " + d;
+  return s;
+}
+
+// SIGHUP with --config: the file again, under the same command line (a flag still wins). Applies
+// the reloadable keys (quotas, log_level); reports the others as needing a restart.
+class Reload {
+ public:
+  Reload(const Options& o, Settings* running, Lockd* lockd,
+         std::shared_ptr<std::atomic<fabric::LogLevel>> level, fabric::LogSink log)
+      : o_(o), running_(running), lockd_(lockd), level_(std::move(level)), log_(log),
+        reloader_(o.config, log, {"LOCKD0013", "LOCKD0014", "LOCKD0015"}) {}
+
+  void operator()() {
+    std::function<Settings()> load = [this] {
+      Layer file = load_config_file(o_.config);
+      Settings next = combine(&file, o_.flags);
+      if (next.topology.empty() || next.node.empty())
+        throw base::ConfigError({o_.config + ": [lockd] topology and node are required (they were "
+                                             "removed from the file)"});
+      for (const char* k : {"max_locks_per_client", "max_locks_per_uid", "max_clients_per_uid",
+                            "log_level"})
+        if (o_.flags.given.count(k) && file.given.count(k))
+          log_(fabric::LogLevel::Info, std::string("LOCKD0016 ") + k +
+                                           ": the command line's value stays (a flag overrides "
+                                           "the file)");
+      return next;
+    };
+    std::function<std::string(Settings&)> apply = [this](Settings& next) {
+      auto diff = differences(*running_, next);
+      const auto& live = reloadable_keys();
+      std::vector<std::pair<std::string, std::string>> applied, restart;
+      for (auto& d : diff)
+        (std::find(live.begin(), live.end(), d.first) != live.end() ? applied : restart)
+            .push_back(d);
+      running_->max_locks_per_client = next.max_locks_per_client;
+      running_->max_locks_per_uid = next.max_locks_per_uid;
+      running_->max_clients_per_uid = next.max_clients_per_uid;
+      running_->log_level = next.log_level;
+      lockd_->set_quotas(next.max_locks_per_client, next.max_locks_per_uid,
+                         next.max_clients_per_uid);
+      level_->store(next.log_level);
+      std::string out = applied.empty() ? "no reloadable setting changed"
+                                        : "applied " + join_pairs(applied);
+      if (!restart.empty())
+        out += "; restart tierce-lockd to apply " + join_pairs(restart) +
+               " (the running values stay)";
+      return out;
+    };
+    reloader_.run(load, apply);
+  }
+
+  // For the status report (USR1).
+  std::string counters() const {
+    return "reloads " + std::to_string(reloader_.counters().reloads) + "\nfailed_reloads " +
+           std::to_string(reloader_.counters().failed) + "\n";
+  }
+
+ private:
+  const Options& o_;
+  Settings* running_;
+  Lockd* lockd_;
+  std::shared_ptr<std::atomic<fabric::LogLevel>> level_;
+  fabric::LogSink log_;
+  base::Reloader reloader_;
+};
+
 int run(const Options& o) {
+  Settings st;
+  if (auto code = settle(o, &st)) return *code;
   cluster::Topology topo;
   fabric::Secret secret;
   try {
-    topo = cluster::Topology::load(o.topology);
-    (void)topo.rank_of(o.node);
+    topo = cluster::Topology::load(st.topology);
+    (void)topo.rank_of(st.node);
     for (const auto* n : topo.lockd_nodes()) (void)topo.lockd_uri_of(*n);
     secret = topo.secret();
   } catch (const std::exception& e) {
@@ -164,8 +328,8 @@ int run(const Options& o) {
     return kExitUsage;
   }
   if (o.check) {
-    std::printf("%s: %s is fine: node %s is member %u of %zu (%s)\n", kProgram, o.topology.c_str(),
-                o.node.c_str(), topo.rank_of(o.node), topo.lockd_nodes().size(),
+    std::printf("%s: %s is fine: node %s is member %u of %zu (%s)\n", kProgram, st.topology.c_str(),
+                st.node.c_str(), topo.rank_of(st.node), topo.lockd_nodes().size(),
                 std::string(cluster::to_string(topo.dlm.algorithm)).c_str());
     return kExitOk;
   }
@@ -179,8 +343,7 @@ int run(const Options& o) {
       return kExitFailure;
     }
   }
-  auto level = std::make_shared<std::atomic<fabric::LogLevel>>(o.verbose ? fabric::LogLevel::Debug
-                                                                         : fabric::LogLevel::Info);
+  auto level = std::make_shared<std::atomic<fabric::LogLevel>>(st.log_level);
   fabric::LogSink log = base::level_filter(
       o.foreground ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug)
                    : base::syslog_sink(kProgram),
@@ -191,12 +354,12 @@ int run(const Options& o) {
     return code;
   };
   base::PidFile pid;
-  if (!o.pid_file.empty()) {
+  if (!st.pid_file.empty()) {
     pid_t stale = 0;
     try {
-      pid = base::PidFile::acquire(o.pid_file, &stale);
+      pid = base::PidFile::acquire(st.pid_file, &stale);
     } catch (const base::AlreadyRunning& e) {
-      return fail(kExitRunning, "LOCKD0006 another tierce-lockd holds " + o.pid_file +
+      return fail(kExitRunning, "LOCKD0006 another tierce-lockd holds " + st.pid_file +
                                     (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : ""));
     } catch (const std::exception& e) {
       return fail(kExitFailure, std::string("LOCKD0008 cannot write the pid file: ") + e.what());
@@ -212,30 +375,45 @@ int run(const Options& o) {
   std::unique_ptr<Lockd> lockd;
   try {
     LockdOptions lo;
-    lo.socket_path = o.socket;
-    lo.state_dir = o.state_dir;
-    lo.ipc.socket_mode = o.socket_mode;
-    lo.ipc.max_holds_per_client = o.max_locks_per_client;
-    lo.ipc.max_locks_per_uid = o.max_locks_per_uid;
-    lo.ipc.max_clients_per_uid = o.max_clients_per_uid;
+    lo.socket_path = st.socket;
+    lo.state_dir = st.state_dir;
+    lo.ipc.socket_mode = st.socket_mode;
+    lo.ipc.max_holds_per_client = st.max_locks_per_client;
+    lo.ipc.max_locks_per_uid = st.max_locks_per_uid;
+    lo.ipc.max_clients_per_uid = st.max_clients_per_uid;
+    lo.protection = st.protection;
+    lo.max_preauth_frame = st.max_preauth_frame;
+    lo.max_connections = st.max_connections;
+    lo.max_connections_per_ip = st.max_connections_per_ip;
     lo.log = log;
-    lockd = std::make_unique<Lockd>(topo, o.node, secret, lo);
+    lockd = std::make_unique<Lockd>(topo, st.node, secret, lo);
   } catch (const std::exception& e) {
     return fail(kExitFailure, std::string("LOCKD0005 cannot start: ") + e.what());
   }
+  log(fabric::LogLevel::Info,
+      "LOCKD0017 settings: " + (o.config.empty() ? std::string("command line only")
+                                                 : "file " + o.config + " under the command line") +
+          "; max_locks_per_client " + std::to_string(st.max_locks_per_client) +
+          ", max_locks_per_uid " + std::to_string(st.max_locks_per_uid) +
+          ", max_clients_per_uid " + std::to_string(st.max_clients_per_uid) + ", protection " +
+          std::string(fabric::to_string(st.protection)));
+  Reload reload(o, &st, lockd.get(), level, log);
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
   for (;;) {
     base::Signal sig = signals.wait(-1);
     if (!sig) continue;
     if (sig.number == SIGUSR1) {
-      log(fabric::LogLevel::Info, "LOCKD0004 status:\n" + lockd->status_text());
+      log(fabric::LogLevel::Info, "LOCKD0004 status:\n" + lockd->status_text() + reload.counters());
       continue;
     }
     if (sig.number == SIGHUP) {
-      log(fabric::LogLevel::Info,
-          "LOCKD0009 SIGHUP: tierce-lockd has nothing to reload; membership changes need a "
-          "restart of every lockd with the new topology");
+      if (o.config.empty())
+        log(fabric::LogLevel::Info,
+            "LOCKD0009 SIGHUP: tierce-lockd has nothing to reload (started without --config); "
+            "membership changes need a restart of every lockd with the new topology");
+      else
+        reload();
       continue;
     }
     log(fabric::LogLevel::Info, std::string("LOCKD0003 received ") +

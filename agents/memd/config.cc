@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/config.h"
 #include "fabric/errors.h"
 #include "fabric/fabric.h"
 
@@ -39,57 +40,15 @@ std::string_view to_string(LogTarget t) {
 
 namespace {
 
-std::string join(const std::vector<std::string>& v, std::string_view sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += sep;
-    s += v[i];
-  }
-  return s;
-}
-
-// Edit distance, for "did you mean" hints on misspelt keys.
-size_t distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] =
-          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
+using base::describe_toml_type;
+using base::edit_distance;
+using base::join;
 
 std::string quote(std::string_view s) {
   return "\"" + std::string(s) + "\"";
 }
 
-std::string describe_type(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string:
-      return "a string";
-    case toml::node_type::integer:
-      return "an integer";
-    case toml::node_type::floating_point:
-      return "a floating-point number";
-    case toml::node_type::boolean:
-      return "a boolean";
-    case toml::node_type::date:
-      return "a date";
-    case toml::node_type::time:
-      return "a time";
-    case toml::node_type::date_time:
-      return "a date-time";
-    case toml::node_type::array:
-      return "an array";
-    case toml::node_type::table:
-      return "a table";
-    default:
-      return "nothing";
-  }
-}
+std::string describe_type(const toml::node& n) { return describe_toml_type(n); }
 
 // A name printable in logs and in memd.list (space-separated): visible ASCII or UTF-8, no spaces.
 bool printable_token(std::string_view s) {
@@ -117,24 +76,10 @@ class Checker {
   // Every key of `tbl` must be in `allowed`; `where` names the table in messages ("[memd]").
   void only_known_keys(const toml::table& tbl, const std::string& where,
                        const std::vector<std::string_view>& allowed) {
-    for (auto&& [k, v] : tbl) {
-      (void)v;
-      std::string_view key = k.str();
-      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-      std::string hint;
-      size_t best = 3;  // farther than this is no typo
-      for (auto a : allowed) {
-        // "rescan" for "rescan_ms": a unit suffix forgotten counts as a near miss.
-        size_t d = a.rfind(std::string(key) + "_", 0) == 0 ? 1 : distance(key, a);
-        if (d < best) {
-          best = d;
-          hint = "; did you mean '" + std::string(a) + "'?";
-        }
-      }
-      std::vector<std::string> names(allowed.begin(), allowed.end());
-      problem(k.source(), where + " " + std::string(key) + ": unknown key" + hint + " (" + where +
-                              " knows: " + join(names, ", ") + ")");
-    }
+    for (auto& u : base::unknown_keys(tbl, allowed))
+      problem(u.where, where + " " + u.key + ": unknown key" +
+                           (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
+                           " (" + where + " knows: " + join(allowed, ", ") + ")");
   }
 
   std::optional<std::string> string(const toml::table& tbl, const std::string& where,
@@ -549,8 +494,8 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
         k.str() == "coop")
       continue;
     std::string hint;
-    if (distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
-    if (distance(k.str(), "region") <= 2) hint = "; did you mean [[region]]?";
+    if (edit_distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
+    if (edit_distance(k.str(), "region") <= 2) hint = "; did you mean [[region]]?";
     c.problem(k.source(),
               "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
                   (v.is_table() ? "]" : "'") + hint +
@@ -624,19 +569,9 @@ std::string coop_segment_name(const std::string& node) {
   return "/tierce." + node + ".coop";
 }
 
-ConfigError::ConfigError(std::vector<std::string> problems)
-    : std::runtime_error(join(problems, "\n")), problems_(std::move(problems)) {}
-
 Config parse_config(std::string_view text, const std::string& source_name) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw ConfigError({source_name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
-                       ": not valid TOML: " + std::string(e.description()) +
-                       " (strings need double quotes; tables are [memd] and [[region]])"});
-  }
+  toml::table root = base::parse_toml(
+      text, source_name, "strings need double quotes; tables are [memd] and [[region]]");
   return parse_checked(root, source_name, base_dir_of(source_name));
 }
 
@@ -644,15 +579,14 @@ Config load_config(const std::string& path) {
   std::error_code ec;
   std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
   if (ec) abs = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int e = errno;
-    throw ConfigError({path + ": cannot read the configuration file: " + std::strerror(e) +
+  std::string text;
+  try {
+    text = base::read_config_file(path);
+  } catch (const ConfigError& e) {
+    throw ConfigError({e.problems().at(0) +
                        "; pass an existing file with -c FILE (a sample is conf/memd.toml)"});
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Config cfg = parse_config(ss.str(), abs);
+  Config cfg = parse_config(text, abs);
   cfg.source = abs;
   return cfg;
 }

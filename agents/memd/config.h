@@ -48,6 +48,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/config.h"
 #include "fabric/auth.h"
 #include "fabric/log.h"
 
@@ -148,15 +149,9 @@ struct Config {
   CoopConfig coop;
 };
 
-// All the problems found in one file, one per line in what().
-class ConfigError : public std::runtime_error {
- public:
-  explicit ConfigError(std::vector<std::string> problems);
-  const std::vector<std::string>& problems() const { return problems_; }
-
- private:
-  std::vector<std::string> problems_;
-};
+// All the problems found in one file, one per line in what() (base/config.h: the file is read
+// with base::read_config_file, 1 MiB at most, and parsed with base::parse_toml).
+using ConfigError = base::ConfigError;
 
 // Reads and checks a configuration file. Throws ConfigError listing every problem.
 Config load_config(const std::string& path);

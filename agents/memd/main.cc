@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "agents/memd/config.h"
 #include "agents/memd/memd.h"
+#include "base/config.h"
 #include "base/daemon.h"
 #include "base/log.h"
 #include "base/signals.h"
@@ -189,6 +191,7 @@ class Daemon {
     log_ = level_filter(
         to_stderr_ ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug) : syslog_sink(kProgram),
         level_);
+    reloader_ = Reloader(cfg_.source, log_, {"MEMD0010", "MEMD0011", "MEMD0013"});
     log_(fabric::LogLevel::Info, std::string("MEMD0001 ") + kProgram + " " + TIERCE_VERSION +
                                      " starting (config " + cfg_.source + ", pid " +
                                      std::to_string(::getpid()) + ")");
@@ -315,18 +318,15 @@ class Daemon {
     }
   }
 
+  // SIGHUP: the whole file is read and checked first (base::Reloader); the running configuration
+  // changes only when it passed (MEMD0010, MEMD0011 per problem, MEMD0013).
   void reload() {
-    log_(fabric::LogLevel::Info, "MEMD0010 SIGHUP: reloading " + cfg_.source);
-    Config next;
-    try {
-      next = load_config(cfg_.source);
-    } catch (const ConfigError& e) {
-      memd_->note_failed_reload();
-      for (auto& p : e.problems())
-        log_(fabric::LogLevel::Error,
-             "MEMD0011 reload failed, the running configuration stays in effect: " + p);
-      return;
-    }
+    std::function<Config()> load = [this] { return load_config(cfg_.source); };
+    std::function<std::string(Config&)> apply = [this](Config& next) { return apply_reload(next); };
+    if (!reloader_.run(load, apply)) memd_->note_failed_reload();
+  }
+
+  std::string apply_reload(Config& next) {
     try {
       fabric::Secret s = fabric::Secret::from_file(next.secret_file);
       if (next.secret_file == cfg_.secret_file && s.bytes() != secret_.bytes())
@@ -343,13 +343,11 @@ class Daemon {
     cfg_.rescan = next.rescan;
     cfg_.log_level = next.log_level;
     cfg_.regions = next.regions;
-    log_(fabric::LogLevel::Info,
-         "MEMD0013 reload done: " + std::to_string(out.added.size()) + " region(s) added, " +
-             std::to_string(out.removed.size()) + " removed, " +
-             std::to_string(out.changed.size()) + " changed" +
-             (out.need_restart.empty()
-                  ? std::string()
-                  : "; restart memd to apply " + join_lines(out.need_restart, ", ")));
+    return std::to_string(out.added.size()) + " region(s) added, " +
+           std::to_string(out.removed.size()) + " removed, " + std::to_string(out.changed.size()) +
+           " changed" +
+           (out.need_restart.empty() ? std::string()
+                                     : "; restart memd to apply " + join_lines(out.need_restart, ", "));
   }
 
   void shutdown() {
@@ -372,6 +370,7 @@ class Daemon {
   SignalFd signals_;
   bool wrote_ready_ = false;
   std::unique_ptr<Memd> memd_;
+  Reloader reloader_;
 };
 
 }  // namespace

@@ -51,12 +51,11 @@ class Checker {
   // `prefix` names the table in messages: "" for the top level, "tls." for [tls].
   void only_known_keys(const toml::table& t, const std::string& prefix,
                        const std::vector<std::string>& allowed) {
-    for (auto&& [k, v] : t) {
-      (void)v;
-      std::string key(k.str());
-      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-      problem(k.source(), prefix + key + ": unknown key (known here: " + join(allowed, ", ") + ")");
-    }
+    std::vector<std::string_view> known(allowed.begin(), allowed.end());
+    for (auto& u : base::unknown_keys(t, known))
+      problem(u.where, prefix + u.key + ": unknown key" +
+                           (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
+                           " (known here: " + join(allowed, ", ") + ")");
   }
 
   std::optional<std::string> str(const toml::table& t, const std::string& prefix,
@@ -399,9 +398,6 @@ Config parse_checked(const toml::table& root, const std::string& source) {
 
 }  // namespace
 
-ConfigError::ConfigError(std::vector<std::string> problems)
-    : std::runtime_error(join(problems, "\n")), problems_(std::move(problems)) {}
-
 const UserConfig* Config::find_user(const std::string& name) const {
   for (const auto& u : users)
     if (u.name == name) return &u;
@@ -434,14 +430,8 @@ struct Scrub {
 Config parse_config(const std::string& text, const std::string& source_name) {
   toml::table root;
   Scrub scrub{root};
-  try {
-    root = toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw ConfigError({source_name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
-                       ": not valid TOML: " + std::string(e.description()) +
-                       " (strings need double quotes; tables are [tls], [adts], [[user]])"});
-  }
+  root = base::parse_toml(text, source_name,
+                          "strings need double quotes; tables are [tls], [adts], [[user]]");
   return parse_checked(root, source_name);
 }
 
@@ -449,34 +439,10 @@ Config load_config(const std::string& path) {
   std::error_code ec;
   std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
   if (ec) abs = path;
-  // read(2) into one buffer of the file's size, no stream buffer: the text holds the password
-  // hashes and is overwritten below, so that no copy is left in freed memory (scrub_strings).
-  auto cannot = [&](int e) {
-    return ConfigError({path + ": cannot read the configuration file: " + std::strerror(e)});
-  };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw cannot(errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw cannot(e);
-  }
-  std::string text(size_t(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      throw cannot(e);
-    }
-    if (n == 0) break;
-    got += size_t(n);
-  }
-  ::close(fd);
-  text.resize(got);
+  // base::read_config_file reads with read(2) into one buffer of the file's size, no stream
+  // buffer: the text holds the password hashes and is overwritten below, so that no copy is left
+  // in freed memory (scrub_strings).
+  std::string text = base::read_config_file(path);
   struct Wipe {
     std::string& s;
     ~Wipe() { ::explicit_bzero(s.data(), s.size()); }

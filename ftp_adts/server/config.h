@@ -8,18 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "fabric/log.h"
 
 namespace tierce::ftpd {
 
-class ConfigError : public std::runtime_error {
- public:
-  explicit ConfigError(std::vector<std::string> problems);
-  const std::vector<std::string>& problems() const { return problems_; }
-
- private:
-  std::vector<std::string> problems_;
-};
+// Every problem of one file, one per line (base/config.h: read with base::read_config_file, 1 MiB
+// at most, parsed with base::parse_toml).
+using ConfigError = base::ConfigError;
 
 struct UserConfig {
   std::string name;

@@ -10,11 +10,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "base/config.h"
 #include "base/daemon.h"
 #include "base/log.h"
 #include "base/signals.h"
@@ -55,7 +57,9 @@ void usage(FILE* out) {
       "  -V, --version        print the version and exit\n"
       "  -h, --help           print this help and exit\n"
       "\n"
-      "Signals: TERM/INT stop (workers are terminated).\n"
+      "Signals: TERM/INT stop (workers are terminated); HUP reloads the configuration: users,\n"
+      "         limits, TLS files, ... apply to new sessions; listen, ready_file and xferlog\n"
+      "         need a restart; a file with a problem changes nothing.\n"
       "Exit codes: 0 clean stop or --check ok, 1 runtime failure, 2 bad usage or configuration,\n"
       "            3 another tierce-ftpd holds the pid file.\n",
       kProgram, kProgram, kDefaultConfig);
@@ -149,6 +153,95 @@ int bind_control(const Config& cfg, std::string* err, SockAddr* bound) {
   *bound = SockAddr::local_of(fd);
   return fd;
 }
+
+// What a reload builds before anything changes: the checked file, its TLS context and accounts.
+struct Loaded {
+  Config cfg;
+  std::shared_ptr<ftp::TlsContext> tls;
+  PrivsepPlan privsep;
+};
+
+// Reads and checks the file at `path` completely (the TLS files loaded, the accounts resolved when
+// privilege separation is on). Throws base::ConfigError listing the problems.
+Loaded load_all(const std::string& path, bool privsep_on) {
+  Loaded l;
+  l.cfg = load_config(path);
+  if (l.cfg.tls) {
+    try {
+      l.tls = ftp::TlsContext::server(l.cfg.tls_cert, l.cfg.tls_key);
+    } catch (const std::exception& e) {
+      throw ConfigError({l.cfg.source + ": tls.cert/tls.key: " + e.what()});
+    }
+  }
+  if (privsep_on) {
+    std::vector<std::string> problems;
+    l.privsep = resolve_accounts(l.cfg, &problems);
+    if (!problems.empty()) throw ConfigError(problems);
+    l.privsep.enabled = true;
+  }
+  return l;
+}
+
+// SIGHUP in the master (master.h MasterEnv::reload): the whole file again; on success the running
+// configuration, TLS context and accounts are replaced, except what cannot change without a
+// restart (the control socket, the ready file, the open xferlog), which keeps its value and is
+// named in the log. The master keeps the user table (workers with privilege separation wipe their
+// own copy after a login, never the master's).
+class Reload {
+ public:
+  Reload(Config* cfg, MasterEnv* env, PrivsepPlan* privsep,
+         std::shared_ptr<std::atomic<fabric::LogLevel>> level, fabric::LogSink log)
+      : cfg_(cfg), env_(env), privsep_(privsep), level_(std::move(level)),
+        reloader_(cfg->source, std::move(log), {"FTPD0010", "FTPD0014", "FTPD0015"}) {}
+
+  bool operator()() {
+    const bool privsep_on = privsep_->enabled;
+    std::function<Loaded()> load = [&] { return load_all(cfg_->source, privsep_on); };
+    std::function<std::string(Loaded&)> apply = [&](Loaded& next) {
+      std::vector<std::string> restart;
+      Config& n = next.cfg;
+      auto where = [](const Config& c) { return c.listen_host + ":" + std::to_string(c.listen_port); };
+      if (n.listen_host != cfg_->listen_host || n.listen_port != cfg_->listen_port) {
+        restart.push_back("listen " + where(*cfg_) + " -> " + where(n));
+        n.listen_host = cfg_->listen_host;
+        n.listen_port = cfg_->listen_port;
+      }
+      if (n.ready_file != cfg_->ready_file) {
+        restart.push_back("ready_file \"" + cfg_->ready_file + "\" -> \"" + n.ready_file + "\"");
+        n.ready_file = cfg_->ready_file;
+      }
+      if (n.xferlog != cfg_->xferlog) {
+        restart.push_back("xferlog \"" + cfg_->xferlog + "\" -> \"" + n.xferlog + "\"");
+        n.xferlog = cfg_->xferlog;
+      }
+      n.source = cfg_->source;
+      wipe_user_table(cfg_);  // the old hashes are not left in freed memory
+      *cfg_ = std::move(n);
+      env_->tls = std::move(next.tls);
+      if (privsep_->enabled) *privsep_ = std::move(next.privsep);
+      level_->store(cfg_->log_level);
+      std::string out = std::to_string(cfg_->users.size()) + " user(s)" +
+                        (cfg_->anonymous ? " + anonymous" : "") + ", " +
+                        std::to_string(cfg_->workers) + " workers, max " +
+                        std::to_string(cfg_->max_sessions) + " sessions, TLS " +
+                        (cfg_->tls ? "on" : "off");
+      if (!restart.empty()) {
+        out += "; restart tierce-ftpd to apply ";
+        for (size_t i = 0; i < restart.size(); ++i) out += (i ? ", " : "") + restart[i];
+        out += " (the running values stay)";
+      }
+      return out;
+    };
+    return reloader_.run(load, apply);
+  }
+
+ private:
+  Config* cfg_;
+  MasterEnv* env_;
+  PrivsepPlan* privsep_;
+  std::shared_ptr<std::atomic<fabric::LogLevel>> level_;
+  base::Reloader reloader_;
+};
 
 int run(const Options& o) {
   if (o.hash) return hash_from_stdin();
@@ -268,7 +361,9 @@ int run(const Options& o) {
                                     "); every session runs as this user");
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
-  MasterEnv env{&cfg, log, tls, xferlog.get(), &privsep};
+  MasterEnv env{&cfg, log, tls, xferlog.get(), &privsep, {}};
+  Reload reload(&cfg, &env, &privsep, level, log);
+  env.reload = [&reload] { return reload(); };
   return run_master(env, lfd, signals.fd());
 }
 

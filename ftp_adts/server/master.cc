@@ -144,6 +144,7 @@ class Master {
   void reap();
   void turn_away();
   void message(pid_t pid, Worker& w, std::string_view m);
+  void reload();
   void stop();
   size_t count(Worker::State s) const {
     size_t n = 0;
@@ -269,6 +270,24 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
   if (w.ctl >= 0) (void)!::send(w.ctl, &answer, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+// SIGHUP. The workers alive now were forked with the old configuration (their own copy of it, of
+// the TLS context, of the accounts): every one is told to quit ('Q') and counted as retiring, so
+// maintain() forks fresh ones with the new configuration. An idle worker quits at once; a busy one
+// finishes its session with the old configuration, then reads the 'Q' and quits.
+void Master::reload() {
+  if (!env_.reload || !env_.reload()) return;
+  size_t told = 0;
+  for (auto& [pid, w] : workers_) {
+    if (w.state == Worker::State::Retiring) continue;
+    w.state = Worker::State::Retiring;
+    if (w.ctl >= 0) (void)!::send(w.ctl, &kQuit, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ++told;
+  }
+  log(LogLevel::Info, "FTPD0016 " + std::to_string(told) +
+                          " worker(s) retired: new sessions are served with the new "
+                          "configuration, sessions in progress finish with the old one");
+}
+
 void Master::turn_away() {
   for (;;) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -322,7 +341,13 @@ int Master::run() {
         fds.push_back({w.ctl, POLLIN, 0});
         owners.push_back(pid);
       }
-    bool full = count(Worker::State::Idle) == 0 && workers_.size() >= cfg_.max_sessions;
+    // Workers told to quit while idle (a reload, a surplus) are about to exit and be replaced:
+    // until they are reaped the connections wait in the backlog rather than being turned away.
+    size_t quitting = 0;
+    for (auto& [pid, w] : workers_)
+      quitting += w.state == Worker::State::Retiring && w.peer.empty();
+    bool full = count(Worker::State::Idle) == 0 && workers_.size() >= cfg_.max_sessions &&
+                quitting == 0;
     if (full) {
       fds.push_back({listen_fd_, POLLIN, 0});
       owners.push_back(-1);
@@ -364,8 +389,7 @@ int Master::run() {
           return 0;
         }
         if (si.ssi_signo == SIGCHLD) reap();
-        if (si.ssi_signo == SIGHUP)
-          log(LogLevel::Info, "FTPD0010 SIGHUP: reload is not supported; restart to apply changes");
+        if (si.ssi_signo == SIGHUP) reload();
       }
     }
     if (full && fds.back().revents) turn_away();

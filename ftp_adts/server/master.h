@@ -24,6 +24,7 @@
 // its own session.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "fabric/log.h"
@@ -42,6 +43,11 @@ struct MasterEnv {
   // Privilege separation: nullptr or !enabled = off (not started as root). The worker's copy is
   // cleared after a login, as its copy of *cfg's user table.
   PrivsepPlan* privsep = nullptr;
+  // SIGHUP (docs/ftp.md "Reload"): reads and checks the configuration file again and, when it
+  // passed, updates *cfg, tls and *privsep in place (main.cc); true when it did. The master then
+  // retires every worker (idle ones at once, busy ones after their session), so sessions accepted
+  // afterwards are served by workers forked with the new configuration. Unset: SIGHUP is ignored.
+  std::function<bool()> reload;
 };
 
 // Serves on `listen_fd` (non-blocking, listening) until SIGTERM/SIGINT arrives on `sigfd` (a

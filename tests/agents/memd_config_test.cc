@@ -156,6 +156,28 @@ BOOST_AUTO_TEST_CASE(load_config_reads_a_file_and_resolves_relative_paths) {
   }
 }
 
+// The shared reader (base/config.h): a directory or an oversized file is refused with memd's hint.
+BOOST_AUTO_TEST_CASE(load_config_refuses_a_directory_and_an_oversized_file) {
+  char tmpl[] = "/tmp/memd-config-XXXXXX";
+  BOOST_TEST_REQUIRE(mkdtemp(tmpl) != nullptr);
+  fs::path dir(tmpl);
+  auto error_of = [](const std::string& path) -> std::string {
+    try {
+      load_config(path);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string e = error_of(dir.string());
+  BOOST_TEST(e.find("not a regular file (a directory)") != std::string::npos, e);
+  BOOST_TEST(e.find("pass an existing file with -c FILE") != std::string::npos, e);
+  std::ofstream(dir / "big.toml") << std::string(tierce::base::kMaxConfigBytes + 10, '#');
+  e = error_of((dir / "big.toml").string());
+  BOOST_TEST(e.find("-byte limit of a configuration file") != std::string::npos, e);
+  fs::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_CASE(syntax_error_names_line) {
   expect_error("[memd]\nlisten = [\"tcp://x:1\"\nsecret_file = 3\n",
                {"not valid TOML", "memd.toml:"});

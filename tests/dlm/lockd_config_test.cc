@@ -1,0 +1,242 @@
+// tests/dlm/lockd_config_test.cc — the real tierce-lockd with --config FILE (a [lockd] table):
+// the quotas of the file take effect and a flag overrides them, a bad file stops the start with
+// exit code 2, SIGHUP raises and lowers a quota, and a broken file on SIGHUP keeps the old one.
+// One node, tcp on 127.0.0.1; clients through dlm::LockClient.
+#define BOOST_TEST_MODULE lockd_config
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <boost/test/unit_test.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlm/client.h"
+#include "tests/test_util.h"
+
+using namespace tierce_test;
+using tierce::dlm::HeldLock;
+using tierce::dlm::LockClient;
+using tierce::dlm::LockError;
+using tierce::dlm::Mode;
+using tierce::dlm::Status;
+
+namespace {
+
+struct Node {
+  TempDir dir;
+  std::string topology = dir / "cluster.toml";
+  std::string config = dir / "lockd.toml";
+  std::string socket = dir / "ipc.sock";
+  std::string log = dir / "lockd.log";
+  pid_t pid = -1;
+
+  Node() {
+    std::string secret = make_secret(dir);
+    write_file(topology, "[cluster]\nname = \"t\"\nsecret_file = \"" + secret +
+                             "\"\ntransport = \"tcp\"\n[dlm]\nalgorithm = \"ncosed\"\n"
+                             "[[node]]\nname = \"a\"\nlockd = [\"tcp://127.0.0.1:" +
+                             std::to_string(free_port()) + "\"]\n");
+  }
+  ~Node() { stop(); }
+
+  // The [lockd] table with `extra` lines; topology, node, socket and state_dir set.
+  void write_config(const std::string& extra) {
+    write_file(config,
+               "[lockd]\ntopology = \"cluster.toml\"\nnode = \"a\"\nsocket = \"ipc.sock\"\n"
+               "state_dir = \"state\"\n" +
+                   extra);
+  }
+
+  // Runs tierce-lockd in the foreground with `args`, stdout+stderr to `log`; returns at once.
+  void start(std::vector<std::string> args) {
+    pid_t parent = ::getpid();
+    pid = ::fork();
+    BOOST_REQUIRE(pid >= 0);
+    if (pid == 0) {
+      die_with_parent(parent);
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> argv{const_cast<char*>(TIERCE_LOCKD_BINARY)};
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(TIERCE_LOCKD_BINARY, argv.data());
+      ::_exit(127);
+    }
+  }
+  bool logged(const std::string& s, size_t times = 1) {
+    std::string t = read_file(log);
+    size_t n = 0;
+    for (size_t at = t.find(s); at != std::string::npos; at = t.find(s, at + 1)) ++n;
+    return n >= times;
+  }
+  void start_serving(std::vector<std::string> args) {
+    start(std::move(args));
+    BOOST_REQUIRE_MESSAGE(eventually([&] { return logged("LOCKD0017"); }, 10000ms),
+                          "lockd did not start:\n" + read_file(log));
+  }
+  // Waits for the exit of a lockd that should stop by itself; its exit code.
+  int wait_exit() {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  void hup_and_wait(const std::string& id) {
+    std::string t = read_file(log);
+    size_t before = 0;
+    for (size_t at = t.find(id); at != std::string::npos; at = t.find(id, at + 1)) ++before;
+    ::kill(pid, SIGHUP);
+    BOOST_REQUIRE_MESSAGE(eventually([&] { return logged(id, before + 1); }, 5000ms),
+                          "no " + id + " after SIGHUP:\n" + read_file(log));
+  }
+  void stop() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGTERM);
+    int status;
+    ::waitpid(pid, &status, 0);
+    pid = -1;
+  }
+};
+
+// How many locks one new client gets before TooMany (up to `limit`).
+size_t locks_granted(const std::string& socket, size_t limit) {
+  LockClient c(socket);
+  std::vector<HeldLock> held;
+  for (size_t i = 0; i < limit; ++i) {
+    try {
+      held.push_back(c.lock("q" + std::to_string(i) + "-" + random_suffix(), Mode::Exclusive,
+                            std::chrono::milliseconds(2000)));
+    } catch (const LockError& e) {
+      BOOST_TEST((e.status() == Status::TooMany), e.what());
+      BOOST_TEST(std::string(e.what()).find("max_holds_per_client") != std::string::npos, e.what());
+      return held.size();
+    }
+  }
+  return held.size();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(quotas_from_the_file_and_a_flag_overrides) {
+  {
+    Node n;
+    n.write_config(
+        "max_locks_per_client = 2\nmax_locks_per_uid = 100\nprotection = \"encrypt\"\n"
+        "max_preauth_frame = 128\nmax_connections_per_ip = 16\n");
+    n.start_serving({"--config", n.config, "-f"});
+    BOOST_TEST(locks_granted(n.socket, 10) == 2u);
+    BOOST_TEST(n.logged("max_locks_per_client 2, max_locks_per_uid 100"), read_file(n.log));
+    BOOST_TEST(n.logged("protection encrypt"), read_file(n.log));
+  }
+  {
+    Node n;
+    n.write_config("max_locks_per_client = 2\n");
+    n.start_serving({"--config", n.config, "--max-locks-per-client", "3", "-f"});
+    BOOST_TEST(locks_granted(n.socket, 10) == 3u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_file_stops_the_start_with_exit_code_2) {
+  Node n;
+  n.write_config("max_locks_per_clent = 2\nmax_locks_per_uid = 0\n");
+  n.start({"--config", n.config, "-f"});
+  BOOST_TEST(n.wait_exit() == 2);
+  std::string out = read_file(n.log);
+  BOOST_TEST(out.find("lockd.toml:6:1: [lockd] max_locks_per_clent: unknown key; did you mean "
+                      "'max_locks_per_client'?") != std::string::npos,
+             out);
+  BOOST_TEST(out.find("lockd.toml:7:") != std::string::npos, out);
+  BOOST_TEST(out.find("max_locks_per_uid: 0 is out of range") != std::string::npos, out);
+
+  Node m;
+  m.start({"--config", m.dir / "missing.toml", "-f"});
+  BOOST_TEST(m.wait_exit() == 2);
+  BOOST_TEST(read_file(m.log).find("missing.toml: cannot read the configuration file") !=
+                 std::string::npos,
+             read_file(m.log));
+
+  Node s;
+  s.write_config("[lockd]\n");  // a syntax error: the table twice
+  s.start({"--config", s.config, "-f"});
+  BOOST_TEST(s.wait_exit() == 2);
+  BOOST_TEST(read_file(s.log).find("lockd.toml:6:") != std::string::npos, read_file(s.log));
+  BOOST_TEST(read_file(s.log).find("not valid TOML") != std::string::npos, read_file(s.log));
+}
+
+BOOST_AUTO_TEST_CASE(sighup_raises_and_lowers_a_quota_and_a_broken_file_keeps_it) {
+  Node n;
+  n.write_config("max_locks_per_client = 2\n");
+  n.start_serving({"--config", n.config, "-f"});
+  BOOST_TEST(locks_granted(n.socket, 10) == 2u);
+
+  n.write_config("max_locks_per_client = 4\n");
+  n.hup_and_wait("LOCKD0015");
+  BOOST_TEST(n.logged("LOCKD0015 reload done: applied max_locks_per_client 2 -> 4"),
+             read_file(n.log));
+  BOOST_TEST(locks_granted(n.socket, 10) == 4u);
+
+  // Lowered, plus a key that needs a restart: reported, not applied (the socket stays).
+  n.write_config("max_locks_per_client = 1\nsocket_mode = \"0600\"\n");
+  n.hup_and_wait("LOCKD0015");
+  BOOST_TEST(n.logged("applied max_locks_per_client 4 -> 1; restart tierce-lockd to apply "
+                      "socket_mode 0660 -> 0600"),
+             read_file(n.log));
+  BOOST_TEST(locks_granted(n.socket, 10) == 1u);
+
+  // A held lock beyond a lowered quota is kept; the next one is refused.
+  {
+    n.write_config("max_locks_per_client = 3\n");
+    n.hup_and_wait("LOCKD0015");
+    LockClient c(n.socket);
+    auto a = c.lock("keep-a", Mode::Exclusive, std::chrono::milliseconds(2000));
+    auto b = c.lock("keep-b", Mode::Exclusive, std::chrono::milliseconds(2000));
+    n.write_config("max_locks_per_client = 1\n");
+    n.hup_and_wait("LOCKD0015");
+    BOOST_CHECK_THROW(c.lock("keep-c", Mode::Exclusive, std::chrono::milliseconds(2000)),
+                      LockError);
+    a.unlock();
+    b.unlock();
+  }
+
+  // Broken: every problem logged, the running quota (1) stays.
+  n.write_config("max_locks_per_client = \"many\"\n");
+  n.hup_and_wait("LOCKD0014");
+  BOOST_TEST(n.logged("LOCKD0014 reload failed, the running configuration stays in effect: "),
+             read_file(n.log));
+  BOOST_TEST(n.logged("max_locks_per_client: expected an integer"), read_file(n.log));
+  BOOST_TEST(locks_granted(n.socket, 10) == 1u);
+  ::unlink(n.config.c_str());
+  n.hup_and_wait("LOCKD0014");
+  BOOST_TEST(locks_granted(n.socket, 10) == 1u);
+  // Still serving, still reloading.
+  n.write_config("max_locks_per_client = 2\n");
+  n.hup_and_wait("LOCKD0015");
+  BOOST_TEST(locks_granted(n.socket, 10) == 2u);
+  // The status report (USR1) counts them: 5 applied, 2 refused.
+  ::kill(n.pid, SIGUSR1);
+  BOOST_TEST(eventually([&] { return n.logged("reloads 5\nfailed_reloads 2\n"); }, 5000ms),
+             read_file(n.log));
+}
+
+BOOST_AUTO_TEST_CASE(sighup_without_a_file_has_nothing_to_reload) {
+  Node n;
+  n.start_serving({"-t", n.topology, "-n", "a", "-s", n.socket, "-d", n.dir / "state", "-f",
+                   "--max-locks-per-client", "2"});
+  n.hup_and_wait("LOCKD0009");
+  BOOST_TEST(locks_granted(n.socket, 10) == 2u);
+}
+
+// conf/lockd.toml, the installed sample, is a valid file (its topology and node overridden by
+// flags, as a flag overrides any key).
+BOOST_AUTO_TEST_CASE(the_sample_file_is_valid) {
+  Node n;
+  n.start({"--config", std::string(TIERCE_SOURCE_DIR) + "/conf/lockd.toml", "-t", n.topology, "-n",
+           "a", "-s", n.socket, "-d", n.dir / "state", "-p", n.dir / "pid", "--check"});
+  BOOST_TEST(n.wait_exit() == 0, read_file(n.log));
+  BOOST_TEST(n.logged("is fine: node a is member 1 of 1"), read_file(n.log));
+}
