@@ -78,9 +78,9 @@ void drop_to(const Account& a) {
                          0);
   // The proof: root must be out of reach now (for an account that is not root itself).
   if (a.uid != 0 && (::setuid(0) == 0 || ::seteuid(0) == 0))
-    throw PrivilegeError("root could be regained after the drop (setuid(0) succeeded)", 0);
+    throw PrivilegeError("root could be regained after the drop", 0);
   if (a.gid != 0 && (::setgid(0) == 0 || ::setegid(0) == 0))
-    throw PrivilegeError("root could be regained after the drop (setgid(0) succeeded)", 0);
+    throw PrivilegeError("root could be regained after the drop", 0);
   set_no_new_privs();
 }
 

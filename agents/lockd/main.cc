@@ -295,6 +295,16 @@ int run(const Options& o) {
     log(fabric::LogLevel::Info, "LOCKD0042 running as user " + user->name + " (uid " +
                                     std::to_string(user->uid) + ", gid " +
                                     std::to_string(user->gid) + ") from now on");
+    for (const std::string& f : {o.pid_file, o.socket}) {
+      if (f.empty()) continue;
+      size_t slash = f.find_last_of('/');
+      std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : f.substr(0, slash);
+      if (::access(dir.c_str(), W_OK) != 0)
+        log(fabric::LogLevel::Warn,
+            "LOCKD0043 user " + user->name + " cannot write " + dir + ": " + f +
+                " will not be removed at stop (a pid file is emptied instead); make the "
+                "directory the user's (e.g. install -d -o " + user->name + " " + dir + ")");
+    }
   }
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));

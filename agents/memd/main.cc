@@ -349,6 +349,7 @@ class Daemon {
       for (const std::string& f : memd_->created_files()) give_to(f, u);
       base::drop_to(u);
     } catch (const std::exception& e) {
+      if (wrote_ready_) ::unlink(cfg_.ready_file.c_str());  // memd will not serve
       return fail(kExitFailure, std::string("MEMD0041 cannot drop privileges to user ") + u.name +
                                     ": " + e.what());
     }
@@ -356,11 +357,13 @@ class Daemon {
                                      std::to_string(u.uid) + ", gid " + std::to_string(u.gid) +
                                      ") from now on");
     // What the user can no longer do, said once now rather than at the first SIGHUP or stop.
-    if (::access(cfg_.source.c_str(), R_OK) != 0)
+    if (::access(cfg_.source.c_str(), R_OK) != 0) {
+      int e = errno;
       log_(fabric::LogLevel::Warn,
-           "MEMD0043 user " + u.name + " cannot read " + cfg_.source + " (" +
-               errno_text(errno) + "): SIGHUP reloads will fail; make it readable by the user "
+           "MEMD0043 user " + u.name + " cannot read " + cfg_.source + " (" + errno_text(e) +
+               "): SIGHUP reloads will fail; make it readable by the user "
                "(e.g. chgrp " + u.name + " FILE; chmod 640 FILE)");
+    }
     for (const std::string& f : {cfg_.pid_file, cfg_.ready_file}) {
       if (f.empty()) continue;
       std::string dir = std::filesystem::path(f).parent_path().string();
