@@ -208,9 +208,15 @@ PidFile::~PidFile() {
   release();
 }
 
+void PidFile::chown_to(uid_t uid, gid_t gid) {
+  if (fd_ >= 0 && ::fchown(fd_, uid, gid) != 0) throw_sys("chown pid file " + path_);
+}
+
 void PidFile::release() {
   if (fd_ < 0) return;
-  ::unlink(path_.c_str());  // under the lock: the next daemon's inode check sees it go
+  // Under the lock: the next daemon's inode check sees it go.
+  if (::unlink(path_.c_str()) != 0 && (errno == EACCES || errno == EPERM))
+    (void)!::ftruncate(fd_, 0);
   ::close(fd_);
   fd_ = -1;
 }

@@ -72,7 +72,13 @@ class PidFile {
   PidFile(const PidFile&) = delete;
   PidFile& operator=(const PidFile&) = delete;
   ~PidFile();
-  void release();  // unlink and unlock now
+  // Gives the file to uid/gid (fchown), before a privilege drop, so the daemon can still write it.
+  // Throws std::system_error naming the path.
+  void chown_to(uid_t uid, gid_t gid);
+  // Unlinks and unlocks now. When the unlink is refused (after a privilege drop, a directory the
+  // daemon's user may not write), the file is emptied instead: it then names no pid, and the next
+  // start takes it over.
+  void release();
 
  private:
   std::string path_;

@@ -19,7 +19,9 @@
 #include "agents/lockd/lockd.h"
 #include "base/config.h"
 #include "base/daemon.h"
+#include "base/errors.h"
 #include "base/log.h"
+#include "base/privileges.h"
 #include "base/signals.h"
 #include "cluster/topology.h"
 #include "fabric/auth.h"
@@ -58,6 +60,8 @@ void usage(FILE* out) {
       "                        (default /var/lib/tierce/lockd-NODE)\n"
       "  -p, --pid-file FILE   write and lock a pid file\n"
       "      --socket-mode OCT permissions of the socket (default 0660)\n"
+      "      --user NAME       started as root: once the socket is bound and the pid file\n"
+      "                        written, drop to this account for good (docs/dlm.md)\n"
       "      --max-locks-per-client N   holds + waiting requests of one connection\n"
       "                        (default 4096); beyond: TooMany\n"
       "      --max-locks-per-uid N      the same over all connections of one peer uid\n"
@@ -88,6 +92,7 @@ void usage(FILE* out) {
 struct Options {
   std::string config;  // --config: "" = none
   Layer flags;         // the settings given on the command line
+  std::string user;    // --user: drop to this account once set up (command line only)
   bool foreground = false, check = false;
 };
 
@@ -109,6 +114,7 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
       {"max-preauth-frame", required_argument, nullptr, kPreauth},
       {"max-connections", required_argument, nullptr, kConns},
       {"max-connections-per-ip", required_argument, nullptr, kConnsPerIp},
+      {"user", required_argument, nullptr, 'u'},
       {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
   Settings& v = o->flags.values;
   auto given = [&](const char* key) { o->flags.given.insert(key); };
@@ -135,6 +141,13 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
       case 's': v.socket = optarg; given("socket"); break;
       case 'd': v.state_dir = optarg; given("state_dir"); break;
       case 'p': v.pid_file = optarg; given("pid_file"); break;
+      case 'u':
+        if (!*optarg) {
+          std::fprintf(stderr, "%s: --user wants an account name\n", kProgram);
+          return kExitUsage;
+        }
+        o->user = optarg;
+        break;
       case kSocketMode: {
         char* end = nullptr;
         unsigned long m = std::strtoul(optarg, &end, 8);
@@ -327,6 +340,28 @@ int run(const Options& o) {
     std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
     return kExitUsage;
   }
+  // --user: resolved now, so an unknown account is a usage error (exit 2) and nothing needs NSS
+  // after the drop.
+  std::optional<base::Account> user;
+  if (!o.user.empty()) {
+    base::Account a;
+    std::string why;
+    if (!base::lookup_account(o.user, &a, &why)) {
+      std::fprintf(stderr,
+                   "%s: --user \"%s\": %s; create the account (useradd --system %s) or name "
+                   "another one\n",
+                   kProgram, o.user.c_str(), why.c_str(), o.user.c_str());
+      return kExitUsage;
+    }
+    if (a.uid == 0) {
+      std::fprintf(stderr,
+                   "%s: --user \"%s\" is root (uid 0): nothing would be dropped; name an "
+                   "unprivileged account or leave --user out\n",
+                   kProgram, o.user.c_str());
+      return kExitUsage;
+    }
+    user = std::move(a);
+  }
   if (o.check) {
     std::printf("%s: %s is fine: node %s is member %u of %zu (%s)\n", kProgram, st.topology.c_str(),
                 st.node.c_str(), topo.rank_of(st.node), topo.lockd_nodes().size(),
@@ -353,6 +388,15 @@ int run(const Options& o) {
     if (report.detached()) report.failed(code, line);
     return code;
   };
+  if (user && ::geteuid() != 0) {
+    if (!base::running_as(*user))
+      return fail(kExitFailure, "LOCKD0040 --user " + user->name + " asks to drop to uid " +
+                                    std::to_string(user->uid) + ", but tierce-lockd runs as uid " +
+                                    std::to_string(::geteuid()) +
+                                    ", not root: start it as root or as " + user->name +
+                                    ", or leave --user out");
+    user.reset();  // already that user: nothing to drop
+  }
   base::PidFile pid;
   if (!st.pid_file.empty()) {
     pid_t stale = 0;
@@ -372,6 +416,14 @@ int run(const Options& o) {
     return fail(kExitFailure, std::string("LOCKD0007 cannot set up signal handling: ") + e.what());
   }
 
+  if (user) {
+    // Before lockd starts its threads, so that every one of them carries it (per-thread).
+    try {
+      base::set_no_new_privs();
+    } catch (const std::exception& e) {
+      return fail(kExitFailure, std::string("LOCKD0041 ") + e.what());
+    }
+  }
   std::unique_ptr<Lockd> lockd;
   try {
     LockdOptions lo;
@@ -389,6 +441,37 @@ int run(const Options& o) {
     lockd = std::make_unique<Lockd>(topo, st.node, secret, lo);
   } catch (const std::exception& e) {
     return fail(kExitFailure, std::string("LOCKD0005 cannot start: ") + e.what());
+  }
+  if (user) {
+    // Everything that needed root is done (socket bound, state dir's epoch written, pid file).
+    // The socket keeps its group and mode (who may lock); its owner becomes the user, and so does
+    // the pid file's, so both stay the daemon's to write. Removing them at stop needs their
+    // directory to be writable by the user; otherwise the pid file is emptied and the socket is
+    // left for the next start to replace (docs/dlm.md "Running as a user").
+    try {
+      pid.chown_to(user->uid, user->gid);
+      base::give_to(st.socket, *user, /*keep_group=*/true);
+      // The fabric socket of a shm topology too (a sticky directory lets only its owner remove it).
+      fabric::Address a = fabric::parse_address(topo.lockd_uri_of(topo.node(st.node)));
+      if (a.transport == fabric::Transport::Shm) base::give_to(a.path, *user, true);
+      base::drop_to(*user);
+    } catch (const std::exception& e) {
+      return fail(kExitFailure,
+                  "LOCKD0041 cannot drop privileges to user " + user->name + ": " + e.what());
+    }
+    log(fabric::LogLevel::Info, "LOCKD0042 running as user " + user->name + " (uid " +
+                                    std::to_string(user->uid) + ", gid " +
+                                    std::to_string(user->gid) + ") from now on");
+    for (const std::string& f : {st.pid_file, st.socket}) {
+      if (f.empty()) continue;
+      size_t slash = f.find_last_of('/');
+      std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : f.substr(0, slash);
+      if (::access(dir.c_str(), W_OK) != 0)
+        log(fabric::LogLevel::Warn,
+            "LOCKD0043 user " + user->name + " cannot write " + dir + ": " + f +
+                " will not be removed at stop (a pid file is emptied instead); make the "
+                "directory the user's (e.g. install -d -o " + user->name + " " + dir + ")");
+    }
   }
   log(fabric::LogLevel::Info,
       "LOCKD0017 settings: " + (o.config.empty() ? std::string("command line only")

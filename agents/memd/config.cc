@@ -153,7 +153,7 @@ class Checker {
 const std::vector<std::string_view> kMemdKeys = {
     "node",      "listen",       "secret_file", "pid_file",        "ready_file", "log",
     "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms", "spin_us",
-    "max_connections_per_ip", "max_preauth_frame", "protection"};
+    "max_connections_per_ip", "max_preauth_frame", "protection", "user"};
 const std::vector<std::string_view> kRegionKeys = {"name", "segment", "follow_owner"};
 
 std::string default_node_name() {
@@ -236,6 +236,15 @@ void parse_memd_table(Checker& c, const toml::table& m, Config& cfg) {
               "/dev/urandom | base64 > secret; chmod 600 secret)");
   if (auto v = c.path(m, W, "pid_file", "\"/run/tierce/memd.pid\"")) cfg.pid_file = *v;
   if (auto v = c.path(m, W, "ready_file", "\"/run/tierce/memd.ready\"")) cfg.ready_file = *v;
+  if (auto v = c.string(m, W, "user", "\"tierce\"")) {
+    // Whether the account exists is checked by main (base::lookup_account), at start and --check.
+    if (v->empty())
+      c.problem(m.get("user")->source(),
+                W + " user: empty; name the account memd drops to after its setup (e.g. user = "
+                    "\"tierce\"), or leave the key out to keep running as the starting user");
+    else
+      cfg.user = *v;
+  }
 
   if (auto v = c.string(m, W, "log", "\"syslog\"")) {
     if (*v == "stderr")

@@ -8,6 +8,8 @@
 //   secret_file = "/etc/tierce/secret"          # required; >= 16 bytes, not readable by others
 //   pid_file = "/run/tierce/memd.pid"           # optional
 //   ready_file = "/run/tierce/memd.ready"       # optional: bound URIs, one per line, once serving
+//   user = "tierce"                             # optional: started as root, drop to this account
+//                                               # once set up (docs/memd.md "Running as a user")
 //   log = "syslog"                              # "stderr" | "syslog"; default: stderr with
 //                                               # --foreground, syslog when daemonized
 //   log_level = "info"                          # debug | info | warn | error
@@ -133,6 +135,7 @@ struct Config {
   std::string secret_file;
   std::string pid_file;    // "" = none
   std::string ready_file;  // "" = none
+  std::string user;        // "" = keep the starting user; else drop to it after setup
   LogTarget log = LogTarget::Auto;
   fabric::LogLevel log_level = fabric::LogLevel::Info;
   std::chrono::milliseconds heartbeat{Limits::kDefaultHeartbeatMs};

@@ -19,7 +19,9 @@
 #include "agents/memd/memd.h"
 #include "base/config.h"
 #include "base/daemon.h"
+#include "base/errors.h"
 #include "base/log.h"
+#include "base/privileges.h"
 #include "base/signals.h"
 #include "fabric/auth.h"
 #include "fabric/errors.h"
@@ -134,6 +136,30 @@ std::optional<int> load(const std::string& path, Config* cfg, fabric::Secret* se
   return std::nullopt;
 }
 
+// [memd] user: the account memd drops to after its setup. Prints the problem and returns
+// kExitUsage when it does not exist or is root (nothing would be dropped).
+std::optional<int> resolve_user(const Config& cfg, std::optional<Account>* out) {
+  if (cfg.user.empty()) return std::nullopt;
+  Account a;
+  std::string why;
+  if (!lookup_account(cfg.user, &a, &why)) {
+    std::fprintf(stderr,
+                 "%s: %s: [memd] user: \"%s\": %s; create the account (useradd --system %s) or "
+                 "name another one\n",
+                 kProgram, cfg.source.c_str(), cfg.user.c_str(), why.c_str(), cfg.user.c_str());
+    return kExitUsage;
+  }
+  if (a.uid == 0) {
+    std::fprintf(stderr,
+                 "%s: %s: [memd] user: \"%s\" is root (uid 0): nothing would be dropped; name an "
+                 "unprivileged account or leave the key out\n",
+                 kProgram, cfg.source.c_str(), cfg.user.c_str());
+    return kExitUsage;
+  }
+  *out = std::move(a);
+  return std::nullopt;
+}
+
 // --status / --metrics: calls `service` on the memd this configuration describes (the URIs of its
 // ready file, else its listen addresses) and prints the reply. Exit 0, or 1 when unreachable.
 int query_running(const Config& cfg, const fabric::Secret& secret, const std::string& service) {
@@ -170,8 +196,11 @@ std::string join_lines(const std::vector<std::string>& v, const char* sep) {
 
 class Daemon {
  public:
-  Daemon(Options opts, Config cfg, fabric::Secret secret)
-      : opts_(std::move(opts)), cfg_(std::move(cfg)), secret_(std::move(secret)) {}
+  Daemon(Options opts, Config cfg, fabric::Secret secret, std::optional<Account> user)
+      : opts_(std::move(opts)),
+        cfg_(std::move(cfg)),
+        secret_(std::move(secret)),
+        user_(std::move(user)) {}
 
   int run() {
     LogTarget target = cfg_.log;
@@ -216,6 +245,17 @@ class Daemon {
   }
 
   int start() {
+    // [memd] user: started as root, memd sets up as root then drops to it (drop_privileges);
+    // started as that user already, there is nothing to drop; as anyone else it cannot.
+    if (user_ && ::geteuid() != 0) {
+      if (!running_as(*user_))
+        return fail(kExitFailure,
+                    "MEMD0040 [memd] user = \"" + user_->name + "\" asks to drop to uid " +
+                        std::to_string(user_->uid) + ", but memd runs as uid " +
+                        std::to_string(::geteuid()) + ", not root: start it as root or as " +
+                        user_->name + ", or remove user from " + cfg_.source);
+      user_.reset();  // already that user
+    }
     if (!cfg_.pid_file.empty()) {
       pid_t stale = 0;
       try {
@@ -240,6 +280,14 @@ class Daemon {
     if (!cfg_.ready_file.empty())
       ::unlink(cfg_.ready_file.c_str());  // never let a launcher read an old one
 
+    if (user_) {
+      // Before memd starts its threads, so that every one of them carries it (per-thread).
+      try {
+        set_no_new_privs();
+      } catch (const std::exception& e) {
+        return fail(kExitFailure, std::string("MEMD0041 ") + e.what());
+      }
+    }
     // Signals are taken synchronously through a signalfd. Blocked before the server starts its
     // threads, which inherit the mask, so no thread is interrupted by them.
     try {
@@ -260,9 +308,9 @@ class Daemon {
     } catch (const std::exception& e) {
       return fail(kExitFailure, std::string("MEMD0005 cannot start serving: ") + e.what());
     }
-    memd_->rescan();
     auto uris = memd_->bound_uris();
-    if (!cfg_.ready_file.empty()) {
+    auto write_ready = [&]() -> int {
+      if (cfg_.ready_file.empty()) return kExitOk;
       try {
         write_file_atomically(cfg_.ready_file, join_lines(uris, "\n") + "\n");
         wrote_ready_ = true;
@@ -271,6 +319,17 @@ class Daemon {
                     std::string("MEMD0009 cannot write the ready file: ") + e.what() +
                         "; create its directory (writable by memd's user) or change ready_file");
       }
+      return kExitOk;
+    };
+    if (user_) {
+      // The ready file is written before the drop (its directory is usually root's), so with
+      // `user` it appears just before the first rescan instead of just after it.
+      if (int code = write_ready(); code != kExitOk) return code;
+      if (int code = drop_privileges(); code != kExitOk) return code;
+      memd_->rescan();  // segments are opened with the user's rights from the first rescan on
+    } else {
+      memd_->rescan();
+      if (int code = write_ready(); code != kExitOk) return code;
     }
     size_t exported = 0;
     for (auto& r : memd_->regions()) exported += r.state == RegionState::Exported;
@@ -280,6 +339,44 @@ class Daemon {
                                      " region(s) exported");
     report_.ready();
     notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
+    return kExitOk;
+  }
+
+  // Gives what memd must still write or remove after the drop to the user (pid file, ready file,
+  // its shm sockets and role segments), then becomes the user for good (base::drop_to).
+  int drop_privileges() {
+    const Account& u = *user_;
+    try {
+      pid_file_.chown_to(u.uid, u.gid);
+      if (wrote_ready_) give_to(cfg_.ready_file, u);
+      for (const std::string& f : memd_->created_files()) give_to(f, u);
+      base::drop_to(u);
+    } catch (const std::exception& e) {
+      if (wrote_ready_) ::unlink(cfg_.ready_file.c_str());  // memd will not serve
+      return fail(kExitFailure, std::string("MEMD0041 cannot drop privileges to user ") + u.name +
+                                    ": " + e.what());
+    }
+    log_(fabric::LogLevel::Info, "MEMD0042 running as user " + u.name + " (uid " +
+                                     std::to_string(u.uid) + ", gid " + std::to_string(u.gid) +
+                                     ") from now on");
+    // What the user can no longer do, said once now rather than at the first SIGHUP or stop.
+    if (::access(cfg_.source.c_str(), R_OK) != 0) {
+      int e = errno;
+      log_(fabric::LogLevel::Warn,
+           "MEMD0043 user " + u.name + " cannot read " + cfg_.source + " (" + errno_text(e) +
+               "): SIGHUP reloads will fail; make it readable by the user "
+               "(e.g. chgrp " + u.name + " FILE; chmod 640 FILE)");
+    }
+    for (const std::string& f : {cfg_.pid_file, cfg_.ready_file}) {
+      if (f.empty()) continue;
+      std::string dir = std::filesystem::path(f).parent_path().string();
+      if (dir.empty()) dir = ".";
+      if (::access(dir.c_str(), W_OK) != 0)
+        log_(fabric::LogLevel::Warn,
+             "MEMD0043 user " + u.name + " cannot write " + dir + ": " + f +
+                 " will be emptied, not removed, at stop; make the directory the user's "
+                 "(e.g. install -d -o " + u.name + " " + dir + ")");
+    }
     return kExitOk;
   }
 
@@ -354,7 +451,9 @@ class Daemon {
     notify_systemd("STOPPING=1");
     if (memd_) memd_->stop();
     memd_.reset();
-    if (wrote_ready_) ::unlink(cfg_.ready_file.c_str());
+    if (wrote_ready_ && ::unlink(cfg_.ready_file.c_str()) != 0 &&
+        (errno == EACCES || errno == EPERM))
+      (void)!::truncate(cfg_.ready_file.c_str(), 0);  // dropped to a user who may not remove it
     pid_file_.release();
     log_(fabric::LogLevel::Info, "MEMD0004 stopped");
   }
@@ -362,6 +461,7 @@ class Daemon {
   Options opts_;
   Config cfg_;
   fabric::Secret secret_;
+  std::optional<Account> user_;  // [memd] user, while there is a drop still to do
   bool to_stderr_ = true;
   StartupReport report_;
   std::shared_ptr<std::atomic<fabric::LogLevel>> level_;
@@ -384,6 +484,8 @@ int main(int argc, char** argv) {
   Config cfg;
   tierce::fabric::Secret secret;
   if (auto code = load(opts.config, &cfg, &secret)) return *code;
+  std::optional<Account> user;
+  if (auto code = resolve_user(cfg, &user)) return *code;
   if (opts.check) {
     std::string roles;
     if (cfg.pool.enabled)
@@ -391,12 +493,13 @@ int main(int argc, char** argv) {
                std::to_string(cfg.pool.slab_bytes) + " bytes";
     if (cfg.coop.enabled)
       roles += ", coop directory of " + std::to_string(cfg.coop.buckets) + " buckets";
+    if (user) roles += ", drops to user " + user->name;
     std::printf("%s: %s: configuration OK (node %s, %zu listen address(es), %zu region(s)%s)\n",
                 kProgram, cfg.source.c_str(), cfg.node.c_str(), cfg.listen.size(),
                 cfg.regions.size(), roles.c_str());
     return kExitOk;
   }
   if (opts.query) return query_running(cfg, secret, opts.query);
-  Daemon d(std::move(opts), std::move(cfg), std::move(secret));
+  Daemon d(std::move(opts), std::move(cfg), std::move(secret), std::move(user));
   return d.run();
 }

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <utility>
 
+#include "coherence/layout.h"
 #include "fabric/errors.h"
 #include "fabric/segment.h"
 #include "fabric/socket.h"
@@ -165,6 +166,9 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
     // The home role: a fresh version table (new random bases) on every start.
     auto topo = coherence::Topology::load(cfg_.coherence.topology);
     topo.require_app_nodes();
+    if (const auto* me = topo.find(cfg_.node))
+      home_segments_ = {me->segment_prefix + coherence::kVersionsSuffix,
+                        me->segment_prefix + coherence::kAcksSuffix};
     coherence::HomeServiceOptions ho;
     ho.limits.max_keys = cfg_.coherence.max_keys;
     ho.limits.log_entries = cfg_.coherence.log_entries;
@@ -193,6 +197,20 @@ void Memd::log(LogLevel l, const std::string& line) const {
 
 std::vector<std::string> Memd::bound_uris() const {
   return server_->bound_uris();
+}
+
+std::vector<std::string> Memd::created_files() const {
+  std::vector<std::string> files;
+  for (const std::string& uri : cfg_.listen) {
+    fabric::Address a = fabric::parse_address(uri);
+    if (a.transport == fabric::Transport::Shm) files.push_back(a.path);
+  }
+  // glibc's POSIX shm objects live in /dev/shm (the assumption coherence/arena.cc makes too).
+  auto shm = [&](const std::string& name) { files.push_back("/dev/shm/" + name.substr(name.find_first_not_of('/'))); };
+  if (home_) for (const std::string& n : home_segments_) shm(n);
+  if (pool_) shm(pool_->segment_name());
+  if (coop_) shm(coop_->segment_name());
+  return files;
 }
 
 void Memd::set_state(Region& r, RegionState s, const std::string& detail) {
@@ -508,6 +526,7 @@ ReloadOutcome Memd::reload(Config next) {
     restart("secret_file", next.secret_file != cfg_.secret_file);
     restart("pid_file", next.pid_file != cfg_.pid_file);
     restart("ready_file", next.ready_file != cfg_.ready_file);
+    restart("user", next.user != cfg_.user);
     restart("log", next.log != cfg_.log);
     restart("heartbeat_ms", next.heartbeat != cfg_.heartbeat);
     restart("lease_ms", next.lease != cfg_.lease);

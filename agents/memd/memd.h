@@ -84,6 +84,10 @@ class Memd {
   Memd& operator=(const Memd&) = delete;
 
   std::vector<std::string> bound_uris() const;
+  // The files this memd created and removes at stop: its shm listen sockets, and the shm objects
+  // of its roles (/dev/shm/<segment>: [pool], [coop], the home's versions and acks). main gives
+  // them to [memd] user before dropping to it (docs/memd.md "Running as a user").
+  std::vector<std::string> created_files() const;
   const Config& config() const { return cfg_; }
 
   // Brings every region in line with the segment present now (opens, exports, re-exports,
@@ -137,6 +141,7 @@ class Memd {
   Config cfg_;
   fabric::Secret secret_;
   fabric::LogSink log_;
+  std::vector<std::string> home_segments_;  // [coherence]: the segments HomeService created
   std::unique_ptr<fabric::Server> server_;
   std::unique_ptr<coherence::HomeService> home_;  // with [coherence]: this app node's home role
   std::unique_ptr<PoolRole> pool_;                // with [pool]: memory donated to the pool

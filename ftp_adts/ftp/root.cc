@@ -16,9 +16,13 @@
 #include <system_error>
 #include <utility>
 
+#include "base/fd.h"
+
 namespace tierce::ftp {
 
 namespace {
+
+using base::Fd;  // the fds opened per call are closed on scope exit
 
 constexpr uint64_t kResolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
 
@@ -41,17 +45,6 @@ int openat2_retry(int dirfd, const std::string& path, open_how* how) {
     return -e;
   }
 }
-
-// An fd closed on scope exit.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
 
 }  // namespace
 

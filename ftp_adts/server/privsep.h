@@ -9,7 +9,7 @@
 // serves two users (the master forks a fresh one). Started as another user, nothing changes: the
 // sessions run as that user (FTPD0020 says so).
 //
-// Accounts are resolved once at start (getpwnam/getgrouplist), so a missing account is a startup
+// Accounts are resolved once at start (base::lookup_account: getpwnam_r/getgrouplist), so a missing account is a startup
 // error, not a failed login, and the worker needs no NSS lookup after the drop.
 //
 // No chroot: ftp::Root already confines every access with openat2(RESOLVE_IN_ROOT) from a dirfd
@@ -23,16 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "base/privileges.h"
 #include "ftp_adts/server/config.h"
 
 namespace tierce::ftpd {
 
-struct Account {
-  std::string name;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::vector<gid_t> groups;  // supplementary groups (getgrouplist), the primary one included
-};
+// The account lookup and the drop itself are base/privileges.h's, shared with memd and lockd.
+using base::Account;
 
 struct PrivsepPlan {
   bool enabled = false;  // started as root

@@ -7,6 +7,7 @@
 #define BOOST_TEST_MODULE memd_integration
 #include <boost/test/unit_test.hpp>
 
+#include <pwd.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -461,6 +462,109 @@ BOOST_AUTO_TEST_CASE(daemon_mode_reports_readiness_and_stops_on_term) {
   BOOST_TEST(eventually([&] { return ::access(pid_path.c_str(), F_OK) != 0; }));
   BOOST_TEST(log().find("MEMD0004 stopped") != std::string::npos);
   daemon.pid = 0;
+}
+
+
+// [memd] user (docs/memd.md "Running as a user"). Started as root, memd binds and creates its
+// files as root, then drops to the user for good; it still serves, and a clean stop removes what
+// it created. Needs root: skipped, saying so, without it.
+boost::test_tools::assertion_result needs_root(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result r(::geteuid() == 0);
+  r.message() << "skipped: starting memd as root to see it drop to a user needs root";
+  return r;
+}
+
+BOOST_AUTO_TEST_CASE(started_as_root_drops_to_user_and_still_serves,
+                     *boost::unit_test::precondition(needs_root)) {
+  passwd* pw = ::getpwnam("nobody");
+  BOOST_TEST_REQUIRE(pw);
+  const uid_t uid = pw->pw_uid;
+  const gid_t gid = pw->pw_gid;
+  // The user removes its pid file, ready file and socket at stop: their directory is its.
+  BOOST_TEST_REQUIRE(::chown(dir.path().c_str(), uid, gid) == 0);
+  std::string seg = names.add("user");
+  auto s = fabric::SharedSegment::create(seg, 4096);
+  // memd opens owners' segments with the user's rights: the owner lets it.
+  BOOST_TEST_REQUIRE(::fchown(s.fd(), uid, gid) == 0);
+  write_config({{"v", seg}}, "user = \"nobody\"\n[pool]\nbytes = 2097152\nslab_bytes = 1048576");
+  start();
+
+  // All four of real, effective, saved and filesystem ids are nobody's.
+  std::string status = read_file("/proc/" + std::to_string(memd.pid()) + "/status");
+  BOOST_TEST_INFO(status);
+  const std::string u = std::to_string(uid), g = std::to_string(gid);
+  BOOST_TEST(status.find("\nUid:\t" + u + "\t" + u + "\t" + u + "\t" + u + "\n") !=
+             std::string::npos);
+  BOOST_TEST(status.find("\nGid:\t" + g + "\t" + g + "\t" + g + "\t" + g + "\n") !=
+             std::string::npos);
+  BOOST_TEST(status.find("\nNoNewPrivs:\t1\n") != std::string::npos);
+  BOOST_TEST(log().find("MEMD0042 running as user nobody") != std::string::npos);
+
+  // Still serving: a fabric client reads the owner's region over tcp and shm, and the pool.
+  std::atomic_ref<uint64_t>(word(s, 64)).store(4242);
+  for (const char* scheme : {"tcp", "shm"}) {
+    BOOST_TEST_CONTEXT("over " << scheme) {
+      auto c = connect(scheme);
+      fabric::RemoteRegion d = lookup_eventually(*c, "v");
+      uint64_t v = 0;
+      c->read(d, 64, &v, 8);
+      BOOST_TEST(v == 4242u);
+      BOOST_TEST(c->lookup("pool").len == uint64_t(2097152));
+    }
+  }
+
+  memd.signal(SIGTERM);
+  BOOST_TEST(memd.wait_exit(5000ms) == 0);
+  BOOST_TEST_INFO("memd log:\n" << log());
+  BOOST_TEST(::access(pid_path.c_str(), F_OK) != 0);
+  BOOST_TEST(::access(ready_path.c_str(), F_OK) != 0);
+  BOOST_TEST(::access(sock_path.c_str(), F_OK) != 0);
+  // The pool segment was given to the user, who could remove it from /dev/shm (sticky).
+  BOOST_TEST(::access("/dev/shm/tierce.itest.pool", F_OK) != 0);
+  BOOST_TEST(log().find("MEMD0004 stopped") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(user_errors, *boost::unit_test::precondition(needs_root)) {
+  // An unknown account: exit 2, naming it (also with --check).
+  std::string bad = "tierce-no-such-user-" + random_suffix();
+  write_config({}, "user = \"" + bad + "\"");
+  Child c = spawn({"--foreground", "-c", config_path}, log_path);
+  BOOST_TEST(c.wait_exit(5000ms) == 2);
+  BOOST_TEST_INFO(log());
+  BOOST_TEST(log().find("[memd] user: \"" + bad + "\": no such account") != std::string::npos);
+  Child k = spawn({"--check", "-c", config_path}, dir / "check.log");
+  BOOST_TEST(k.wait_exit(5000ms) == 2);
+
+  // Started as another user than root or the one named: exit 1 (runtime), saying why. Started as
+  // that user: fine, nothing to drop.
+  passwd* pw = ::getpwnam("nobody");
+  BOOST_TEST_REQUIRE(pw);
+  if (::access("/usr/bin/setpriv", X_OK) != 0) {
+    BOOST_TEST_MESSAGE("setpriv(1) missing: the not-root cases are skipped");
+    return;
+  }
+  BOOST_TEST_REQUIRE(::chown(dir.path().c_str(), pw->pw_uid, pw->pw_gid) == 0);
+  BOOST_TEST_REQUIRE(::chown(secret_path.c_str(), pw->pw_uid, pw->pw_gid) == 0);
+  auto as_nobody = [&](const std::string& log_name) {
+    return spawn_binary("/usr/bin/setpriv",
+                        {"--reuid=" + std::to_string(pw->pw_uid),
+                         "--regid=" + std::to_string(pw->pw_gid), "--clear-groups",
+                         TIERCE_MEMD_BINARY, "--foreground", "-c", config_path},
+                        dir / log_name);
+  };
+  write_config({}, "user = \"root\"");
+  Child r = spawn({"--check", "-c", config_path}, dir / "root.log");
+  BOOST_TEST(r.wait_exit(5000ms) == 2);  // root: nothing would be dropped
+  write_config({}, "user = \"daemon\"");
+  Child n = as_nobody("not-root.log");
+  BOOST_TEST(n.wait_exit(5000ms) == 1);
+  BOOST_TEST_INFO(read_file(dir / "not-root.log"));
+  BOOST_TEST(read_file(dir / "not-root.log").find("MEMD0040") != std::string::npos);
+  write_config({}, "user = \"nobody\"");
+  memd = as_nobody("same-user.log");
+  BOOST_TEST(eventually([&] { return ::access(ready_path.c_str(), F_OK) == 0; }));
+  memd.signal(SIGTERM);
+  BOOST_TEST(memd.wait_exit(5000ms) == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -293,6 +294,90 @@ int Client::store(const std::string& command, const std::string& bytes) {
   }
   write_all_close(d, bytes);
   return reply().code;
+}
+
+std::unique_ptr<Client> logged_in(uint16_t port, const std::string& user,
+                                  const std::string& pass) {
+  auto c = std::make_unique<Client>(port);
+  auto greeting = c->reply();
+  if (greeting.code != 220)
+    throw std::runtime_error("expected the 220 greeting, got " + std::to_string(greeting.code) +
+                             " " + greeting.text());
+  if (!c->login(user, pass)) throw std::runtime_error("login as " + user + " failed");
+  return c;
+}
+
+pid_t session_pid(Client& c) {
+  std::string t = c.cmd("STAT").text();
+  auto at = t.find("Session pid ");
+  if (at == std::string::npos) return -1;
+  return pid_t(std::atol(t.c_str() + at + 12));
+}
+
+long vm_rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return -1;  // gone
+}
+
+// The first sample is taken here, not by the thread: a loaded machine may start the thread only
+// after stop(), and a probe that ends quickly must still have its peak.
+RssSampler::RssSampler(pid_t pid)
+    : pid_(pid), peak_(vm_rss_kib(pid)), t_([this] {
+        while (!stop_) {
+          long r = vm_rss_kib(pid_);
+          if (r > peak_) peak_ = r;
+          std::this_thread::sleep_for(10ms);
+        }
+      }) {}
+
+long RssSampler::stop() {
+  stop_ = true;
+  if (t_.joinable()) t_.join();
+  return peak_;
+}
+
+namespace {
+void put_le(std::string* out, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out->push_back(char((v >> (8 * i)) & 0xff));
+}
+}  // namespace
+
+std::string adts_hello(uint64_t cookie, uint16_t index, uint16_t streams) {
+  std::string h;
+  put_le(&h, 0x53444154, 4);
+  put_le(&h, 1, 2);
+  put_le(&h, index, 2);
+  put_le(&h, streams, 2);
+  put_le(&h, 0, 2);
+  put_le(&h, cookie, 8);
+  put_le(&h, 0, 4);
+  return h;
+}
+
+std::string adts_block(uint8_t type, uint64_t id, uint64_t off, uint64_t len) {
+  std::string b;
+  put_le(&b, 0x4b4c4254, 4);
+  b.push_back(char(type));
+  b.append(3, '\0');
+  put_le(&b, id, 8);
+  put_le(&b, off, 8);
+  put_le(&b, len, 8);
+  return b;
+}
+
+int read_hello_ack(int fd) {
+  unsigned char ack[8];
+  size_t got = 0;
+  while (got < sizeof ack) {
+    ssize_t n = ::recv(fd, ack + got, sizeof ack - got, 0);
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  if (got != sizeof ack) return -1;
+  return int(ack[4] | ack[5] << 8 | ack[6] << 16 | uint32_t(ack[7]) << 24);
 }
 
 }  // namespace ftpd_test

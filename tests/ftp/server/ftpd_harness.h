@@ -5,8 +5,12 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ftp_adts/ftp/protocol.h"
@@ -80,5 +84,38 @@ class Client {
   int fd_ = -1;
   tierce::ftp::ReplyParser parser_;
 };
+
+// A client on `port` that got the 220 greeting and logged in as `user`; throws
+// std::runtime_error saying which step failed.
+std::unique_ptr<Client> logged_in(uint16_t port, const std::string& user, const std::string& pass);
+
+// The pid of the worker serving `c` (STAT: "Session pid N"); -1 when STAT does not say.
+pid_t session_pid(Client& c);
+
+// VmRSS of `pid` in KiB (/proc/PID/status); -1 when it is gone.
+long vm_rss_kib(pid_t pid);
+
+// Samples a process's VmRSS at construction, then every 10 ms until stopped; keeps the peak (KiB).
+class RssSampler {
+ public:
+  explicit RssSampler(pid_t pid);
+  ~RssSampler() { stop(); }
+  RssSampler(const RssSampler&) = delete;
+  RssSampler& operator=(const RssSampler&) = delete;
+  long stop();  // the peak
+
+ private:
+  pid_t pid_;
+  std::atomic<bool> stop_{false};
+  std::atomic<long> peak_{0};
+  std::thread t_;
+};
+
+// ADTS frames written by hand (docs/ftp.md "ADTS"), for tests that speak to a listener raw: a
+// stream's HELLO, a block header, and the status of the HELLO-ACK read from `fd` (-1 when the
+// stream closed or the socket's receive timeout passed before all 8 bytes came).
+std::string adts_hello(uint64_t cookie, uint16_t index = 0, uint16_t streams = 1);
+std::string adts_block(uint8_t type, uint64_t id, uint64_t off, uint64_t len);
+int read_hello_ack(int fd);
 
 }  // namespace ftpd_test

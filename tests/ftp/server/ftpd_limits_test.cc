@@ -40,38 +40,6 @@ namespace {
 // past it (the flood: the bytes sent; TYPE A over ADTS: the file; ADTS STOR: the 1 GiB announced).
 constexpr long kRssBoundKib = 64 * 1024;
 
-long vm_rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-  return -1;  // gone
-}
-
-// Samples a process's VmRSS every 10 ms until stopped; keeps the peak.
-class RssSampler {
- public:
-  explicit RssSampler(pid_t pid) : pid_(pid), t_([this] {
-    while (!stop_) {
-      long r = vm_rss_kib(pid_);
-      if (r > peak_) peak_ = r;
-      std::this_thread::sleep_for(10ms);
-    }
-  }) {}
-  ~RssSampler() { stop(); }
-  long stop() {
-    stop_ = true;
-    if (t_.joinable()) t_.join();
-    return peak_;
-  }
-
- private:
-  pid_t pid_;
-  std::atomic<bool> stop_{false};
-  std::atomic<long> peak_{0};
-  std::thread t_;
-};
-
 struct Fixture {
   TempDir dir;
   std::string alice_root = dir / "alice";
@@ -88,20 +56,14 @@ struct Fixture {
                  top + "\n" + tables + "\n[[user]]\nname = \"alice\"\npassword = \"" + hash +
                  "\"\nroot = \"" + alice_root + "\"\nwrite = true\n" + alice_more + "\n");
   }
-  std::unique_ptr<Client> alice() {
-    auto c = std::make_unique<Client>(server->port());
-    BOOST_REQUIRE_EQUAL(c->reply().code, 220);
-    BOOST_REQUIRE(c->login("alice", "wonderland"));
-    return c;
-  }
+  std::unique_ptr<Client> alice() { return logged_in(server->port(), "alice", "wonderland"); }
 };
 
-// The pid of the worker serving `c` (STAT: "Session pid N").
-pid_t session_pid(Client& c) {
-  std::string t = c.cmd("STAT").text();
-  auto at = t.find("Session pid ");
-  BOOST_REQUIRE(at != std::string::npos);
-  return pid_t(std::atol(t.c_str() + at + 12));
+// The pid of the worker serving `c` (STAT: "Session pid N"), required.
+pid_t worker_of(Client& c) {
+  pid_t pid = session_pid(c);
+  BOOST_REQUIRE(pid > 0);
+  return pid;
 }
 
 void make_sparse(const std::string& path, uint64_t size) {
@@ -144,7 +106,7 @@ BOOST_AUTO_TEST_CASE(control_flood_during_stalled_retr_is_cut_off) {
   Fixture f("", "[limits]\ncontrol_buffer_kib = 64\n");
   make_sparse(f.alice_root + "/big.bin", 1ull << 30);
   auto c = f.alice();
-  pid_t worker = session_pid(*c);
+  pid_t worker = worker_of(*c);
   BOOST_TEST(c->cmd("TYPE I").code == 200);
   uint16_t port = c->pasv();
   BOOST_REQUIRE(port != 0);
@@ -222,7 +184,7 @@ BOOST_AUTO_TEST_CASE(type_a_retr_large_file_plain_bounded_rss) {
   uint64_t size = ascii_test_bytes();
   make_sparse(f.alice_root + "/big.txt", size);  // zeros: no LF, the conversion keeps the size
   auto c = f.alice();
-  pid_t worker = session_pid(*c);
+  pid_t worker = worker_of(*c);
   BOOST_TEST(c->cmd("TYPE A").code == 200);
   uint16_t port = c->pasv();
   BOOST_REQUIRE(port != 0);
@@ -339,30 +301,6 @@ BOOST_AUTO_TEST_CASE(rest_past_eof_for_stor_is_554) {
 #ifdef TIERCE_TEST_HAVE_ADTS
 namespace {
 
-void put_le(std::string* out, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out->push_back(char((v >> (8 * i)) & 0xff));
-}
-std::string hello(uint64_t cookie) {
-  std::string h;
-  put_le(&h, 0x53444154, 4);
-  put_le(&h, 1, 2);
-  put_le(&h, 0, 2);
-  put_le(&h, 1, 2);
-  put_le(&h, 0, 2);
-  put_le(&h, cookie, 8);
-  put_le(&h, 0, 4);
-  return h;
-}
-std::string block(uint8_t type, uint64_t id, uint64_t off, uint64_t len) {
-  std::string b;
-  put_le(&b, 0x4b4c4254, 4);
-  b.push_back(char(type));
-  b.append(3, '\0');
-  put_le(&b, id, 8);
-  put_le(&b, off, 8);
-  put_le(&b, len, 8);
-  return b;
-}
 // TPRT TCP + EPSV + one raw stream with its HELLO; the stream's fd (HELLO-ACK read).
 int raw_adts_stream(Client& c) {
   auto t = c.cmd("TPRT TCP");
@@ -373,16 +311,9 @@ int raw_adts_stream(Client& c) {
   BOOST_REQUIRE(port != 0);
   int fd = Client::data_connect(port);
   BOOST_REQUIRE(fd >= 0);
-  std::string h = hello(*cookie);
+  std::string h = adts_hello(*cookie);
   BOOST_REQUIRE(::send(fd, h.data(), h.size(), MSG_NOSIGNAL) == ssize_t(h.size()));
-  unsigned char ack[8];
-  size_t got = 0;
-  while (got < sizeof ack) {
-    ssize_t n = ::recv(fd, ack + got, sizeof ack - got, 0);
-    BOOST_REQUIRE(n > 0);
-    got += size_t(n);
-  }
-  BOOST_REQUIRE(ack[4] == 0);
+  BOOST_REQUIRE(read_hello_ack(fd) == 0);
   return fd;
 }
 
@@ -394,7 +325,7 @@ BOOST_AUTO_TEST_CASE(type_a_retr_large_file_adts_bounded_rss) {
   uint64_t size = ascii_test_bytes();
   make_sparse(f.alice_root + "/big.txt", size);
   auto c = f.alice();
-  pid_t worker = session_pid(*c);
+  pid_t worker = worker_of(*c);
   BOOST_TEST(c->cmd("TYPE A").code == 200);
   auto t = c->cmd("TPRT TCP");
   BOOST_REQUIRE_EQUAL(t.code, 200);
@@ -431,12 +362,12 @@ BOOST_AUTO_TEST_CASE(adts_stor_announcing_1gib_sending_nothing) {
   tierce_test::write_file(f.alice_root + "/small.txt", "small\n");
   for (const char* type : {"A", "I"}) {
     auto c = f.alice();
-    pid_t worker = session_pid(*c);
+    pid_t worker = worker_of(*c);
     BOOST_TEST(c->cmd(std::string("TYPE ") + type).code == 200);
     int s = raw_adts_stream(*c);
     RssSampler rss(worker);
     BOOST_TEST(c->cmd("STOR huge.bin").code == 150);
-    std::string b = block(1, 1, 0, 1ull << 30);
+    std::string b = adts_block(1, 1, 0, 1ull << 30);
     BOOST_REQUIRE(::send(s, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size()));
     // Meanwhile another session is served, start to end.
     auto other = f.alice();
@@ -477,17 +408,11 @@ int stranger_hello(uint16_t port, uint64_t cookie) {
   BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) == 0);
   timeval tv{20, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string h = hello(cookie);
+  std::string h = adts_hello(cookie);
   (void)::send(fd, h.data(), h.size(), MSG_NOSIGNAL);
-  unsigned char ack[8];
-  size_t got = 0;
-  while (got < sizeof ack) {
-    ssize_t n = ::recv(fd, ack + got, sizeof ack - got, 0);
-    if (n <= 0) break;
-    got += size_t(n);
-  }
+  int status = read_hello_ack(fd);
   ::close(fd);
-  return got == sizeof ack ? int(ack[4]) : -1;
+  return status;
 }
 
 uint16_t tprt_epsv(Client& c, uint64_t* cookie) {
@@ -545,7 +470,7 @@ BOOST_AUTO_TEST_CASE(adts_begin_over_upload_limit_is_552) {
   BOOST_TEST(c->cmd("TYPE I").code == 200);
   int s = raw_adts_stream(*c);
   BOOST_TEST(c->cmd("STOR huge.bin").code == 150);
-  std::string b = block(1, 1, 0, 1ull << 30);
+  std::string b = adts_block(1, 1, 0, 1ull << 30);
   BOOST_REQUIRE(::send(s, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size()));
   auto r = c->reply();
   BOOST_TEST(r.code == 552);

@@ -118,13 +118,6 @@ pid_t serving_pid(const Server& server, const Client& c) {
   return -1;
 }
 
-pid_t pid_from_stat(Client& c) {
-  auto r = c.cmd("STAT");
-  size_t at = r.text().find("Session pid ");
-  if (at == std::string::npos) return -1;
-  return pid_t(std::stol(r.text().substr(at + 12)));
-}
-
 bool alive(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
@@ -208,7 +201,7 @@ BOOST_AUTO_TEST_CASE(session_runs_as_its_account_after_login) {
   // Before the login: the worker is root (it must be, to become any account).
   BOOST_TEST(ids(w, "Uid") == std::vector<long>({0, 0, 0, 0}), status_field(w, "Uid"));
   BOOST_REQUIRE(c->login("alice", "wonderland"));
-  BOOST_TEST(pid_from_stat(*c) == w);  // the same process, now the account
+  BOOST_TEST(session_pid(*c) == w);  // the same process, now the account
   long u = long(t.pw_uid), g = long(t.pw_gid);
   BOOST_TEST(ids(w, "Uid") == std::vector<long>({u, u, u, u}), status_field(w, "Uid"));
   BOOST_TEST(ids(w, "Gid") == std::vector<long>({g, g, g, g}), status_field(w, "Gid"));
@@ -223,7 +216,7 @@ BOOST_AUTO_TEST_CASE(root_cannot_be_regained) {
   Fixture f;
   auto c = f.connect();
   BOOST_REQUIRE(c->login("alice", "wonderland"));
-  pid_t w = pid_from_stat(*c);
+  pid_t w = session_pid(*c);
   BOOST_REQUIRE(w > 0);
   // setuid(0) needs uid 0 among real/saved or CAP_SETUID: the server checked that it fails (else
   // it ends the session, FTPD0205); here the kernel's view: no 0 id left, no capability at all.
@@ -265,7 +258,7 @@ BOOST_AUTO_TEST_CASE(anonymous_and_users_without_run_as_are_unprivileged_user) {
                             std::pair{"carol", "looking-glass"}}) {
     auto c = f.connect();
     BOOST_REQUIRE(c->login(user, pass));
-    pid_t w = pid_from_stat(*c);
+    pid_t w = session_pid(*c);
     long u = long(nobody.pw_uid);
     BOOST_TEST(ids(w, "Uid") == std::vector<long>({u, u, u, u}), user);
     int code = 0;
@@ -281,7 +274,7 @@ BOOST_AUTO_TEST_CASE(a_worker_serves_one_session) {
   {
     auto c = f.connect();
     BOOST_REQUIRE(c->login("alice", "wonderland"));
-    first = pid_from_stat(*c);
+    first = session_pid(*c);
     BOOST_REQUIRE(first > 0);
     BOOST_TEST(c->cmd("QUIT").code == 221);
   }
@@ -300,7 +293,7 @@ BOOST_AUTO_TEST_CASE(a_worker_serves_one_session) {
   BOOST_TEST(tierce_test::eventually([&] { return f.server->workers().size() >= 2; }, 10s));
   auto d = f.connect();
   BOOST_REQUIRE(d->login("carol", "looking-glass"));
-  pid_t next = pid_from_stat(*d);
+  pid_t next = session_pid(*d);
   BOOST_TEST(next != first);
   BOOST_TEST(next != unauth);
 }

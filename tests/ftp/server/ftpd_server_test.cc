@@ -52,12 +52,7 @@ struct Fixture {
                  "\"\nroot = \"" + alice_root + "\"\nwrite = true\n[[user]]\nname = \"bob\"\n" +
                  "password = \"" + alice_hash + "\"\nroot = \"" + alice_root + "\"\n");
   }
-  std::unique_ptr<Client> alice() {
-    auto c = std::make_unique<Client>(server->port());
-    BOOST_REQUIRE_EQUAL(c->reply().code, 220);
-    BOOST_REQUIRE(c->login("alice", "wonderland"));
-    return c;
-  }
+  std::unique_ptr<Client> alice() { return logged_in(server->port(), "alice", "wonderland"); }
 };
 
 }  // namespace
@@ -295,10 +290,8 @@ BOOST_AUTO_TEST_CASE(max_sessions_turns_away_with_421) {
 BOOST_AUTO_TEST_CASE(killed_worker_is_replaced) {
   Fixture f;
   auto c = f.alice();
-  auto stat = c->cmd("STAT");
-  size_t at = stat.text().find("Session pid ");
-  BOOST_REQUIRE(at != std::string::npos);
-  pid_t worker = pid_t(std::stol(stat.text().substr(at + 12)));
+  pid_t worker = session_pid(*c);
+  BOOST_REQUIRE(worker > 0);
   BOOST_TEST(::kill(worker, SIGKILL) == 0);
   BOOST_TEST(c->reply().code == 0);  // its session is gone
   BOOST_TEST(tierce_test::eventually(
@@ -397,30 +390,6 @@ BOOST_AUTO_TEST_CASE(tprt_ptcp_session_carries_two_retrs) {
 #ifdef TIERCE_TEST_HAVE_ADTS
 namespace {
 
-void put_le(std::string* out, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out->push_back(char((v >> (8 * i)) & 0xff));
-}
-std::string hello(uint64_t cookie, uint16_t index = 0, uint16_t streams = 1) {
-  std::string h;
-  put_le(&h, 0x53444154, 4);
-  put_le(&h, 1, 2);
-  put_le(&h, index, 2);
-  put_le(&h, streams, 2);
-  put_le(&h, 0, 2);
-  put_le(&h, cookie, 8);
-  put_le(&h, 0, 4);
-  return h;
-}
-std::string block(uint8_t type, uint64_t id, uint64_t off, uint64_t len) {
-  std::string b;
-  put_le(&b, 0x4b4c4254, 4);
-  b.push_back(char(type));
-  b.append(3, '\0');
-  put_le(&b, id, 8);
-  put_le(&b, off, 8);
-  put_le(&b, len, 8);
-  return b;
-}
 // Connects one raw stream with a HELLO; its HELLO-ACK status (-1: none).
 int raw_stream(uint16_t port, const std::string& h, int* fd_out) {
   int fd = Client::data_connect(port);
@@ -428,19 +397,12 @@ int raw_stream(uint16_t port, const std::string& h, int* fd_out) {
   if (::send(fd, h.data(), h.size(), MSG_NOSIGNAL) != ssize_t(h.size())) return -1;
   timeval tv{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  unsigned char ack[8];
-  size_t got = 0;
-  while (got < sizeof ack) {
-    ssize_t n = ::recv(fd, ack + got, sizeof ack - got, 0);
-    if (n <= 0) break;
-    got += size_t(n);
-  }
+  int status = read_hello_ack(fd);
   if (fd_out)
     *fd_out = fd;
   else
     ::close(fd);
-  if (got != sizeof ack) return -1;
-  return int(ack[4] | ack[5] << 8 | ack[6] << 16 | uint32_t(ack[7]) << 24);
+  return status;
 }
 
 }  // namespace
@@ -463,25 +425,25 @@ BOOST_AUTO_TEST_CASE(tprt_listener_commands_and_sender_abort) {
   uint16_t port = c->epsv();
   BOOST_REQUIRE(port != 0);
   BOOST_TEST((std::chrono::steady_clock::now() - t0 < 10s));
-  BOOST_TEST(raw_stream(first, hello(cookie), nullptr) == -1);
+  BOOST_TEST(raw_stream(first, adts_hello(cookie), nullptr) == -1);
   // Commands between the EPSV and the stream connects are answered; the listener stays.
   BOOST_TEST(c->cmd("NOOP").code == 200);
   BOOST_TEST(c->cmd("SIZE x.txt").code == 213);
   BOOST_TEST(c->cmd("PORT 127,0,0,1,200,1").code == 501);
-  BOOST_TEST(raw_stream(port, hello(cookie ^ 1), nullptr) == 3);  // wrong cookie refused
+  BOOST_TEST(raw_stream(port, adts_hello(cookie ^ 1), nullptr) == 3);  // wrong cookie refused
   int d = -1;
-  BOOST_REQUIRE_EQUAL(raw_stream(port, hello(cookie), &d), 0);
+  BOOST_REQUIRE_EQUAL(raw_stream(port, adts_hello(cookie), &d), 0);
   // The sender aborts: one final reply, then NOOP gets its own.
   BOOST_TEST(c->cmd("STOR a.bin").code == 150);
-  std::string blocks = block(1, 1, 0, 100) + block(2, 1, 0, 50) + std::string(50, 'I') +
-                       block(4, 1, 0, 0);
+  std::string blocks = adts_block(1, 1, 0, 100) + adts_block(2, 1, 0, 50) + std::string(50, 'I') +
+                       adts_block(4, 1, 0, 0);
   BOOST_TEST(::send(d, blocks.data(), blocks.size(), MSG_NOSIGNAL) == ssize_t(blocks.size()));
   auto fin = c->reply();
   BOOST_TEST(fin.code == 426, fin.text());
   BOOST_TEST(c->cmd("NOOP").code == 200);
   // The session stays usable: a good transfer.
   BOOST_TEST(c->cmd("STOR b.bin").code == 150);
-  blocks = block(1, 2, 0, 10) + block(2, 2, 0, 10) + std::string(10, 'B') + block(3, 2, 0, 0);
+  blocks = adts_block(1, 2, 0, 10) + adts_block(2, 2, 0, 10) + std::string(10, 'B') + adts_block(3, 2, 0, 0);
   BOOST_TEST(::send(d, blocks.data(), blocks.size(), MSG_NOSIGNAL) == ssize_t(blocks.size()));
   BOOST_TEST(c->reply().code == 226);
   BOOST_TEST(tierce_test::read_file(f.alice_root + "/b.bin") == std::string(10, 'B'));
