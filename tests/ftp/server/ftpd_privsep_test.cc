@@ -379,14 +379,23 @@ BOOST_AUTO_TEST_CASE(per_address_limit_turns_away_with_421) {
         return probe.reply().code == 220 && probe2.reply().code == 220;
       },
       10s, 50ms));
-  std::vector<std::unique_ptr<Client>> many;
-  for (int i = 0; i < 6; ++i) many.push_back(std::make_unique<Client>(f.server->port()));
-  int greeted = 0, refused = 0;
-  for (auto& c : many) {
-    int code = c->reply().code;
-    greeted += code == 220;
-    refused += code == 421;
-  }
-  BOOST_TEST(greeted == 2);
+  // The probes just closed may still count until the master has reaped their workers (a
+  // round with fewer than 2 greeted is tried again); more than 2 greeted is never allowed.
+  int greeted = 0, refused = 0, most_greeted = 0;
+  BOOST_TEST(tierce_test::eventually(
+      [&] {
+        std::vector<std::unique_ptr<Client>> many;
+        for (int i = 0; i < 6; ++i) many.push_back(std::make_unique<Client>(f.server->port()));
+        greeted = refused = 0;
+        for (auto& c : many) {
+          int code = c->reply().code;
+          greeted += code == 220;
+          refused += code == 421;
+        }
+        most_greeted = std::max(most_greeted, greeted);
+        return greeted == 2;
+      },
+      10s, 100ms));
+  BOOST_TEST(most_greeted <= 2);
   BOOST_TEST(refused == 4);
 }
