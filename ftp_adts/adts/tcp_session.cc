@@ -67,17 +67,7 @@ std::string peer_host(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
-  char host[INET6_ADDRSTRLEN] = "";
-  if (ss.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
-  } else if (ss.ss_family == AF_INET6) {
-    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(&a))
-      ::inet_ntop(AF_INET, &a.s6_addr[12], host, sizeof host);
-    else
-      ::inet_ntop(AF_INET6, &a, host, sizeof host);
-  }
-  return host;
+  return wire::numeric_host(reinterpret_cast<const sockaddr*>(&ss));
 }
 
 class TcpSession final : public Session {

@@ -778,6 +778,19 @@ class VerbsListener final : public ListenerImplBase {
                               static_cast<const uint8_t*>(ev->param.conn.private_data) +
                                   ev->param.conn.private_data_len);
       rdma_ack_cm_event(ev);
+      if (!p_.allowed_peer.empty()) {
+        // Not the control connection's peer (a stranger racing for the port): refused before
+        // its cookie is even looked at, as on tcp.
+        const std::string from = wire::numeric_host(rdma_get_peer_addr(child));
+        if (from != p_.allowed_peer) {
+          (void)rdma_reject(child, nullptr, 0);
+          (void)rdma_destroy_id(child);
+          if (log)
+            log("ADT0105 verbs data session from " + (from.empty() ? "?" : from) +
+                " dropped: not the control peer " + p_.allowed_peer);
+          continue;
+        }
+      }
       wire::HelloStatus st = wire::HelloStatus::Ok;
       wire::Hello h;
       if (pd.size() < wire::kHelloSize + 8) {

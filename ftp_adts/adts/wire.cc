@@ -303,4 +303,19 @@ int connect_tcp(const std::string& host, uint16_t port, Millis timeout) {
   throw AdtsError(last_code, "connect to " + host + ":" + ps + ": " + last);
 }
 
+std::string numeric_host(const sockaddr* sa) {
+  if (!sa) return {};
+  char host[INET6_ADDRSTRLEN] = "";
+  if (sa->sa_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, host, sizeof host);
+  } else if (sa->sa_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      ::inet_ntop(AF_INET, &a.s6_addr[12], host, sizeof host);
+    else
+      ::inet_ntop(AF_INET6, &a, host, sizeof host);
+  }
+  return host;
+}
+
 }  // namespace tierce::adts::wire

@@ -8,6 +8,8 @@
 // All little-endian.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -111,6 +113,10 @@ class SigpipeGuard {
 
 // TCP connect with a deadline; throws PeerClosed (refused/unreachable) or Timeout.
 int connect_tcp(const std::string& host, uint16_t port, Millis timeout);
+
+// The numeric host of an address ("192.0.2.7", "2001:db8::1"), an IPv4-mapped IPv6 address as
+// IPv4 (how SessionParams::allowed_peer is compared); "" for null or another family.
+std::string numeric_host(const ::sockaddr* sa);
 
 using base::Fd;  // owns one fd (base/fd.h)
 
