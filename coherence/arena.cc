@@ -51,6 +51,7 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include "base/tsan.h"
 #include "fabric/errors.h"
 #include "fabric/random.h"
 
@@ -333,6 +334,7 @@ CacheArena::LockResult CacheArena::lock() const {
     // The previous writer died inside store()/erase(); every step of those leaves the arena
     // consistent (see the file comment), so its half-done work needs no repair.
     pthread_mutex_consistent(&hdr()->mutex);
+    base::tsan_note_robust_lock_recovered(&hdr()->mutex);  // no-op outside TSan builds
     return LockResult::Locked;
   }
   if (r == ETIMEDOUT) {
@@ -575,18 +577,25 @@ std::optional<CachedEntry> CacheArena::read_entry(uint64_t pos, uint64_t hash,
   uint64_t off = pos % ring_bytes_;
   if (ring_bytes_ - off < sizeof(EntryHeader)) return std::nullopt;
   EntryHeader e;
-  std::memcpy(&e, ring_ + off, sizeof e);
-  // Possibly torn: validate everything used for addressing against the ring and the entry.
-  if (e.magic != kEntryMagic || e.pos != pos || e.key_hash != hash || e.key_len != key.size() ||
-      e.total % kAlign != 0 || e.total > ring_bytes_ - off || e.payload_len > e.total ||
-      sizeof e + uint64_t(e.key_len) + e.payload_len > e.total)
-    return std::nullopt;
-  const uint8_t* k = ring_ + off + sizeof e;
-  // Cheap rejection of a same-hash other key before copying its payload; re-done on the copy.
-  if (!key.empty() && std::memcmp(k, key.data(), key.size()) != 0) return std::nullopt;
   CachedEntry out;
-  out.key.assign(reinterpret_cast<const char*>(k), key.size());
-  out.payload.assign(reinterpret_cast<const char*>(k + key.size()), size_t(e.payload_len));
+  {
+    // The seqlock copy: these reads race with a writer that has moved tail past pos and reuses
+    // the bytes (by design, see the file comment). Nothing read here is trusted before the tail
+    // re-check below; lengths are bounds-checked first. Not recorded by ThreadSanitizer (no-op
+    // in other builds).
+    TIERCE_TSAN_RACY_READS();
+    std::memcpy(&e, ring_ + off, sizeof e);
+    // Possibly torn: validate everything used for addressing against the ring and the entry.
+    if (e.magic != kEntryMagic || e.pos != pos || e.key_hash != hash || e.key_len != key.size() ||
+        e.total % kAlign != 0 || e.total > ring_bytes_ - off || e.payload_len > e.total ||
+        sizeof e + uint64_t(e.key_len) + e.payload_len > e.total)
+      return std::nullopt;
+    const uint8_t* k = ring_ + off + sizeof e;
+    // Cheap rejection of a same-hash other key before copying its payload; re-done on the copy.
+    if (!key.empty() && std::memcmp(k, key.data(), key.size()) != 0) return std::nullopt;
+    out.key.assign(reinterpret_cast<const char*>(k), key.size());
+    out.payload.assign(reinterpret_cast<const char*>(k + key.size()), size_t(e.payload_len));
+  }
   std::atomic_thread_fence(std::memory_order_acquire);
   if (h->tail.load(std::memory_order_relaxed) > pos) return std::nullopt;  // overwritten meanwhile
   if (out.key != key) return std::nullopt;

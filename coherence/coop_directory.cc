@@ -11,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "base/tsan.h"
 #include "coherence/key.h"
 
 namespace tierce::coherence {
@@ -644,7 +645,12 @@ DirReadResult lookup_local(std::span<const uint8_t> memory, const DirectoryGeome
   alignas(64) uint8_t copy[kDirBucketSize];
   const uint64_t before = sequence_word(b).load(std::memory_order_acquire);
   if (before % 2 != 0) return DirMiss{DirMissReason::Torn};
-  std::memcpy(copy, b, kDirBucketSize);
+  {
+    // Seqlock copy: races with the owner's rewrite by design; the sequence re-check below (and
+    // read_entry's checksum) throws a torn copy away. Not recorded by ThreadSanitizer.
+    TIERCE_TSAN_RACY_READS();
+    std::memcpy(copy, b, kDirBucketSize);
+  }
   // Orders the copy's loads before the reload (pairs with the writer's release fence).
   std::atomic_thread_fence(std::memory_order_acquire);
   if (sequence_word(b).load(std::memory_order_relaxed) != before)

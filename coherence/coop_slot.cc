@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/tsan.h"
+
 namespace tierce::coherence {
 
 // The header fields are stored in host order and the generation word is a CPU atomic shared with
@@ -196,7 +198,12 @@ bool copy_slot(std::span<const uint8_t> slot, std::span<uint8_t> out) {
   check_geometry(slot, "copy_slot");
   if (out.size() < slot.size()) throw std::invalid_argument("copy_slot: output smaller than slot");
   const uint64_t before = generation_word(slot.data()).load(std::memory_order_acquire);
-  std::memcpy(out.data(), slot.data(), slot.size());
+  {
+    // Seqlock copy: races with write_slot()/erase_slot() by design; the generation re-check below
+    // (and verify_slot()'s checksum) throws a torn copy away. Not recorded by ThreadSanitizer.
+    TIERCE_TSAN_RACY_READS();
+    std::memcpy(out.data(), slot.data(), slot.size());
+  }
   // Orders the copy's loads before the reload (pairs with the writer's release fence).
   std::atomic_thread_fence(std::memory_order_acquire);
   const uint64_t after = generation_word(slot.data()).load(std::memory_order_relaxed);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/tsan.h"
 #include "fabric/random.h"
 
 namespace tierce::fabric {
@@ -158,8 +159,15 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
                          .load(std::memory_order_acquire);
         out->payload.resize(8);
         std::memcpy(out->payload.data(), &v, 8);
-      } else if (capped) {
-        out->payload.assign(p, p + req.a2);  // copied now: judged against the cap below
+      } else if (capped || base::kTsanBuild) {
+        {
+          // Like an RDMA READ, this copy races with the owner's CPU stores by design: what a
+          // one-sided read returns is validated by its reader (seqlock word, checksum, version).
+          // Not recorded by ThreadSanitizer; TSan builds always copy here (not `direct`, which
+          // send() would read from the region where no annotation can scope it).
+          TIERCE_TSAN_RACY_READS();
+          out->payload.assign(p, p + req.a2);  // copied now: judged against the cap below
+        }
         std::atomic_thread_fence(std::memory_order_acquire);
       } else {
         out->direct = std::span<const uint8_t>(p, size_t(req.a2));

@@ -12,6 +12,7 @@
 #include <csignal>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <cstdint>
@@ -41,9 +42,27 @@
 #endif
 #endif
 
+// Defined in the TSan build (tools/tsan.sh). Its runtime keeps shadow memory and a few MB of
+// state per thread; RSS bounds measured in the plain build do not hold there either.
+#if defined(__SANITIZE_THREAD__)
+#define TIERCE_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TIERCE_TEST_TSAN 1
+#endif
+#endif
+
 namespace tierce_test {
 
 using namespace std::chrono_literals;
+
+// Boost.Test's macros are not thread-safe (BOOST_TEST_MESSAGE and the checks update the
+// framework's global log state, which ThreadSanitizer reports): threads other than the test's own
+// (worker threads, log sinks called from a daemon's threads) write their notes here instead. One
+// fprintf per line: stdio serialises it.
+inline void thread_message(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
 
 inline std::string random_suffix() {
   std::random_device rd;

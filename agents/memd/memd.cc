@@ -692,7 +692,16 @@ std::string Memd::status_text() const {
 }
 
 void Memd::stop() {
-  home_.reset();  // ends this incarnation: its regions are revoked and unlinked
+  // Ends this incarnation: its regions are revoked and unlinked. Taken out of home_ under mu_:
+  // the server still runs, and status_text() reads home_ under mu_ from a connection thread (a
+  // data race on the pointer, and a use of the destroyed role, found by the TSan build). Destroyed
+  // outside the lock.
+  std::unique_ptr<coherence::HomeService> home;
+  {
+    std::lock_guard g(mu_);
+    home = std::move(home_);
+  }
+  home.reset();
   if (server_) server_->stop();
   // After the server stopped (its connection threads joined): no pool.* or coop.dir.* handler
   // can run on a destroyed role. The pool and directory segments are revoked and unlinked.

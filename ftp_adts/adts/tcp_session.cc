@@ -79,7 +79,7 @@ class TcpSession final : public Session {
 
   ChannelKind kind() const override { return p_.kind; }
   unsigned streams() const override { return unsigned(socks_.size()); }
-  bool broken() const override { return broken_; }
+  bool broken() const override { return broken_.load(); }
   SessionStats stats() const override {
     std::lock_guard g(stats_mu_);
     return stats_;
@@ -143,7 +143,9 @@ class TcpSession final : public Session {
   std::vector<Pipe> pipes_;
   SessionParams p_;
   uint64_t last_id_ = 0;  // the last transfer id sent or received (transfers alternate freely)
-  bool broken_ = false;
+  // Set by whichever stream worker fails first (several may at once, from their own threads) and
+  // read by the others and the caller: atomic (found by the TSan build, adts_order).
+  std::atomic<bool> broken_{false};
   bool closed_ = false;
   mutable std::mutex stats_mu_;
   SessionStats stats_;

@@ -89,7 +89,8 @@ struct Cluster {
     o.socket_path = dir / ("ipc" + std::to_string(rank) + ".sock");
     o.state_dir = dir / ("state" + std::to_string(rank));
     o.log = [](tierce::fabric::LogLevel l, std::string_view s) {
-      if (l >= tierce::fabric::LogLevel::Warn) BOOST_TEST_MESSAGE(std::string(s));
+      // Called from the lockd's threads: not through Boost.Test (tierce_test::thread_message).
+      if (l >= tierce::fabric::LogLevel::Warn) tierce_test::thread_message(std::string(s));
     };
     o.lose_message = [this](uint32_t) {
       using Loss = tierce::lockd::LockdOptions::Loss;
@@ -211,7 +212,7 @@ void contend(Cluster& c, int threads, int rounds) {
         Grant g = acquire(n, owner, name, m);
         if (g.status != Status::Ok) {
           ++violations;
-          BOOST_TEST_MESSAGE("acquire failed: " << g.message);
+          tierce_test::thread_message("acquire failed: " + g.message);
           if (g.status == Status::Internal) wedged = true;
           continue;
         }

@@ -181,17 +181,19 @@ BOOST_AUTO_TEST_CASE(n_processes_times_m_faa64_give_the_exact_total) {
   Target t;
   constexpr int N = 4, M = 2000;
   const std::string uri = t.proc->uri();
-  // The owner adds locally at the same time, with CPU atomics on the same word.
-  std::thread owner([&] {
-    for (int i = 0; i < M; ++i) std::atomic_ref<uint64_t>(t.word(128)).fetch_add(1);
-  });
-  bool ok = testing::run_in_children(N, [&](int) {
+  auto kids = testing::spawn_children(N, [&](int) {
     auto c = connect(uri, client_opts(Millis(5000)));
     auto r = c->lookup("data");
     for (int i = 0; i < M; ++i) c->faa64(r, 128, 1);
     return 0;
   });
+  // The owner adds locally at the same time, with CPU atomics on the same word (its thread is
+  // started after the fork: see spawn_children).
+  std::thread owner([&] {
+    for (int i = 0; i < M; ++i) std::atomic_ref<uint64_t>(t.word(128)).fetch_add(1);
+  });
   owner.join();
+  bool ok = testing::wait_children(kids);
   BOOST_TEST(ok);
   uint64_t v = 0;
   t.conn->read(t.r, 128, &v, 8);
