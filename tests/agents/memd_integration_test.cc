@@ -488,6 +488,10 @@ BOOST_AUTO_TEST_CASE(started_as_root_drops_to_user_and_still_serves,
   BOOST_TEST_REQUIRE(::fchown(s.fd(), uid, gid) == 0);
   write_config({{"v", seg}}, "user = \"nobody\"\n[pool]\nbytes = 2097152\nslab_bytes = 1048576");
   start();
+  // The ready file is written while still root (its directory may be root's), the drop follows:
+  // wait for the drop's log line before looking at the ids.
+  BOOST_TEST_REQUIRE(eventually(
+      [&] { return log().find("MEMD0042 running as user nobody") != std::string::npos; }, 5s));
 
   // All four of real, effective, saved and filesystem ids are nobody's.
   std::string status = read_file("/proc/" + std::to_string(memd.pid()) + "/status");
@@ -498,7 +502,7 @@ BOOST_AUTO_TEST_CASE(started_as_root_drops_to_user_and_still_serves,
   BOOST_TEST(status.find("\nGid:\t" + g + "\t" + g + "\t" + g + "\t" + g + "\n") !=
              std::string::npos);
   BOOST_TEST(status.find("\nNoNewPrivs:\t1\n") != std::string::npos);
-  BOOST_TEST(log().find("MEMD0042 running as user nobody") != std::string::npos);
+
 
   // Still serving: a fabric client reads the owner's region over tcp and shm, and the pool.
   std::atomic_ref<uint64_t>(word(s, 64)).store(4242);
