@@ -12,7 +12,10 @@
 
 namespace tierce::base {
 
-std::string join(const std::vector<std::string>& v, std::string_view sep) {
+namespace {
+
+template <class Strings>
+std::string join_any(const Strings& v, std::string_view sep) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) {
     if (i) s += sep;
@@ -21,13 +24,14 @@ std::string join(const std::vector<std::string>& v, std::string_view sep) {
   return s;
 }
 
+}  // namespace
+
+std::string join(const std::vector<std::string>& v, std::string_view sep) {
+  return join_any(v, sep);
+}
+
 std::string join(const std::vector<std::string_view>& v, std::string_view sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += sep;
-    s += v[i];
-  }
-  return s;
+  return join_any(v, sep);
 }
 
 ConfigError::ConfigError(std::vector<std::string> problems)

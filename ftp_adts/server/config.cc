@@ -25,14 +25,7 @@ namespace tierce::ftpd {
 
 namespace {
 
-std::string join(const std::vector<std::string>& v, std::string_view sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += sep;
-    s += v[i];
-  }
-  return s;
-}
+using base::join;
 
 class Checker {
  public:

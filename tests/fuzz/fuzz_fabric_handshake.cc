@@ -34,6 +34,7 @@
 #include "fabric/protect.h"
 #include "fabric/stream_transport.h"
 #include "fabric/wire.h"
+#include "fabric_world.h"
 
 using namespace tierce::fabric;
 
@@ -44,23 +45,9 @@ namespace {
   std::abort();
 }
 
-struct World {
-  RegionTable regions;
-  ServiceTable services;
-  Counters counters;
-  std::shared_ptr<SharedSegment> seg =
-      std::make_shared<SharedSegment>(SharedSegment::create_anonymous("fuzzhs", 1 << 16));
+struct World : tierce_fuzz::FabricWorld {
   Secret secret{std::string(32, 'k')};
-  uint32_t id = 0;
-  uint64_t key = 0;
-  World() {
-    auto info = regions.add("data", seg);
-    id = info.id;
-    key = regions.by_id(id)->key;
-    services.add_call("echo", [](const PeerInfo&, std::span<const uint8_t> b) {
-      return std::vector<uint8_t>(b.begin(), b.end());
-    });
-  }
+  World() : FabricWorld("fuzzhs") {}
 };
 
 World& world() {

@@ -9,28 +9,15 @@
 #include <span>
 
 #include "fabric/responder.h"
+#include "fabric_world.h"
 #include "fabric/wire.h"
 
 using namespace tierce::fabric;
 
 namespace {
 
-struct World {
-  RegionTable regions;
-  ServiceTable services;
-  Counters counters;
-  std::shared_ptr<SharedSegment> seg =
-      std::make_shared<SharedSegment>(SharedSegment::create_anonymous("fuzz", 1 << 16));
-  uint32_t id = 0;
-  uint64_t key = 0;
-  World() {
-    auto info = regions.add("data", seg);
-    id = info.id;
-    key = regions.by_id(id)->key;
-    services.add_call("echo", [](const PeerInfo&, std::span<const uint8_t> b) {
-      return std::vector<uint8_t>(b.begin(), b.end());
-    });
-  }
+struct World : tierce_fuzz::FabricWorld {
+  World() : FabricWorld("fuzz") {}
 };
 
 World& world() {
