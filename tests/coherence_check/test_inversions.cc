@@ -175,9 +175,10 @@ BOOST_AUTO_TEST_CASE(random_histories_match_brute_force) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(large_history_is_fast) {
-  // 200 000 reads over 100 keys: must finish quickly (n log n); spot-check against brute force
-  // on one key's reads.
+BOOST_AUTO_TEST_CASE(large_history) {
+  // 200 000 reads over 100 keys, spot-checked against brute force on one key's reads. The time
+  // is printed, not asserted (the rules: speed is measured by benchmarks, never by tests; an
+  // assertion of < 5 s failed CI's ASan run on a loaded machine at 5.19 s).
   std::mt19937_64 rng(7);
   std::vector<InvRead> v;
   std::vector<uint64_t> cur(100, 1);
@@ -193,7 +194,6 @@ BOOST_AUTO_TEST_CASE(large_history_is_fast) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("200000 reads: " << r.found.size() << " inversions, " << r.checked << " checked, "
                                       << secs << " s");
-  BOOST_TEST(secs < 5.0);
   BOOST_TEST(r.found.size() > 0u);
   std::vector<InvRead> key7;
   for (auto& x : v)
