@@ -1,6 +1,9 @@
 """tests/dlm/dlmtest.py — what the lock manager's Python test drivers (stress.py, fence.py)
 share: the lock home computation of the topology, and ports that are free and never repeat."""
 import socket
+import time
+import subprocess
+import os
 
 
 def hash64(data: bytes) -> int:
@@ -39,3 +42,30 @@ def free_port():
         if port not in _taken:
             _taken.add(port)
             return port
+
+
+def start_relay(wanem, target, ctl, ready, log_path, procs, timeout=10):
+    """Starts a tierce-wanem relay 127.0.0.1:<free port> -> target ("127.0.0.1:P"), waits for its
+    ready file and returns (port, process). The port is picked before the relay binds it, so
+    another test may take it meanwhile ("Address already in use"): then another port is tried.
+    Raises RuntimeError naming the log when the relay cannot start."""
+    for _ in range(5):
+        port = free_port()
+        p = subprocess.Popen([wanem, "--forward", "127.0.0.1:%d=%s" % (port, target),
+                              "--delay-us", "0", "--control", ctl, "--ready-file", ready],
+                             stdout=open(log_path, "a"), stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        procs.append(p)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(ready) and p.poll() is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("relay to %s not ready within %d s (see %s)"
+                                   % (target, timeout, log_path))
+            time.sleep(0.01)
+        if os.path.exists(ready):
+            return port, p
+        with open(log_path, errors="replace") as f:
+            if "Address already in use" not in f.read():
+                break
+    raise RuntimeError("relay to %s exited %d (see %s)" % (target, p.returncode, log_path))
+

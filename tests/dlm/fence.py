@@ -81,6 +81,7 @@ import threading
 import time
 
 from dlmtest import free_port, home_of
+from dlmtest import start_relay as dlm_start_relay
 
 SCENARIOS = ["lockd_frozen", "node_frozen", "unlock_frozen", "partition", "partition_unlock",
              "holder_frozen"]
@@ -288,26 +289,23 @@ class Run:
         self.wait_members_up(15)
 
     def start_relay(self, x, y, target):
-        port = free_port()
+        """Starts the relay x->y and waits until it is ready (the topology files are written
+        after this returns)."""
         ctl = os.path.join(self.dir, "wanem-%s-%s.sock" % (x, y))
         ready = os.path.join(self.dir, "wanem-%s-%s.ready" % (x, y))
-        p = subprocess.Popen([self.a.wanem, "--forward", "127.0.0.1:%d=127.0.0.1:%d" % (port, target),
-                              "--delay-us", "0", "--control", ctl, "--ready-file", ready],
-                             stdout=open(os.path.join(self.dir, "wanem-%s-%s.log" % (x, y)), "a"),
-                             stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(p)
+        try:
+            port, p = dlm_start_relay(self.a.wanem, "127.0.0.1:%d" % target, ctl, ready,
+                                      os.path.join(self.dir, "wanem-%s-%s.log" % (x, y)),
+                                      self.procs)
+        except RuntimeError as e:
+            raise Fail("relay %s->%s: %s" % (x, y, e))
         self.relays[(x, y)] = (ctl, ready, p)
         return port
 
     def wait_relays(self):
-        deadline = time.monotonic() + 10
         for (x, y), (ctl, ready, p) in self.relays.items():
-            while not os.path.exists(ready):
-                if p.poll() is not None:
-                    raise Fail("relay %s->%s exited %d (see wanem-%s-%s.log)" % (x, y, p.returncode, x, y))
-                if time.monotonic() > deadline:
-                    raise Fail("relay %s->%s not ready within 10 s" % (x, y))
-                time.sleep(0.02)
+            if p.poll() is not None:
+                raise Fail("relay %s->%s exited %d (see wanem-%s-%s.log)" % (x, y, p.returncode, x, y))
 
     def relay_cmd(self, x, y, command):
         ctl = self.relays[(x, y)][0]
@@ -341,8 +339,11 @@ class Run:
         raise Fail("the lockds did not all see each other within %d s" % timeout)
 
     def lockd_log(self, node):
-        with open(os.path.join(self.dir, node + ".log"), errors="replace") as f:
-            return f.read()
+        try:
+            with open(os.path.join(self.dir, node + ".log"), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return "(no log: %s was not started)" % node
 
     def freeze(self, procs, what):
         for p in procs:

@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from dlmtest import free_port, home_of
+from dlmtest import start_relay as dlm_start_relay
 
 SLOTS = 64
 STATE_BYTES = 40 + 32 * SLOTS  # stress_worker.cc: State
@@ -85,21 +86,14 @@ class Run:
         return self.a.partition and self.a.transport == "tcp"
 
     def start_relay(self, x, y):
-        port = free_port()
-        target = self.uris[y][len("tcp://"):]
         ctl = os.path.join(self.dir, "relay-%s-%s.ctl" % (x, y))
-        ready = ctl + ".ready"
-        p = subprocess.Popen([self.a.wanem, "--forward", "127.0.0.1:%d=%s" % (port, target),
-                              "--delay-us", "0", "--control", ctl, "--ready-file", ready],
-                             stdout=open(os.path.join(self.dir, "relay-%s-%s.log" % (x, y)), "a"),
-                             stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(ready):
-            if p.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("FAIL: the relay %s -> %s did not start (relay-%s-%s.log)"
-                                 % (x, y, x, y))
-            time.sleep(0.01)
+        try:
+            port, _ = dlm_start_relay(self.a.wanem, self.uris[y][len("tcp://"):], ctl,
+                                      ctl + ".ready",
+                                      os.path.join(self.dir, "relay-%s-%s.log" % (x, y)),
+                                      self.procs)
+        except RuntimeError as e:
+            raise SystemExit("FAIL: the relay %s -> %s did not start: %s" % (x, y, e))
         self.relays[(x, y)] = ctl
         return port
 
