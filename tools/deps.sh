@@ -10,6 +10,7 @@ PACKAGES=(
   mariadb-server libmariadb-dev libmysqlcppconn-dev
   python3 python3-matplotlib curl procps iproute2 wrk memcached nlohmann-json3-dev
   libhiredis-dev redis-server spin
+  prometheus prometheus-node-exporter python3-prometheus-client
   vsftpd lftp libcrypt-dev openssl
 )
 missing=()
