@@ -415,4 +415,62 @@ std::string HomeService::status_text() const {
   return o.str();
 }
 
+void HomeService::metrics(base::Metrics& m) const {
+  HomeStats s = state_->stats();
+  FenceStatus f = fence();
+  m.gauge("tierce_home_keys", "Pages registered with this home.", s.keys);
+  m.gauge("tierce_home_dependencies", "Dependencies the registered pages name.", s.dependencies);
+  m.gauge("tierce_home_version_slots", "Version words in the versions region.", state_->slots());
+  m.counter("tierce_home_registrations_total", "Pages registered.", s.registrations);
+  m.counter("tierce_home_refused_registrations_total",
+            "Registrations refused (race: an invalidation since the read began; log: the log "
+            "wrapped; pending: a pending mark; topology: unknown proxy; other).",
+            s.refused_race, {{"reason", "race"}});
+  m.counter("tierce_home_refused_registrations_total", "", s.refused_log, {{"reason", "log"}});
+  m.counter("tierce_home_refused_registrations_total", "", s.refused_pending,
+            {{"reason", "pending"}});
+  m.counter("tierce_home_refused_registrations_total", "", refused_topology_.load(),
+            {{"reason", "topology"}});
+  m.counter("tierce_home_refused_registrations_total", "", s.refused_other, {{"reason", "other"}});
+  m.counter("tierce_home_invalidations_total", "Invalidations applied.", s.invalidations);
+  m.counter("tierce_home_duplicate_invalidations_total",
+            "Invalidations received again (already applied).", duplicates_.load());
+  m.counter("tierce_home_keys_bumped_total", "Page versions bumped by invalidations.",
+            s.keys_bumped);
+  m.counter("tierce_home_slots_bumped_total", "Version words bumped by invalidations.",
+            s.slots_bumped);
+  m.counter("tierce_home_evictions_total", "Registrations forgotten to make room.", s.evictions);
+  m.gauge("tierce_home_pending_marks", "Pending marks held (linearizable mode).", s.pending_marks);
+  m.counter("tierce_home_pend_applied_total", "Pends applied.", s.pend_applied);
+  m.counter("tierce_home_released_total", "Pending marks released.", s.released);
+  m.counter("tierce_home_pending_expired_total", "Pending marks that expired unreleased.",
+            s.expired);
+  m.counter("tierce_home_pend_overflows_total",
+            "Pends applied as a global mark (max_pending_marks reached).", s.pend_overflows);
+  m.counter("tierce_home_acks_sent_total", "Invalidation acknowledgements sent.",
+            acks_sent_.load());
+  m.counter("tierce_home_unknown_origin_total", "Messages from an origin not in the topology.",
+            unknown_origin_.load());
+  m.counter("tierce_home_bad_messages_total", "Malformed coherence messages refused.",
+            bad_messages_.load());
+  m.gauge("tierce_home_fence_vouching",
+          "1 while the home's lease is ahead of now (its version words may be trusted), 0 when "
+          "fenced: proxies forward instead of serving.",
+          uint64_t(f.vouching ? 1 : 0));
+  m.gauge("tierce_home_fence_seconds_left", "Lease left (negative: fenced for that long).",
+          double(f.vouch_ms_left) / 1000.0);
+  m.counter("tierce_home_fence_renewals_total", "Fence lease renewals.", f.renewals);
+  m.counter("tierce_home_fence_failed_renewals_total", "Fence lease renewals that failed.",
+            f.failed_renewals);
+  m.counter("tierce_home_fence_catch_ups_total", "Fence catch-ups.", f.catch_ups);
+  m.counter("tierce_home_fence_gap_waits_total", "Fence gap waits.", f.gap_waits);
+  for (size_t i = 0; i < origins_.size(); ++i) {
+    auto v = ledger_.view(i);
+    m.gauge("tierce_home_origin_covered", "Invalidation sequence acknowledged by each origin.",
+            v.covered, {{"origin", origins_[i]}});
+    m.gauge("tierce_home_origin_pending", "Invalidations of each origin not yet covered.",
+            v.above, {{"origin", origins_[i]}});
+  }
+}
+
 }  // namespace tierce::coherence

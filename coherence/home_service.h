@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/metrics.h"
 #include "coherence/client.h"
 #include "coherence/home.h"
 #include "coherence/ledger.h"
@@ -64,6 +65,7 @@ class HomeService {
 
   HomeState& state() { return *state_; }
   std::string status_text() const;  // "key value" lines
+  void metrics(base::Metrics& m) const;  // tierce_home_* families (the memd's metrics)
   FenceStatus fence() const;
   uint64_t acks_sent() const { return acks_sent_.load(); }
 

@@ -153,7 +153,8 @@ class Checker {
 const std::vector<std::string_view> kMemdKeys = {
     "node",      "listen",       "secret_file", "pid_file",        "ready_file", "log",
     "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms", "spin_us",
-    "max_connections_per_ip", "max_preauth_frame", "protection", "user"};
+    "max_connections_per_ip", "max_preauth_frame", "protection", "user", "metrics_file",
+    "metrics_interval_ms"};
 const std::vector<std::string_view> kRegionKeys = {"name", "segment", "follow_owner"};
 
 std::string default_node_name() {
@@ -236,6 +237,11 @@ void parse_memd_table(Checker& c, const toml::table& m, Config& cfg) {
               "/dev/urandom | base64 > secret; chmod 600 secret)");
   if (auto v = c.path(m, W, "pid_file", "\"/run/tierce/memd.pid\"")) cfg.pid_file = *v;
   if (auto v = c.path(m, W, "ready_file", "\"/run/tierce/memd.ready\"")) cfg.ready_file = *v;
+  if (auto v = c.path(m, W, "metrics_file",
+                      "\"/var/lib/prometheus/node-exporter/tierce-memd.prom\""))
+    cfg.metrics_file = *v;
+  if (auto v = c.integer(m, W, "metrics_interval_ms", 1000, 3600000, 15000))
+    cfg.metrics_interval = std::chrono::milliseconds(*v);
   if (auto v = c.string(m, W, "user", "\"tierce\"")) {
     // Whether the account exists is checked by main (base::lookup_account), at start and --check.
     if (v->empty())

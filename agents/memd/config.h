@@ -136,6 +136,9 @@ struct Config {
   std::string pid_file;    // "" = none
   std::string ready_file;  // "" = none
   std::string user;        // "" = keep the starting user; else drop to it after setup
+  // Prometheus text for node-exporter's textfile collector (base::TextfileWriter); "" = none.
+  std::string metrics_file;
+  std::chrono::milliseconds metrics_interval{15000};
   LogTarget log = LogTarget::Auto;
   fabric::LogLevel log_level = fabric::LogLevel::Info;
   std::chrono::milliseconds heartbeat{Limits::kDefaultHeartbeatMs};

@@ -107,4 +107,22 @@ std::string CoopRole::status_text() const {
   return o.str();
 }
 
+void CoopRole::metrics(base::Metrics& m) const {
+  const auto& g = dir_->geometry();
+  auto counters = dir_->update_counters();
+  m.gauge("tierce_coopdir_buckets", "Buckets of the cooperative cache directory.",
+          uint64_t(g.buckets));
+  m.gauge("tierce_coopdir_bytes", "Size of the directory segment in bytes.",
+          uint64_t(g.total_bytes()));
+  m.gauge("tierce_coopdir_entries", "Directory entries in use.", uint64_t(dir_->entries()));
+  for (size_t i = 0; i < coherence::kUpdateStatusCount; ++i) {
+    auto s = static_cast<UpdateStatus>(i);
+    if (s == UpdateStatus::BadRequest) continue;
+    m.counter("tierce_coopdir_updates_total", "Directory updates, by outcome.", counters[i],
+              {{"outcome", std::string(coherence::to_string(s))}});
+  }
+  m.counter("tierce_coopdir_bad_requests_total", "Malformed directory requests refused.",
+            bad_requests_.load());
+}
+
 }  // namespace tierce::memd

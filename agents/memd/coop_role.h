@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "agents/memd/config.h"
+#include "base/metrics.h"
 #include "fabric/fabric.h"
 
 // Declared only: memd.h, which includes this, need not see the directory's layout.
@@ -56,6 +57,7 @@ class CoopRole {
   // "key value" lines: segment, incarnation, buckets, bucket_bytes, bytes, nodes, entries,
   // updates_<status> for each UpdateStatus except bad_request, then bad_requests.
   std::string status_text() const;
+  void metrics(base::Metrics& m) const;  // tierce_coopdir_* families (the memd's metrics)
 
  private:
   fabric::Server& server_;

@@ -21,6 +21,7 @@
 #include "base/daemon.h"
 #include "base/errors.h"
 #include "base/log.h"
+#include "base/metrics.h"
 #include "base/privileges.h"
 #include "base/signals.h"
 #include "fabric/auth.h"
@@ -49,7 +50,7 @@ void usage(FILE* out) {
       "  -f, --foreground    stay in the foreground; log to stderr unless log = \"syslog\"\n"
       "      --check         validate the configuration and the secret file, then exit\n"
       "      --status        ask the running memd of this configuration for memd.status, print it\n"
-      "      --metrics       ask it for pool.metrics ([pool] counters, Prometheus text), print it\n"
+      "      --metrics       ask it for memd.metrics (Prometheus text), print it\n"
       "  -V, --version       print the version and exit\n"
       "  -h, --help          print this help and exit\n"
       "\n"
@@ -90,7 +91,7 @@ std::optional<int> parse_options(int argc, char** argv, Options* o) {
         o->query = "memd.status";
         break;
       case 'm':
-        o->query = "pool.metrics";
+        o->query = "memd.metrics";
         break;
       case 'V':
         std::printf("%s %s\n", kProgram, TIERCE_VERSION);
@@ -331,6 +332,7 @@ class Daemon {
       memd_->rescan();
       if (int code = write_ready(); code != kExitOk) return code;
     }
+    start_metrics();
     size_t exported = 0;
     for (auto& r : memd_->regions()) exported += r.state == RegionState::Exported;
     log_(fabric::LogLevel::Info, "MEMD0002 node " + cfg_.node + " serving on " +
@@ -440,6 +442,11 @@ class Daemon {
     cfg_.rescan = next.rescan;
     cfg_.log_level = next.log_level;
     cfg_.regions = next.regions;
+    if (next.metrics_file != cfg_.metrics_file || next.metrics_interval != cfg_.metrics_interval) {
+      cfg_.metrics_file = next.metrics_file;
+      cfg_.metrics_interval = next.metrics_interval;
+      start_metrics();
+    }
     return std::to_string(out.added.size()) + " region(s) added, " +
            std::to_string(out.removed.size()) + " removed, " + std::to_string(out.changed.size()) +
            " changed" +
@@ -447,8 +454,22 @@ class Daemon {
                                      : "; restart memd to apply " + join_lines(out.need_restart, ", "));
   }
 
+  // [memd] metrics_file: the textfile node-exporter reads, rewritten every metrics_interval_ms
+  // (as memd's user, after the drop: its directory must be writable by that user; MEMD0050 says
+  // so once if it is not). Removed at a clean stop.
+  void start_metrics() {
+    metrics_.reset();
+    if (cfg_.metrics_file.empty()) return;
+    metrics_ = std::make_unique<base::TextfileWriter>(
+        cfg_.metrics_file, cfg_.metrics_interval, [this] { return memd_->metrics_text(); }, log_,
+        "MEMD0050");
+    log_(fabric::LogLevel::Info, "MEMD0051 metrics written to " + cfg_.metrics_file + " every " +
+                                     std::to_string(cfg_.metrics_interval.count()) + " ms");
+  }
+
   void shutdown() {
     notify_systemd("STOPPING=1");
+    metrics_.reset();
     if (memd_) memd_->stop();
     memd_.reset();
     if (wrote_ready_ && ::unlink(cfg_.ready_file.c_str()) != 0 &&
@@ -468,6 +489,7 @@ class Daemon {
   fabric::LogSink log_;
   PidFile pid_file_;
   SignalFd signals_;
+  std::unique_ptr<base::TextfileWriter> metrics_;
   bool wrote_ready_ = false;
   std::unique_ptr<Memd> memd_;
   Reloader reloader_;

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <utility>
 
+#include "base/metrics.h"
 #include "coherence/layout.h"
 #include "fabric/errors.h"
 #include "fabric/segment.h"
@@ -160,6 +161,10 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
   });
   server_->on_call("memd.status", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = status_text();
+    return std::vector<uint8_t>(s.begin(), s.end());
+  });
+  server_->on_call("memd.metrics", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
+    std::string s = metrics_text();
     return std::vector<uint8_t>(s.begin(), s.end());
   });
   if (cfg_.coherence.enabled) {
@@ -689,6 +694,56 @@ std::string Memd::status_text() const {
     for (std::string line; std::getline(in, line);) o << "coop_" << line << "\n";
   }
   return o.str();
+}
+
+std::string Memd::metrics_text() const {
+  base::Metrics m({{"node", cfg_.node}});
+  auto st = server_->stats();
+  auto uptime = std::chrono::duration<double>(steady_clock::now() - started_).count();
+  m.gauge("tierce_memd_info", "Always 1; the labels say which memd this is.", uint64_t(1),
+          {{"version", TIERCE_VERSION}});
+  m.gauge("tierce_memd_uptime_seconds", "Seconds since this memd started.", uptime);
+  m.counter("tierce_memd_connections_accepted_total", "Fabric connections accepted.",
+            st.connections_accepted);
+  m.counter("tierce_memd_auth_failures_total", "Fabric handshakes that failed authentication.",
+            st.auth_failures);
+  m.counter("tierce_memd_malformed_frames_total", "Fabric frames refused as malformed.",
+            st.malformed_frames);
+  m.counter("tierce_memd_one_sided_ops_total",
+            "One-sided reads, writes and atomics served for peers (tcp/shm responders).",
+            st.one_sided_ops);
+  m.counter("tierce_memd_rejected_ops_total",
+            "One-sided operations refused (unknown region, bad key, out of bounds).",
+            st.rejected_ops);
+  m.counter("tierce_memd_messages_total", "Messages and calls served.", st.messages);
+  m.counter("tierce_memd_streams_total", "Bulk streams served.", st.streams);
+  {
+    std::lock_guard g(mu_);
+    m.counter("tierce_memd_rescans_total", "Region rescans.", counters_.rescans);
+    m.counter("tierce_memd_exports_total", "Regions exported.", counters_.exports);
+    m.counter("tierce_memd_reexports_total", "Regions exported again after their owner came back.",
+              counters_.reexports);
+    m.counter("tierce_memd_revocations_total", "Regions revoked.", counters_.revocations);
+    m.counter("tierce_memd_owner_exits_total", "Region owners seen exiting.",
+              counters_.owner_exits);
+    m.counter("tierce_memd_reloads_total", "Configuration reloads applied (SIGHUP).",
+              counters_.reloads);
+    m.counter("tierce_memd_failed_reloads_total",
+              "Configuration reloads refused (the running configuration kept).",
+              counters_.failed_reloads);
+    std::map<std::string, uint64_t> by_state;
+    for (auto& r : regions_) ++by_state[std::string(to_string(r->state))];
+    for (auto& [state, n] : by_state)
+      m.gauge("tierce_memd_regions", "Configured regions, by state.", n, {{"state", state}});
+    for (auto& r : regions_)
+      if (r->state == RegionState::Exported)
+        m.gauge("tierce_memd_region_bytes", "Length of each exported region in bytes.",
+                uint64_t(r->len), {{"region", r->cfg.name}});
+    if (home_) home_->metrics(m);
+  }
+  if (pool_) pool_->metrics(m);
+  if (coop_) coop_->metrics(m);
+  return m.text();
 }
 
 void Memd::stop() {

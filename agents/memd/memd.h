@@ -116,6 +116,7 @@ class Memd {
   // "key value" lines: node, pid, uptime, listen addresses, server and memd counters, then one
   // "region NAME STATE key=value..." line per configured region.
   std::string status_text() const;
+  std::string metrics_text() const;  // memd.metrics: Prometheus text (docs/memd.md)
   // The [pool] role, or nullptr without [pool].
   PoolRole* pool() { return pool_.get(); }
   // The [coop] role, or nullptr without [coop].

@@ -23,16 +23,6 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-// A Prometheus label value: backslash and double quote escaped (owner names have no newline).
-std::string label(const std::string& v) {
-  std::string o;
-  for (char ch : v) {
-    if (ch == '\\' || ch == '"') o += '\\';
-    o += ch;
-  }
-  return o;
-}
-
 }  // namespace
 
 uint64_t PoolRole::now_ms() {
@@ -220,49 +210,44 @@ std::string PoolRole::status_text() const {
   return o.str();
 }
 
-std::string PoolRole::metrics_text() const {
+void PoolRole::metrics(base::Metrics& m) const {
   auto s = pool_->snapshot(now_ms());
   const auto& c = s.counters;
-  std::string o;
-  const std::string node = "{node=\"" + label(node_) + "\"}";
-  auto metric = [&](const char* name, const char* type, const char* help, uint64_t v) {
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-         name + node + " " + std::to_string(v) + "\n";
-  };
-  metric("tierce_pool_slabs", "gauge", "Slabs in this node's pool.", s.slab_count);
-  metric("tierce_pool_free_slabs", "gauge", "Slabs free to allocate.", s.free_slabs);
-  metric("tierce_pool_slab_bytes", "gauge", "Size of one slab in bytes.", s.slab_bytes);
-  metric("tierce_pool_alloc_requests_total", "counter", "pool.alloc requests.", c.alloc_requests);
-  metric("tierce_pool_alloc_refusals_total", "counter",
-         "pool.alloc requests refused (not enough free, over quota, lease lost, bad).",
-         c.alloc_refusals);
-  metric("tierce_pool_slabs_allocated_total", "counter", "Slabs handed out.", c.slabs_allocated);
-  metric("tierce_pool_free_requests_total", "counter", "pool.free requests.", c.free_requests);
-  metric("tierce_pool_free_refusals_total", "counter",
-         "pool.free requests refused (slab not held, out of range, bad).", c.free_refusals);
-  metric("tierce_pool_slabs_freed_total", "counter", "Slabs freed by their owner.", c.slabs_freed);
-  metric("tierce_pool_renewals_total", "counter", "Leases renewed.", c.renewals);
-  metric("tierce_pool_leases_expired_total", "counter",
-         "Owners that lost their slabs because they did not renew in time.", c.leases_expired);
-  metric("tierce_pool_incarnations_replaced_total", "counter",
-         "Owners whose old incarnation's slabs were dropped for a new one.",
-         c.incarnations_replaced);
-  metric("tierce_pool_slabs_reclaimed_total", "counter", "Slabs taken back from owners.",
-         c.slabs_reclaimed);
-  metric("tierce_pool_bytes_zeroed_total", "counter", "Bytes zeroed before reuse.", c.bytes_zeroed);
-  metric("tierce_pool_bad_requests_total", "counter", "Malformed pool requests refused.",
-         bad_requests_.load());
-  o += "# HELP tierce_pool_owner_slabs Slabs an owner holds.\n"
-       "# TYPE tierce_pool_owner_slabs gauge\n";
+  m.gauge("tierce_pool_slabs", "Slabs in this node's pool.", uint64_t(s.slab_count));
+  m.gauge("tierce_pool_free_slabs", "Slabs free to allocate.", uint64_t(s.free_slabs));
+  m.gauge("tierce_pool_slab_bytes", "Size of one slab in bytes.", uint64_t(s.slab_bytes));
+  m.counter("tierce_pool_alloc_requests_total", "pool.alloc requests.", c.alloc_requests);
+  m.counter("tierce_pool_alloc_refusals_total",
+            "pool.alloc requests refused (not enough free, over quota, lease lost, bad).",
+            c.alloc_refusals);
+  m.counter("tierce_pool_slabs_allocated_total", "Slabs handed out.", c.slabs_allocated);
+  m.counter("tierce_pool_free_requests_total", "pool.free requests.", c.free_requests);
+  m.counter("tierce_pool_free_refusals_total",
+            "pool.free requests refused (slab not held, out of range, bad).", c.free_refusals);
+  m.counter("tierce_pool_slabs_freed_total", "Slabs freed by their owner.", c.slabs_freed);
+  m.counter("tierce_pool_renewals_total", "Leases renewed.", c.renewals);
+  m.counter("tierce_pool_leases_expired_total",
+            "Owners that lost their slabs because they did not renew in time.", c.leases_expired);
+  m.counter("tierce_pool_incarnations_replaced_total",
+            "Owners whose old incarnation's slabs were dropped for a new one.",
+            c.incarnations_replaced);
+  m.counter("tierce_pool_slabs_reclaimed_total", "Slabs taken back from owners.",
+            c.slabs_reclaimed);
+  m.counter("tierce_pool_bytes_zeroed_total", "Bytes zeroed before reuse.", c.bytes_zeroed);
+  m.counter("tierce_pool_bad_requests_total", "Malformed pool requests refused.",
+            bad_requests_.load());
   for (auto& u : s.owners)
-    o += "tierce_pool_owner_slabs{node=\"" + node_ + "\",owner=\"" + label(u.owner) + "\"} " +
-         std::to_string(u.slabs) + "\n";
-  o += "# HELP tierce_pool_owner_reclaimed_slabs_total Slabs taken back from an owner.\n"
-       "# TYPE tierce_pool_owner_reclaimed_slabs_total counter\n";
+    m.gauge("tierce_pool_owner_slabs", "Slabs an owner holds.", uint64_t(u.slabs),
+            {{"owner", u.owner}});
   for (auto& u : s.owners)
-    o += "tierce_pool_owner_reclaimed_slabs_total{node=\"" + node_ + "\",owner=\"" +
-         label(u.owner) + "\"} " + std::to_string(u.reclaimed) + "\n";
-  return o;
+    m.counter("tierce_pool_owner_reclaimed_slabs_total", "Slabs taken back from an owner.",
+              u.reclaimed, {{"owner", u.owner}});
+}
+
+std::string PoolRole::metrics_text() const {
+  base::Metrics m({{"node", node_}});
+  metrics(m);
+  return m.text();
 }
 
 }  // namespace tierce::memd

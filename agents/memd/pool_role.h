@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "agents/memd/config.h"
+#include "base/metrics.h"
 #include "coherence/slab_pool.h"
 #include "fabric/fabric.h"
 
@@ -51,7 +52,8 @@ class PoolRole {
   // max_slabs_per_owner, the counters, then one "owner NAME key=value..." line per owner.
   std::string status_text() const;
   // The same numbers in Prometheus text format (tierce_pool_*).
-  std::string metrics_text() const;
+  std::string metrics_text() const;        // pool.metrics: metrics() labelled node=
+  void metrics(base::Metrics& m) const;    // the [pool] families, into the memd's metrics
 
   static uint64_t now_ms();  // CLOCK_MONOTONIC in ms: the clock of the leases
 
