@@ -37,7 +37,7 @@ MODULES = "/usr/lib/apache2/modules"
 DB_USER, DB_PASSWORD, DB_NAME = "tierce", "tierce", "rubis"
 
 DEFAULTS = {
-    "cache": "none",            # none | mod_cache | mod_cache_memcached | tierce
+    "cache": "tierce",          # tierce | none | mod_cache | mod_cache_memcached
     "ttl": 10,                  # mod_cache entry lifetime, seconds (both mod_cache modes)
     "memcached": None,          # mod_cache_memcached: HOST:PORT of the one memcached all proxies share
     "transport": "shm",         # tcp | shm (written to cluster.toml)
