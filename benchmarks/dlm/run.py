@@ -14,8 +14,10 @@ failed to start or a lock operation failed (1), or the command line was wrong (2
 changes it.
 
   run.py [--quick] [--build DIR] [--out DIR] [--passes P] [--algorithms ncosed,dqnl,srsl]
-         [--transports tcp,shm] [--waiters 1,2,4,8,16] [--parts serial,cascade] [--no-redis]
-         [--no-plots]
+         [--transports tcp,shm,netns] [--waiters 1,2,4,8,16] [--parts serial,cascade] [--no-redis]
+         [--no-plots] [--nodes K] [--link-delay-us D]
+  --transports netns (root): K lockds in K network namespaces, every link delayed D us one way
+  by a tierce-wanem relay — emulated hosts and links, labelled so in the output.
 
 See benchmarks/dlm/README.md.
 """
@@ -35,8 +37,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tools"))
 ALGORITHMS = ["ncosed", "dqnl", "srsl"]
 TRANSPORTS = ["tcp", "shm"]
+# "netns": one lockd per network namespace, tcp between them over veth pairs, every link delayed
+# in user space by tierce-wanem (no netem here): EMULATED hosts and links, labelled so in the
+# output. Not in the default list (needs root; see README "Across namespaces").
+ALL_TRANSPORTS = TRANSPORTS + ["netns"]
 NAMES = {"ncosed": "N-CoSED", "dqnl": "DQNL", "srsl": "SRSL", "redis": "Redis",
          "redis-spin": "Redis+spin"}
 MODES = {"x": "exclusive", "s": "shared"}
@@ -173,13 +180,21 @@ class LockdSet:
         self.dir = os.path.join(tmp, tag)
         os.makedirs(self.dir)
         self.nodes = ["n1", "n2", "n3"]
+        self.write_topology(tmp, tag)
+
+    def topology_lines(self, tmp, tag):
+        return ["[cluster]", f'name = "bench-{tag}"',
+                f'secret_file = "{os.path.join(tmp, "secret")}"',
+                f'transport = "{"tcp" if self.transport == "netns" else self.transport}"',
+                "[dlm]", f'algorithm = "{self.algorithm}"', f"heartbeat_ms = {HEARTBEAT_MS}",
+                f"lease_ms = {LEASE_MS}", f"lock_slots = {LOCK_SLOTS}"]
+
+    def write_topology(self, tmp, tag):
+        transport = self.transport
         self.sockets = [os.path.join(self.dir, f"{n}-ipc.sock") for n in self.nodes]
         self.topology = os.path.join(self.dir, "topology.toml")
         self.procs = []
-        lines = ["[cluster]", f'name = "bench-{tag}"',
-                 f'secret_file = "{os.path.join(tmp, "secret")}"', f'transport = "{transport}"',
-                 "[dlm]", f'algorithm = "{algorithm}"', f"heartbeat_ms = {HEARTBEAT_MS}",
-                 f"lease_ms = {LEASE_MS}", f"lock_slots = {LOCK_SLOTS}"]
+        lines = self.topology_lines(tmp, tag)
         for n in self.nodes:
             uri = (f"tcp://127.0.0.1:{free_port()}" if transport == "tcp"
                    else f"shm://{os.path.join(self.dir, n + '-fabric.sock')}")
@@ -187,12 +202,15 @@ class LockdSet:
         with open(self.topology, "w") as f:
             f.write("\n".join(lines) + "\n")
 
+    def lockd_argv(self, n, sock):
+        return [self.lockd, "-t", self.topology, "-n", n, "-s", sock,
+                "-d", os.path.join(self.dir, f"{n}-state"), "-f"]
+
     def start(self):
         for n, sock in zip(self.nodes, self.sockets):
             logpath = os.path.join(self.dir, f"{n}.log")
             p = spawn(f"tierce-lockd {n} ({self.transport}/{self.algorithm})",
-                      [self.lockd, "-t", self.topology, "-n", n, "-s", sock,
-                       "-d", os.path.join(self.dir, f"{n}-state"), "-f"], logpath)
+                      self.lockd_argv(n, sock), logpath)
             self.procs.append((f"tierce-lockd {n}", p, logpath))
         deadline = time.time() + 10
         while not all(os.path.exists(s) for s in self.sockets):
@@ -227,6 +245,74 @@ class LockdSet:
     def stop(self):
         died = stop(self.procs)
         self.procs = []
+        return died
+
+
+class NetnsLockdSet(LockdSet):
+    """K lockds, each in its own network namespace (tools/tiercelab/netns.py: a veth pair into a
+    private bridge, address 10.213.S.i), talking tcp. Node X reaches node Y through a
+    tierce-wanem relay in X's namespace (listening on X's address, forwarding to Y's, DELAY us
+    one way in each direction), named in X's own topology file in place of Y's address — so
+    every lockd-to-lockd byte crosses a delayed link and the veth pair, as between hosts. The
+    clients (tierce-dlm-bench) stay outside and reach each lockd through its unix socket, as a
+    local client on that host would."""
+
+    def __init__(self, lockd, bench, tmp, algorithm, tag, nodes, delay_us, wanem):
+        self.k, self.delay_us, self.wanem = nodes, delay_us, wanem
+        super().__init__(lockd, bench, tmp, "netns", algorithm, tag)
+
+    def write_topology(self, tmp, tag):
+        from tiercelab import netns  # root-only machinery, imported when used
+        self.nodes = [f"n{i + 1}" for i in range(self.k)]
+        self.sockets = [os.path.join(self.dir, f"{n}-ipc.sock") for n in self.nodes]
+        self.net = netns.Net("dlm", self.nodes)
+        self.port = 7400  # every lockd on its own address: one port for all
+        self.relay_port = {}  # (x, y) -> port of x's relay to y, on x's address
+        for x in self.nodes:
+            for j, y in enumerate(n for n in self.nodes if n != x):
+                self.relay_port[(x, y)] = 7500 + j
+        self.topologies = {}
+        for x in self.nodes:
+            lines = self.topology_lines(tmp, tag)
+            for y in self.nodes:
+                host, port = ((self.net.addr(y), self.port) if y == x
+                              else (self.net.addr(x), self.relay_port[(x, y)]))
+                lines += ["[[node]]", f'name = "{y}"', f'lockd = ["tcp://{host}:{port}"]']
+            path = os.path.join(self.dir, f"topology-{x}.toml")
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            self.topologies[x] = path
+        self.topology = self.topologies[self.nodes[0]]  # lock names hash the same in every file
+        self.procs = []
+
+    def lockd_argv(self, n, sock):
+        return self.net.cmd(n, [self.lockd, "-t", self.topologies[n], "-n", n, "-s", sock,
+                                "-d", os.path.join(self.dir, f"{n}-state"), "-f"])
+
+    def start(self):
+        for x in self.nodes:
+            fwd = []
+            for y in self.nodes:
+                if y != x:
+                    fwd += ["--forward", f"{self.net.addr(x)}:{self.relay_port[(x, y)]}="
+                                         f"{self.net.addr(y)}:{self.port}"]
+            ready = os.path.join(self.dir, f"relay-{x}.ready")
+            logpath = os.path.join(self.dir, f"relay-{x}.log")
+            p = spawn(f"tierce-wanem {x}", self.net.cmd(x, [self.wanem, *fwd, "--delay-us",
+                                                           str(self.delay_us), "--ready-file",
+                                                           ready]), logpath)
+            self.procs.append((f"tierce-wanem {x}", p, logpath))
+            deadline = time.time() + 10
+            while not os.path.exists(ready):
+                self.check_alive("starting the relays")
+                if time.time() > deadline:
+                    raise Failed(f"netns: relay of {x} not ready within 10 s" + self.logs())
+                time.sleep(0.01)
+        super().start()
+
+    def stop(self):
+        died = super().stop()
+        self.net.destroy()
         return died
 
 
@@ -652,6 +738,10 @@ def main():
                     help="what to measure: serial, cascade or both (default)")
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--nodes", type=int, default=8,
+                    help="--transports netns: lockds, one per network namespace (default 8)")
+    ap.add_argument("--link-delay-us", type=int, default=25,
+                    help="--transports netns: one-way delay of every link (default 25 us)")
     args = ap.parse_args()
 
     prof = dict(PROFILES["quick" if args.quick else "full"])
@@ -663,8 +753,17 @@ def main():
         if a not in ALGORITHMS:
             ap.error(f"--algorithms: unknown '{a}' (ncosed, dqnl, srsl)")
     for t in transports:
-        if t not in TRANSPORTS:
-            ap.error(f"--transports: unknown '{t}' (tcp, shm)")
+        if t not in ALL_TRANSPORTS:
+            ap.error(f"--transports: unknown '{t}' (tcp, shm, netns)")
+    if "netns" in transports:
+        if args.nodes < 3:
+            ap.error("--nodes: at least 3 (the cascade's lock is homed on n3)")
+        if not 0 <= args.link_delay_us <= 1_000_000:
+            ap.error("--link-delay-us: 0..1000000")
+        from tiercelab import netns
+        ok, why = netns.available()
+        if not ok:
+            ap.error(f"--transports netns: {why}")
     parts = {p for p in args.parts.split(",") if p}
     if not parts or parts - {"serial", "cascade"}:
         ap.error("--parts wants serial, cascade or serial,cascade")
@@ -685,6 +784,8 @@ def main():
     load_start = loadavg()
     try:
         lockd = find_binary(args.build, "agents/lockd/tierce-lockd", "tierce-lockd")
+        wanem = (find_binary(args.build, "tools/tierce-wanem/tierce-wanem", "tierce-wanem")
+                 if "netns" in transports else None)
         bench = Bench(find_binary(args.build, "benchmarks/dlm/tierce-dlm-bench", "tierce-dlm-bench"))
         secret = os.path.join(tmp, "secret")
         fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -708,16 +809,26 @@ def main():
             for t in transports:
                 for a in algorithms:
                     tag = f"p{pass_no}-{t}-{a}"
-                    lset = LockdSet(lockd, bench, tmp, t, a, tag)
-                    log(f"pass {pass_no}: {t}/{a}: starting 3 lockds")
+                    lset = None
                     try:
+                        if t == "netns":
+                            log(f"pass {pass_no}: {t}/{a}: {args.nodes} namespaces, relays "
+                                f"({args.link_delay_us} us), lockds")
+                            lset = NetnsLockdSet(lockd, bench, tmp, a, tag, args.nodes,
+                                                 args.link_delay_us, wanem)
+                        else:
+                            log(f"pass {pass_no}: {t}/{a}: starting 3 lockds")
+                            lset = LockdSet(lockd, bench, tmp, t, a, tag)
                         lset.start()
                         measure_config(bench, lset, prof, waiters, samples, pass_no, parts)
                     except Failed as e:
                         failures.append(f"pass {pass_no} {t}/{a}: {e}")
-                        log(f"FAILED: {t}/{a}: {e}{lset.logs()}")
+                        log(f"FAILED: {t}/{a}: {e}{lset.logs() if lset else ''}")
+                    except Exception as e:  # netns.NetError: namespaces could not be made
+                        failures.append(f"pass {pass_no} {t}/{a}: {e}")
+                        log(f"FAILED: {t}/{a}: {e}")
                     finally:
-                        died = lset.stop()
+                        died = lset.stop() if lset else []
                         for name, code in died:
                             msg = f"pass {pass_no} {t}/{a}: {name} had exited by itself ({code})"
                             if not any(msg in f for f in failures):
@@ -750,7 +861,12 @@ def main():
               f"{', '.join(busy_end)}\n"
               f"serial: {prof['serial_iters']} iterations (+{prof['serial_warmup']} warm-up) per "
               f"pass; cascade: {prof['cascade_rounds']} rounds (+1 warm-up) per pass and point; "
-              f"lockd heartbeat {HEARTBEAT_MS} ms, lease {LEASE_MS} ms")
+              f"lockd heartbeat {HEARTBEAT_MS} ms, lease {LEASE_MS} ms"
+              + (f"\nnetns: {args.nodes} lockds, each in its own network namespace (veth pairs, one "
+                 f"bridge); EMULATED links: every lockd-to-lockd byte goes through a user-space "
+                 f"tierce-wanem relay adding {args.link_delay_us} us one way (no netem here) - "
+                 f"hosts and a network emulated on {os.cpu_count()} CPUs, not measured hardware"
+                 if "netns" in transports else ""))
     tlines = ["Targets:"] + [
         f"  {'    ' if ok == 'info' else 'PASS' if ok else 'MISS' if ok is not None else 'N/A '}  {line}"
         for ok, line in tl]
@@ -772,6 +888,8 @@ def main():
                    "profile": "quick" if args.quick else "full", "params": prof,
                    "algorithms": algorithms, "transports": transports, "waiters": waiters,
                    "lockd": {"heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS},
+                   "netns": ({"nodes": args.nodes, "link_delay_us": args.link_delay_us,
+                              "emulated": True} if "netns" in transports else None),
                    "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end,
                    "busy_start": busy_start, "busy_end": busy_end,
                    "elapsed_s": elapsed, "serial": serial, "cascade": cascade,
