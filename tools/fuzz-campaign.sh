@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # Long libFuzzer campaigns, outside CI (CI runs each target for TIERCE_FUZZ_SECONDS only).
-#   tools/fuzz-campaign.sh [-n RUNS] [-d BUILD_DIR] [-o OUT_DIR] [TARGET...]
+#   tools/fuzz-campaign.sh [-n RUNS] [-d BUILD_DIR] [-o OUT_DIR] [-k] [TARGET...]
 # Builds the libFuzzer targets with clang, AddressSanitizer + UndefinedBehaviorSanitizer at -O2
 # (BUILD_DIR, default build-fuzz/), then runs each TARGET (default: all) for RUNS executions
 # (default 10^7), one after the other at nice 19, starting from the replay driver's seeds plus
-# the corpus a previous campaign left in OUT_DIR/<target>/corpus (default fuzz-out/). Logs go to
+# the corpus a previous campaign left in OUT_DIR/<target>/corpus (default fuzz-out/) and the one
+# kept in the repository (tests/fuzz/corpus/<target>/). -k: after each run, minimize the corpus
+# (libFuzzer -merge=1) into tests/fuzz/corpus/<target>/ (commit it: ctest replays it, and the next
+# campaign, on any machine, starts from the coverage this one reached). Logs go to
 # OUT_DIR/<target>/log; a crash, leak, timeout or out-of-memory input is written to
 # OUT_DIR/<target>/ and the script goes on with the next target. Copy such an input into
 # tests/fuzz/regressions/<target>/ once fixed: ctest's <target>_replay runs every file there.
 # Prints one line per target: executions, exec/s, coverage, corpus size, result.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-runs=10000000 build=build-fuzz out=fuzz-out
-while getopts "n:d:o:" o; do
+runs=10000000 build=build-fuzz out=fuzz-out keep=0
+while getopts "n:d:o:k" o; do
   case $o in
     n) runs=$OPTARG ;;
     d) build=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) echo "usage: $0 [-n RUNS] [-d BUILD_DIR] [-o OUT_DIR] [TARGET...]" >&2; exit 2 ;;
+    k) keep=1 ;;
+    *) echo "usage: $0 [-n RUNS] [-d BUILD_DIR] [-o OUT_DIR] [-k] [TARGET...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -45,6 +49,9 @@ for t in "${targets[@]}"; do
   "${bin}_replay" --write-seeds "$dir/corpus" >/dev/null
   len=()
   [ -n "${max_len[$t]:-}" ] && len=(-max_len="${max_len[$t]}")
+  kept=tests/fuzz/corpus/$t
+  extra=()
+  [ -d "$kept" ] && extra=("$kept")
   start=$(date +%s)
   # The RSS limit is high because the process's size, not an input's, grows under ASan over
   # millions of executions of the targets that start threads (fuzz_fabric_handshake: 1.3 GB after
@@ -52,8 +59,18 @@ for t in "${targets[@]}"; do
   # the quarantine. One input's allocations are still capped by malloc_limit_mb.
   nice -n 19 "$bin" -runs="$runs" -seed=1 -rss_limit_mb=6144 -malloc_limit_mb=2048 -timeout=30 \
     -print_final_stats=1 \
-    -artifact_prefix="$dir/" "${len[@]}" "$dir/corpus" >"$dir/log" 2>&1
+    -artifact_prefix="$dir/" "${len[@]}" "$dir/corpus" "${extra[@]}" >"$dir/log" 2>&1
   rc=$?
+  if [ $keep -eq 1 ] && [ $rc -eq 0 ]; then
+    merged=$(mktemp -d)
+    if nice -n 19 "$bin" -merge=1 "${len[@]}" "$merged" "$dir/corpus" "${extra[@]}" \
+        >"$dir/merge.log" 2>&1; then
+      rm -rf "$kept" && mkdir -p "$kept" && cp "$merged"/* "$kept"/
+    else
+      echo "$t: corpus merge failed (see $dir/merge.log); $kept unchanged" >&2
+    fi
+    rm -rf "$merged"
+  fi
   secs=$(( $(date +%s) - start ))
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/log" | grep -o '[0-9]*$')
   cov=$(grep -o 'cov: [0-9]*' "$dir/log" | tail -1 | grep -o '[0-9]*')
