@@ -19,38 +19,22 @@
 #include <thread>
 
 #include "base/metrics.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace tierce::base;
+using tierce_test::read_file;
+using tierce_test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/tierce-base-metrics-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // promtool's verdict on `text`: "" when it passes, its complaints otherwise.
 std::string promtool(const std::string& text) {
   BOOST_REQUIRE_MESSAGE(::access("/usr/bin/promtool", X_OK) == 0,
                         "promtool is missing: run tools/deps.sh (Debian package prometheus)");
   TempDir d;
-  std::ofstream(d.path / "in.prom") << text;
-  std::string cmd = "promtool check metrics < " + (d.path / "in.prom").string() + " 2>&1";
+  std::ofstream(d / "in.prom") << text;
+  std::string cmd = "promtool check metrics < " + (d / "in.prom") + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   BOOST_REQUIRE(p);
   std::string out;
@@ -132,22 +116,22 @@ BOOST_AUTO_TEST_CASE(special_values_are_spelled_as_the_format_wants) {
 
 BOOST_AUTO_TEST_CASE(a_textfile_is_replaced_whole_and_readable_by_others) {
   TempDir d;
-  const std::string path = (d.path / "x.prom").string();
+  const std::string path = d / "x.prom";
   ::umask(077);
   write_textfile(path, "a 1\n");
   write_textfile(path, "a 2\n");
   ::umask(022);
-  BOOST_TEST(slurp(path) == "a 2\n");
+  BOOST_TEST(read_file(path) == "a 2\n");
   struct stat st {};
   BOOST_REQUIRE(::stat(path.c_str(), &st) == 0);
   BOOST_TEST((st.st_mode & 0777) == 0644u);
   // No temporary file is left behind.
   int files = 0;
-  for (auto& e : fs::directory_iterator(d.path)) files += e.is_regular_file();
+  for (auto& e : fs::directory_iterator(d.path())) files += e.is_regular_file();
   BOOST_TEST(files == 1);
   // A directory that does not exist: a system_error naming the path.
   try {
-    write_textfile((d.path / "missing" / "x.prom").string(), "a 1\n");
+    write_textfile(d / "missing/x.prom", "a 1\n");
     BOOST_FAIL("no error");
   } catch (const std::system_error& e) {
     BOOST_TEST(std::string(e.what()).find("missing/x.prom") != std::string::npos, e.what());
@@ -156,7 +140,7 @@ BOOST_AUTO_TEST_CASE(a_textfile_is_replaced_whole_and_readable_by_others) {
 
 BOOST_AUTO_TEST_CASE(the_writer_refreshes_logs_a_failure_once_and_removes_the_file_at_stop) {
   TempDir d;
-  const std::string path = (d.path / "w.prom").string();
+  const std::string path = d / "w.prom";
   std::atomic<int> n{0};
   std::vector<std::string> lines;
   std::mutex lm;
@@ -168,16 +152,16 @@ BOOST_AUTO_TEST_CASE(the_writer_refreshes_logs_a_failure_once_and_removes_the_fi
           lines.emplace_back(l);
         },
         "TEST0050");
-    BOOST_TEST(slurp(path) == "tierce_n 1\n");  // written before the constructor returns
+    BOOST_TEST(read_file(path) == "tierce_n 1\n");  // written before the constructor returns
     for (int i = 0; i < 200 && n < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     BOOST_TEST(n >= 4);
     // The directory goes away: one warning, however many intervals fail.
-    fs::rename(d.path, d.path.string() + ".gone");
+    fs::rename(d.path(), d.path() + ".gone");
     int seen = n;
     for (int i = 0; i < 200 && n < seen + 4; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     BOOST_TEST(w.failures() >= 3u);
-    fs::rename(d.path.string() + ".gone", d.path);
+    fs::rename(d.path() + ".gone", d.path());
     uint64_t ok = w.writes();
     for (int i = 0; i < 200 && w.writes() == ok; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
