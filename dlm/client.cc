@@ -661,6 +661,16 @@ std::string LockClient::status() {
   return r.message;
 }
 
+std::string LockClient::metrics() {
+  Impl& m = *impl_;
+  uint64_t id = m.new_id(false);
+  ipc::Reply r =
+      m.call(ipc::StatusRequest{id, true}, id, false, deadline_after(kOpTimeout), "metrics");
+  if (r.status != Status::Ok)
+    throw LockError(r.status, status_message("metrics", r.status, r.message));
+  return r.message;
+}
+
 // ---------------------------------------------------------------------------------------------
 // HeldLock
 

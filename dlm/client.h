@@ -113,6 +113,9 @@ class LockClient {
   bool connected();
   // lockd's status report (the same text as `tierce-lock --status`).
   std::string status();
+  // lockd's metrics in Prometheus text format (STATUS with flag METRICS; docs/dlm.md "Metrics").
+  // A lockd older than that flag answers BadRequest (LockError).
+  std::string metrics();
 
   struct Impl;
 

@@ -168,6 +168,21 @@ EngineCounters LockEngine::counters() const {
   return counters_;
 }
 
+EngineGauges LockEngine::gauges() const {
+  std::lock_guard lk(mu_);
+  EngineGauges g;
+  g.home_locks = slots_.size();
+  g.lock_slots = opts_.lock_slots;
+  for (auto& [id, r] : requests_) {
+    if (r->state == Request::State::Held) ++g.held;
+    else ++g.waiting;
+  }
+  g.records = records_.size();
+  g.members = opts_.members;
+  for (uint32_t r = 1; r <= opts_.members; ++r) g.members_alive += alive_[r] ? 1 : 0;
+  return g;
+}
+
 bool LockEngine::stopping() const {
   std::lock_guard lk(mu_);
   return stopping_;

@@ -86,6 +86,16 @@ struct EngineCounters {
            renormalisations = 0;
 };
 
+// What status_text() reports besides the counters, as numbers (lockd's metrics).
+struct EngineGauges {
+  size_t home_locks = 0;  // slots of this home's table in use
+  size_t lock_slots = 0;  // of lock_slots
+  size_t held = 0;        // this node's clients' holds
+  size_t waiting = 0;     // this node's requests not granted yet (or withdrawn, not finished)
+  size_t records = 0;     // queue records kept for this node's requests
+  uint32_t members = 0, members_alive = 0;  // this node included
+};
+
 class LockEngine final : public LocalLockService {
  public:
   LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& net);
@@ -139,6 +149,7 @@ class LockEngine final : public LocalLockService {
   void stop();
 
   EngineCounters counters() const;
+  EngineGauges gauges() const;  // takes the engine's mutex once, like status_text()
   const EngineOptions& options() const { return opts_; }
 
   struct Request;

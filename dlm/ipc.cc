@@ -136,7 +136,7 @@ void encode(const UnlockRequest& r, Frame* f) {
 }
 
 void encode(const StatusRequest& r, Frame* f) {
-  header(f, FrameType::Status);
+  header(f, FrameType::Status, r.metrics ? kFlagMetrics : 0);
   put64(f->bytes + 4, r.req_id);
   f->size = kStatusSize;
 }
@@ -188,7 +188,9 @@ std::optional<Request> decode_request(std::span<const uint8_t> b, DecodeError* e
                     " bytes, expected " + std::to_string(want),
                 id);
   };
-  const uint8_t allowed = type == FrameType::Unlock ? kFlagNoReply : 0;
+  const uint8_t allowed = type == FrameType::Unlock   ? kFlagNoReply
+                          : type == FrameType::Status ? kFlagMetrics
+                                                      : 0;
   if ((p[3] & ~allowed) != 0) {
     fail(err, std::string(to_string(type)) + " frame with flags " + std::to_string(p[3]), id);
     return std::nullopt;
@@ -227,7 +229,7 @@ std::optional<Request> decode_request(std::span<const uint8_t> b, DecodeError* e
       return Request(UnlockRequest{id, get64(p + 12), (p[3] & kFlagNoReply) != 0});
     case FrameType::Status:
       if (!size_is(kStatusSize)) return std::nullopt;
-      return Request(StatusRequest{id});
+      return Request(StatusRequest{id, (p[3] & kFlagMetrics) != 0});
     default:
       break;
   }

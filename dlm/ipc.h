@@ -8,8 +8,8 @@
 //   0       1     magic 0xD1 ("dlm IPC"): anything else is not a lockd frame
 //   1       1     version (kVersion = 2; version 1 had no valid_until in REPLY)
 //   2       1     type (FrameType)
-//   3       1     flags: bit 0 MORE (REPLY only, see STATUS), bit 1 NOREPLY (UNLOCK only);
-//                 every other bit 0
+//   3       1     flags: bit 0 MORE (REPLY only, see STATUS), bit 1 NOREPLY (UNLOCK only),
+//                 bit 2 METRICS (STATUS only); every other bit 0
 //
 // Requests (client -> lockd); bytes 0..11 (header + req_id) keep this layout in every future
 // version, so a lockd can always answer a request of another version with BadRequest:
@@ -36,7 +36,9 @@
 // - A REPLY with req_id 0 is about the connection itself (lockd refusing a client over its
 //   limit, lockd stopping): the client reports its status/message for every call from then on.
 // - STATUS: the text is split into consecutive REPLY frames of the same req_id, every one but
-//   the last with flag MORE; lockd caps the whole text at kMaxStatusText.
+//   the last with flag MORE; lockd caps the whole text at kMaxStatusText. With flag METRICS the
+//   text is lockd's metrics in Prometheus text format instead (docs/dlm.md "Metrics"); a lockd
+//   older than the flag answers BadRequest (its decoder refuses unknown flags).
 // - UNLOCK with NOREPLY gets no REPLY: the client does not wait for a release (as the shared
 //   release of docs/dlm.md, one-way). Frames of one connection are handled in order, so its next
 //   request sees the release; a hold revoked meanwhile is reported by REVOKED as always.
@@ -65,6 +67,7 @@ inline constexpr size_t kMaxFrame = 4096;  // one SEQPACKET message, both direct
 inline constexpr size_t kHeaderSize = 4;
 inline constexpr uint8_t kFlagMore = 0x01;     // REPLY: more frames of this reply follow
 inline constexpr uint8_t kFlagNoReply = 0x02;  // UNLOCK: do not answer
+inline constexpr uint8_t kFlagMetrics = 0x04;  // STATUS: the Prometheus text, not the report
 
 inline constexpr size_t kLockFixed = 20;
 inline constexpr size_t kUnlockSize = 20;
@@ -100,6 +103,7 @@ struct UnlockRequest {
 };
 struct StatusRequest {
   uint64_t req_id = 0;
+  bool metrics = false;  // flag METRICS: Prometheus text instead of the status report
 };
 using Request = std::variant<LockRequest, UnlockRequest, StatusRequest>;
 

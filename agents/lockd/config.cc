@@ -27,7 +27,9 @@ const std::vector<std::string_view> kKeys = {"topology",
                                              "protection",
                                              "max_preauth_frame",
                                              "max_connections",
-                                             "max_connections_per_ip"};
+                                             "max_connections_per_ip",
+                                             "metrics_file",
+                                             "metrics_interval_ms"};
 
 std::string octal(mode_t m) {
   char b[16];
@@ -100,7 +102,8 @@ std::filesystem::path dir_of(const std::string& source) {
 
 const std::vector<std::string>& reloadable_keys() {
   static const std::vector<std::string> k = {"max_locks_per_client", "max_locks_per_uid",
-                                             "max_clients_per_uid", "log_level"};
+                                             "max_clients_per_uid", "log_level",
+                                             "metrics_file",         "metrics_interval_ms"};
   return k;
 }
 
@@ -191,6 +194,13 @@ Layer parse_config(std::string_view text, const std::string& source_name) {
          s.max_connections);
     take("max_connections_per_ip", c.integer(*t, "max_connections_per_ip", 0, 1'000'000, 1024),
          s.max_connections_per_ip);
+    take("metrics_file",
+         c.path(*t, "metrics_file", "\"/var/lib/prometheus/node-exporter/tierce-lockd.prom\""),
+         s.metrics_file);
+    take("metrics_interval_ms",
+         c.integer(*t, "metrics_interval_ms", long(Settings::kMinMetricsIntervalMs),
+                   long(Settings::kMaxMetricsIntervalMs), 15000),
+         s.metrics_interval_ms);
   }
   if (!c.problems().empty()) throw base::ConfigError(std::move(c.problems()));
   return out;
@@ -225,6 +235,8 @@ Settings combine(const Layer* file, const Layer& flags) {
     TIERCE_TAKE(max_preauth_frame)
     TIERCE_TAKE(max_connections)
     TIERCE_TAKE(max_connections_per_ip)
+    TIERCE_TAKE(metrics_file)
+    TIERCE_TAKE(metrics_interval_ms)
 #undef TIERCE_TAKE
   }
   if (s.state_dir.empty() && !s.node.empty()) s.state_dir = "/var/lib/tierce/lockd-" + s.node;
@@ -250,6 +262,8 @@ std::vector<std::pair<std::string, std::string>> differences(const Settings& a, 
   TIERCE_DIFF(max_locks_per_uid)
   TIERCE_DIFF(max_clients_per_uid)
   TIERCE_DIFF(log_level)
+  TIERCE_DIFF(metrics_file)
+  TIERCE_DIFF(metrics_interval_ms)
   TIERCE_DIFF(topology)
   TIERCE_DIFF(node)
   TIERCE_DIFF(socket)

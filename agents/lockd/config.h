@@ -17,9 +17,11 @@
 //   max_preauth_frame = 256                 # fabric: bytes a frame may claim before AUTH
 //   max_connections = 4096                  # fabric: connections served at once
 //   max_connections_per_ip = 1024           # fabric tcp: per address; 0 = no limit
+//   metrics_file = "/var/lib/prometheus/node-exporter/tierce-lockd.prom"  # reloadable
+//   metrics_interval_ms = 15000             # reloadable
 //
 // Precedence: a command-line flag, else the file, else the default. On SIGHUP the file is read
-// again: the quotas and log_level apply to new requests; any other change is reported as needing a
+// again: the quotas, log_level and the metrics file apply at once; any other change is reported as needing a
 // restart and the running value stays. Relative paths are taken from the file's directory.
 #pragma once
 
@@ -44,6 +46,10 @@ struct Settings {
   size_t max_locks_per_client = 4096, max_locks_per_uid = 16384, max_clients_per_uid = 1024;
   fabric::Protection protection = fabric::Protection::Mac;
   size_t max_preauth_frame = 256, max_connections = 4096, max_connections_per_ip = 1024;
+  // Prometheus text for node-exporter's textfile collector (base::TextfileWriter); "" = none.
+  std::string metrics_file;
+  size_t metrics_interval_ms = 15000;
+  static constexpr size_t kMinMetricsIntervalMs = 1000, kMaxMetricsIntervalMs = 3600000;
 };
 
 // The keys (and setting names) a reload applies at once; every other one needs a restart.

@@ -131,7 +131,8 @@ struct IpcServer::State : std::enable_shared_from_this<IpcServer::State> {
 
   struct {
     std::atomic<uint64_t> accepted{0}, refused{0}, requests{0}, malformed{0}, revoked_sent{0},
-        late_grants{0}, slow_clients{0};
+        late_grants{0}, slow_clients{0}, over_client_quota{0}, over_uid_quota{0},
+        uid_refused{0};
   } n;
 
   void log(LogLevel l, const std::string& s) {
@@ -327,6 +328,9 @@ IpcCounters IpcServer::counters() const {
   c.revoked_sent = st_->n.revoked_sent;
   c.late_grants = st_->n.late_grants;
   c.slow_clients = st_->n.slow_clients;
+  c.over_client_quota = st_->n.over_client_quota;
+  c.over_uid_quota = st_->n.over_uid_quota;
+  c.uid_refused = st_->n.uid_refused;
   return c;
 }
 
@@ -446,6 +450,7 @@ void IpcServer::State::accept_all() {
     }
     if (!use) {
       ++n.refused;
+      ++n.uid_refused;
       ipc::Reply r;
       r.req_id = 0;
       r.status = dlm::Status::TooMany;
@@ -584,6 +589,8 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
           ++c.pending;
       }
     }
+    if (over) ++n.over_client_quota;
+    if (uid_over) ++n.over_uid_quota;
     if (over)
       return reply(c, r->req_id, dlm::Status::TooMany,
                    "this client has " + std::to_string(have) +
@@ -645,11 +652,14 @@ void IpcServer::State::handle(Conn& c, std::span<const uint8_t> frame, size_t re
   }
   if (auto* r = std::get_if<ipc::StatusRequest>(&*req)) {
     std::string text;
+    if (r->metrics && !opts.metrics)
+      return reply(c, r->req_id, dlm::Status::BadRequest, "this lockd serves no metrics");
     try {
-      text = svc.status_text();
+      text = r->metrics ? opts.metrics() : svc.status_text();
     } catch (const std::exception& e) {
       return reply(c, r->req_id, dlm::Status::Internal,
-                   std::string("lockd: status failed: ") + e.what());
+                   std::string(r->metrics ? "lockd: metrics failed: " : "lockd: status failed: ") +
+                       e.what());
     }
     if (text.size() > ipc::kMaxStatusText) {
       static const std::string cut = "\n[status text cut at 1 MiB]\n";

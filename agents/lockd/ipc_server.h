@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -51,6 +52,10 @@ struct IpcOptions {
   // Frames waiting for a client that does not read (its socket buffer is full) beyond this many
   // bytes: the client is disconnected (its holds are released).
   size_t max_outbox_bytes = size_t(4) << 20;
+  // Answers a STATUS with flag METRICS (Prometheus text; lockd: Lockd::metrics_text). Called on
+  // the epoll thread, holding no lock of the IpcServer. Unset: such a STATUS is answered
+  // BadRequest.
+  std::function<std::string()> metrics;
 };
 
 struct IpcCounters {
@@ -61,6 +66,9 @@ struct IpcCounters {
   uint64_t revoked_sent = 0;  // REVOKED frames sent
   uint64_t late_grants = 0;   // grants that arrived after their connection closed (released)
   uint64_t slow_clients = 0;  // clients disconnected because they did not read their replies
+  uint64_t over_client_quota = 0;  // LOCKs answered TooMany: max_holds_per_client
+  uint64_t over_uid_quota = 0;     // LOCKs answered TooMany: max_locks_per_uid
+  uint64_t uid_refused = 0;        // of `refused`: max_clients_per_uid
 };
 
 class IpcServer {

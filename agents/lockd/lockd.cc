@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/metrics.h"
 #include "cluster/hash.h"
 #include "dlm/messages.h"
 #include "fabric/random.h"
@@ -240,7 +241,15 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
     return std::vector<uint8_t>(s.begin(), s.end());
   });
 
-  ipc_ = std::make_unique<IpcServer>(opts_.socket_path, *engine_, opts_.log, opts_.ipc);
+  server_->on_call("dlm.metrics", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
+    std::string s = metrics_text();
+    return std::vector<uint8_t>(s.begin(), s.end());
+  });
+
+  IpcOptions ipc_opts = opts_.ipc;
+  ipc_opts.metrics = [this] { return metrics_text(); };
+  ipc_ = std::make_unique<IpcServer>(opts_.socket_path, *engine_, opts_.log, ipc_opts);
+  ipc_view_.store(ipc_.get(), std::memory_order_release);
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
   recovery_ = std::thread([this] { recovery_loop(); });
   log(fabric::LogLevel::Info,
@@ -682,6 +691,148 @@ std::string Lockd::status_text() {
   o << engine_->status_text();
   if (ipc_) o << "local clients: " << ipc_->clients() << "\n";
   return o.str();
+}
+
+std::string Lockd::metrics_text() {
+  base::Metrics m({{"node", node_}});
+  const auto g = engine_->gauges();
+  const auto c = engine_->counters();
+  m.gauge("tierce_lockd_info", "Always 1; the labels say which lockd this is.", uint64_t(1),
+          {{"version", TIERCE_VERSION},
+           {"algorithm", std::string(cluster::to_string(topo_.dlm.algorithm))}});
+  m.gauge("tierce_lockd_member_rank", "This lockd's rank among the members.", uint64_t(rank_));
+  m.gauge("tierce_lockd_epoch", "This lockd's restart counter (state_dir/epoch).", epoch_);
+  m.gauge("tierce_lockd_uptime_seconds", "Seconds since this lockd started.",
+          std::chrono::duration<double>(Clock::now() - started_).count());
+  // The engine's view of the members (the one grants and recoveries go by).
+  m.gauge("tierce_lockd_members", "Lock manager members, by state (this one included).",
+          uint64_t(g.members_alive), {{"state", "up"}});
+  m.gauge("tierce_lockd_members", "Lock manager members, by state (this one included).",
+          uint64_t(g.members - g.members_alive), {{"state", "down"}});
+  m.gauge("tierce_lockd_home_locks", "Slots of this home's lock table in use.",
+          uint64_t(g.home_locks));
+  m.gauge("tierce_lockd_home_lock_slots", "Slots of this home's lock table.",
+          uint64_t(g.lock_slots));
+  m.gauge("tierce_lockd_locks_held", "Holds of this node's clients.", uint64_t(g.held));
+  m.gauge("tierce_lockd_locks_waiting",
+          "Requests of this node's clients not granted yet (or withdrawn, not finished).",
+          uint64_t(g.waiting));
+  m.gauge("tierce_lockd_queue_records", "Queue records kept for this node's requests.",
+          uint64_t(g.records));
+  m.counter("tierce_lockd_acquires_total", "Acquisitions asked for by local clients.",
+            c.acquires);
+  m.counter("tierce_lockd_grants_total", "Locks granted to local clients.", c.grants);
+  m.counter("tierce_lockd_immediate_grants_total",
+            "Of the grants, those without waiting in a queue.", c.immediate_grants);
+  m.counter("tierce_lockd_releases_total", "Holds released.", c.releases);
+  m.counter("tierce_lockd_timeouts_total", "Acquisitions that timed out.", c.timeouts);
+  m.counter("tierce_lockd_would_block_total", "Try-locks answered WouldBlock.", c.would_block);
+  m.counter("tierce_lockd_home_down_total", "Requests failed because the lock's home was down.",
+            c.home_down);
+  m.counter("tierce_lockd_revoked_total", "Holds revoked (LeaseLost).", c.revoked);
+  m.counter("tierce_lockd_cas_retries_total", "Remote compare-and-swaps retried.",
+            c.cas_retries);
+  m.counter("tierce_lockd_protocol_messages_received_total", "Protocol messages handled.",
+            c.messages_in);
+  m.counter("tierce_lockd_protocol_messages_sent_total", "Protocol messages sent.",
+            c.messages_out);
+  m.counter("tierce_lockd_stale_messages_total", "Protocol messages dropped as stale.",
+            c.stale_messages);
+  m.counter("tierce_lockd_malformed_messages_total", "Protocol messages refused as malformed.",
+            c.bad_messages);
+  m.counter("tierce_lockd_recoveries_total", "Lock recoveries run by this home.", c.recoveries);
+  m.counter("tierce_lockd_renormalisations_total", "Lock word count resets.",
+            c.renormalisations);
+
+  // Per member: the liveness (under mu_), then the message streams (msg_mu, in_mu: taken one at a
+  // time, never with mu_ held; lock order in_mu before mu_).
+  const auto now = Clock::now();
+  {
+    std::lock_guard lk(mu_);
+    for (uint32_t r = 1; r < peers_.size(); ++r) {
+      if (r == rank_) continue;
+      const Peer& p = *peers_[r];
+      const base::MetricLabels peer = {{"peer", p.name}};
+      m.gauge("tierce_lockd_peer_up", "1 while this lockd trusts the member's answers.",
+              uint64_t(p.up ? 1 : 0), peer);
+      if (p.last_heard != Clock::time_point{})
+        m.gauge("tierce_lockd_peer_last_heard_seconds",
+                "Seconds since the member last called this lockd's heartbeat.",
+                std::chrono::duration<double>(now - p.last_heard).count(), peer);
+      m.counter("tierce_lockd_peer_send_failures_total",
+                "Protocol message writes to the member that failed.", p.send_failures, peer);
+      m.counter("tierce_lockd_peer_old_incarnation_messages_total",
+                "Messages of a former incarnation of the member, dropped.",
+                p.old_incarnation_msgs, peer);
+    }
+  }
+  for (uint32_t r = 1; r < peers_.size(); ++r) {
+    if (r == rank_) continue;
+    Peer& p = *peers_[r];
+    const base::MetricLabels peer = {{"peer", p.name}};
+    {
+      std::lock_guard mk(p.msg_mu);
+      m.gauge("tierce_lockd_peer_unacknowledged_messages",
+              "Protocol messages to the member not acknowledged yet.", uint64_t(p.outbox.size()),
+              peer);
+      m.counter("tierce_lockd_peer_resent_rounds_total",
+                "Rounds of re-sending unacknowledged messages to the member.", p.resends, peer);
+    }
+    {
+      std::lock_guard ik(p.in_mu);
+      m.counter("tierce_lockd_peer_duplicate_messages_total",
+                "Messages from the member dropped as duplicates.", p.duplicates, peer);
+      m.counter("tierce_lockd_peer_out_of_order_messages_total",
+                "Messages from the member dropped as out of order.", p.out_of_order, peer);
+    }
+  }
+
+  if (IpcServer* ipc = ipc_view_.load(std::memory_order_acquire)) {
+    const auto ic = ipc->counters();
+    m.gauge("tierce_lockd_clients", "Local clients connected.", uint64_t(ipc->clients()));
+    m.counter("tierce_lockd_client_connections_total", "Local client connections accepted.",
+              ic.accepted);
+    m.counter("tierce_lockd_client_refusals_total", "Local client connections refused, by limit.",
+              ic.refused - ic.uid_refused, {{"limit", "max_clients"}});
+    m.counter("tierce_lockd_client_refusals_total", "Local client connections refused, by limit.",
+              ic.uid_refused, {{"limit", "max_clients_per_uid"}});
+    m.counter("tierce_lockd_client_requests_total", "Well-formed requests of local clients.",
+              ic.requests);
+    m.counter("tierce_lockd_client_malformed_frames_total",
+              "Frames of local clients refused as malformed.", ic.malformed);
+    m.counter("tierce_lockd_quota_refusals_total", "LOCKs answered TooMany, by quota.",
+              ic.over_client_quota, {{"quota", "max_locks_per_client"}});
+    m.counter("tierce_lockd_quota_refusals_total", "LOCKs answered TooMany, by quota.",
+              ic.over_uid_quota, {{"quota", "max_locks_per_uid"}});
+    m.counter("tierce_lockd_revocations_sent_total", "REVOKED events sent to local clients.",
+              ic.revoked_sent);
+    m.counter("tierce_lockd_late_grants_total",
+              "Grants that arrived after their client had gone (released).", ic.late_grants);
+    m.counter("tierce_lockd_slow_clients_total",
+              "Local clients disconnected because they did not read their replies.",
+              ic.slow_clients);
+  }
+
+  if (server_) {
+    const auto st = server_->stats();
+    m.counter("tierce_lockd_fabric_connections_accepted_total",
+              "Fabric connections accepted (other lockds).", st.connections_accepted);
+    m.counter("tierce_lockd_fabric_connections_refused_total",
+              "Fabric connections refused (max_connections, max_connections_per_ip).",
+              st.connections_refused);
+    m.counter("tierce_lockd_fabric_auth_failures_total",
+              "Fabric handshakes that failed authentication.", st.auth_failures);
+    m.counter("tierce_lockd_fabric_malformed_frames_total", "Fabric frames refused as malformed.",
+              st.malformed_frames);
+    m.counter("tierce_lockd_fabric_calls_total", "Fabric messages and calls served.",
+              st.messages);
+  }
+  m.counter("tierce_lockd_reloads_total", "Configuration reloads applied (SIGHUP).",
+            reloads_.load());
+  m.counter("tierce_lockd_failed_reloads_total",
+            "Configuration reloads refused (the running configuration kept).",
+            failed_reloads_.load());
+  return m.text();
 }
 
 }  // namespace tierce::lockd

@@ -4,7 +4,8 @@
 //
 //   fabric::Server     listens on this node's `lockd = [...]` URIs; exports `dlm.table` (the
 //                      lock words this node is home of) and the services dlm.msg (one-way
-//                      protocol messages), dlm.resolve, dlm.recover, dlm.heartbeat, dlm.status
+//                      protocol messages), dlm.resolve, dlm.recover, dlm.heartbeat, dlm.status,
+//                      dlm.metrics
 //   dlm::LockEngine    the protocol (N-CoSED / DQNL / SRSL, from [dlm] algorithm)
 //   IpcServer          local clients on a unix socket
 //   heartbeat thread   calls every member's dlm.heartbeat each heartbeat_ms; decides who is up
@@ -60,6 +61,15 @@ class Lockd final : public dlm::Network {
 
   void stop();
   std::string status_text();
+  // The numbers of status_text() (and of the IPC server and the fabric server) in Prometheus
+  // text format, every sample labelled node= (docs/dlm.md "Metrics"): what dlm.metrics, a STATUS
+  // with flag METRICS (tierce-lock --metrics) and [lockd] metrics_file give.
+  std::string metrics_text();
+  // The daemon's reload counters (main.cc's Reloader), for metrics_text().
+  void note_reloads(uint64_t applied, uint64_t failed) {
+    reloads_.store(applied);
+    failed_reloads_.store(failed);
+  }
   // The local clients' quotas, changed while serving (SIGHUP): IpcServer::set_quotas.
   void set_quotas(size_t max_holds_per_client, size_t max_locks_per_uid,
                   size_t max_clients_per_uid);
@@ -117,6 +127,10 @@ class Lockd final : public dlm::Network {
   std::unique_ptr<fabric::Server> server_;
   std::unique_ptr<dlm::LockEngine> engine_;
   std::unique_ptr<IpcServer> ipc_;
+  // ipc_ for metrics_text(), which the IPC server's own thread may call before ipc_ is assigned.
+  std::atomic<IpcServer*> ipc_view_{nullptr};
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::atomic<uint64_t> reloads_{0}, failed_reloads_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -21,6 +21,7 @@
 #include "base/daemon.h"
 #include "base/errors.h"
 #include "base/log.h"
+#include "base/metrics.h"
 #include "base/privileges.h"
 #include "base/signals.h"
 #include "cluster/topology.h"
@@ -73,6 +74,10 @@ void usage(FILE* out) {
       "      --max-connections N        fabric: connections served at once (default 4096)\n"
       "      --max-connections-per-ip N fabric tcp: connections from one address (default 1024,\n"
       "                        0 = no limit)\n"
+      "      --metrics-file FILE        write the metrics (Prometheus text) to FILE for\n"
+      "                        node-exporter's textfile collector; removed at a clean stop\n"
+      "      --metrics-interval-ms N    how often it is rewritten (1000..3600000,\n"
+      "                        default 15000)\n"
       "  -f, --foreground      stay in the foreground, log to stderr\n"
       "  -v, --verbose         log debug lines too (log_level = \"debug\")\n"
       "      --check           validate the settings, the topology, the node and the secret, then\n"
@@ -81,9 +86,9 @@ void usage(FILE* out) {
       "  -h, --help            print this help and exit\n"
       "\n"
       "Signals: TERM/INT stop (local holds are released, peers see the node leave),\n"
-      "         HUP reloads the --config file: the three quotas and log_level apply to new\n"
-      "         requests, other changes are logged as needing a restart; a file with a problem\n"
-      "         changes nothing. USR1 logs the status.\n"
+      "         HUP reloads the --config file: the three quotas, log_level and the metrics\n"
+      "         file apply at once, other changes are logged as needing a restart; a file\n"
+      "         with a problem changes nothing. USR1 logs the status.\n"
       "Exit codes: 0 clean stop, 1 runtime failure, 2 bad usage or configuration,\n"
       "            3 another tierce-lockd holds the pid file.\n",
       kProgram, kProgram);
@@ -98,7 +103,7 @@ struct Options {
 
 std::optional<int> parse(int argc, char** argv, Options* o) {
   enum { kSocketMode = 'm', kPerClient = 'L', kPerUid = 'U', kClientsPerUid = 'C',
-         kProtection = 1000, kPreauth, kConns, kConnsPerIp };
+         kProtection = 1000, kPreauth, kConns, kConnsPerIp, kMetricsFile, kMetricsInterval };
   static const option longopts[] = {
       {"config", required_argument, nullptr, 'c'},
       {"topology", required_argument, nullptr, 't'}, {"node", required_argument, nullptr, 'n'},
@@ -115,6 +120,8 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
       {"max-connections", required_argument, nullptr, kConns},
       {"max-connections-per-ip", required_argument, nullptr, kConnsPerIp},
       {"user", required_argument, nullptr, 'u'},
+      {"metrics-file", required_argument, nullptr, kMetricsFile},
+      {"metrics-interval-ms", required_argument, nullptr, kMetricsInterval},
       {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
   Settings& v = o->flags.values;
   auto given = [&](const char* key) { o->flags.given.insert(key); };
@@ -204,6 +211,22 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
         given("max_connections_per_ip");
         break;
       }
+      case kMetricsFile:
+        if (!*optarg) {
+          std::fprintf(stderr, "%s: --metrics-file wants a file name\n", kProgram);
+          return kExitUsage;
+        }
+        v.metrics_file = optarg;
+        given("metrics_file");
+        break;
+      case kMetricsInterval: {
+        auto x = number("--metrics-interval-ms", Settings::kMinMetricsIntervalMs,
+                        Settings::kMaxMetricsIntervalMs);
+        if (!x) return kExitUsage;
+        v.metrics_interval_ms = *x;
+        given("metrics_interval_ms");
+        break;
+      }
       case 'f': o->foreground = true; break;
       case 'v': v.log_level = base::LogLevel::Debug; given("log_level"); break;
       case 'k': o->check = true; break;
@@ -224,6 +247,11 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
     return kExitUsage;
   }
   // Absolute: the daemon changes to / and reads the file again on SIGHUP.
+  if (!o->flags.values.metrics_file.empty()) {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(o->flags.values.metrics_file, ec);
+    if (!ec) o->flags.values.metrics_file = abs.lexically_normal().string();
+  }
   if (!o->config.empty()) {
     std::error_code ec;
     auto abs = std::filesystem::absolute(o->config, ec);
@@ -267,27 +295,30 @@ std::string join_pairs(const std::vector<std::pair<std::string, std::string>>& v
 // the reloadable keys (quotas, log_level); reports the others as needing a restart.
 class Reload {
  public:
+  // `restart_metrics`: called after running_'s metrics_file or metrics_interval_ms changed.
   Reload(const Options& o, Settings* running, Lockd* lockd,
-         std::shared_ptr<std::atomic<fabric::LogLevel>> level, fabric::LogSink log)
+         std::shared_ptr<std::atomic<fabric::LogLevel>> level, fabric::LogSink log,
+         std::function<void()> restart_metrics)
       : o_(o), running_(running), lockd_(lockd), level_(std::move(level)), log_(log),
+        restart_metrics_(std::move(restart_metrics)),
         reloader_(o.config, log, {"LOCKD0013", "LOCKD0014", "LOCKD0015"}) {}
 
   void operator()() {
+    bool metrics_moved = false;
     std::function<Settings()> load = [this] {
       Layer file = load_config_file(o_.config);
       Settings next = combine(&file, o_.flags);
       if (next.topology.empty() || next.node.empty())
         throw base::ConfigError({o_.config + ": [lockd] topology and node are required (they were "
                                              "removed from the file)"});
-      for (const char* k : {"max_locks_per_client", "max_locks_per_uid", "max_clients_per_uid",
-                            "log_level"})
+      for (const std::string& k : reloadable_keys())
         if (o_.flags.given.count(k) && file.given.count(k))
-          log_(fabric::LogLevel::Info, std::string("LOCKD0016 ") + k +
+          log_(fabric::LogLevel::Info, "LOCKD0016 " + k +
                                            ": the command line's value stays (a flag overrides "
                                            "the file)");
       return next;
     };
-    std::function<std::string(Settings&)> apply = [this](Settings& next) {
+    std::function<std::string(Settings&)> apply = [this, &metrics_moved](Settings& next) {
       auto diff = differences(*running_, next);
       const auto& live = reloadable_keys();
       std::vector<std::pair<std::string, std::string>> applied, restart;
@@ -301,6 +332,12 @@ class Reload {
       lockd_->set_quotas(next.max_locks_per_client, next.max_locks_per_uid,
                          next.max_clients_per_uid);
       level_->store(next.log_level);
+      if (next.metrics_file != running_->metrics_file ||
+          next.metrics_interval_ms != running_->metrics_interval_ms) {
+        running_->metrics_file = next.metrics_file;
+        running_->metrics_interval_ms = next.metrics_interval_ms;
+        metrics_moved = true;  // restarted below, once the reload is counted
+      }
       std::string out = applied.empty() ? "no reloadable setting changed"
                                         : "applied " + join_pairs(applied);
       if (!restart.empty())
@@ -309,6 +346,8 @@ class Reload {
       return out;
     };
     reloader_.run(load, apply);
+    lockd_->note_reloads(reloader_.counters().reloads, reloader_.counters().failed);
+    if (metrics_moved) restart_metrics_();
   }
 
   // For the status report (USR1).
@@ -323,6 +362,7 @@ class Reload {
   Lockd* lockd_;
   std::shared_ptr<std::atomic<fabric::LogLevel>> level_;
   fabric::LogSink log_;
+  std::function<void()> restart_metrics_;
   base::Reloader reloader_;
 };
 
@@ -480,7 +520,21 @@ int run(const Options& o) {
           ", max_locks_per_uid " + std::to_string(st.max_locks_per_uid) +
           ", max_clients_per_uid " + std::to_string(st.max_clients_per_uid) + ", protection " +
           std::string(fabric::to_string(st.protection)));
-  Reload reload(o, &st, lockd.get(), level, log);
+  // metrics_file: rewritten every metrics_interval_ms as lockd's user (after the drop: its
+  // directory must be writable by that user; LOCKD0050 says so once if it is not); removed at a
+  // clean stop. Restarted by a reload that changes either key.
+  std::unique_ptr<base::TextfileWriter> metrics;
+  auto start_metrics = [&] {
+    metrics.reset();
+    if (st.metrics_file.empty()) return;
+    metrics = std::make_unique<base::TextfileWriter>(
+        st.metrics_file, std::chrono::milliseconds(st.metrics_interval_ms),
+        [l = lockd.get()] { return l->metrics_text(); }, log, "LOCKD0050");
+    log(fabric::LogLevel::Info, "LOCKD0051 metrics written to " + st.metrics_file + " every " +
+                                    std::to_string(st.metrics_interval_ms) + " ms");
+  };
+  start_metrics();
+  Reload reload(o, &st, lockd.get(), level, log, start_metrics);
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
   for (;;) {
@@ -504,6 +558,7 @@ int run(const Options& o) {
                                     std::to_string(sig.from) + ": stopping");
     break;
   }
+  metrics.reset();  // removes the file before lockd's numbers stop moving
   lockd->stop();
   return kExitOk;
 }

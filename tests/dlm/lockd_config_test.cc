@@ -240,3 +240,34 @@ BOOST_AUTO_TEST_CASE(the_sample_file_is_valid) {
   BOOST_TEST(n.wait_exit() == 0, read_file(n.log));
   BOOST_TEST(n.logged("is fine: node a is member 1 of 1"), read_file(n.log));
 }
+
+// metrics_file / metrics_interval_ms: a relative path is the file's directory's, the interval is
+// checked, a reload moves the file (the old one removed), and a clean stop removes it.
+BOOST_AUTO_TEST_CASE(metrics_file_from_the_file_reloaded_and_removed_at_stop) {
+  Node bad;
+  bad.write_config("metrics_interval_ms = 10\n");
+  bad.start({"--config", bad.config, "-f"});
+  BOOST_TEST(bad.wait_exit() == 2);
+  BOOST_TEST(read_file(bad.log).find("metrics_interval_ms: 10 is out of range 1000..3600000") !=
+                 std::string::npos,
+             read_file(bad.log));
+
+  Node n;
+  n.write_config("metrics_file = \"lockd.prom\"\nmetrics_interval_ms = 1000\n");
+  n.start_serving({"--config", n.config, "-f"});
+  const std::string prom = n.dir / "lockd.prom", moved = n.dir / "moved.prom";
+  BOOST_TEST(n.logged("LOCKD0051 metrics written to " + prom + " every 1000 ms"), read_file(n.log));
+  BOOST_REQUIRE(eventually([&] { return ::access(prom.c_str(), F_OK) == 0; }, 5000ms));
+  BOOST_TEST(read_file(prom).find("tierce_lockd_info{node=\"a\"") != std::string::npos,
+             read_file(prom));
+  n.write_config("metrics_file = \"moved.prom\"\n");
+  n.hup_and_wait("LOCKD0015");
+  BOOST_TEST(n.logged("metrics_file \"" + prom + "\" -> \"" + moved + "\""), read_file(n.log));
+  BOOST_REQUIRE(eventually([&] { return ::access(moved.c_str(), F_OK) == 0; }, 5000ms));
+  BOOST_TEST(::access(prom.c_str(), F_OK) != 0);
+  BOOST_TEST(read_file(moved).find("tierce_lockd_reloads_total{node=\"a\"} 1\n") !=
+                 std::string::npos,
+             read_file(moved));
+  n.stop();
+  BOOST_TEST(::access(moved.c_str(), F_OK) != 0);
+}

@@ -210,7 +210,156 @@ def test_memd(build, d, exporter, textdir):
         procs.stop([rec])
 
 
-COMPONENTS = {"memd": test_memd}
+# ---- shared: a daemon's textfile, reload and failure handling -----------------------------------
+
+def check_textfile_lifecycle(what, rec, log, textdir, d, write_conf, prom, reload_metric, node,
+                             log_id, node_label="node"):
+    """After the daemon wrote `prom`: a SIGHUP with another metrics_file moves the file (and
+    `reload_metric` is 1), a directory it cannot write is reported once (`log_id`), a clean stop
+    removes the file. `write_conf(path)` rewrites the daemon's configuration."""
+    prom2 = os.path.join(textdir, os.path.basename(prom).replace(".prom", "-renamed.prom"))
+    write_conf(prom2)
+    os.kill(rec["pid"], signal.SIGHUP)
+    wait_for(lambda: os.path.exists(prom2) and not os.path.exists(prom),
+             f"{what}: the reload to move the textfile")
+    s = lint_and_parse(open(prom2).read(), prom2)[0]
+    check(value(s, reload_metric, **{node_label: node}) == 1,
+          f"{what}: {reload_metric} is not 1 after one SIGHUP")
+    write_conf(os.path.join(d, "no-such-dir", "x.prom"))
+    os.kill(rec["pid"], signal.SIGHUP)
+    wait_for(lambda: log_id in open(log).read(), f"{log_id} in {what}'s log")
+    time.sleep(2.5)  # two more intervals fail
+    check(open(log).read().count(log_id) == 1,
+          f"{what}: {log_id} logged more than once for one failing directory")
+    check(not os.path.exists(prom2), f"{what}: {prom2} left behind after the reload moved it")
+    write_conf(prom)
+    os.kill(rec["pid"], signal.SIGHUP)
+    wait_for(lambda: os.path.exists(prom), f"{what}: {prom} after the last reload")
+    procs.stop([rec])
+    check(not os.path.exists(prom), f"{what}: {prom} left behind by a clean stop")
+
+
+# ---- tierce-lockd ------------------------------------------------------------------------------
+
+def test_lockd(build, d, exporter, textdir):
+    lockd = os.path.join(build, "agents", "lockd", "tierce-lockd")
+    cli = os.path.join(build, "tools", "tierce-lock", "tierce-lock")
+    for b in (lockd, cli):
+        check(os.access(b, os.X_OK), f"{b} is missing: build first")
+    secret = os.path.join(d, "lockd.secret")
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(os.urandom(24).hex())
+    tag = f"mt{os.getpid()}"
+    nodes = [f"{tag}a", f"{tag}b"]
+    ports = procs.free_ports(2)
+    topo = os.path.join(d, "lockd-cluster.toml")
+    with open(topo, "w") as f:
+        f.write(f'[cluster]\nname = "metrics"\nsecret_file = "{secret}"\ntransport = "tcp"\n'
+                f'[dlm]\nalgorithm = "ncosed"\nheartbeat_ms = 50\nlease_ms = 2000\n')
+        for n, p in zip(nodes, ports):
+            f.write(f'[[node]]\nname = "{n}"\nlockd = ["tcp://127.0.0.1:{p}"]\n')
+    node = nodes[0]
+    sock = os.path.join(d, f"{node}.sock")
+    prom = os.path.join(textdir, "tierce-lockd.prom")
+    conf = os.path.join(d, "lockd.toml")
+
+    def write_conf(metrics_file):
+        with open(conf, "w") as f:
+            f.write(f'[lockd]\ntopology = "{topo}"\nnode = "{node}"\nsocket = "{sock}"\n'
+                    f'state_dir = "{os.path.join(d, node + "-state")}"\n'
+                    f'metrics_file = "{metrics_file}"\nmetrics_interval_ms = 1000\n')
+
+    write_conf(prom)
+    log = os.path.join(d, "lockd.log")
+    other_log = os.path.join(d, "lockd-other.log")
+    rec = procs.spawn("lockd", [lockd, "--foreground", "-c", conf], log)
+    # The other member: flags only, its textfile through --metrics-file.
+    other_prom = os.path.join(textdir, "tierce-lockd-other.prom")
+    other = procs.spawn("lockd-other", [
+        lockd, "--foreground", "-t", topo, "-n", nodes[1], "-s", os.path.join(d, "other.sock"),
+        "-d", os.path.join(d, nodes[1] + "-state"), "--metrics-file", other_prom,
+        "--metrics-interval-ms", "1000"], other_log)
+
+    def metrics():
+        r = subprocess.run([cli, "--metrics", "--socket", sock], capture_output=True, timeout=30)
+        if r.returncode != 0:
+            return None
+        return r.stdout.decode()
+
+    try:
+        wait_for(lambda: (t := metrics()) and value(parse(t, "lockd")[0], "tierce_lockd_peer_up",
+                                                    node=node, peer=nodes[1]) == 1,
+                 "both lockds up (tierce_lockd_peer_up 1)")
+        # 1. tierce-lock --metrics before any lock.
+        samples, types = lint_and_parse(metrics(), "tierce-lock --metrics")
+        check(value(samples, "tierce_lockd_info", node=node, algorithm="ncosed") == 1,
+              "tierce_lockd_info{algorithm=ncosed} is not 1")
+        check(types.get("tierce_lockd_grants") == "counter",
+              f"tierce_lockd_grants_total is not a counter: {types.get('tierce_lockd_grants')}")
+        check(value(samples, "tierce_lockd_members", node=node, state="up") == 2,
+              "tierce_lockd_members{state=up} is not 2")
+        check(value(samples, "tierce_lockd_grants_total", node=node) == 0,
+              "tierce_lockd_grants_total is not 0 before any lock")
+        # 2. One lock acquired and released by tierce-lock; a try-lock that finds it taken.
+        names = [f"metrics-lock-{i}" for i in range(4)]
+        for n in names:
+            r = subprocess.run([cli, "--socket", sock, n, "true"], capture_output=True,
+                               timeout=30)
+            check(r.returncode == 0, f"tierce-lock {n} true: exit {r.returncode}: "
+                                     f"{r.stderr.decode()}")
+        holder = subprocess.Popen([cli, "--socket", sock, names[0], "sleep", "30"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: value(parse(metrics(), "lockd")[0], "tierce_lockd_locks_held",
+                                   node=node) == 1, "the holder's lock to be held")
+            r = subprocess.run([cli, "--socket", sock, "-n", names[0], "true"],
+                               capture_output=True, timeout=30)
+            check(r.returncode == 1, f"tierce-lock -n on a held lock: exit {r.returncode}")
+        finally:
+            holder.terminate()  # tierce-lock forwards it to sleep, then releases its lock
+            holder.wait()
+        wait_for(lambda: value(parse(metrics(), "lockd")[0], "tierce_lockd_locks_held",
+                               node=node) == 0, "the holder's lock to be released")
+        samples, _ = lint_and_parse(metrics(), "tierce-lock --metrics after the locks")
+        for name, want in (("tierce_lockd_acquires_total", 6),
+                           ("tierce_lockd_releases_total", 5)):
+            got = value(samples, name, node=node)
+            check(got == want, f"{name} is {got}, expected {want} after 5 locks and 1 try-lock "
+                               f"that found its lock taken")
+        # The exclusive try-lock queues behind the holder and the client library gives up on it
+        # (its own deadline): the request is withdrawn, and granted then let go at once when the
+        # holder releases, which counts as a grant (not as would_block: lockd did not answer
+        # WouldBlock itself).
+        grants = value(samples, "tierce_lockd_grants_total", node=node)
+        check(grants in (5, 6), f"tierce_lockd_grants_total is {grants}, expected 5 (or 6 with "
+                                f"the try-lock's withdrawn request) after 5 locks")
+        check((value(samples, "tierce_lockd_client_connections_total", node=node) or 0) >= 7,
+              "tierce_lockd_client_connections_total counts fewer than the 7 tierce-lock runs")
+        # 3. The textfiles of both lockds, through node-exporter.
+        wait_for(lambda: os.path.exists(prom) and os.path.exists(other_prom), "both textfiles")
+        for p in (prom, other_prom):
+            lint_and_parse(open(p).read(), p)
+        wait_for(lambda: value(exporter.scrape(), "tierce_lockd_grants_total", node=node) == grants,
+                 f"node-exporter to serve tierce_lockd_grants_total {grants}", timeout=10)
+        scraped = exporter.scrape()
+        check(value(scraped, "tierce_lockd_peer_up", node=nodes[1], peer=node) == 1,
+              "the other lockd's textfile (--metrics-file) does not say this one is up")
+        # 4. Reload, an unwritable directory, a clean stop.
+        check_textfile_lifecycle("lockd", rec, log, textdir, d, write_conf, prom,
+                                 "tierce_lockd_reloads_total", node, "LOCKD0050")
+        procs.stop([other])
+        check(not os.path.exists(other_prom), f"{other_prom} left behind by a clean stop")
+        print("lockd: tierce-lock --metrics and both textfiles pass promtool, the client parser "
+              "and node-exporter; acquires/grants/releases follow tierce-lock; reload moves "
+              "the file; LOCKD0050 once; removed at stop")
+    except TestFailure as e:
+        raise TestFailure(f"{e}\nlockd's log:\n{procs.tail(log, 30)}\nthe other lockd's log:\n"
+                          f"{procs.tail(other_log, 15)}")
+    finally:
+        procs.stop([rec, other])
+
+
+COMPONENTS = {"memd": test_memd, "lockd": test_lockd}
 
 
 def main():

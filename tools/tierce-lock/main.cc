@@ -48,6 +48,7 @@ const char* const kHelp = R"(Usage:
   tierce-lock [options] NAME COMMAND [ARG...]
   tierce-lock [options] NAME -c 'SHELL COMMAND'
   tierce-lock --status [--socket PATH]
+  tierce-lock --metrics [--socket PATH]
 
 Runs COMMAND while holding the Tierce lock NAME, like flock(1), except that the lock is
 cluster-wide: it is served by this node's tierce-lockd and excludes holders on every node.
@@ -73,6 +74,7 @@ Options:
                            kill = send SIGKILL, ignore = let it run. A message goes to stderr
                            in every case.
       --status             print tierce-lockd's status report and exit
+      --metrics            print tierce-lockd's metrics (Prometheus text format) and exit
   -v, --verbose            report on stderr when the lock is granted, with its token
   -h, --help               this text
   -V, --version            the version
@@ -101,7 +103,8 @@ Exit status:
   75   the hold was lost while COMMAND ran (see --on-lost); COMMAND's own status is printed
   126  COMMAND could not be executed
   127  COMMAND was not found
-  --status: 0, or 69 when lockd is unreachable.
+  --status, --metrics: 0, or 69 when lockd is unreachable (or, --metrics, too old to
+  serve metrics).
 )";
 
 enum class OnLost { Term, Kill, Ignore };
@@ -113,6 +116,7 @@ struct Options {
   std::string socket = LockClient::default_socket();
   OnLost on_lost = OnLost::Term;
   bool status = false;
+  bool metrics = false;  // --status with flag METRICS
   bool verbose = false;
   std::optional<std::string> shell_command;
   std::string name;
@@ -126,7 +130,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  enum { kSocket = 1000, kOnLost, kStatus };
+  enum { kSocket = 1000, kOnLost, kStatus, kMetrics };
   static const option longs[] = {
       {"exclusive", no_argument, nullptr, 'x'},
       {"shared", no_argument, nullptr, 's'},
@@ -138,6 +142,7 @@ Options parse(int argc, char** argv) {
       {"socket", required_argument, nullptr, kSocket},
       {"on-lost", required_argument, nullptr, kOnLost},
       {"status", no_argument, nullptr, kStatus},
+      {"metrics", no_argument, nullptr, kMetrics},
       {"verbose", no_argument, nullptr, 'v'},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'V'},
@@ -196,6 +201,9 @@ Options parse(int argc, char** argv) {
       case kStatus:
         o.status = true;
         break;
+      case kMetrics:
+        o.status = o.metrics = true;
+        break;
       case 'v':
         o.verbose = true;
         break;
@@ -212,7 +220,8 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.status) {
-    if (optind != argc) usage_error("--status takes no NAME or COMMAND");
+    if (optind != argc)
+      usage_error(std::string(o.metrics ? "--metrics" : "--status") + " takes no NAME or COMMAND");
     return o;
   }
   if (optind >= argc) usage_error("no lock NAME given");
@@ -273,12 +282,15 @@ int lock_error_exit(const Options& o, const LockError& e) {
 int run_status(const Options& o) {
   try {
     LockClient c(o.socket);
-    std::string text = c.status();
+    std::string text = o.metrics ? c.metrics() : c.status();
     std::fwrite(text.data(), 1, text.size(), stdout);
     if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
     return 0;
   } catch (const LockError& e) {
-    std::fprintf(stderr, "tierce-lock: %s\n", e.what());
+    std::fprintf(stderr, "tierce-lock: %s%s\n", e.what(),
+                 o.metrics && e.status() == Status::BadRequest
+                     ? " (this tierce-lockd is older than --metrics: update it)"
+                     : "");
     return kExitUnavailable;
   }
 }

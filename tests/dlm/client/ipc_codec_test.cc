@@ -109,6 +109,31 @@ BOOST_AUTO_TEST_CASE(requests_round_trip) {
   auto s = decode_request(enc(StatusRequest{77}), &err);
   BOOST_TEST_REQUIRE(s.has_value());
   BOOST_TEST(std::get<StatusRequest>(*s).req_id == 77u);
+  BOOST_TEST(!std::get<StatusRequest>(*s).metrics);
+  // Flag METRICS: the same frame with bit 2 of the flags (what tierce-lock --metrics sends).
+  auto mf = enc(StatusRequest{78, true});
+  BOOST_TEST(mf.size() == kStatusSize);
+  BOOST_TEST(mf[3] == kFlagMetrics);
+  auto m = decode_request(mf, &err);
+  BOOST_TEST_REQUIRE(m.has_value());
+  BOOST_TEST(std::get<StatusRequest>(*m).req_id == 78u);
+  BOOST_TEST(std::get<StatusRequest>(*m).metrics);
+}
+
+BOOST_AUTO_TEST_CASE(metrics_flag_only_on_status) {
+  DecodeError err;
+  auto lock = enc(sample_lock());
+  lock[3] = kFlagMetrics;
+  BOOST_TEST(!decode_request(lock, &err).has_value());
+  BOOST_TEST(err.status == Status::BadRequest);
+  auto unlock = enc(UnlockRequest{3, 4});
+  unlock[3] = kFlagMetrics;
+  BOOST_TEST(!decode_request(unlock, &err).has_value());
+  auto status = enc(StatusRequest{5});
+  status[3] = kFlagMetrics | kFlagMore;  // MORE is a reply's flag
+  BOOST_TEST(!decode_request(status, &err).has_value());
+  BOOST_TEST_REQUIRE(err.req_id.has_value());  // answerable: an old lockd answers BadRequest
+  BOOST_TEST(*err.req_id == 5u);
 }
 
 BOOST_AUTO_TEST_CASE(events_round_trip) {

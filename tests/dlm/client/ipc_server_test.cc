@@ -388,6 +388,42 @@ BOOST_AUTO_TEST_CASE(long_status_text_arrives_whole) {
   BOOST_TEST(c.try_lock("still-fine", Mode::Exclusive).has_value());
 }
 
+// STATUS with flag METRICS: IpcOptions::metrics answers it (lockd: Lockd::metrics_text); a
+// server without it answers BadRequest, as a lockd older than the flag does.
+BOOST_AUTO_TEST_CASE(metrics_request_is_answered_by_the_metrics_source) {
+  {
+    ServerFixture s;
+    LockClient c(s.sock);
+    expect_error(Status::BadRequest, [&] { c.metrics(); });
+    BOOST_TEST(c.try_lock("still-fine", Mode::Exclusive).has_value());
+  }
+  tierce::lockd::IpcOptions o;
+  std::string text;
+  for (int i = 0; text.size() < 20000; ++i)
+    text += "tierce_test_total{i=\"" + std::to_string(i) + "\"} " + std::to_string(i) + "\n";
+  o.metrics = [&] { return text; };
+  ServerFixture s(false, o);
+  LockClient c(s.sock);
+  BOOST_TEST(c.metrics() == text);  // split over several REPLY frames, arrives whole
+  BOOST_TEST(c.status() != text);   // STATUS without the flag: still the status report
+}
+
+BOOST_AUTO_TEST_CASE(quota_refusals_are_counted_by_quota) {
+  tierce::lockd::IpcOptions o;
+  o.max_holds_per_client = 1;
+  o.max_locks_per_uid = 2;
+  ServerFixture s(false, o);
+  LockClient c1(s.sock), c2(s.sock), c3(s.sock);
+  auto a = c1.lock("a", Mode::Exclusive);
+  expect_error(Status::TooMany, [&] { c1.lock("b", Mode::Exclusive); });  // per client
+  auto b = c2.lock("b", Mode::Exclusive);
+  expect_error(Status::TooMany, [&] { c3.lock("c", Mode::Exclusive); });  // per uid
+  auto n = s.ipc->counters();
+  BOOST_TEST(n.over_client_quota == 1u);
+  BOOST_TEST(n.over_uid_quota == 1u);
+  BOOST_TEST(n.uid_refused == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(per_client_hold_limit) {
   tierce::lockd::IpcOptions o;
   o.max_holds_per_client = 2;
