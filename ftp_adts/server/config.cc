@@ -189,7 +189,8 @@ Config parse_checked(const toml::table& root, const std::string& source) {
                      "pasv_address", "idle_timeout_s", "data_timeout_s", "store_splice", "login_timeout_s",
                      "login_fail_delay_ms", "max_login_failures", "max_sessions_per_ip",
                      "unprivileged_user", "xferlog", "log_level",
-                     "ready_file", "banner", "anonymous", "tls", "adts", "user", "limits"});
+                     "ready_file", "banner", "anonymous", "tls", "adts", "user", "limits",
+                     "metrics_file", "metrics_interval_ms"});
 
   if (auto v = c.str(root, "", "listen")) {
     if (!parse_listen(*v, &cfg.listen_host, &cfg.listen_port))
@@ -245,6 +246,17 @@ Config parse_checked(const toml::table& root, const std::string& source) {
                 "log_level: \"" + *v + "\" is not one of \"debug\", \"info\", \"warn\", \"error\"");
   }
   if (auto v = c.str(root, "", "ready_file")) cfg.ready_file = *v;
+  if (auto v = c.str(root, "", "metrics_file")) {
+    if (v->empty())
+      c.problem(root.get("metrics_file")->source(),
+                "metrics_file: empty; leave the key out for none, or write e.g. "
+                "\"/var/lib/prometheus/node-exporter/tierce-ftpd.prom\"");
+    else
+      cfg.metrics_file = std::filesystem::path(*v).is_relative()
+                             ? (std::filesystem::path(base) / *v).lexically_normal().string()
+                             : *v;
+  }
+  c.set(&cfg.metrics_interval_ms, root, "", "metrics_interval_ms", 1000, 3600000);
   if (auto v = c.str(root, "", "banner")) {
     if (v->find_first_of("\r\n") != std::string::npos)
       c.problem(root.get("banner")->source(), "banner: one line only (no newlines)");

@@ -52,6 +52,10 @@ struct Config {
   std::string xferlog;
   fabric::LogLevel log_level = fabric::LogLevel::Info;
   std::string ready_file;
+  // Prometheus text of the master's counters for node-exporter's textfile collector, rewritten
+  // every metrics_interval_ms by the master (docs/ftp.md "Metrics"); "" = none. Reloadable.
+  std::string metrics_file;
+  unsigned metrics_interval_ms = 15000;
   std::string banner = "Tierce FTP server ready";
 
   bool anonymous = false;

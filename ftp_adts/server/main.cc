@@ -234,6 +234,7 @@ class Reload {
     };
     return reloader_.run(load, apply);
   }
+  base::ReloadCounters counters() const { return reloader_.counters(); }
 
  private:
   Config* cfg_;
@@ -361,9 +362,10 @@ int run(const Options& o) {
                                     "); every session runs as this user");
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
-  MasterEnv env{&cfg, log, tls, xferlog.get(), &privsep, {}};
+  MasterEnv env{&cfg, log, tls, xferlog.get(), &privsep, {}, {}, TIERCE_VERSION, where};
   Reload reload(&cfg, &env, &privsep, level, log);
   env.reload = [&reload] { return reload(); };
+  env.reload_counters = [&reload] { return reload.counters(); };
   return run_master(env, lfd, signals.fd());
 }
 

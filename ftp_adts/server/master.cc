@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/metrics.h"
 #include "ftp_adts/server/data.h"
 #include "ftp_adts/server/session.h"
 
@@ -27,16 +29,18 @@ namespace {
 
 using fabric::LogLevel;
 
-constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q', kAccept = 'A', kRefuse = 'R';
+constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q', kAccept = 'A', kRefuse = 'R', kStats = 'S';
 constexpr const char* kTooMany = "421 Too many sessions, try later\r\n";
 constexpr const char* kTooManyFromIp = "421 Too many connections from your address\r\n";
 constexpr size_t kMaxMessage = 64;  // 'B' + a numeric IPv6 address fits
+static_assert(1 + 7 * 8 <= kMaxMessage, "the 'S' message must fit");
 
 struct Worker {
   enum class State { Idle, Busy, Retiring } state = State::Idle;
   int ctl = -1;      // master's end of the pair; -1 once the worker closed it
   std::string peer;  // the client's host while it serves a session ("" otherwise)
   bool asked = false;  // sent its 'B' (privilege separation: its only message; see message())
+  bool reported = false;  // sent its 'S' for the session it serves (taken once per 'B')
 };
 
 // After the worker told the master about a connection ('B'): waits for 'A' or 'R'. A 'Q' that
@@ -119,8 +123,10 @@ bool ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
       if (::write(ctl, &kIdle, 1) != 1) ::_exit(0);
       continue;
     }
-    serve_session(senv, fd);
+    const SessionStats stats = serve_session(senv, fd);
     ++served;
+    const std::string report = encode_session_stats(stats);
+    if (::write(ctl, report.data(), report.size()) != ssize_t(report.size())) ::_exit(0);
     // Privilege separation: one session per process, logged in or not (the pre-login code
     // handled what the client sent; a fresh worker starts clean).
     if (privsep) ::_exit(0);
@@ -152,6 +158,13 @@ class Master {
     return n;
   }
 
+  // metrics_file (docs/ftp.md "Metrics"): written from this loop, not from a thread (the master
+  // forks; a thread holding a lock at fork would leave it held in the worker).
+  void write_metrics();
+  void metrics_changed(const std::string& old_file);  // after a reload
+  void remove_metrics();
+  int poll_timeout_ms(int other) const;
+
   const MasterEnv& env_;
   const Config& cfg_;
   int listen_fd_;
@@ -160,13 +173,66 @@ class Master {
   bool stopping_ = false;
   const bool privsep_ = env_.privsep && env_.privsep->enabled;
   unsigned spawn_failures_ = 0;
+  MasterCounters n_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point next_metrics_{};
+  bool metrics_failing_ = false;
 };
+
+void Master::write_metrics() {
+  if (cfg_.metrics_file.empty()) return;
+  next_metrics_ = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(cfg_.metrics_interval_ms);
+  MasterGauges g;
+  for (auto& [pid, w] : workers_) {
+    g.sessions += !w.peer.empty();
+    g.idle += w.state == Worker::State::Idle;
+    g.busy += w.state == Worker::State::Busy;
+    g.retiring += w.state == Worker::State::Retiring;
+  }
+  const double up =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  try {
+    base::write_textfile(cfg_.metrics_file, master_metrics_text(env_, n_, g, up));
+    if (metrics_failing_)
+      log(LogLevel::Info, "FTPD0050 " + cfg_.metrics_file + " written again");
+    metrics_failing_ = false;
+  } catch (const std::exception& e) {
+    if (!metrics_failing_)
+      log(LogLevel::Warn, std::string("FTPD0050 cannot write the metrics file: ") + e.what() +
+                              "; retried every metrics_interval_ms (logged again when it works)");
+    metrics_failing_ = true;
+  }
+}
+
+void Master::remove_metrics() {
+  if (!cfg_.metrics_file.empty()) ::unlink(cfg_.metrics_file.c_str());
+}
+
+void Master::metrics_changed(const std::string& old_file) {
+  if (old_file != cfg_.metrics_file && !old_file.empty()) ::unlink(old_file.c_str());
+  metrics_failing_ = false;
+  if (cfg_.metrics_file.empty()) return;
+  log(LogLevel::Info, "FTPD0051 metrics written to " + cfg_.metrics_file + " every " +
+                          std::to_string(cfg_.metrics_interval_ms) + " ms");
+  write_metrics();
+}
+
+int Master::poll_timeout_ms(int other) const {
+  if (cfg_.metrics_file.empty()) return other;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  next_metrics_ - std::chrono::steady_clock::now())
+                  .count();
+  int m = int(std::max<int64_t>(0, std::min<int64_t>(left, 3600000)));
+  return other < 0 ? m : std::min(other, m);
+}
 
 void Master::spawn() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     log(LogLevel::Error, std::string("FTPD0006 socketpair: ") + std::strerror(errno));
     ++spawn_failures_;
+    ++n_.fork_failures;
     return;
   }
   pid_t master = ::getpid();
@@ -176,6 +242,7 @@ void Master::spawn() {
     ::close(sv[0]);
     ::close(sv[1]);
     ++spawn_failures_;
+    ++n_.fork_failures;
     return;
   }
   if (pid == 0) {
@@ -189,6 +256,7 @@ void Master::spawn() {
   ::close(sv[1]);
   workers_[pid] = Worker{Worker::State::Idle, sv[0], {}, false};
   spawn_failures_ = 0;
+  ++n_.workers_started;
   log(LogLevel::Debug, "FTPD0002 worker " + std::to_string(pid) + " started");
 }
 
@@ -224,6 +292,7 @@ void Master::reap() {
     if (clean || stopping_) {
       log(LogLevel::Debug, "FTPD0003 worker " + std::to_string(pid) + " exited");
     } else {
+      ++n_.workers_died;
       std::string how = WIFSIGNALED(status)
                             ? "killed by signal " + std::to_string(WTERMSIG(status))
                             : "exit status " + std::to_string(WEXITSTATUS(status));
@@ -244,6 +313,19 @@ void Master::reap() {
 // and the answer is sent without blocking, so a worker that does not read cannot stall the master.
 void Master::message(pid_t pid, Worker& w, std::string_view m) {
   if (m.empty()) return;
+  if (m[0] == kStats) {
+    SessionStats s;
+    if (!w.asked || w.reported || !decode_session_stats(m, &s)) return;
+    w.reported = true;
+    n_.logins_ok += s.logins_ok;
+    n_.logins_failed += s.logins_failed;
+    n_.files_out += s.files_out;
+    n_.files_in += s.files_in;
+    n_.transfers_failed += s.transfers_failed;
+    n_.bytes_out += s.bytes_out;
+    n_.bytes_in += s.bytes_in;
+    return;
+  }
   if (privsep_ && w.asked) return;
   if (m[0] == kIdle) {
     w.peer.clear();
@@ -252,6 +334,7 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
   }
   if (m[0] != kBusy) return;
   w.asked = true;
+  w.reported = false;
   if (w.state != Worker::State::Retiring) w.state = Worker::State::Busy;
   std::string host(m.substr(1));
   size_t same = 0;
@@ -259,6 +342,7 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
   char answer = kAccept;
   if (cfg_.max_sessions_per_ip && same >= cfg_.max_sessions_per_ip) {
     answer = kRefuse;
+    ++n_.refused_per_ip;
     w.peer.clear();
     log(LogLevel::Warn, "FTPD0022 " + host + " has " + std::to_string(same) +
                             " sessions already (max_sessions_per_ip " +
@@ -266,6 +350,7 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
                             "): connection turned away with 421");
   } else {
     w.peer = host;
+    ++n_.sessions;
   }
   if (w.ctl >= 0) (void)!::send(w.ctl, &answer, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
@@ -275,7 +360,14 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
 // maintain() forks fresh ones with the new configuration. An idle worker quits at once; a busy one
 // finishes its session with the old configuration, then reads the 'Q' and quits.
 void Master::reload() {
-  if (!env_.reload || !env_.reload()) return;
+  const std::string old_metrics = cfg_.metrics_file;
+  const unsigned old_interval = cfg_.metrics_interval_ms;
+  const bool done = env_.reload && env_.reload();
+  if (done && (old_metrics != cfg_.metrics_file || old_interval != cfg_.metrics_interval_ms))
+    metrics_changed(old_metrics);
+  else
+    write_metrics();  // the reload counters moved
+  if (!done) return;
   size_t told = 0;
   for (auto& [pid, w] : workers_) {
     if (w.state == Worker::State::Retiring) continue;
@@ -296,6 +388,7 @@ void Master::turn_away() {
     (void)!::send(fd, kTooMany, std::strlen(kTooMany), MSG_NOSIGNAL);
     ::shutdown(fd, SHUT_WR);
     ::close(fd);
+    ++n_.refused_max_sessions;
     log(LogLevel::Warn, "FTPD0005 too many sessions (" + std::to_string(cfg_.max_sessions) +
                             " busy): connection turned away with 421");
   }
@@ -329,6 +422,7 @@ void Master::stop() {
 
 int Master::run() {
   maintain();
+  metrics_changed("");
   std::vector<pollfd> fds;
   std::vector<pid_t> owners;
   for (;;) {
@@ -353,11 +447,12 @@ int Master::run() {
       owners.push_back(-1);
     }
     // A failed fork is retried after a pause rather than never.
-    int timeout = spawn_failures_ ? 1000 : -1;
+    int timeout = poll_timeout_ms(spawn_failures_ ? 1000 : -1);
     int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) {
       log(LogLevel::Error, std::string("FTPD0007 poll: ") + std::strerror(errno));
       stop();
+      remove_metrics();
       return 1;
     }
     if (n == 0) spawn_failures_ = 0;
@@ -386,6 +481,7 @@ int Master::run() {
                                   ": stopping " + std::to_string(workers_.size()) + " workers");
           ::close(listen_fd_);
           stop();
+          remove_metrics();
           return 0;
         }
         if (si.ssi_signo == SIGCHLD) reap();
@@ -395,10 +491,86 @@ int Master::run() {
     if (full && fds.back().revents) turn_away();
     reap();
     maintain();
+    if (!cfg_.metrics_file.empty() && std::chrono::steady_clock::now() >= next_metrics_)
+      write_metrics();
   }
 }
 
 }  // namespace
+
+std::string master_metrics_text(const MasterEnv& env, const MasterCounters& c,
+                                const MasterGauges& g, double uptime_s) {
+  base::Metrics m;
+  const bool privsep = env.privsep && env.privsep->enabled;
+  m.gauge("tierce_ftpd_info", "Always 1; the labels say which tierce-ftpd this is.", uint64_t(1),
+          {{"version", env.version}, {"listen", env.listen},
+           {"privsep", privsep ? "on" : "off"}});
+  m.gauge("tierce_ftpd_uptime_seconds", "Seconds since the master started.", uptime_s);
+  m.gauge("tierce_ftpd_sessions_active", "Sessions being served now.", uint64_t(g.sessions));
+  m.gauge("tierce_ftpd_max_sessions", "The max_sessions setting.",
+          uint64_t(env.cfg->max_sessions));
+  m.counter("tierce_ftpd_sessions_total", "Connections accepted and served by a worker.",
+            c.sessions);
+  m.counter("tierce_ftpd_sessions_refused_total", "Connections turned away with 421, by limit.",
+            c.refused_max_sessions, {{"limit", "max_sessions"}});
+  m.counter("tierce_ftpd_sessions_refused_total", "Connections turned away with 421, by limit.",
+            c.refused_per_ip, {{"limit", "max_sessions_per_ip"}});
+  for (auto [state, v] : {std::pair<const char*, size_t>{"idle", g.idle}, {"busy", g.busy},
+                          {"retiring", g.retiring}})
+    m.gauge("tierce_ftpd_workers", "Worker processes, by state.", uint64_t(v),
+            {{"state", state}});
+  m.counter("tierce_ftpd_logins_total", "Logins, by result (counted when the session ends).",
+            c.logins_ok, {{"result", "ok"}});
+  m.counter("tierce_ftpd_logins_total", "Logins, by result (counted when the session ends).",
+            c.logins_failed, {{"result", "failed"}});
+  m.counter("tierce_ftpd_transfers_total",
+            "Transfers, by direction and result (counted when the session ends).", c.files_out,
+            {{"direction", "out"}, {"result", "ok"}});
+  m.counter("tierce_ftpd_transfers_total",
+            "Transfers, by direction and result (counted when the session ends).", c.files_in,
+            {{"direction", "in"}, {"result", "ok"}});
+  m.counter("tierce_ftpd_transfers_failed_total",
+            "Transfers that failed, either direction (counted when the session ends).",
+            c.transfers_failed);
+  m.counter("tierce_ftpd_bytes_total",
+            "Data bytes moved, by direction, failed transfers included (counted when the "
+            "session ends).",
+            c.bytes_out, {{"direction", "out"}});
+  m.counter("tierce_ftpd_bytes_total",
+            "Data bytes moved, by direction, failed transfers included (counted when the "
+            "session ends).",
+            c.bytes_in, {{"direction", "in"}});
+  m.counter("tierce_ftpd_workers_started_total", "Worker processes forked.", c.workers_started);
+  m.counter("tierce_ftpd_workers_died_total",
+            "Workers that died (a signal or a non-zero exit status; FTPD0004).", c.workers_died);
+  m.counter("tierce_ftpd_fork_failures_total", "Workers that could not be forked (FTPD0006).",
+            c.fork_failures);
+  base::ReloadCounters r;
+  if (env.reload_counters) r = env.reload_counters();
+  m.counter("tierce_ftpd_reloads_total", "Configuration reloads applied (SIGHUP).", r.reloads);
+  m.counter("tierce_ftpd_failed_reloads_total",
+            "Configuration reloads refused (the running configuration kept).", r.failed);
+  return m.text();
+}
+
+std::string encode_session_stats(const SessionStats& s) {
+  std::string m(1, kStats);
+  for (uint64_t v : {s.logins_ok, s.logins_failed, s.files_out, s.files_in, s.transfers_failed,
+                     s.bytes_out, s.bytes_in})
+    for (int i = 0; i < 8; ++i) m += char(uint8_t(v >> (8 * i)));
+  return m;
+}
+
+bool decode_session_stats(std::string_view m, SessionStats* out) {
+  if (m.size() != 1 + 7 * 8 || m[0] != kStats) return false;
+  uint64_t v[7];
+  for (int k = 0; k < 7; ++k) {
+    v[k] = 0;
+    for (int i = 7; i >= 0; --i) v[k] = (v[k] << 8) | uint8_t(m[1 + 8 * k + i]);
+  }
+  *out = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+  return true;
+}
 
 int run_master(const MasterEnv& env, int listen_fd, int sigfd) {
   Master m(env, listen_fd, sigfd);

@@ -6,6 +6,10 @@
 //
 // Worker -> master, one message on a SOCK_SEQPACKET pair per worker:
 //   'B' HOST  accepted a connection from HOST (busy); the worker waits for the answer
+//   'S' STATS what the session just served did (SessionStats: 7 u64 little-endian, logins_ok,
+//             logins_failed, files_out, files_in, transfers_failed, bytes_out, bytes_in = 57
+//             bytes), sent once per session before its 'I' (or its exit, privilege separation);
+//             added to the master's totals for the metrics
 //   'I'       session over, accepting again (idle)
 // Master -> worker:
 //   'A' / 'R' the answer to 'B': serve it, or refuse it (max_sessions_per_ip sessions from HOST
@@ -21,16 +25,21 @@
 // then as the user's account; it exits after its session (it never serves a second one), and the
 // master forks a fresh worker as for any worker that exits. A worker's messages are untrusted
 // after the drop: the master only parses them (bounded), and a lying worker can only miscount
-// its own session.
+// its own session (its 'S' is taken once, after its 'B': a session's account that could run code
+// in its session process could misreport that session's logins, transfers and bytes — no more).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <string>
+
+#include "base/config.h"
 
 #include "fabric/log.h"
 #include "ftp_adts/ftp/tls.h"
 #include "ftp_adts/server/config.h"
 #include "ftp_adts/server/privsep.h"
+#include "ftp_adts/server/session.h"
 #include "ftp_adts/server/xferlog.h"
 
 namespace tierce::ftpd {
@@ -48,7 +57,35 @@ struct MasterEnv {
   // retires every worker (idle ones at once, busy ones after their session), so sessions accepted
   // afterwards are served by workers forked with the new configuration. Unset: SIGHUP is ignored.
   std::function<bool()> reload;
+  // For the metrics (docs/ftp.md "Metrics"): the reloads applied and refused so far, the version
+  // and the control socket's address ("127.0.0.1:2121") for tierce_ftpd_info.
+  std::function<base::ReloadCounters()> reload_counters;
+  std::string version, listen;
 };
+
+// What the master counts (it alone: sessions are served by workers, see docs/ftp.md "Metrics").
+struct MasterCounters {
+  uint64_t sessions = 0;              // connections a worker was told to serve ('A')
+  uint64_t refused_max_sessions = 0;  // turned away by the master: every worker busy
+  uint64_t refused_per_ip = 0;        // refused by max_sessions_per_ip ('R')
+  uint64_t workers_started = 0;
+  uint64_t workers_died = 0;          // exited uncleanly (signal, non-zero status)
+  uint64_t fork_failures = 0;
+  // The sessions' own numbers, summed from the workers' 'S' messages at the end of each session.
+  uint64_t logins_ok = 0, logins_failed = 0, files_out = 0, files_in = 0, transfers_failed = 0,
+           bytes_out = 0, bytes_in = 0;
+};
+
+// The 'S' message (above) and its reading: false unless `m` is exactly one.
+std::string encode_session_stats(const SessionStats& s);
+bool decode_session_stats(std::string_view m, SessionStats* out);
+struct MasterGauges {
+  size_t sessions = 0;  // workers serving a client now
+  size_t idle = 0, busy = 0, retiring = 0;
+};
+// The master's metrics in Prometheus text format (base::Metrics): tierce_ftpd_*.
+std::string master_metrics_text(const MasterEnv& env, const MasterCounters& c,
+                                const MasterGauges& g, double uptime_s);
 
 // Serves on `listen_fd` (non-blocking, listening) until SIGTERM/SIGINT arrives on `sigfd` (a
 // signalfd for TERM, INT, HUP and CHLD, those signals blocked). Returns the exit code (0).

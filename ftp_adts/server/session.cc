@@ -287,6 +287,13 @@ class Session {
   AdtsChannel adts_;
 
   uint64_t files_out_ = 0, files_in_ = 0, bytes_out_ = 0, bytes_in_ = 0;
+  uint64_t logins_ok_ = 0, logins_failed_ = 0, transfers_failed_ = 0;
+
+ public:
+  SessionStats stats() const {
+    return {logins_ok_, logins_failed_, files_out_, files_in_, transfers_failed_, bytes_out_,
+            bytes_in_};
+  }
 };
 
 // clang-format off
@@ -491,6 +498,7 @@ void Session::login_ok(std::string name, std::string root, bool anonymous, bool 
   session_upload_ = session_upload;
   cwd_ = "/";
   user_ = name;
+  ++logins_ok_;
   log(LogLevel::Info, "FTPD0201 login ok: " + name + " from " + peer_.host() +
                           (anonymous ? " (anonymous, read-only)" : write ? "" : " (read-only)"));
   ctl_.reply(230, anonymous ? "Anonymous access granted, restrictions apply" : "Login successful");
@@ -526,6 +534,7 @@ void Session::cmd_pass(const std::string& arg) {
     return;
   }
   ++failures_;
+  ++logins_failed_;
   log(LogLevel::Warn, "FTPD0202 login failed: " + user_.substr(0, 64) + " from " + peer_.host() +
                           " (attempt " + std::to_string(failures_) + ")");
   user_.clear();
@@ -1101,6 +1110,7 @@ void Session::finish_transfer(const TransferResult& r, const std::string& path, 
     quit_ = true;
   }
   if (!log_xfer) return;
+  transfers_failed_ += !ok;
   if (direction == 'o') {
     files_out_ += ok;
     bytes_out_ += r.bytes;
@@ -1505,13 +1515,15 @@ void Session::cmd_prot(const std::string& arg) {
 
 }  // namespace
 
-void serve_session(const SessionEnv& env, int fd) {
+SessionStats serve_session(const SessionEnv& env, int fd) {
+  std::unique_ptr<Session> s;
   try {
-    Session s(env, fd);
-    s.run();
+    s = std::make_unique<Session>(env, fd);
+    s->run();
   } catch (const std::exception& e) {
     if (env.log) env.log(fabric::LogLevel::Error, std::string("FTPD0107 session failed: ") + e.what());
   }
+  return s ? s->stats() : SessionStats{};
 }
 
 }  // namespace tierce::ftpd

@@ -26,8 +26,16 @@ struct SessionEnv {
   std::function<bool(const std::string& user, bool anonymous, std::string* err)> after_login;
 };
 
+// What one session did, for the master's metrics (master.h; docs/ftp.md "Metrics").
+struct SessionStats {
+  uint64_t logins_ok = 0, logins_failed = 0;
+  uint64_t files_out = 0, files_in = 0;  // transfers that completed (RETR; STOR/APPE/STOU)
+  uint64_t transfers_failed = 0;         // either direction
+  uint64_t bytes_out = 0, bytes_in = 0;  // data bytes moved, failed transfers included
+};
+
 // Serves the session on the accepted control socket `fd` (owned) until QUIT, a timeout or the
-// client going away. Never throws.
-void serve_session(const SessionEnv& env, int fd);
+// client going away. Never throws; returns what the session did (zeros if it failed to start).
+SessionStats serve_session(const SessionEnv& env, int fd);
 
 }  // namespace tierce::ftpd

@@ -63,9 +63,16 @@ def parse(text, what):
     samples, types = {}, {}
     try:
         for fam in text_string_to_metric_families(text):
+            # The client drops a counter's _total: a gauge X beside a counter X_total would be
+            # one family to it (and to OpenMetrics).
+            check(fam.name not in types, f"{what}: two families are both named {fam.name} to "
+                                         f"the client parser (a gauge beside a counter of the "
+                                         f"same name + _total?)")
             types[fam.name] = fam.type
             for s in fam.samples:
                 samples[(s.name, frozenset(s.labels.items()))] = s.value
+    except TestFailure:
+        raise
     except Exception as e:  # the parser's own exception types vary by version
         raise TestFailure(f"{what}: the Prometheus client parser refused it: {e}")
     return samples, types
@@ -214,6 +221,7 @@ def test_memd(build, d, exporter, textdir):
 
 def check_textfile_lifecycle(what, rec, log, textdir, d, write_conf, prom, reload_metric, node,
                              log_id, node_label="node"):
+    labels = {node_label: node} if node_label else {}
     """After the daemon wrote `prom`: a SIGHUP with another metrics_file moves the file (and
     `reload_metric` is 1), a directory it cannot write is reported once (`log_id`), a clean stop
     removes the file. `write_conf(path)` rewrites the daemon's configuration."""
@@ -223,7 +231,7 @@ def check_textfile_lifecycle(what, rec, log, textdir, d, write_conf, prom, reloa
     wait_for(lambda: os.path.exists(prom2) and not os.path.exists(prom),
              f"{what}: the reload to move the textfile")
     s = lint_and_parse(open(prom2).read(), prom2)[0]
-    check(value(s, reload_metric, **{node_label: node}) == 1,
+    check(value(s, reload_metric, **labels) == 1,
           f"{what}: {reload_metric} is not 1 after one SIGHUP")
     write_conf(os.path.join(d, "no-such-dir", "x.prom"))
     os.kill(rec["pid"], signal.SIGHUP)
@@ -359,7 +367,121 @@ def test_lockd(build, d, exporter, textdir):
         procs.stop([rec, other])
 
 
-COMPONENTS = {"memd": test_memd, "lockd": test_lockd}
+# ---- tierce-ftpd -------------------------------------------------------------------------------
+
+def test_ftpd(build, d, exporter, textdir):
+    import ftplib
+    import io
+    binary = os.path.join(build, "ftp_adts", "server", "tierce-ftpd")
+    check(os.access(binary, os.X_OK), f"{binary} is missing: build first")
+    root = os.path.join(d, "ftp-root")
+    os.makedirs(root)
+    os.chmod(d, 0o755)  # started as root the sessions run as nobody (privilege separation)
+    os.chmod(root, 0o755)
+    payload = os.urandom(123457)
+    with open(os.path.join(root, "file.bin"), "wb") as f:
+        f.write(payload)
+    os.chmod(os.path.join(root, "file.bin"), 0o644)
+    r = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=b"secret-pass",
+                       capture_output=True, timeout=30)
+    check(r.returncode == 0, f"openssl passwd: {r.stderr.decode()}")
+    pw_hash = r.stdout.decode().strip()
+    ready = os.path.join(d, "ftpd.ready")
+    prom = os.path.join(textdir, "tierce-ftpd.prom")
+    conf = os.path.join(d, "ftpd.toml")
+
+    def write_conf(metrics_file):
+        with open(conf, "w") as f:
+            f.write(f'listen = "127.0.0.1:0"\nworkers = 2\nmax_sessions = 4\n'
+                    f'max_sessions_per_ip = 1\nlogin_fail_delay_ms = 0\nready_file = "{ready}"\n'
+                    f'pasv_ports = "0"\nmetrics_file = "{metrics_file}"\n'
+                    f'metrics_interval_ms = 1000\n'
+                    f'[[user]]\nname = "alice"\npassword = "{pw_hash}"\nroot = "{root}"\n')
+
+    write_conf(prom)
+    log = os.path.join(d, "ftpd.log")
+    rec = procs.spawn("ftpd", [binary, "-c", conf, "--foreground"], log)
+
+    def textfile():
+        if not os.path.exists(prom):
+            return None
+        return parse(open(prom).read(), prom)[0]
+
+    try:
+        wait_for(lambda: os.path.exists(ready) and os.path.getsize(ready) > 0, "ftpd's ready file")
+        port = int(open(ready).read().strip())
+        wait_for(lambda: os.path.exists(prom), f"{prom} to be written")
+        s0, types = lint_and_parse(open(prom).read(), prom)
+        check(value(s0, "tierce_ftpd_info") == 1, "tierce_ftpd_info is not 1")
+        check(types.get("tierce_ftpd_sessions") == "counter",
+              f"tierce_ftpd_sessions_total is not a counter: {types.get('tierce_ftpd_sessions')}")
+        check(value(s0, "tierce_ftpd_sessions_total") == 0, "sessions counted before any client")
+        # 1. A session with a failed and a good login and one RETR.
+        ftp = ftplib.FTP()
+        ftp.connect("127.0.0.1", port, timeout=30)
+        try:
+            ftp.login("alice", "wrong")
+            raise TestFailure("a wrong password was accepted")
+        except ftplib.error_perm:
+            pass
+        ftp.login("alice", "secret-pass")
+        buf = io.BytesIO()
+        ftp.retrbinary("RETR file.bin", buf.write)
+        check(buf.getvalue() == payload, "RETR returned other bytes")
+        # 2. While it is open, a second connection from the same address: 421 (per-IP limit).
+        wait_for(lambda: (t := textfile()) and value(t, "tierce_ftpd_sessions_active") == 1,
+                 "tierce_ftpd_sessions_active 1 while a session is open", timeout=10)
+        second = ftplib.FTP()
+        try:
+            second.connect("127.0.0.1", port, timeout=30)
+            raise TestFailure("a second session from 127.0.0.1 was served (max_sessions_per_ip 1)")
+        except ftplib.error_temp as e:
+            check(str(e).startswith("421"), f"the second connection got {e}, not 421")
+        finally:
+            second.close()
+        ftp.quit()
+        # 3. The master's totals after the session ended (its worker reported it).
+        want = {("tierce_ftpd_sessions_total", ()): 1,
+                ("tierce_ftpd_sessions_refused_total", (("limit", "max_sessions_per_ip"),)): 1,
+                ("tierce_ftpd_sessions_refused_total", (("limit", "max_sessions"),)): 0,
+                ("tierce_ftpd_logins_total", (("result", "ok"),)): 1,
+                ("tierce_ftpd_logins_total", (("result", "failed"),)): 1,
+                ("tierce_ftpd_transfers_total", (("direction", "out"), ("result", "ok"))): 1,
+                ("tierce_ftpd_transfers_total", (("direction", "in"), ("result", "ok"))): 0,
+                ("tierce_ftpd_transfers_failed_total", ()): 0,
+                ("tierce_ftpd_bytes_total", (("direction", "out"),)): len(payload),
+                ("tierce_ftpd_sessions_active", ()): 0}
+
+        def matches():
+            t = textfile()
+            if not t:
+                return None
+            got = {k: value(t, k[0], **dict(k[1])) for k in want}
+            return got if got == want else None
+
+        try:
+            wait_for(matches, "the textfile to count the session", timeout=10)
+        except TestFailure:
+            t = textfile() or {}
+            got = {k: value(t, k[0], **dict(k[1])) for k in want}
+            raise TestFailure(f"ftpd's counters after one session: got {got}, expected {want}")
+        lint_and_parse(open(prom).read(), prom)
+        scraped = exporter.scrape()
+        check(value(scraped, "tierce_ftpd_bytes_total", direction="out") == len(payload),
+              "node-exporter does not serve ftpd's tierce_ftpd_bytes_total")
+        # 4. Reload, an unwritable directory, a clean stop.
+        check_textfile_lifecycle("ftpd", rec, log, textdir, d, write_conf, prom,
+                                 "tierce_ftpd_reloads_total", None, "FTPD0050", node_label=None)
+        print("ftpd: the master's textfile passes promtool, the client parser and node-exporter; "
+              "sessions, the per-IP refusal, logins, the RETR and its bytes are counted; reload "
+              "moves the file; FTPD0050 once; removed at stop")
+    except TestFailure as e:
+        raise TestFailure(f"{e}\nftpd's log:\n{procs.tail(log, 30)}")
+    finally:
+        procs.stop([rec])
+
+
+COMPONENTS = {"memd": test_memd, "lockd": test_lockd, "ftpd": test_ftpd}
 
 
 def main():

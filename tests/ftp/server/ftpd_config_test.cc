@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "ftp_adts/server/config.h"
+#include "ftp_adts/server/master.h"
 #include "ftp_adts/server/password.h"
 #include "tests/ftp/server/ftpd_harness.h"
 
@@ -173,4 +174,65 @@ BOOST_AUTO_TEST_CASE(limits_keys) {
   r = check(d, base_config(d, "[limits]\nbogus = 1\n"));
   BOOST_TEST(r.code == 2);
   BOOST_TEST(r.err.find("limits.bogus: unknown key") != std::string::npos, r.err);
+}
+
+BOOST_AUTO_TEST_CASE(metrics_keys) {
+  TempDir d;
+  auto c = tierce::ftpd::parse_config(
+      base_config(d, "metrics_file = \"m/ftpd.prom\"\nmetrics_interval_ms = 2000\n"),
+      d / "x.toml");
+  BOOST_TEST(c.metrics_file == d / "m/ftpd.prom");  // relative: the file's directory
+  BOOST_TEST(c.metrics_interval_ms == 2000u);
+  auto defaults = tierce::ftpd::parse_config(base_config(d, ""), d / "y.toml");
+  BOOST_TEST(defaults.metrics_file.empty());
+  BOOST_TEST(defaults.metrics_interval_ms == 15000u);
+  auto r = check(d, base_config(d, "metrics_interval_ms = 999\n"));
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("metrics_interval_ms") != std::string::npos, r.err);
+  r = check(d, base_config(d, "metrics_file = \"\"\n"));
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("metrics_file: empty") != std::string::npos, r.err);
+}
+
+// The worker's end-of-session report to the master ('S', master.h) and the master's text.
+BOOST_AUTO_TEST_CASE(session_stats_message_and_master_metrics) {
+  tierce::ftpd::SessionStats s{1, 2, 3, 4, 5, (uint64_t(1) << 40) + 7, UINT64_MAX};
+  std::string m = tierce::ftpd::encode_session_stats(s);
+  BOOST_TEST(m.size() == 57u);
+  BOOST_TEST(m[0] == 'S');
+  tierce::ftpd::SessionStats back;
+  BOOST_TEST_REQUIRE(tierce::ftpd::decode_session_stats(m, &back));
+  BOOST_TEST(back.logins_ok == 1u);
+  BOOST_TEST(back.logins_failed == 2u);
+  BOOST_TEST(back.files_out == 3u);
+  BOOST_TEST(back.files_in == 4u);
+  BOOST_TEST(back.transfers_failed == 5u);
+  BOOST_TEST(back.bytes_out == (uint64_t(1) << 40) + 7);
+  BOOST_TEST(back.bytes_in == UINT64_MAX);
+  BOOST_TEST(!tierce::ftpd::decode_session_stats(m.substr(0, 56), &back));  // truncated
+  BOOST_TEST(!tierce::ftpd::decode_session_stats(m + "x", &back));          // too long
+  BOOST_TEST(!tierce::ftpd::decode_session_stats("I", &back));
+
+  TempDir d;
+  auto cfg = tierce::ftpd::parse_config(base_config(d, ""), d / "x.toml");
+  tierce::ftpd::MasterEnv env;
+  env.cfg = &cfg;
+  env.version = "9.9";
+  env.listen = "127.0.0.1:21";
+  tierce::ftpd::MasterCounters c;
+  c.sessions = 3;
+  c.refused_per_ip = 1;
+  c.bytes_out = 123456789012ull;
+  tierce::ftpd::MasterGauges g;
+  g.sessions = 2;
+  g.idle = 1;
+  std::string text = tierce::ftpd::master_metrics_text(env, c, g, 1.5);
+  for (const char* want :
+       {"tierce_ftpd_info{version=\"9.9\",listen=\"127.0.0.1:21\",privsep=\"off\"} 1\n",
+        "# TYPE tierce_ftpd_sessions_total counter\ntierce_ftpd_sessions_total 3\n",
+        "tierce_ftpd_sessions_refused_total{limit=\"max_sessions_per_ip\"} 1\n",
+        "tierce_ftpd_sessions_active 2\n", "tierce_ftpd_workers{state=\"idle\"} 1\n",
+        "tierce_ftpd_bytes_total{direction=\"out\"} 123456789012\n",
+        "tierce_ftpd_reloads_total 0\n", "tierce_ftpd_uptime_seconds 1.5\n"})
+    BOOST_TEST(text.find(want) != std::string::npos, want << " not in:\n" << text);
 }
