@@ -136,6 +136,15 @@ Metrics& Metrics::counter(std::string_view name, std::string_view help, uint64_t
   return *this;
 }
 
+Metrics& Metrics::counter_seconds(std::string_view name, std::string_view help, double v,
+                                  const MetricLabels& labels) {
+  if (name.size() < 14 || name.substr(name.size() - 14) != "_seconds_total")
+    throw std::logic_error("counter_seconds: the name must end in _seconds_total: " +
+                           std::string(name));
+  sample(family(name, help, Type::Counter), "", labels, format_double(v));
+  return *this;
+}
+
 Metrics& Metrics::gauge(std::string_view name, std::string_view help, double v,
                         const MetricLabels& labels) {
   sample(family(name, help, Type::Gauge), "", labels, format_double(v));

@@ -52,6 +52,11 @@ class Metrics {
   // Counters are named *_total (checked). Integral values are written exactly.
   Metrics& counter(std::string_view name, std::string_view help, uint64_t v,
                    const MetricLabels& labels = {});
+  // A counter in a base unit that is not a whole number (tierce_rcache_coop_lookup_seconds_total:
+  // nanoseconds summed, written in seconds). Named counter_seconds, not an overload of counter,
+  // so that an integer argument never picks it.
+  Metrics& counter_seconds(std::string_view name, std::string_view help, double v,
+                           const MetricLabels& labels = {});
   Metrics& gauge(std::string_view name, std::string_view help, double v,
                  const MetricLabels& labels = {});
   Metrics& gauge(std::string_view name, std::string_view help, uint64_t v,

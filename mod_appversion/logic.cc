@@ -269,4 +269,59 @@ std::string Counters::text() const {
   return s;
 }
 
+void Counters::metrics(base::Metrics& m) const {
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  m.counter("tierce_appversion_requests_keyed_total", "Requests with a valid Tierce-Key.",
+            ld(requests_keyed));
+  m.counter("tierce_appversion_bad_keys_total", "Requests whose Tierce-Key was malformed.",
+            ld(bad_keys));
+  m.counter("tierce_appversion_seq_failures_total",
+            "Keyed requests whose home sequence could not be read (page not cacheable).",
+            ld(seq_failures));
+  m.counter("tierce_appversion_registrations_total", "Pages registered at their home and tagged.",
+            ld(registrations));
+  const char* help = "Registrations refused by the home, by reason.";
+  m.counter("tierce_appversion_registrations_refused_total", help, ld(refused_race),
+            {{"reason", "race"}});
+  m.counter("tierce_appversion_registrations_refused_total", help, ld(refused_log),
+            {{"reason", "log"}});
+  m.counter("tierce_appversion_registrations_refused_total", help, ld(refused_pending),
+            {{"reason", "pending"}});
+  m.counter("tierce_appversion_registrations_refused_total", help, ld(refused_other),
+            {{"reason", "other"}});
+  m.counter("tierce_appversion_not_registered_total",
+            "Keyed pages not registered (status, dependencies, ...).", ld(not_registered));
+  m.counter("tierce_appversion_invalidations_total", "Invalidations sent.", ld(invalidations));
+  m.counter("tierce_appversion_invalidations_fenced_total",
+            "Invalidations that returned after the fence bound (some home was fenced instead "
+            "of acknowledging).",
+            ld(invalidations_fenced));
+  m.counter("tierce_appversion_acks_received_total", "Homes that acknowledged an invalidation.",
+            ld(acks_received));
+  m.counter("tierce_appversion_homes_fenced_total", "Homes relied on as fenced.",
+            ld(homes_fenced));
+  m.counter("tierce_appversion_second_invalidations_total",
+            "Invalidations sent again after the script ended.", ld(second_invalidations));
+  m.counter("tierce_appversion_aborted_responses_total",
+            "Responses cut because PHP aborted after output (tag withdrawn).",
+            ld(aborted_responses));
+  m.counter("tierce_appversion_bad_dependency_lists_total", "Malformed dependency lists.",
+            ld(bad_dependency_lists));
+  std::array<uint64_t, kWaitBuckets> counts{};
+  uint64_t waits = 0;
+  for (size_t i = 0; i < kWaitBuckets; ++i) waits += counts[i] = ld(wait_buckets[i]);
+  m.counter("tierce_appversion_invalidation_waits_total",
+            "Invalidations waited for (acknowledged or fenced).", waits);
+  // The buckets are powers of two of microseconds: a quantile is known to within a factor 2,
+  // given as the bucket's upper bound.
+  m.gauge("tierce_appversion_invalidation_wait_p50_le_seconds",
+          "Upper bound of the bucket holding the median invalidation wait (0: none yet).",
+          double(wait_quantile(counts, 0.5)) / 1e6);
+  m.gauge("tierce_appversion_invalidation_wait_p99_le_seconds",
+          "Upper bound of the bucket holding the 99th percentile invalidation wait.",
+          double(wait_quantile(counts, 0.99)) / 1e6);
+  m.gauge("tierce_appversion_invalidation_wait_max_seconds", "Longest invalidation wait.",
+          double(ld(wait_max_us)) / 1e6);
+}
+
 }  // namespace tierce::appversion

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/metrics.h"
 #include "coherence/home.h"
 
 namespace tierce::appversion {
@@ -135,6 +136,9 @@ struct Counters {
   void record_wait(uint64_t micros);
   // "key value" lines, as memd's coherence.status does.
   std::string text() const;
+  // The same numbers as Prometheus families tierce_appversion_* (the appversion-metrics handler;
+  // mod_appversion/README.md "Metrics").
+  void metrics(base::Metrics& m) const;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters live in shared memory");
 

@@ -48,6 +48,7 @@ APLOG_USE_MODULE(appversion);
 namespace av = tierce::appversion;
 namespace co = tierce::coherence;
 namespace fab = tierce::fabric;
+namespace base = tierce::base;
 
 namespace {
 
@@ -55,6 +56,7 @@ constexpr uint32_t kDefaultOpTimeoutMs = 200;
 constexpr const char* kAbortNote = "tierce-php-aborted";  // r->notes, set by error_log_hook
 constexpr const char* kFilterName = "APPVERSION";
 constexpr const char* kStatusHandler = "appversion-status";
+constexpr const char* kMetricsHandler = "appversion-metrics";
 
 // ---- configuration ---------------------------------------------------------------------------
 
@@ -821,6 +823,40 @@ int status_handler(request_rec* r) {
   return OK;
 }
 
+// The numbers of appversion-status in Prometheus text format (mod_appversion/README.md
+// "Metrics").
+int metrics_handler(request_rec* r) {
+  if (!r->handler || std::strcmp(r->handler, kMetricsHandler) != 0) return DECLINED;
+  if (r->method_number != M_GET) return HTTP_METHOD_NOT_ALLOWED;
+  ap_set_content_type(r, "text/plain; version=0.0.4; charset=utf-8");
+  if (r->header_only) return OK;
+  base::MetricLabels common;
+  if (g_runtime) common.emplace_back("node", g_runtime->node);
+  base::Metrics m(common);
+  if (g_runtime)
+    m.gauge("tierce_appversion_info", "Always 1; the labels say which cluster and scheme.",
+            uint64_t(1),
+            {{"cluster", g_runtime->topology.name},
+             {"scheme", std::string(co::to_string(g_runtime->topology.coherence.scheme))}});
+  m.gauge("tierce_appversion_shared_counters",
+          "1: the counters are shared by all children; 0: per child (APPVER0016).",
+          uint64_t(g_counters ? 1 : 0));
+  m.gauge("tierce_appversion_client", "1: this child has a cluster client.",
+          uint64_t(g_client ? 1 : 0));
+  counters().metrics(m);
+  if (g_runtime) {
+    m.gauge("tierce_appversion_fence_bound_seconds", "The cluster's fence bound.",
+            double(g_runtime->topology.coherence.fence_bound_ms()) / 1e3);
+    if (g_runtime->writer)
+      m.gauge("tierce_appversion_writer_issued",
+              "The last writer number this node issued (it only grows).",
+              uint64_t(g_runtime->writer->last().number));
+  }
+  std::string body = m.text();
+  ap_rwrite(body.data(), static_cast<int>(body.size()), r);
+  return OK;
+}
+
 void register_hooks(apr_pool_t*) {
   ap_hook_pre_config(pre_config, nullptr, nullptr, APR_HOOK_MIDDLE);
   ap_hook_post_config(post_config, nullptr, nullptr, APR_HOOK_MIDDLE);
@@ -828,6 +864,7 @@ void register_hooks(apr_pool_t*) {
   ap_hook_header_parser(header_parser, nullptr, nullptr, APR_HOOK_MIDDLE);
   ap_hook_insert_filter(insert_filter, nullptr, nullptr, APR_HOOK_MIDDLE);
   ap_hook_handler(status_handler, nullptr, nullptr, APR_HOOK_MIDDLE);
+  ap_hook_handler(metrics_handler, nullptr, nullptr, APR_HOOK_MIDDLE);
   ap_hook_error_log(error_log_hook, nullptr, nullptr, APR_HOOK_MIDDLE);
   g_filter = ap_register_output_filter(kFilterName, output_filter, nullptr, AP_FTYPE_CONTENT_SET);
 }

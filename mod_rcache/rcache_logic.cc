@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/metrics.h"
 #include "coherence/key.h"
 
 namespace tierce::rcache {
@@ -537,65 +538,58 @@ std::string render_status_html(const StatusSnapshot& s) {
 }
 
 std::string render_metrics(const StatusSnapshot& s) {
-  std::string o;
-  auto metric = [&](const char* name, const char* type, const char* help, uint64_t v) {
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name +
-         " " + std::to_string(v) + "\n";
-  };
-  metric("tierce_rcache_hits_total", "counter", "Requests served from the cache after a version check.", s.hits);
-  metric("tierce_rcache_misses_total", "counter", "Cacheable requests not found in the cache.", s.misses);
-  metric("tierce_rcache_version_failures_total", "counter", "Version reads that failed or timed out (request forwarded).", s.version_failures);
-  metric("tierce_rcache_stale_rejects_total", "counter", "Entries found stale by their version check (invalidations).", s.stale_rejects);
-  metric("tierce_rcache_stores_total", "counter", "Responses stored.", s.stores);
-  metric("tierce_rcache_store_refused_total", "counter", "Cacheable responses not stored (too large, aborted, arena refused).", s.store_refused);
-  metric("tierce_rcache_uncacheable_total", "counter", "Responses not cacheable by the rules.", s.uncacheable);
-  metric("tierce_rcache_evictions_total", "counter", "Entries overwritten by the ring.", s.evictions);
-  metric("tierce_rcache_erased_total", "counter", "Entries erased.", s.erased);
-  metric("tierce_rcache_expired_total", "counter", "Entries found older than RCacheMaxAge (erased, request forwarded).", s.expired);
-  metric("tierce_rcache_lock_timeouts_total", "counter", "Stores and erases skipped because the arena's writer mutex was not free in time.", s.lock_timeouts);
-  metric("tierce_rcache_entries", "gauge", "Live entries in the arena.", s.entries);
-  metric("tierce_rcache_bytes_used", "gauge", "Bytes used in the arena ring.", s.used_bytes);
-  metric("tierce_rcache_bytes_capacity", "gauge", "Capacity of the arena ring in bytes.", s.capacity_bytes);
-  char b[64];
-  o += "# HELP tierce_rcache_version_check_seconds Latency of the one-sided version read of a hit.\n"
-       "# TYPE tierce_rcache_version_check_seconds summary\n";
-  auto q = [&](const char* quant, uint64_t ns) {
-    std::snprintf(b, sizeof b, "%.9f", double(ns) / 1e9);
-    o += std::string("tierce_rcache_version_check_seconds{quantile=\"") + quant + "\"} " + b + "\n";
-  };
-  q("0.5", s.p50_ns);
-  q("0.9", s.p90_ns);
-  q("0.99", s.p99_ns);
-  std::snprintf(b, sizeof b, "%.9f", double(s.latency_sum_ns) / 1e9);
-  o += std::string("tierce_rcache_version_check_seconds_sum ") + b + "\n";
-  o += "tierce_rcache_version_check_seconds_count " + std::to_string(s.latency_count) + "\n";
-  if (!s.homes.empty()) {
-    o += "# HELP tierce_rcache_home_up Whether this child's last contact with the home succeeded.\n"
-         "# TYPE tierce_rcache_home_up gauge\n";
-    for (const auto& h : s.homes)
-      o += "tierce_rcache_home_up{home=\"" + h.name + "\"} " + (h.state == "ok" ? "1" : "0") + "\n";
-  }
+  base::Metrics m;
+  m.counter("tierce_rcache_hits_total", "Requests served from the cache after a version check.",
+            s.hits);
+  m.counter("tierce_rcache_misses_total", "Cacheable requests not found in the cache.", s.misses);
+  m.counter("tierce_rcache_version_failures_total",
+            "Version reads that failed or timed out (request forwarded).", s.version_failures);
+  m.counter("tierce_rcache_stale_rejects_total",
+            "Entries found stale by their version check (invalidations).", s.stale_rejects);
+  m.counter("tierce_rcache_stores_total", "Responses stored.", s.stores);
+  m.counter("tierce_rcache_store_refused_total",
+            "Cacheable responses not stored (too large, aborted, arena refused).",
+            s.store_refused);
+  m.counter("tierce_rcache_uncacheable_total", "Responses not cacheable by the rules.",
+            s.uncacheable);
+  m.counter("tierce_rcache_evictions_total", "Entries overwritten by the ring.", s.evictions);
+  m.counter("tierce_rcache_erased_total", "Entries erased.", s.erased);
+  m.counter("tierce_rcache_expired_total",
+            "Entries found older than RCacheMaxAge (erased, request forwarded).", s.expired);
+  m.counter("tierce_rcache_lock_timeouts_total",
+            "Stores and erases skipped because the arena's writer mutex was not free in time.",
+            s.lock_timeouts);
+  m.gauge("tierce_rcache_entries", "Live entries in the arena.", s.entries);
+  m.gauge("tierce_rcache_bytes_used", "Bytes used in the arena ring.", s.used_bytes);
+  m.gauge("tierce_rcache_bytes_capacity", "Capacity of the arena ring in bytes.",
+          s.capacity_bytes);
+  m.summary("tierce_rcache_version_check_seconds",
+            "Latency of the one-sided version read of a hit.",
+            {{0.5, double(s.p50_ns) / 1e9},
+             {0.9, double(s.p90_ns) / 1e9},
+             {0.99, double(s.p99_ns) / 1e9}},
+            double(s.latency_sum_ns) / 1e9, s.latency_count);
+  for (const auto& h : s.homes)
+    m.gauge("tierce_rcache_home_up", "Whether this child's last contact with the home succeeded.",
+            uint64_t(h.state == "ok" ? 1 : 0), {{"home", h.name}});
   if (s.coop.scheme != "off") {
     for (const auto& [k, v] : s.coop.counters) {
-      std::string name = "tierce_rcache_coop_" + k + (k == "lookup_ns" ? "" : "_total");
-      metric(name.c_str(), "counter",
-             k == "lookup_ns" ? "Nanoseconds spent in directory and copy reads."
-                              : "Cooperative cache events (docs/coop_cache.md).",
-             v);
+      if (k == "lookup_ns")
+        m.counter_seconds("tierce_rcache_coop_lookup_seconds_total",
+                          "Time spent in directory and copy reads.", double(v) / 1e9);
+      else
+        m.counter("tierce_rcache_coop_" + k + "_total",
+                  "Cooperative cache events (docs/coop_cache.md).", v);
     }
-    auto labelled = [&](const char* name, const char* help,
-                        const std::vector<std::pair<std::string, uint64_t>>& by) {
-      o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
-      for (const auto& [k, v] : by)
-        o += std::string(name) + "{reason=\"" + k + "\"} " + std::to_string(v) + "\n";
-    };
-    labelled("tierce_rcache_coop_copy_misses_total",
-             "Copies read from a peer that did not verify (a miss, never wrong bytes).",
-             s.coop.copy_misses);
-    labelled("tierce_rcache_coop_dir_misses_total", "Directory reads that found no entry.",
-             s.coop.dir_misses);
+    for (const auto& [k, v] : s.coop.copy_misses)
+      m.counter("tierce_rcache_coop_copy_misses_total",
+                "Copies read from a peer that did not verify (a miss, never wrong bytes).", v,
+                {{"reason", k}});
+    for (const auto& [k, v] : s.coop.dir_misses)
+      m.counter("tierce_rcache_coop_dir_misses_total", "Directory reads that found no entry.", v,
+                {{"reason", k}});
   }
-  return o;
+  return m.text();
 }
 
 }  // namespace tierce::rcache

@@ -237,4 +237,35 @@ BOOST_AUTO_TEST_CASE(text) {
   BOOST_TEST(t.find("invalidation_wait_max_us 5000\n") != std::string::npos);
 }
 
+// The appversion-metrics handler's families: the same numbers, names Prometheus accepts
+// (counters *_total), the waits in seconds.
+BOOST_AUTO_TEST_CASE(metrics) {
+  Counters c;
+  c.registrations += 3;
+  c.refused_log += 2;
+  c.invalidations += 5;
+  c.record_wait(100);
+  c.record_wait(5000);
+  tierce::base::Metrics m({{"node", "app1"}});
+  c.metrics(m);
+  std::string t = m.text();
+  for (const char* want : {
+           "# TYPE tierce_appversion_registrations_total counter\n"
+           "tierce_appversion_registrations_total{node=\"app1\"} 3\n",
+           "tierce_appversion_registrations_refused_total{node=\"app1\",reason=\"log\"} 2\n",
+           "tierce_appversion_registrations_refused_total{node=\"app1\",reason=\"race\"} 0\n",
+           "tierce_appversion_invalidations_total{node=\"app1\"} 5\n",
+           "tierce_appversion_invalidation_waits_total{node=\"app1\"} 2\n",
+           "tierce_appversion_invalidation_wait_p50_le_seconds{node=\"app1\"} 0.000128\n",
+           "tierce_appversion_invalidation_wait_max_seconds{node=\"app1\"} 0.005\n"})
+    BOOST_TEST(t.find(want) != std::string::npos, want << " not in:\n" << t);
+  // One HELP/TYPE per family, even with four samples.
+  size_t n = 0;
+  for (size_t at = t.find("# TYPE tierce_appversion_registrations_refused_total");
+       at != std::string::npos;
+       at = t.find("# TYPE tierce_appversion_registrations_refused_total", at + 1))
+    ++n;
+  BOOST_TEST(n == 1u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

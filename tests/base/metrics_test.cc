@@ -102,6 +102,21 @@ BOOST_AUTO_TEST_CASE(names_prometheus_would_refuse_are_programming_errors) {
   BOOST_TEST(promtool("# HELP a_requests x\n# TYPE a_requests counter\na_requests 1\n") != "");
 }
 
+// A counter of seconds summed from nanoseconds (mod_rcache's coop lookup time): written as the
+// shortest double, named *_seconds_total, and promtool takes it (it refuses "nanoseconds").
+BOOST_AUTO_TEST_CASE(a_counter_of_seconds_is_a_double_in_the_base_unit) {
+  Metrics m;
+  m.counter_seconds("tierce_x_lookup_seconds_total", "x", 1500000123 / 1e9);
+  BOOST_CHECK_THROW(m.counter_seconds("tierce_x_lookup_total", "x", 1.0), std::logic_error);
+  BOOST_CHECK_THROW(m.counter_seconds("tierce_x_lookup_seconds", "x", 1.0), std::logic_error);
+  const std::string t = m.text();
+  BOOST_TEST(t.find("# TYPE tierce_x_lookup_seconds_total counter\n"
+                    "tierce_x_lookup_seconds_total 1.500000123\n") != std::string::npos, t);
+  BOOST_TEST(promtool(t) == "");
+  BOOST_TEST(promtool("# HELP a_lookup_nanoseconds_total x\n# TYPE a_lookup_nanoseconds_total "
+                      "counter\na_lookup_nanoseconds_total 1\n") != "");
+}
+
 BOOST_AUTO_TEST_CASE(special_values_are_spelled_as_the_format_wants) {
   Metrics m;
   m.gauge("tierce_x_nan", "x", std::nan(""));

@@ -454,8 +454,27 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   BOOST_TEST(m.find("# TYPE tierce_rcache_version_check_seconds summary") != std::string::npos);
   BOOST_TEST(m.find("\ntierce_rcache_expired_total 4\n") != std::string::npos);
   BOOST_TEST(m.find("\ntierce_rcache_lock_timeouts_total 7\n") != std::string::npos);
-  BOOST_TEST(m.find("tierce_rcache_version_check_seconds{quantile=\"0.99\"} 0.000050000") !=
-             std::string::npos);
+  // base::Metrics writes the shortest text that reads back as the same double.
+  BOOST_TEST(m.find("tierce_rcache_version_check_seconds{quantile=\"0.99\"} 5e-05\n") !=
+             std::string::npos, m);
   BOOST_TEST(m.find("tierce_rcache_version_check_seconds_count 5") != std::string::npos);
   BOOST_TEST(m.find("tierce_rcache_home_up{home=\"app1\"} 1") != std::string::npos);
+  BOOST_TEST(m.find("tierce_rcache_home_up{home=\"app<2>\"} 0") != std::string::npos);
+  BOOST_TEST(m.find("coop") == std::string::npos);  // no [coop]: no coop families
+  // With [coop]: lookup_ns is a counter of seconds (promtool refuses a counter without _total
+  // and a unit other than the base one), the misses one family each, labelled by reason.
+  s.coop.scheme = "ccwr";
+  s.coop.counters = {{"lookups", 4}, {"lookup_ns", 1500000000}};
+  s.coop.copy_misses = {{"generation_changed", 2}, {"checksum", 0}};
+  s.coop.dir_misses = {{"not_found", 1}};
+  m = render_metrics(s);
+  BOOST_TEST(m.find("\ntierce_rcache_coop_lookups_total 4\n") != std::string::npos, m);
+  BOOST_TEST(m.find("# TYPE tierce_rcache_coop_lookup_seconds_total counter\n"
+                    "tierce_rcache_coop_lookup_seconds_total 1.5\n") != std::string::npos, m);
+  BOOST_TEST(m.find("lookup_ns") == std::string::npos, m);
+  BOOST_TEST(m.find("tierce_rcache_coop_copy_misses_total{reason=\"generation_changed\"} 2\n"
+                    "tierce_rcache_coop_copy_misses_total{reason=\"checksum\"} 0\n") !=
+             std::string::npos, m);
+  BOOST_TEST(m.find("tierce_rcache_coop_dir_misses_total{reason=\"not_found\"} 1\n") !=
+             std::string::npos, m);
 }
