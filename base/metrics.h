@@ -1,6 +1,8 @@
 // base/metrics.h — Prometheus text exposition (format 0.0.4), the same way in every component:
 // mod_rcache's and mod_appversion's metrics handlers, and the textfiles tierce-memd, tierce-lockd
-// and tierce-ftpd write for node-exporter's textfile collector (docs/OPERATIONS.md, "Monitoring").
+// and tierce-ftpd write for node-exporter's textfile collector (docs/OPERATIONS.md, "Monitoring";
+// each component's families: "Metrics" in docs/memd.md, docs/dlm.md, docs/ftp.md,
+// mod_rcache/README.md, mod_appversion/README.md).
 //
 //   base::Metrics m({{"node", "app1"}});
 //   m.counter("tierce_memd_one_sided_ops_total", "One-sided operations served.", n);
