@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -53,6 +54,22 @@ struct World : tierce_fuzz::FabricWorld {
 World& world() {
   static World w;
   return w;
+}
+
+// The server's last log line (for a failure message). Written by the server's thread, read by
+// the client's: under a mutex.
+std::mutex log_mu;
+std::string& last_server_log() {
+  static std::string line;
+  return line;
+}
+void note_server_log(std::string_view line) {
+  std::lock_guard g(log_mu);
+  last_server_log() = std::string(line);
+}
+std::string server_log_line() {
+  std::lock_guard g(log_mu);
+  return last_server_log();
 }
 
 void write_all(int fd, const uint8_t* p, size_t n) {
@@ -125,10 +142,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.name = "fuzz-server";
   o.secret = w.secret;
   o.protection = prot;
-  o.auth_timeout = Millis(5000);
-  o.idle_timeout = Millis(5000);
+  // Longer than libFuzzer's -timeout (30 s), so that only a real hang ends a run: a campaign at
+  // nice 19 on a loaded 2-core machine was once starved past a 5 s auth deadline, the server
+  // rightly closed, and the real client's failed handshake was reported as a crash.
+  o.auth_timeout = Millis(60000);
+  o.idle_timeout = Millis(60000);
   o.spin = std::chrono::microseconds(0);
-  o.log = [](LogLevel, std::string_view) {};
+  o.log = [](LogLevel, std::string_view line) { note_server_log(line); };
   ServeContext ctx{&o, &w.regions, &w.services, &w.counters, {Transport::Tcp, false}};
 
   std::thread client([&, fd = sv[1]] {
@@ -141,9 +161,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     FrameProtector cp;
     try {
-      (void)client_handshake(fd, w.secret, deadline_in(Millis(5000)), Protection::None, &cp);
+      (void)client_handshake(fd, w.secret, deadline_in(Millis(60000)), Protection::None, &cp);
     } catch (const FabricError& e) {
-      fail(std::string("a real client could not authenticate: ") + e.what());
+      fail(std::string("a real client could not authenticate: ") + e.what() +
+           " (the server's last log line: " + server_log_line() + ")");
     }
     std::vector<uint8_t> out;
     if (mode == 1) {
