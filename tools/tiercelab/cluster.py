@@ -794,7 +794,10 @@ def up(d=DEFAULT_DIR, **kw):
     try:
         save_state(d, st)
         if net is not None:  # recorded first: `down` removes it even if this process dies now
-            net.create()
+            try:
+                net.create()
+            except netns.NetError as e:
+                raise ClusterError(f"--netns: {e}") from None
             log(f"network namespaces {', '.join(st['netns']['namespaces'])}; host interface "
                 f"{net.host_if} {net.host_addr()}/24")
         deadline = time.monotonic() + opts["timeout"]
