@@ -8,7 +8,7 @@ PACKAGES=(
   apache2 apache2-dev libapr1-dev libaprutil1-dev
   libapache2-mod-php8.2 php8.2-mysql libphp8.2-embed php8.2-dev
   mariadb-server libmariadb-dev libmysqlcppconn-dev
-  python3 python3-matplotlib curl procps iproute2 wrk memcached nlohmann-json3-dev
+  python3 python3-matplotlib curl procps iproute2 iptables wrk memcached nlohmann-json3-dev
   libhiredis-dev redis-server spin
   prometheus prometheus-node-exporter python3-prometheus-client
   vsftpd lftp libcrypt-dev openssl

@@ -7,7 +7,7 @@ down (always). Prints the checker's summary.
                      [--transport tcp|shm] [--scheme dependency-lists|invalidate-all] [--ttl S]
                      [--ops 100000] [--readers 8] [--writers 2] [--hot 100]
                      [--restart app1@5] ... [--max-error-ratio 0.01] [--expect-stale]
-                     [--strict] [--expect-inversions] [--checker-timeout 780] [--keep]
+                     [--strict] [--expect-inversions] [--checker-timeout 780] [--netns] [--keep]
 
 --restart NODE@SECONDS runs `tierce-cluster restart-node NODE --dir D` that many seconds into the
 run (repeatable). --expect-stale is the negative control: the test passes only when the checker
@@ -15,6 +15,9 @@ FAILS with stale reads (exit 1, stale_reads > 0), e.g. against mod_cache with a 
 --strict runs the checker with --strict (read-read inversions fail the run). --expect-inversions
 (negative control) also requires the checker to report read-read inversions (read_inversions > 0),
 and with --strict to list them among its failures.
+--netns brings the cluster up with `tierce-cluster up --netns`: every node and MariaDB in its own
+network namespace (separate hosts as far as the network goes, memd between nodes over tcp); the
+checker runs on the host and reaches the nodes at their addresses through the host veth pair.
 Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
 """
 import argparse
@@ -54,6 +57,12 @@ def skip_reason(a):
         return f"tierce-datagen not built under {a.build}/sample"
     if not os.access(a.checker, os.X_OK):
         return f"checker {a.checker} not built"
+    if a.netns:
+        sys.path.insert(0, os.path.join(REPO, "tools"))
+        from tiercelab import netns
+        ok, why = netns.available()
+        if not ok:
+            return f"--netns: {why}"
     if a.cache == "tierce":
         for p in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd"):
             if not os.path.exists(os.path.join(a.build, p)):
@@ -108,7 +117,7 @@ def coop_counters(d):
     for n in st["nodes"]:
         if n["role"] != "proxy":
             continue
-        with urllib.request.urlopen(f"http://127.0.0.1:{n['port']}/rcache-status?auto", timeout=5) as r:
+        with urllib.request.urlopen(f"{n['url']}rcache-status?auto", timeout=5) as r:
             lines = r.read().decode().splitlines()
         c = {}
         for line in lines:
@@ -127,7 +136,7 @@ def appversion_counters(d):
     for n in st["nodes"]:
         if n["role"] != "app":
             continue
-        with urllib.request.urlopen(f"http://127.0.0.1:{n['port']}/appversion-status", timeout=5) as r:
+        with urllib.request.urlopen(f"{n['url']}appversion-status", timeout=5) as r:
             lines = r.read().decode().splitlines()
         c = {}
         for line in lines:
@@ -164,6 +173,8 @@ def main():
     ap.add_argument("--strict", action="store_true", help="tierce-check --strict")
     ap.add_argument("--expect-inversions", action="store_true")
     ap.add_argument("--checker-timeout", type=float, default=780.0)
+    ap.add_argument("--netns", action="store_true",
+                    help="tierce-cluster up --netns: one network namespace per node and MariaDB")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
@@ -181,6 +192,8 @@ def main():
         for opt in ("transport", "scheme", "ttl", "coop", "arena_size", "coop_threshold", "php"):
             if getattr(a, opt) is not None:
                 up += [f"--{opt.replace('_', '-')}", str(getattr(a, opt))]
+        if a.netns:
+            up.append("--netns")
         say("running: " + " ".join(up))
         r = subprocess.run(up, stdin=subprocess.DEVNULL)
         if r.returncode != 0:

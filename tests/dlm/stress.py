@@ -13,6 +13,12 @@ its own shared state file (see stress_worker.cc). During the run:
      must go on after the lease; group B gets HomeDown until the node is back; then the node is
      restarted (same state directory: a higher epoch) with fresh workers.
 
+With --netns (root, tcp) every node is a network namespace of its own (tools/tiercelab/netns.py:
+a veth pair into a private bridge, its own address): its lockd listens on that address and its
+workers run inside it too (they reach their lockd through its unix socket, as on that host); the
+partition step then drops the packets between n1's and n2's addresses with iptables inside their
+namespaces (a real cut) instead of tierce-wanem relays.
+
 Passes when every surviving worker finished its iterations, no worker saw a violation, and each
 group's counter equals its completed exclusive sections (up to one per worker killed inside one).
 Everything started is stopped, also on failure.
@@ -27,6 +33,8 @@ import tempfile
 import time
 
 from dlmtest import free_port, home_of
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dlmtest import start_relay as dlm_start_relay
 
 SLOTS = 64
@@ -41,6 +49,15 @@ class Run:
         self.lockd = {}
         self.relays = {}  # (from, to) -> control socket of the relay of that link (--partition)
         self.nodes = ["n%d" % i for i in range(1, a.nodes + 1)]
+        self.net = None
+        if a.netns:
+            sys.path.insert(0, os.path.join(REPO, "tools"))
+            from tiercelab import netns
+            self.net = netns.Net("dlms", self.nodes)
+
+    def cmd(self, node, argv):
+        """argv, run inside node's namespace with --netns."""
+        return self.net.cmd(node, argv) if self.net else argv
 
     def log(self, *msg):
         print("[%7.2f]" % (time.monotonic() - self.t0), *msg, flush=True)
@@ -58,6 +75,8 @@ class Run:
         for n in self.nodes:
             if self.a.transport == "shm":
                 self.uris[n] = "shm://" + os.path.join(self.dir, n + "-lockd.sock")
+            elif self.net:
+                self.uris[n] = "tcp://%s:7400" % self.net.addr(n)
             else:
                 self.uris[n] = "tcp://127.0.0.1:%d" % free_port()
         self.head = lines
@@ -83,7 +102,20 @@ class Run:
             f.write("\n".join(lines) + "\n")
 
     def partitioned(self):
-        return self.a.partition and self.a.transport == "tcp"
+        """Relays carry the links (tcp on 127.0.0.1 with --partition); with --netns the partition
+        is an iptables cut instead."""
+        return self.a.partition and self.a.transport == "tcp" and not self.net
+
+    def iptables_cut(self, x, y, cut):
+        """Drops (cut) or stops dropping every packet between x's and y's addresses, both ways,
+        with rules inside both namespaces."""
+        for a, b in ((x, y), (y, x)):
+            for chain, match in (("OUTPUT", ["-d", self.net.addr(b)]), ("INPUT", ["-s", self.net.addr(b)])):
+                argv = self.net.cmd(a, ["iptables", "-w", "-I" if cut else "-D", chain] + match
+                                    + ["-j", "DROP"])
+                r = subprocess.run(argv, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise SystemExit("FAIL: %s: %s" % (" ".join(argv), r.stderr.strip()))
 
     def start_relay(self, x, y):
         ctl = os.path.join(self.dir, "relay-%s-%s.ctl" % (x, y))
@@ -109,8 +141,8 @@ class Run:
 
     def start_lockd(self, node):
         logf = open(os.path.join(self.dir, node + ".log"), "a")
-        p = subprocess.Popen([self.a.lockd, "-t", self.topologies.get(node, self.topology), "-n", node, "-s", self.sock(node),
-                              "-d", os.path.join(self.dir, node + "-state"), "-f"],
+        p = subprocess.Popen(self.cmd(node, [self.a.lockd, "-t", self.topologies.get(node, self.topology), "-n", node,
+                                             "-s", self.sock(node), "-d", os.path.join(self.dir, node + "-state"), "-f"]),
                              stdout=logf, stderr=subprocess.STDOUT)
         self.procs.append(p)
         self.lockd[node] = p
@@ -152,7 +184,7 @@ class Run:
                 str(1000 + slot)]
         if mode:
             args.append(mode)
-        p = subprocess.Popen(args, stdout=subprocess.PIPE if mode else subprocess.DEVNULL,
+        p = subprocess.Popen(self.cmd(node, args), stdout=subprocess.PIPE if mode else subprocess.DEVNULL,
                              stderr=open(os.path.join(self.dir, "worker%d.err" % slot), "a"),
                              text=True)
         p.node, p.slot, p.state = node, slot, state
@@ -226,8 +258,11 @@ class Run:
         the lease, then heals them (the held bytes arrive late)."""
         lease = self.a.lease_ms / 1000
         t = time.monotonic()
-        for link in ((x, y), (y, x)):
-            self.relay(*link, "cut both")
+        if self.net:
+            self.iptables_cut(x, y, True)
+        else:
+            for link in ((x, y), (y, x)):
+                self.relay(*link, "cut both")
         try:
             time.sleep(lease + 0.3)
             since = self.read_state(state)["sections"]
@@ -235,8 +270,11 @@ class Run:
                                    "%s | %s" % (x, y))
             time.sleep(max(0, 2 * lease - (time.monotonic() - t)))
         finally:
-            for link in ((x, y), (y, x)):
-                self.relay(*link, "heal")
+            if self.net:
+                self.iptables_cut(x, y, False)
+            else:
+                for link in ((x, y), (y, x)):
+                    self.relay(*link, "heal")
         self.log("%s cut off from %s for %.0f ms: group A ran exclusive sections %.0f ms into it"
                  % (x, y, (time.monotonic() - t) * 1000, (lease + 0.3) * 1000 + waited))
         self.wait_members_up()
@@ -298,6 +336,8 @@ class Run:
                 p.wait(timeout=10)
             except Exception:
                 pass
+        if self.net:
+            self.net.destroy()
 
     def run(self):
         a = self.a
@@ -352,7 +392,7 @@ class Run:
         if a.freeze_lockd:
             self.freeze_lockd(self.nodes[1], state_a)
         # 4. (--partition, tcp) n2 cut off from n1, group A's home, for twice the lease.
-        if self.partitioned():
+        if self.partitioned() or (a.partition and self.net):
             self.partition(self.nodes[1], self.nodes[0], state_a)
         elif a.partition:
             self.log("partition step skipped: shm links cannot be cut in user space (tcp only)")
@@ -436,8 +476,9 @@ class Run:
             self.dump_status()
             print("logs in", self.dir)
             return 1
-        print("PASS: %s over %s, %d nodes, %d workers per group x %d iterations, holder killed%s"
-              % (a.algorithm, a.transport, len(self.nodes), a.workers, a.iterations,
+        print("PASS: %s over %s%s, %d nodes, %d workers per group x %d iterations, holder killed%s"
+              % (a.algorithm, a.transport, " (one network namespace per node)" if self.net else "",
+                 len(self.nodes), a.workers, a.iterations,
                  ", node killed and restarted" if a.kill_node else ""))
         return 0
 
@@ -460,11 +501,23 @@ def main():
                     help="cut n2 off from n1 for twice the lease (tcp: needs --wanem)")
     ap.add_argument("--wanem", help="tierce-wanem (the relays of --partition)")
     ap.add_argument("--deadline", type=int, default=120)
+    ap.add_argument("--netns", action="store_true",
+                    help="one network namespace per node (root, tcp): lockds on real addresses, "
+                         "the partition an iptables cut")
     ap.add_argument("--keep", action="store_true", help="keep the directory")
     a = ap.parse_args()
     if a.nodes < 3:
         ap.error("--nodes must be at least 3")
-    if a.partition and a.transport == "tcp" and not a.wanem:
+    if a.netns:
+        if a.transport != "tcp":
+            ap.error("--netns: lockds reach each other over tcp (--transport tcp)")
+        sys.path.insert(0, os.path.join(REPO, "tools"))
+        from tiercelab import netns
+        ok, why = netns.available()
+        if not ok:
+            print("SKIP: --netns: %s" % why)
+            return 77
+    elif a.partition and a.transport == "tcp" and not a.wanem:
         ap.error("--partition over tcp needs --wanem")
     r = Run(a)
     rc = 1

@@ -11,6 +11,11 @@ tierce-cluster down (always) and a check that nothing of the cluster is left (pr
                  [--app-links direct|relay] [--max-error-ratio R] [--budget S] [--json FILE] [--keep]
   fault_check.py --list
 
+--netns: the cluster across network namespaces (tierce-cluster up --netns: every node and MariaDB
+with its own address, memd between nodes over tcp, --transport tcp only). The fault commands are
+the same; the partitions cut the real link (iptables DROP inside app1's and app2's namespaces, no
+relays); slow_home needs the relays' delay and is refused.
+
 One round: the fault starts --fault-at seconds into the checker's run and is healed --fault-for
 seconds later (CONT, restart-proc, link heal / delay 0); the run goes on --after seconds more, so
 that the node's rejoin is checked too. --cycles K repeats fault and heal every --period seconds
@@ -200,10 +205,17 @@ def run_checker(a, argv, budget):
 
 
 def leftovers(d, st):
-    """What of the cluster outlived `down`: processes (leaders, children, relays), /dev/shm."""
+    """What of the cluster outlived `down`: processes (leaders, children, relays), /dev/shm,
+    network namespaces and the host interface (--netns)."""
     left = []
     if st is None:
         return left
+    ns = st.get("netns") or {}
+    for name in ns.get("namespaces", []):
+        if os.path.exists(os.path.join("/run/netns", name)):
+            left.append(f"network namespace {name}")
+    if ns.get("host_if") and os.path.exists(f"/sys/class/net/{ns['host_if']}"):
+        left.append(f"host interface {ns['host_if']}")
     for rec in tcluster.all_processes(st):
         if tprocs.alive(rec):
             left.append(f"{rec['name']} pid {rec['pid']}")
@@ -220,6 +232,8 @@ SITE = "shop.test:80"
 def up(a, d):
     argv = [CLUSTER, "up", "--dir", d, "--build", a.build, "--cache", "tierce", "--transport", a.transport,
             "--app-links", a.app_links, "--coop", a.coop]
+    if a.netns:
+        argv.append("--netns")
     if a.php != "explicit":
         argv += ["--php", a.php]
     if a.coop in ("mtacc", "hybcc"):
@@ -264,6 +278,8 @@ def main():
     ap.add_argument("--budget", type=float, help="seconds a round's checker may take before it is killed as "
                                                  "hung (default: its duration + 3 request timeouts + 30)")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--netns", action="store_true",
+                    help="tierce-cluster up --netns: one network namespace per node; links cut by iptables")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
     ap.add_argument("--list", action="store_true", help="list the variants and exit")
     a = ap.parse_args()
@@ -281,12 +297,24 @@ def main():
     if a.period < a.fault_for + 3:
         ap.error("--period must leave 3 s of recovery after each heal")
     names = ORDER if a.variant == "mixed" else [a.variant]
+    if a.netns:
+        if a.transport != "tcp":
+            ap.error("--netns: nodes reach each other over tcp only (--transport tcp)")
+        if "slow_home" in names:
+            ap.error("--netns: slow_home needs a delayed link (tierce-wanem relays), not available")
+        if a.app_links == "relay":
+            ap.error("--netns cuts links with iptables: --app-links relay does not apply")
+        a.app_links = "direct"
     if a.app_links is None:
         a.app_links = "relay" if any(VARIANTS[n][3] for n in names) else "direct"
-    if a.app_links == "direct" and any(VARIANTS[n][3] for n in names):
+    if a.app_links == "direct" and any(VARIANTS[n][3] for n in names) and not a.netns:
         ap.error(f"{a.variant} needs --app-links relay")
 
     why = skip_reason(a)
+    if not why and a.netns:
+        from tiercelab import netns
+        ok, why_not = netns.available()
+        why = None if ok else f"--netns: {why_not}"
     if why:
         print(f"SKIP: {why}")
         return 77

@@ -12,6 +12,18 @@ cut or slowed (`link`) while proxies still reach every memd directly. App node A
 own topology, DIR/nodes/A/cluster.toml: the shared file with every other app node B's memd
 replaced by the relay's tcp:// address (and transport "auto" in a shm cluster, so that A still
 reaches its own memd over shm); proxies keep DIR/cluster.toml.
+
+With netns (`up --netns`) every node and MariaDB run in a network namespace of their own with a
+real address (tools/tiercelab/netns.py: veth pairs into a bridge in a switch namespace), as on
+separate hosts: each node keeps its own copies of the secret and the topology
+(DIR/nodes/NAME/etc/), its docroot (app nodes), run/ and logs/; nodes reach each other's memd over
+tcp only (with --transport shm a node still reaches its own memd over shm: its topology copy says
+transport "auto" and lists a shm:// URI for itself alone). The host reaches them through one veth
+pair whose host end (`<tag>-h`, address .1) is the only interface added to the host's namespace.
+The namespaces and that interface are in cluster.json (`netns`), so `down` removes them (and
+kills anything still inside) even after the launcher crashed. `link A B cut|heal` then drops the
+packets between A's and B's addresses with iptables rules inside their namespaces (a real cut);
+`delay` needs the tierce-wanem relays (not in netns mode).
 """
 
 import base64
@@ -28,7 +40,7 @@ import subprocess
 import sys
 import time
 
-from . import procs
+from . import netns, procs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_DIR = "/tmp/tierce-cluster"
@@ -62,7 +74,11 @@ DEFAULTS = {
     "coop_threshold": "16K",    # hybcc: RCacheCoopThreshold
     "coop_pool_slabs": 16,      # mtacc/hybcc: RCacheCoopPoolSlabs (slabs of 1 MiB per httpd child)
     "php": "explicit",          # explicit | auto | linearizable (the tierce PHP extension)
+    "netns": False,             # every node (and MariaDB) in its own network namespace
 }
+# netns mode: every node has its own address, so the ports are fixed.
+NETNS_PORTS = {"httpd": 8000, "memd": 7000, "mariadb": 3306}
+IPTABLES = "/usr/sbin/iptables"
 PROCS = ("memd", "httpd")       # the processes of a node that signal_proc / restart_proc act on
 SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
 
@@ -125,9 +141,9 @@ def all_processes(st):
 # helpers
 
 
-def http_get(port, path, timeout=3.0):
-    """(status, headers dict lower-case, body bytes) of GET http://127.0.0.1:port/path."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def http_get(port, path, timeout=3.0, host="127.0.0.1"):
+    """(status, headers dict lower-case, body bytes) of GET http://host:port/path."""
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         c.request("GET", path)
         r = c.getresponse()
@@ -212,10 +228,10 @@ def start_mariadb(d, st, deadline):
     if r.returncode != 0:
         raise Failure(f"mariadb-install-db failed (exit {r.returncode})", [install_log])
     argv = ["mariadbd", "--no-defaults", "--user=mysql", f"--datadir={datadir}", f"--socket={m['socket']}",
-            f"--pid-file={run}/mysqld.pid", f"--port={m['port']}", "--bind-address=127.0.0.1",
+            f"--pid-file={run}/mysqld.pid", f"--port={m['port']}", f"--bind-address={m['host']}",
             "--skip-name-resolve", "--innodb-buffer-pool-size=256M", "--max-connections=1000",
             f"--log-error={m['error_log']}"]
-    m["process"] = procs.spawn("mariadb", argv, os.path.join(run, "mariadbd.out"))
+    m["process"] = procs.spawn("mariadb", argv, os.path.join(run, "mariadbd.out"), netns=m.get("netns"))
     m["process"]["error_log"] = m["error_log"]
     save_state(d, st)
     client = ["mariadb", "--no-defaults", "-S", m["socket"], "-uroot"]
@@ -230,6 +246,9 @@ def start_mariadb(d, st, deadline):
            f"CREATE USER '{DB_USER}'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; "
            f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1'; "
            f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'localhost';")
+    if m.get("netns"):  # the app nodes connect from their own addresses on the cluster's subnet
+        sql += (f" CREATE USER '{DB_USER}'@'{m['subnet']}' IDENTIFIED BY '{DB_PASSWORD}';"
+                f" GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'{m['subnet']}';")
     r = subprocess.run(client + ["-e", sql], capture_output=True, text=True)
     if r.returncode != 0:
         raise ClusterError(f"creating the database and user failed: {r.stderr.strip()}")
@@ -238,7 +257,7 @@ def start_mariadb(d, st, deadline):
 def load_data(st, opts):
     m = st["mariadb"]
     datagen = find_datagen(opts["build"])
-    argv = [datagen, "--host", "127.0.0.1", "--port", str(m["port"]), "--user", DB_USER,
+    argv = [datagen, "--host", m["host"], "--port", str(m["port"]), "--user", DB_USER,
             "--password", DB_PASSWORD, "--database", DB_NAME, "--categories", str(opts["categories"]),
             "--users", str(opts["users"]), "--items", str(opts["items"]), "--bids", str(opts["bids"]),
             "--seed", str(opts["seed"]), "--schema", os.path.join(REPO, "sample", "schema.sql")]
@@ -277,9 +296,9 @@ def node_conf(st, n):
     m = st["mariadb"]
     values = {
         "DEFINES": "\n".join(defines) or "# (no Define: plain configuration)",
-        "NODE_DIR": n["dir"], "PORT": n["port"], "MODULES": MODULES, "NODE": n["name"],
-        "DOCROOT": st["docroot"], "APP_WORKERS": opts["app_workers"],
-        "DB_HOST": "127.0.0.1", "DB_PORT": m["port"], "DB_USER": DB_USER, "DB_PASSWORD": DB_PASSWORD,
+        "NODE_DIR": n["dir"], "HOST": n.get("host", "127.0.0.1"), "PORT": n["port"], "MODULES": MODULES,
+        "NODE": n["name"], "DOCROOT": n.get("docroot", st["docroot"]), "APP_WORKERS": opts["app_workers"],
+        "DB_HOST": m["host"], "DB_PORT": m["port"], "DB_USER": DB_USER, "DB_PASSWORD": DB_PASSWORD,
         "DB_NAME": DB_NAME, "TOPOLOGY": node_topology(st, n), "SCHEME": opts["scheme"],
         "MEMCACHED": opts["memcached"] or "127.0.0.1:0",  # used only inside <IfDefine MOD_CACHE_MEMCACHED>
         "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
@@ -289,7 +308,7 @@ def node_conf(st, n):
         "COOP": opts.get("coop", "off").upper() if opts.get("coop", "off") != "off" else "Off",
         "COOP_EXTRA": coop_directives(opts),
         "BALANCER_MEMBERS": "\n".join(
-            f"    BalancerMember http://127.0.0.1:{a['port']} route={a['name']} retry=1"
+            f"    BalancerMember http://{a.get('host', '127.0.0.1')}:{a['port']} route={a['name']} retry=1"
             for a in st["nodes"] if a["role"] == "app"),
     }
     tmpl = "app.conf.in" if n["role"] == "app" else "proxy.conf.in"
@@ -300,7 +319,7 @@ def node_conf(st, n):
                  "[memd]",
                  f"node = {toml_str(n['name'])}",
                  "listen = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]",
-                 f"secret_file = {toml_str(st['secret_file'])}",
+                 f"secret_file = {toml_str(n.get('secret_file', st['secret_file']))}",
                  f"pid_file = {toml_str(os.path.join(n['dir'], 'run', 'memd.pid'))}",
                  f"ready_file = {toml_str(n['memd_ready'])}",
                  'log = "stderr"', ""]
@@ -360,15 +379,19 @@ def coop_directives(opts):
 
 
 def write_topology(st):
+    """DIR/cluster.toml. With --netns it is the admin's master copy (tcp only: nodes on other
+    hosts cannot share memory); install_node_files derives each node's copy from it."""
     o = st["options"]
+    ns = bool(st.get("netns"))
     out = ["# Written by tools/tierce-cluster (template: conf/cluster.toml).", "[cluster]",
            f"name = {toml_str(st['name'])}", f"secret_file = {toml_str(st['secret_file'])}",
-           f"transport = {toml_str(o['transport'])}", "version_slots = 262144", "",
+           f"transport = {toml_str('tcp' if ns else o['transport'])}", "version_slots = 262144", "",
            "[coherence]  # one scheme per cluster; the fence (docs/coherence.md)",
            f"scheme = {toml_str(o['scheme'])}", "lease_ms = 1000", "clock_skew_ms = 50", ""]
     for n in st["nodes"]:
         out += ["[[node]]", f"name = {toml_str(n['name'])}", f"role = {toml_str(n['role'])}",
-                "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]",
+                "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]
+                                       if not (ns and u.startswith("shm://"))) + "]",
                 f"segment_prefix = {toml_str(n['segment_prefix'])}", ""]
     write_file(st["topology"], "\n".join(out))
 
@@ -442,7 +465,8 @@ def start_memd(st, n, deadline):
     # root (opens the segments the httpd parent creates) with group www-data (the shm socket is
     # mode 0660: httpd children must be able to connect).
     rec = procs.spawn(f"{n['name']}/memd", [memd, "--foreground", "-c", n["memd_conf"]],
-                      os.path.join(n["dir"], "logs", "memd.log"), group=grp.getgrnam("www-data").gr_gid)
+                      os.path.join(n["dir"], "logs", "memd.log"), group=grp.getgrnam("www-data").gr_gid,
+                      netns=n.get("netns"))
     n["memd"] = rec
     return rec
 
@@ -462,7 +486,7 @@ def start_httpd(st, n):
         raise ClusterError(f"{n['name']}: httpd configuration {n['conf']} is rejected:\n"
                            f"{(r.stderr or r.stdout).strip()}")
     rec = procs.spawn(f"{n['name']}/httpd", [APACHE, "-f", n["conf"], "-DFOREGROUND"],
-                      os.path.join(logs, "httpd.out"))
+                      os.path.join(logs, "httpd.out"), netns=n.get("netns"))
     rec["error_log"] = os.path.join(logs, "error.log")
     n["httpd"] = rec
     return rec
@@ -474,7 +498,12 @@ def node_ready(st, n, deadline):
     if n.get("memd"):
         wait_until(f"{n['name']}/memd ready file", lambda: os.path.exists(n["memd_ready"]), deadline, watch, logs)
     wait_until(f"{n['name']} to answer GET /index.php with 200",
-               lambda: http_get(n["port"], "/index.php")[0] == 200, deadline, watch, logs)
+               lambda: node_get(n, "/index.php")[0] == 200, deadline, watch, logs)
+
+
+def node_get(n, path, timeout=3.0):
+    """http_get of node n's httpd at its address (127.0.0.1, or its namespace's address)."""
+    return http_get(n["port"], path, timeout, n.get("host", "127.0.0.1"))
 
 
 def wanem_path(st):
@@ -564,6 +593,88 @@ def remove_shm(st):
 
 
 # ---------------------------------------------------------------------------------------------
+# netns mode: one network namespace per node (and MariaDB), as separate hosts
+
+
+def check_netns_options(opts):
+    ok, why = netns.available()
+    if not ok:
+        raise ClusterError(f"--netns: {why}")
+    if opts["app_links"] != "direct":
+        raise ClusterError("--netns cuts links with iptables inside the namespaces: --app-links relay "
+                           "does not apply")
+    if opts["cache"] == "mod_cache_memcached":
+        raise ClusterError("--netns: --cache mod_cache_memcached is not supported (the memcached would "
+                           "have to be reachable from every namespace)")
+
+
+def plan_netns(st):
+    """Addresses, namespaces, fixed ports and per-node files of every node; returns the Net, not
+    yet created (its names are in st["netns"] first)."""
+    names = ["db"] + [n["name"] for n in st["nodes"]]
+    net = netns.Net("tc", names, host_link=True, keep=True, create=False)
+    st["netns"] = net.names()
+    m = st["mariadb"]
+    m.update(host=net.addr("db"), port=NETNS_PORTS["mariadb"], netns=net.ns("db"),
+             subnet=f"{net.prefix}.%")
+    shm = st["options"]["transport"] == "shm"
+    for n in st["nodes"]:
+        addr, etc = net.addr(n["name"]), os.path.join(n["dir"], "etc")
+        n.update(host=addr, netns=net.ns(n["name"]), port=NETNS_PORTS["httpd"],
+                 memd_port=NETNS_PORTS["memd"], url=f"http://{addr}:{NETNS_PORTS['httpd']}/",
+                 memd_uris=[f"tcp://{addr}:{NETNS_PORTS['memd']}"],
+                 topology=os.path.join(etc, "cluster.toml"), secret_file=os.path.join(etc, "secret"))
+        if shm:  # its own memd over shm too (a socket under its own run/); peers see tcp only
+            sock = os.path.join(n["dir"], "run", "memd.sock")
+            if len(sock) > 100:
+                raise ClusterError(f"state directory path too long for a unix socket: {sock}")
+            n["memd_uris"].append(f"shm://{sock}")
+        if n["role"] == "app":
+            n["docroot"] = os.path.join(n["dir"], "www")
+    return net
+
+
+def install_node_files(st, n):
+    """What an admin copies to each host: the secret (mode 600), the topology (with the node's
+    own secret path; with --transport shm "auto" and a shm:// URI for itself alone) and, on app
+    nodes, the application."""
+    os.makedirs(os.path.dirname(n["secret_file"]), exist_ok=True)
+    shutil.copy2(st["secret_file"], n["secret_file"])
+    os.chmod(n["secret_file"], 0o600)
+    shm = st["options"]["transport"] == "shm"
+    out, table, node = [], None, None
+    with open(st["topology"]) as f:
+        for line in f.read().split("\n"):
+            stripped = line.strip()
+            if stripped.startswith("["):
+                table, node = stripped.split("#")[0].strip(), None
+            elif table == "[cluster]" and re.match(r"secret_file\s*=", stripped):
+                line = f"secret_file = {toml_str(n['secret_file'])}"
+            elif table == "[cluster]" and re.match(r"transport\s*=", stripped) and shm:
+                line = 'transport = "auto"'
+            elif table == "[[node]]" and re.match(r"name\s*=", stripped):
+                node = json.loads(stripped.split("=", 1)[1].split("#")[0].strip())
+            elif table == "[[node]]" and re.match(r"memd\s*=", stripped) and shm and node == n["name"]:
+                line = "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]"
+            out.append(line)
+    text = "\n".join(out).replace(
+        "# Written by tools/tierce-cluster (template: conf/cluster.toml).",
+        f"# Written by tools/tierce-cluster for node {n['name']} (--netns): its copy of {st['topology']}.", 1)
+    write_file(n["topology"], text)
+    if n.get("docroot"):
+        shutil.copytree(st["docroot"], n["docroot"])
+
+
+def remove_netns(st):
+    """Deletes the cluster's namespaces and host interface (recorded in st), killing what still
+    runs inside; idempotent. Returns the pids killed."""
+    rec = st.get("netns")
+    if not rec:
+        return []
+    return netns.remove(rec["namespaces"], rec.get("host_if"))
+
+
+# ---------------------------------------------------------------------------------------------
 # commands
 
 
@@ -613,12 +724,15 @@ def up(d=DEFAULT_DIR, **kw):
         if not os.access(wanem, os.X_OK):
             raise ClusterError(f"--app-links relay needs {wanem}: build it first")
     find_datagen(opts["build"])
+    if opts["netns"]:
+        check_netns_options(opts)
 
     old = load_state(d) if os.path.isdir(d) else None
     if old and any(procs.alive(r) for r in all_processes(old)):
         raise ClusterError(f"a cluster is already running in {d} (tierce-cluster down --dir {d})")
     if old:
         remove_shm(old)
+        remove_netns(old)
     os.makedirs(d, exist_ok=True)
     os.chmod(d, 0o755)  # mysql and www-data must traverse it
     for sub in ("mariadb", "nodes", "www", "run"):
@@ -657,6 +771,7 @@ def up(d=DEFAULT_DIR, **kw):
                  "segment_prefix": f"/tierce.{name}.{nm}", "memd": None, "httpd": None, "load": []}
             st["nodes"].append(n)
             i += 2
+    net = plan_netns(st) if opts["netns"] else None
     st["relays"] = []
     if nrelays:
         apps = [n for n in st["nodes"] if n["role"] == "app"]
@@ -678,6 +793,13 @@ def up(d=DEFAULT_DIR, **kw):
     old_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
         save_state(d, st)
+        if net is not None:  # recorded first: `down` removes it even if this process dies now
+            try:
+                net.create()
+            except netns.NetError as e:
+                raise ClusterError(f"--netns: {e}") from None
+            log(f"network namespaces {', '.join(st['netns']['namespaces'])}; host interface "
+                f"{net.host_if} {net.host_addr()}/24")
         deadline = time.monotonic() + opts["timeout"]
         # secret, docroot, configuration
         with open(st["secret_file"], "wb") as f:
@@ -692,7 +814,9 @@ def up(d=DEFAULT_DIR, **kw):
         for n in st["nodes"]:
             os.makedirs(os.path.join(n["dir"], "run"), exist_ok=True)
             os.makedirs(os.path.join(n["dir"], "logs"), exist_ok=True)
-            if n.get("topology"):
+            if n.get("netns"):
+                install_node_files(st, n)
+            elif n.get("topology"):
                 write_node_topology(st, n)
             node_conf(st, n)
         preflight(st)
@@ -703,7 +827,7 @@ def up(d=DEFAULT_DIR, **kw):
             log("app links through tierce-wanem relays: "
                 + ", ".join(f"{r['from']}->{r['to']} :{r['port']}" for r in st["relays"]))
 
-        log(f"{d}: MariaDB on 127.0.0.1:{st['mariadb']['port']}")
+        log(f"{d}: MariaDB on {st['mariadb']['host']}:{st['mariadb']['port']}")
         start_mariadb(d, st, deadline)
         load_data(st, opts)
         deadline = time.monotonic() + opts["timeout"]
@@ -739,6 +863,7 @@ def up(d=DEFAULT_DIR, **kw):
             log("start-up failed: stopping what was started")
         try:
             _stop_all(st)
+            remove_netns(st)
             st["state"] = "down"
             save_state(d, st)
         except Exception as e2:  # still report the first failure
@@ -782,6 +907,15 @@ def down(d=DEFAULT_DIR):
         return []
     killed, removed = _stop_all(st)
     left = [r["name"] for r in all_processes(st) if procs.alive(r) or procs.leftover_members(r)]
+    stray = remove_netns(st)
+    if stray:
+        log(f"killed {len(stray)} process(es) still inside the cluster's namespaces: {stray}")
+    if st.get("netns"):
+        there = [ns for ns in st["netns"]["namespaces"] if netns.exists(ns)]
+        if st["netns"].get("host_if") and os.path.exists(f"/sys/class/net/{st['netns']['host_if']}"):
+            there.append(st["netns"]["host_if"])
+        if there:
+            left.append("namespaces/interfaces " + ", ".join(there))
     st["state"] = "down"
     st["stopped"] = time.time()
     save_state(d, st)
@@ -921,7 +1055,7 @@ def restart_proc(d, name, which, timeout=60.0):
             start_httpd(st, n)
             save_state(d, st)
             wait_until(f"{n['name']} to answer GET /index.php with 200",
-                       lambda: http_get(n["port"], "/index.php")[0] == 200, deadline, [n["httpd"]],
+                       lambda: node_get(n, "/index.php")[0] == 200, deadline, [n["httpd"]],
                        [n["httpd"]["error_log"], n["httpd"]["log"]])
     _note_fault(d, st, {"node": name, "restart": wanted})
     log(f"{name}: restarted " + ", ".join(f"{p} (pid {n[p]['pid']})" for p in wanted))
@@ -933,6 +1067,8 @@ def link(d, a, b, action, ms=None, one_way=False):
     directions, or with one_way only what a sends to b (a->b relay: client->target; b->a relay:
     target->client); delay MS on both relays, both directions."""
     d, st = _up_state(d)
+    if st.get("netns"):
+        return link_netns(d, st, a, b, action, ms, one_way)
     if not st.get("relays"):
         raise ClusterError("this cluster has no app-link relays (start it with --app-links relay)")
     ab, ba = relay_between(st, a, b), relay_between(st, b, a)
@@ -961,6 +1097,53 @@ def link(d, a, b, action, ms=None, one_way=False):
     return answers
 
 
+def _drop_rules(st, a, b, one_way):
+    """The iptables rules (namespace, chain, match) that cut what a sends to b (and, unless
+    one_way, what b sends to a): each packet is dropped where it leaves its sender and where it
+    reaches its receiver, so a cut holds whichever side has a rule."""
+    na, nb = _node(st, a), _node(st, b)
+    rules = [(na["netns"], "OUTPUT", ["-d", nb["host"]]), (nb["netns"], "INPUT", ["-s", na["host"]])]
+    if not one_way:
+        rules += [(nb["netns"], "OUTPUT", ["-d", na["host"]]), (na["netns"], "INPUT", ["-s", nb["host"]])]
+    return rules
+
+
+def link_netns(d, st, a, b, action, ms, one_way):
+    """link in netns mode: cut / heal drop (or stop dropping) every packet between the two nodes'
+    addresses with iptables rules inside their namespaces: a silent network, as a pulled cable
+    (TCP retransmits; after the heal the connections resume). Any two nodes, not only app nodes."""
+    if action == "delay":
+        raise ClusterError("link delay is not available with --netns (no netem here; a cut is real): "
+                           "use a 127.0.0.1 cluster with --app-links relay for delays")
+    if action not in ("cut", "heal"):
+        raise ClusterError(f"link action must be cut, heal or delay, not {action}")
+    if ms is not None:
+        raise ClusterError(f"{action} takes no milliseconds")
+    if a == b:
+        raise ClusterError("link wants two different nodes")
+    if not os.access(IPTABLES, os.X_OK):
+        raise ClusterError(f"link with --netns needs {IPTABLES} (tools/deps.sh installs iptables)")
+    answers = []
+    for ns, chain, match in _drop_rules(st, a, b, one_way):
+        rule = [chain] + match + ["-m", "comment", "--comment", f"tierce-cluster {st['name']}", "-j", "DROP"]
+        ipt = [procs.IP, "netns", "exec", ns, IPTABLES, "-w"]
+        present = subprocess.run(ipt + ["-C"] + rule, capture_output=True).returncode == 0
+        if action == "cut" and not present:
+            argv = ipt + ["-I"] + rule
+        elif action == "heal" and present:
+            argv = ipt + ["-D"] + rule
+        else:
+            answers.append(f"{ns} {chain} {' '.join(match)}: already {'cut' if present else 'healed'}")
+            continue
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ClusterError(f"{' '.join(argv)}: {r.stderr.strip()}")
+        answers.append(f"{ns} {chain} {' '.join(match)}: {'DROP' if action == 'cut' else 'removed'}")
+    _note_fault(d, st, {"link": [a, b], "action": action, "ms": None, "one_way": one_way})
+    log(f"link {a} {b} {action}{' (one way)' if one_way else ''}: " + "; ".join(answers))
+    return answers
+
+
 def status(d=DEFAULT_DIR, out=sys.stdout):
     """Prints the cluster state; returns True when every recorded process is alive."""
     d = os.path.abspath(d)
@@ -985,7 +1168,16 @@ def status(d=DEFAULT_DIR, out=sys.stdout):
         word = ("STOPPED" if procs.state(rec["pid"]) in ("T", "t") else "alive") if a else "DEAD"
         print(f"  {rec['name']:<16} pid {rec['pid']:<8} {word:<7} {extra} log {rec['log']}",
               file=out)
-    line(m.get("process"), f"port {m['port']}")
+    if st.get("netns"):
+        rec = st["netns"]
+        there = [ns for ns in rec["namespaces"] if netns.exists(ns)]
+        hif = rec.get("host_if")
+        print(f"network namespaces ({len(there)} of {len(rec['namespaces'])} present): "
+              + " ".join(rec["namespaces"]) + f"; host interface {hif} {rec.get('host_addr')}/24 "
+              + ("present" if hif and os.path.exists(f"/sys/class/net/{hif}") else "ABSENT"), file=out)
+        if st.get("state") == "up" and len(there) != len(rec["namespaces"]):
+            ok = False
+    line(m.get("process"), f"{m['host']}:{m['port']}" + (f" netns {m['netns']}" if m.get("netns") else ""))
     for r in st.get("relays", []):
         state = ""
         if r.get("process") and procs.alive(r["process"]):
@@ -995,7 +1187,7 @@ def status(d=DEFAULT_DIR, out=sys.stdout):
                 state = f"(control: {e}) "
         line(r.get("process"), f":{r['port']} -> :{r['target_port']} {state}")
     for n in st["nodes"]:
-        line(n.get("memd"), f"{' '.join(n['memd_uris'])}")
+        line(n.get("memd"), f"{' '.join(n['memd_uris'])}" + (f" netns {n['netns']}" if n.get("netns") else ""))
         line(n.get("httpd"), f"{n['url']}")
         for r in n.get("load", []):
             line(r)

@@ -61,12 +61,18 @@ def alive(rec):
     return st is not None and st == rec.get("starttime")
 
 
-def spawn(name, argv, log_path, cwd=None, env=None, user=None, group=None):
-    """Starts argv in a new session (own process group) with stdout+stderr to log_path."""
+IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
+
+
+def spawn(name, argv, log_path, cwd=None, env=None, user=None, group=None, netns=None):
+    """Starts argv in a new session (own process group) with stdout+stderr to log_path; with
+    netns, inside that network namespace (`ip netns exec` execs argv: same pid, and the record
+    keeps argv itself, so that leftover_members recognises the program)."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     log = open(log_path, "ab")
+    run = [IP, "netns", "exec", netns] + list(argv) if netns else argv
     try:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              cwd=cwd, env=env, start_new_session=True, user=user, group=group,
                              close_fds=True)
     finally:
@@ -78,7 +84,10 @@ def spawn(name, argv, log_path, cwd=None, env=None, user=None, group=None):
         if st is not None or p.poll() is not None:
             break
         time.sleep(0.001)
-    return {"name": name, "pid": p.pid, "pgid": p.pid, "starttime": st, "argv": argv, "log": log_path}
+    rec = {"name": name, "pid": p.pid, "pgid": p.pid, "starttime": st, "argv": argv, "log": log_path}
+    if netns:
+        rec["netns"] = netns
+    return rec
 
 
 def _signal_group(rec, sig):

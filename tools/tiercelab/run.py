@@ -68,7 +68,7 @@ def run(d, duration=15.0, exit_after_summary=False, **up_kw):
             if n["role"] == "app":
                 print(f"  app   {n['name']:6} {n['url']}   status {n['url']}appversion-status")
         m = st["mariadb"]
-        print(f"  MariaDB      127.0.0.1:{m['port']} database {m.get('database', 'rubis')} "
+        print(f"  MariaDB      {m.get('host', '127.0.0.1')}:{m['port']} database {m.get('database', 'rubis')} "
               f"user {m.get('user', 'tierce')}")
         print(f"  try: curl -s {st['nodes'][-1]['url']}item.php?id=42 | grep tierce-data")
         ok = stale == 0 and rc_c == 0 and rc_d == 0
