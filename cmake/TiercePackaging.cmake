@@ -39,21 +39,23 @@ endif()
 set(_pkg ${PROJECT_SOURCE_DIR}/packaging)
 
 # --- files only the packages carry -------------------------------------------------------------
+# EXCLUDE_FROM_ALL: installed by cpack (per component) only, never by a plain `cmake --install`,
+# which must not overwrite a hand-made /etc/tierce or drop units and Apache confs into the system.
 if(APXS_FOUND)
   install(FILES ${_pkg}/apache2/rcache.load ${_pkg}/apache2/rcache.conf
                 ${_pkg}/apache2/appversion.load ${_pkg}/apache2/appversion.conf
-          DESTINATION /etc/apache2/mods-available COMPONENT apache)
+          DESTINATION /etc/apache2/mods-available COMPONENT apache EXCLUDE_FROM_ALL)
   install(FILES ${PROJECT_SOURCE_DIR}/conf/proxy.conf.in ${PROJECT_SOURCE_DIR}/conf/app.conf.in
-          DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/apache2 COMPONENT apache)
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/apache2 COMPONENT apache EXCLUDE_FROM_ALL)
 endif()
 install(FILES ${_pkg}/etc/cluster.toml ${_pkg}/etc/memd.toml ${_pkg}/etc/lockd.toml
-        DESTINATION /etc/tierce COMPONENT agents)
+        DESTINATION /etc/tierce COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${PROJECT_SOURCE_DIR}/conf/cluster.toml
-        DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/conf COMPONENT agents)
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/conf COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/systemd/tierce-memd.service ${_pkg}/systemd/tierce-lockd.service
-        DESTINATION /lib/systemd/system COMPONENT agents)
-install(FILES ${_pkg}/etc/ftpd.toml DESTINATION /etc/tierce COMPONENT ftp)
-install(FILES ${_pkg}/systemd/tierce-ftpd.service DESTINATION /lib/systemd/system COMPONENT ftp)
+        DESTINATION /lib/systemd/system COMPONENT agents EXCLUDE_FROM_ALL)
+install(FILES ${_pkg}/etc/ftpd.toml DESTINATION /etc/tierce COMPONENT ftp EXCLUDE_FROM_ALL)
+install(FILES ${_pkg}/systemd/tierce-ftpd.service DESTINATION /lib/systemd/system COMPONENT ftp EXCLUDE_FROM_ALL)
 
 # /usr/share/doc/<package>: copyright, changelog.Debian.gz and the reference each one needs.
 set(_docs_agents docs/memd.md docs/dlm.md docs/coherence.md docs/packaging.md docs/ARCHITECTURE.md)
@@ -93,16 +95,12 @@ foreach(comp agents apache ftp php lock lockdev)
     list(REMOVE_ITEM _doc_files_apache ${PROJECT_SOURCE_DIR}/mod_rcache/README.md
                                          ${PROJECT_SOURCE_DIR}/mod_appversion/README.md)
     install(FILES ${PROJECT_SOURCE_DIR}/mod_rcache/README.md
-            DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${name} RENAME mod_rcache.md COMPONENT apache)
+            DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${name} RENAME mod_rcache.md COMPONENT apache EXCLUDE_FROM_ALL)
     install(FILES ${PROJECT_SOURCE_DIR}/mod_appversion/README.md
-            DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${name} RENAME mod_appversion.md COMPONENT apache)
+            DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${name} RENAME mod_appversion.md COMPONENT apache EXCLUDE_FROM_ALL)
   endif()
   install(FILES ${_pkg}/copyright ${dir}/changelog.Debian.gz ${_doc_files_${comp}}
-          DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${name} COMPONENT ${comp})
-  if(EXISTS ${_pkg}/lintian/${name})
-    install(FILES ${_pkg}/lintian/${name}
-            DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides COMPONENT ${comp})
-  endif()
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${name} COMPONENT ${comp} EXCLUDE_FROM_ALL)
 endforeach()
 
 # --- CPack ---------------------------------------------------------------------------------------
