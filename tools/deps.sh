@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-matplotlib curl procps iproute2 wrk memcached nlohmann-json3-dev
   libhiredis-dev redis-server spin
   vsftpd lftp libcrypt-dev openssl
+  dpkg-dev lintian rsync   # tests/packages: cpack -G DEB (dpkg-shlibdeps), lintian
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
