@@ -563,6 +563,10 @@ DocumentRoot "{self.www}"
         check(os.path.islink("/etc/apache2/mods-enabled/rcache.load") and
               os.path.islink("/etc/apache2/mods-enabled/proxy_http.load"),
               "a2enmod rcache enabled it and its dependencies proxy, proxy_http (# Depends:)")
+        r = run(["apache2ctl", "configtest"], check_rc=False)
+        check(r.returncode == 0, "the system's own apache2 configuration (apache2.conf, sites, ports) "
+              "accepts the enabled modules: apache2ctl configtest" +
+              ("" if r.returncode == 0 else ": " + r.stdout + r.stderr))
         commands.append("systemctl start tierce-memd")
         p = self.start_unit("tierce-memd.service")
         if p is not None:
