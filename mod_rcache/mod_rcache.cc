@@ -66,6 +66,7 @@ struct ServerConf {
   int store_authorized = -1;
   int require_tag = -1;
   int store_cookie_requests = -1;
+  int strip_protocol_headers = -1;  // -1 unset (On); RCacheStripProtocolHeaders
   int64_t max_age_s = -1;  // -1 unset: rc::kDefaultMaxAgeSeconds
   int coop = -1;           // -1 unset (Off); else a co::CoopScheme
   apr_array_header_t* coop_pool = nullptr;  // RCacheCoopPool node names (const char*)
@@ -132,6 +133,7 @@ void* merge_server_conf(apr_pool_t* p, void* basev, void* addv) {
   if (add->require_tag != -1) m->require_tag = add->require_tag;
   if (add->store_cookie_requests != -1) m->store_cookie_requests = add->store_cookie_requests;
   if (add->max_age_s != -1) m->max_age_s = add->max_age_s;
+  if (add->strip_protocol_headers != -1) m->strip_protocol_headers = add->strip_protocol_headers;
   return m;
 }
 void* create_dir_conf(apr_pool_t* p, char*) {
@@ -235,6 +237,7 @@ const char* set_flag_member(cmd_parms* cmd, void*, int on) {
   if (which == 1) c->store_set_cookie = v;
   else if (which == 2) c->store_authorized = v;
   else if (which == 4) c->store_cookie_requests = v;
+  else if (which == 5) c->strip_protocol_headers = v;
   else c->require_tag = v;
   return nullptr;
 }
@@ -337,6 +340,10 @@ const command_rec rcache_cmds[] = {
                  RSRC_CONF,
                  "On|Off: store responses to requests with Cookie even without Cache-Control: "
                  "public (default Off)"),
+    AP_INIT_FLAG("RCacheStripProtocolHeaders", RC_FN(set_flag_member), reinterpret_cast<void*>(5),
+                 RSRC_CONF,
+                 "On|Off: remove Tierce-* headers of every request and response of this server "
+                 "(default On); Off only for an app-tier vhost in the proxy's own httpd"),
     AP_INIT_TAKE1("RCacheMaxAge", RC_FN(set_max_age), nullptr, RSRC_CONF,
                   "seconds after which an entry is dropped whatever its version (default 600, "
                   "0 = no limit)"),
@@ -704,9 +711,15 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
 
 // ---- request path ------------------------------------------------------------------------------
 
-// Clients must not inject protocol headers (all requests, whatever RCache says).
+// RCacheStripProtocolHeaders: On (the default) everywhere but in an app-tier vhost of the same
+// httpd (the single-host layout of packaging/apache2/rcache.conf), which must receive the proxy's
+// Tierce-Key and send back its Tierce-Tag. Locations with RCache On strip whatever it says.
+bool strips_everything(server_rec* s) { return sconf(s)->strip_protocol_headers != 0; }
+
+// Clients must not inject protocol headers (all requests, whatever RCache says, unless
+// RCacheStripProtocolHeaders Off; then rcache_handler strips those of RCache On locations).
 int rcache_post_read_request(request_rec* r) {
-  strip_protocol_headers(r->pool, r->headers_in);
+  if (strips_everything(r->server)) strip_protocol_headers(r->pool, r->headers_in);
   return DECLINED;
 }
 
@@ -850,6 +863,7 @@ int rcache_handler(request_rec* r) {
   if (r->handler && !std::strcmp(r->handler, "rcache-metrics")) return rcache_status_page(r, true);
   if (!g.arena || r->main || r->prev) return DECLINED;
   if (dconf(r)->enabled != 1) return DECLINED;
+  if (!strips_everything(r->server)) strip_protocol_headers(r->pool, r->headers_in);
 
   rc::Policy pol = policy_of(r->server);
   rc::RequestFacts facts;
@@ -979,8 +993,10 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
                       st->c.reason.c_str());
       }
     }
-    strip_protocol_headers(r->pool, r->headers_out);
-    strip_protocol_headers(r->pool, r->err_headers_out);
+    if (strips_everything(r->server) || dconf(r)->enabled == 1) {
+      strip_protocol_headers(r->pool, r->headers_out);
+      strip_protocol_headers(r->pool, r->err_headers_out);
+    }
   }
   if (!st->storing) {
     ap_remove_output_filter(f);

@@ -12,6 +12,7 @@ PACKAGES=(
   libhiredis-dev redis-server spin
   prometheus prometheus-node-exporter python3-prometheus-client
   vsftpd lftp libcrypt-dev openssl
+  dpkg-dev lintian rsync   # tests/packages: cpack -G DEB (dpkg-shlibdeps), lintian
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
