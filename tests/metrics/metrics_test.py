@@ -517,6 +517,8 @@ def scrape_handler(port, path, what):
 def test_modules(build, d, exporter, textdir):
     """mod_appversion's /appversion-metrics on the app node and mod_rcache's /rcache-metrics on
     the proxy of `tierce-cluster up --cache tierce` (1 app + 1 proxy, small dataset)."""
+    if SANITIZED:
+        raise Skip("sanitizer build: the system httpd cannot load its ASan/UBSan modules")
     if os.geteuid() != 0:
         raise Skip("needs root (tierce-cluster runs a private MariaDB and httpd as www-data)")
     for exe in ("/usr/sbin/apache2", "/usr/sbin/mariadbd", "/usr/lib/apache2/modules/libphp8.2.so"):
@@ -608,6 +610,7 @@ def test_modules(build, d, exporter, textdir):
         shutil.rmtree(cd, ignore_errors=True)
 
 
+SANITIZED = False
 COMPONENTS = {"memd": test_memd, "lockd": test_lockd, "ftpd": test_ftpd, "modules": test_modules}
 
 
@@ -616,7 +619,12 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--only", help="comma-separated components (default: all)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--sanitized", type=int, default=0,
+                    help="1: a sanitizer build, whose Apache modules the system httpd cannot load "
+                         "(the modules case is skipped; the daemons run under the sanitizers)")
     a = ap.parse_args()
+    global SANITIZED
+    SANITIZED = bool(a.sanitized)
     missing = [p for p in (NODE_EXPORTER, PROMTOOL) if not os.access(p, os.X_OK)]
     if missing or text_string_to_metric_families is None:
         print(f"SKIP: missing {missing or 'python3-prometheus-client'} (run tools/deps.sh)")
