@@ -256,7 +256,10 @@ BOOST_AUTO_TEST_CASE(metrics_file_from_the_file_reloaded_and_removed_at_stop) {
   n.write_config("metrics_file = \"lockd.prom\"\nmetrics_interval_ms = 1000\n");
   n.start_serving({"--config", n.config, "-f"});
   const std::string prom = n.dir / "lockd.prom", moved = n.dir / "moved.prom";
-  BOOST_TEST(n.logged("LOCKD0051 metrics written to " + prom + " every 1000 ms"), read_file(n.log));
+  // LOCKD0051 comes after LOCKD0017, which is all start_serving waits for.
+  BOOST_TEST(eventually([&] { return n.logged("LOCKD0051 metrics written to " + prom + " every 1000 ms"); },
+                        5000ms),
+             read_file(n.log));
   BOOST_REQUIRE(eventually([&] { return ::access(prom.c_str(), F_OK) == 0; }, 5000ms));
   BOOST_TEST(read_file(prom).find("tierce_lockd_info{node=\"a\"") != std::string::npos,
              read_file(prom));
