@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +84,23 @@ SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, 
     if (data_len == 0 || data_len > kMaxSegment) {
       ::close(fd);
       throw FabricError(Errc::Config, "segment " + name + ": data length must be in 1 B .. 1 TiB");
+    }
+    // A tmpfs (/dev/shm) gives a segment its pages only when they are first touched: a segment
+    // larger than the free space maps fine and then kills its user with SIGBUS when the space
+    // runs out (a container's /dev/shm is 64 MiB by default). Refuse it here, with the fix.
+    struct statfs fs {};
+    if (fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC && fs.f_blocks != 0) {  // 0: unlimited
+      const unsigned long long free_bytes =
+          (unsigned long long)fs.f_bavail * (unsigned long long)fs.f_bsize;
+      if (free_bytes < kHeaderSize + data_len) {
+        ::close(fd);
+        throw FabricError(Errc::Config,
+                          "segment " + name + " needs " + std::to_string((kHeaderSize + data_len) >> 20) +
+                              " MiB but its shared-memory filesystem (/dev/shm) has only " +
+                              std::to_string(free_bytes >> 20) +
+                              " MiB free: enlarge /dev/shm (containers: --shm-size, compose shm_size) "
+                              "or configure a smaller segment (e.g. RCacheSize)");
+      }
     }
     if (ftruncate(fd, off_t(kHeaderSize + data_len)) != 0) {
       int e = errno;

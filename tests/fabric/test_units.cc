@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -264,6 +265,28 @@ BOOST_AUTO_TEST_CASE(addresses) {
   BOOST_CHECK_THROW(parse_transport("rdma"), FabricError);
   BOOST_TEST(int(resolve_auto(Transport::Auto, true)) == int(Transport::Shm));
   BOOST_TEST(int(resolve_auto(Transport::Tcp, true)) == int(Transport::Tcp));
+}
+
+// A segment larger than /dev/shm's free space would map and then SIGBUS its user when the pages
+// run out (seen: mod_rcache children in a container with the default 64 MiB /dev/shm): refused at
+// creation, with the fix in the message, and nothing is left in /dev/shm.
+BOOST_AUTO_TEST_CASE(a_segment_larger_than_dev_shm_is_refused) {
+  struct statfs fs {};
+  BOOST_REQUIRE(statfs("/dev/shm", &fs) == 0);
+  if (fs.f_blocks == 0) {
+    BOOST_TEST_MESSAGE("SKIP: /dev/shm has no size limit here");
+    return;
+  }
+  const size_t too_big = size_t(fs.f_bavail) * size_t(fs.f_bsize) + (size_t(64) << 20);
+  const std::string name = "/tierce-unit-big-" + std::to_string(getpid());
+  try {
+    SharedSegment::create(name, too_big);
+    BOOST_FAIL("a segment larger than /dev/shm's free space was created");
+  } catch (const FabricError& e) {
+    BOOST_TEST(int(e.code()) == int(Errc::Config));
+    BOOST_TEST(std::string(e.what()).find("MiB free: enlarge /dev/shm") != std::string::npos, e.what());
+  }
+  BOOST_CHECK_THROW(SharedSegment::open(name), FabricError);  // not published
 }
 
 BOOST_AUTO_TEST_CASE(segments_validate_their_header) {
