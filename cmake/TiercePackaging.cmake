@@ -1,8 +1,8 @@
 # cmake/TiercePackaging.cmake — Debian packages with CPack (docs/packaging.md):
 #   cd build && cpack -G DEB    -> tierce-agents_, libapache2-mod-tierce_, tierce-ftp_, php8.2-tierce_,
-#                                  libtierce-lock0_, libtierce-lock-dev_<version>-1_amd64.deb
+#                                  libtierce-lock0_, libtierce-lock-dev_, tierce-sample_<version>-1_amd64.deb
 # One CPack component per package; the install() rules of the folders name their component
-# (agents, apache, ftp, php, lock, lockdev; `sample` is not packaged). What only the packages need (Apache
+# (agents, apache, ftp, php, lock, lockdev, sample). What only the packages need (Apache
 # .load/.conf, /etc/tierce, systemd units, maintainer scripts) lives in packaging/.
 #
 # Why CPack rather than dpkg-buildpackage: the build is CMake's and already knows what goes where
@@ -64,8 +64,9 @@ set(_docs_ftp docs/ftp.md docs/packaging.md)
 set(_docs_php docs/php_extension.md docs/packaging.md)
 set(_docs_lock docs/dlm.md)
 set(_docs_lockdev docs/dlm.md)
+set(_docs_sample sample/README.md)
 string(TIMESTAMP _now "%a, %d %b %Y %H:%M:%S +0000" UTC)
-foreach(comp agents apache ftp php lock lockdev)
+foreach(comp agents apache ftp php lock lockdev sample)
   if(comp STREQUAL "agents")
     set(name tierce-agents)
   elseif(comp STREQUAL "lock")
@@ -76,6 +77,8 @@ foreach(comp agents apache ftp php lock lockdev)
     set(name libapache2-mod-tierce)
   elseif(comp STREQUAL "ftp")
     set(name tierce-ftp)
+  elseif(comp STREQUAL "sample")
+    set(name tierce-sample)
   else()
     set(name ${TIERCE_PHP_PACKAGE})
   endif()
@@ -118,6 +121,9 @@ if(APXS_FOUND)
 endif()
 if(TARGET php_tierce)
   list(APPEND CPACK_COMPONENTS_ALL php)
+endif()
+if(TARGET tierce-datagen)
+  list(APPEND CPACK_COMPONENTS_ALL sample)
 endif()
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
@@ -195,6 +201,18 @@ Derives the cache dependencies and invalidations of the Tierce coherent page
 cache from the SQL an application runs (mysqli, PDO), offers a linearizable
 mode, and the lock manager's locks to PHP (tierce_lock). Enabled for every
 SAPI; it does nothing until configured in tierce.ini.")
+set(CPACK_DEBIAN_SAMPLE_PACKAGE_NAME tierce-sample)
+set(CPACK_DEBIAN_SAMPLE_PACKAGE_SECTION web)
+set(CPACK_DEBIAN_SAMPLE_PACKAGE_DEPENDS "php${PHP_SHORT_VERSION}-mysql")
+set(CPACK_DEBIAN_SAMPLE_PACKAGE_RECOMMENDS "libapache2-mod-php${PHP_SHORT_VERSION}, mariadb-server | default-mysql-server")
+set(CPACK_DEBIAN_SAMPLE_DESCRIPTION "Tierce sample application: an auction site with its data generator
+A small RUBiS-like auction site (PHP pages over MariaDB) that names its
+cache dependencies, used to try, test and benchmark Tierce: the pages in
+/usr/share/tierce/sample/php (a document root), the schema in
+/usr/share/tierce/sample/schema.sql and tierce-datagen, which loads a
+database with categories, users, items and bids. The container images in
+docker/ of the source tree are built from it.")
+
 # The PHP version is the build's (8.2 on Debian 12): the scripts are configured with it.
 foreach(f postinst postrm conffiles)
   configure_file(${_pkg}/debian/php/${f}.in ${CMAKE_BINARY_DIR}/packaging/php-control/${f} @ONLY

@@ -41,7 +41,7 @@ import tempfile
 import time
 
 PACKAGES = ["tierce-agents", "libapache2-mod-tierce", "tierce-ftp", "php8.2-tierce", "libtierce-lock0",
-            "libtierce-lock-dev"]
+            "libtierce-lock-dev", "tierce-sample"]
 HTTPD = "/usr/sbin/apache2"
 # What the packages, their maintainer scripts, a2enmod and phpenmod may change: compared before/after.
 WATCHED = ["/etc/apache2", "/var/lib/apache2", "/etc/php", "/var/lib/php/modules", "/etc/tierce",
@@ -235,6 +235,8 @@ class Test:
             "php8.2-tierce": ["/usr/lib/php/20220829/tierce.so", "/etc/php/8.2/mods-available/tierce.ini"],
             "libtierce-lock0": ["/usr/lib/libtierce_lock.so.0"],
             "libtierce-lock-dev": ["/usr/lib/libtierce_lock.so", "/usr/include/tierce_lock.h"],
+            "tierce-sample": ["/usr/bin/tierce-datagen", "/usr/share/tierce/sample/schema.sql",
+                              "/usr/share/tierce/sample/php/item.php", "/usr/share/tierce/sample/php/lib.php"],
         }
         for pkg, files in want.items():
             have = self.contents(pkg)
@@ -248,6 +250,7 @@ class Test:
             "php8.2-tierce": {"/etc/php/8.2/mods-available/tierce.ini"},
             "libtierce-lock0": set(),
             "libtierce-lock-dev": set(),
+            "tierce-sample": set(),
         }
         for pkg, files in etc.items():
             have_etc = {f for f in self.contents(pkg) if f.startswith("/etc/") and not f.endswith("/")}
