@@ -164,6 +164,7 @@ class Env:
         self.http_vhost_port = free_port()   # a vhost that calls itself http://127.0.0.1:80
         self.https_vhost_port = free_port()  # a vhost that calls itself https://127.0.0.1:443
         self.maxage_port = free_port()       # a vhost with RCacheMaxAge 1
+        self.strip_port = free_port()        # a vhost with RCacheStripProtocolHeaders On
         self.trunc_port = free_port()        # TruncatingBackend
         self.trunc = None
 
@@ -542,6 +543,42 @@ def section_truncated_chunked(env):
               "%s: Stores unchanged (%s -> %s)" % (path, before["Stores"], after["Stores"]))
 
 
+def section_strip_protocol_headers(env):
+    print("RCacheStripProtocolHeaders: Off in the main server (an app tier in the same httpd, as "
+          "packaging/apache2/rcache.conf does), On in the cache's vhost:")
+    env.procs["proxy"].send_signal(signal.SIGTERM)
+    env.procs["proxy"].wait(15)
+    conf = env.write("proxy/strip.conf", env.proxy_conf_text(extra_global=f"""
+RCacheStripProtocolHeaders Off
+Listen 127.0.0.1:{env.strip_port}
+<VirtualHost 127.0.0.1:{env.strip_port}>
+  RCacheStripProtocolHeaders On
+</VirtualHost>
+"""))
+    env.start_httpd("proxy", conf)
+    inject = {"Tierce-Foo": "injected", "Tierce-Key": "0123456789abcdef"}
+
+    def seen(path):
+        lines = env.backend_lines(path)
+        return lines[-1].split("|") if lines else None
+    env.get("/off/page.html?strip=1", headers=inject)
+    line = seen("/off/page.html?strip=1")
+    check(line is not None and line[2] == "injected" and line[1] == "0123456789abcdef",
+          "main server, RCache Off location: protocol headers pass (the app tier gets them): %s" % line)
+    env.get("/page2.html?strip=2", headers=inject)
+    line = seen("/page2.html?strip=2")
+    check(line is not None and line[2] == "-" and line[1] != "0123456789abcdef",
+          "main server, RCache On location: the client's Tierce-* headers are stripped anyway: %s" % line)
+    env.get("/off/page.html?strip=3", headers=inject, port=env.strip_port)
+    line = seen("/off/page.html?strip=3")
+    check(line is not None and line[2] == "-" and line[1] == "-",
+          "vhost with On, RCache Off location: stripped before anything sees them: %s" % line)
+    bad = env.write("proxy/strip-bad.conf", env.proxy_conf_text(extra_global="RCacheStripProtocolHeaders maybe\n"))
+    out = subprocess.run(["apache2ctl", "-f", bad, "-t"], capture_output=True, text=True)
+    check(out.returncode != 0 and "RCacheStripProtocolHeaders" in out.stdout + out.stderr,
+          "RCacheStripProtocolHeaders maybe is refused by apache2ctl -t")
+
+
 def section_max_age(env):
     print("RCacheMaxAge: entries older than that are expired (restart with a vhost at 1 s):")
     env.procs["proxy"].send_signal(signal.SIGTERM)
@@ -606,7 +643,7 @@ def run(env):
     for directives, word in [
         (f"RCacheTopology {env.path('nope.toml')}\nRCacheNode proxy1\n", "RCACHE0003"),
         (f"RCacheTopology {env.topology}\nRCacheNode ghost\n", "RCACHE0004"),
-        (f"RCacheNode proxy1\n", "RCACHE0001"),
+        ("RCacheNode proxy1\n", "RCACHE0001"),
     ]:
         conf = env.write("proxy/bad.conf", env.proxy_conf_text(module_directives=directives))
         out = subprocess.run(["apache2ctl", "-f", conf, "-t"], capture_output=True, text=True)
@@ -720,7 +757,7 @@ def run(env):
 
     failed = []
     for section in (section_cookie_requests, section_scheme, section_substitute,
-                    section_truncated_chunked, section_max_age):
+                    section_truncated_chunked, section_strip_protocol_headers, section_max_age):
         try:
             section(env)
         except Exception as e:
