@@ -12,7 +12,7 @@ PACKAGES=(
   libhiredis-dev redis-server spin
   prometheus prometheus-node-exporter python3-prometheus-client
   vsftpd lftp libcrypt-dev openssl
-  dpkg-dev lintian rsync   # tests/packages: cpack -G DEB (dpkg-shlibdeps), lintian
+  dpkg-dev lintian rsync systemd  # tests/packages: cpack -G DEB (dpkg-shlibdeps), lintian, systemd-analyze verify
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
