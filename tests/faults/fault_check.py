@@ -14,7 +14,7 @@ tierce-cluster down (always) and a check that nothing of the cluster is left (pr
 --netns: the cluster across network namespaces (tierce-cluster up --netns: every node and MariaDB
 with its own address, memd between nodes over tcp, --transport tcp only). The fault commands are
 the same; the partitions cut the real link (iptables DROP inside app1's and app2's namespaces, no
-relays); slow_home needs the relays' delay and is refused.
+relays); slow_home delays the app-to-app links with tierce-wanem relays in the namespaces.
 
 One round: the fault starts --fault-at seconds into the checker's run and is healed --fault-for
 seconds later (CONT, restart-proc, link heal / delay 0); the run goes on --after seconds more, so
@@ -300,11 +300,12 @@ def main():
     if a.netns:
         if a.transport != "tcp":
             ap.error("--netns: nodes reach each other over tcp only (--transport tcp)")
-        if "slow_home" in names:
-            ap.error("--netns: slow_home needs a delayed link (tierce-wanem relays), not available")
-        if a.app_links == "relay":
-            ap.error("--netns cuts links with iptables: --app-links relay does not apply")
-        a.app_links = "direct"
+        # Cuts are iptables rules inside the namespaces (relays or not); a delay (slow_home) is the
+        # tierce-wanem relays', one per ordered pair of app nodes on the sender's host.
+        if a.app_links is None:
+            a.app_links = "relay" if "slow_home" in names else "direct"
+        if "slow_home" in names and a.app_links != "relay":
+            ap.error("--netns: slow_home needs --app-links relay (the delay is the relays')")
     if a.app_links is None:
         a.app_links = "relay" if any(VARIANTS[n][3] for n in names) else "direct"
     if a.app_links == "direct" and any(VARIANTS[n][3] for n in names) and not a.netns:

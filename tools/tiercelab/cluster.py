@@ -77,7 +77,7 @@ DEFAULTS = {
     "netns": False,             # every node (and MariaDB) in its own network namespace
 }
 # netns mode: every node has its own address, so the ports are fixed.
-NETNS_PORTS = {"httpd": 8000, "memd": 7000, "mariadb": 3306}
+NETNS_PORTS = {"httpd": 8000, "memd": 7000, "mariadb": 3306, "relay": 7400}  # relay: + peer's index
 IPTABLES = "/usr/sbin/iptables"
 PROCS = ("memd", "httpd")       # the processes of a node that signal_proc / restart_proc act on
 SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
@@ -520,9 +520,11 @@ def start_relay(st, r):
                 os.unlink(f)
             except FileNotFoundError:
                 pass
-        argv = [wanem_path(st), "--forward", f"127.0.0.1:{r['port']}=127.0.0.1:{r['target_port']}",
+        listen, target = r.get("listen_host", "127.0.0.1"), r.get("target_host", "127.0.0.1")
+        argv = [wanem_path(st), "--forward", f"{listen}:{r['port']}={target}:{r['target_port']}",
                 "--delay-us", "0", "--control", r["control"], "--ready-file", r["ready"]]
-        r["process"] = procs.spawn(r["name"], argv, r["log"])
+        # --netns: the relay runs on the from-node's host (its namespace and address).
+        r["process"] = procs.spawn(r["name"], argv, r["log"], netns=r.get("netns"))
         deadline = time.monotonic() + 15
         while not os.path.exists(r["ready"]):
             if not procs.alive(r["process"]):
@@ -533,7 +535,7 @@ def start_relay(st, r):
         if os.path.exists(r["ready"]):
             return
         procs.reap(r["process"]["pid"])
-        if "cannot bind 127.0.0.1" not in procs.tail(r["log"], 3) or attempt == 4:
+        if r.get("netns") or "cannot bind 127.0.0.1" not in procs.tail(r["log"], 3) or attempt == 4:
             raise Failure(f"relay {r['name']} exited at start", [r["log"]])
         r["port"] = procs.free_ports(1)[0]
         log(f"relay {r['name']}: port taken, retrying on {r['port']}")
@@ -600,9 +602,6 @@ def check_netns_options(opts):
     ok, why = netns.available()
     if not ok:
         raise ClusterError(f"--netns: {why}")
-    if opts["app_links"] != "direct":
-        raise ClusterError("--netns cuts links with iptables inside the namespaces: --app-links relay "
-                           "does not apply")
     if opts["cache"] == "mod_cache_memcached":
         raise ClusterError("--netns: --cache mod_cache_memcached is not supported (the memcached would "
                            "have to be reachable from every namespace)")
@@ -656,6 +655,9 @@ def install_node_files(st, n):
                 node = json.loads(stripped.split("=", 1)[1].split("#")[0].strip())
             elif table == "[[node]]" and re.match(r"memd\s*=", stripped) and shm and node == n["name"]:
                 line = "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]"
+            elif table == "[[node]]" and re.match(r"memd\s*=", stripped) and relay_between(st, n["name"], node):
+                r = relay_between(st, n["name"], node)  # --app-links relay: that peer through the relay
+                line = f"memd = [{toml_str('tcp://%s:%d' % (r['listen_host'], r['port']))}]"
             out.append(line)
     text = "\n".join(out).replace(
         "# Written by tools/tierce-cluster (template: conf/cluster.toml).",
@@ -776,8 +778,9 @@ def up(d=DEFAULT_DIR, **kw):
     if nrelays:
         apps = [n for n in st["nodes"] if n["role"] == "app"]
         for a in apps:
-            a["topology"] = os.path.join(a["dir"], "cluster.toml")
-            for b in apps:
+            if not a.get("topology"):  # (--netns: every node has its own copy already)
+                a["topology"] = os.path.join(a["dir"], "cluster.toml")
+            for bi, b in enumerate(apps):
                 if a is b:
                     continue
                 base = os.path.join(d, "run", f"wanem-{a['name']}-{b['name']}")
@@ -787,6 +790,9 @@ def up(d=DEFAULT_DIR, **kw):
                                      "to": b["name"], "port": ports[i], "target_port": b["memd_port"],
                                      "control": base + ".sock", "ready": base + ".ready",
                                      "log": base + ".log", "process": None})
+                if a.get("netns"):  # on a's host: a's address, a port per peer, to b's real address
+                    st["relays"][-1].update(listen_host=a["host"], target_host=b["host"], netns=a["netns"],
+                                            port=NETNS_PORTS["relay"] + bi)
                 i += 1
 
     old_int = signal.signal(signal.SIGINT, _interrupt)
@@ -1113,8 +1119,21 @@ def link_netns(d, st, a, b, action, ms, one_way):
     addresses with iptables rules inside their namespaces: a silent network, as a pulled cable
     (TCP retransmits; after the heal the connections resume). Any two nodes, not only app nodes."""
     if action == "delay":
-        raise ClusterError("link delay is not available with --netns (no netem here; a cut is real): "
-                           "use a 127.0.0.1 cluster with --app-links relay for delays")
+        # No netem here: the delay is the tierce-wanem relays' (started with --app-links relay,
+        # one per ordered pair of app nodes, each on the sending node's host).
+        ab, ba = relay_between(st, a, b), relay_between(st, b, a)
+        if ab is None or ba is None:
+            raise ClusterError("link delay with --netns needs relays between the two app nodes: start the "
+                               "cluster with --app-links relay (a cut needs none: it is iptables')")
+        if one_way:
+            raise ClusterError("--one-way applies to cut and heal; delay acts on both directions")
+        if ms is None or ms < 0 or ms > 60000:
+            raise ClusterError("delay wants milliseconds in 0..60000")
+        answers = [f"{r['from']}->{r['to']}: {relay_command(r, 'delay %d' % int(round(ms * 1000)))}"
+                   for r in (ab, ba)]
+        _note_fault(d, st, {"link": [a, b], "action": action, "ms": ms, "one_way": False})
+        log(f"link {a} {b} delay {ms:g} ms: " + "; ".join(answers))
+        return answers
     if action not in ("cut", "heal"):
         raise ClusterError(f"link action must be cut, heal or delay, not {action}")
     if ms is not None:
