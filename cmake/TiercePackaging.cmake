@@ -14,8 +14,7 @@
 #
 # lintian (test `packages_install` runs it on every .deb and fails on any error or warning not
 # listed, with its reason, in packaging/lintian-accepted.txt). What remains:
-#   no-manual-page                        the programs have --help and docs/*.md (shipped in
-#                                         /usr/share/doc/<package>/); no man pages written yet
+#   (no-manual-page is gone: help2man makes them, above)
 #   initial-upload-closes-no-bugs         the changelog is generated; these packages are not
 #                                         uploaded to Debian, there is no ITP bug to close
 #   non-standard-apache2-module-package-name  one package carries both modules (libapache2-mod-
@@ -56,6 +55,43 @@ install(FILES ${_pkg}/systemd/tierce-memd.service ${_pkg}/systemd/tierce-lockd.s
         DESTINATION /lib/systemd/system COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/etc/ftpd.toml DESTINATION /etc/tierce COMPONENT ftp EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/systemd/tierce-ftpd.service DESTINATION /lib/systemd/system COMPONENT ftp EXCLUDE_FROM_ALL)
+
+# Man pages, made by help2man from each program's --help and --version (tools/deps.sh installs
+# help2man; without it the packages go without, and lintian says no-manual-page). Not in a
+# sanitizer build, whose programs would run under ASan at build time. Packages only, like /etc.
+find_program(HELP2MAN help2man)
+set(TIERCE_MAN_PAGES "")
+if(HELP2MAN AND NOT TIERCE_ANY_SANITIZER)
+  set(_man
+      "tierce-memd|8|agents|Tierce node daemon: region exporter, home of cached page versions"
+      "tierce-lockd|8|agents|Tierce lock manager daemon"
+      "tierce-ftpd|8|ftp|Tierce FTP and FTPS server with ADTS data sessions"
+      "tierce-ftp|1|ftp|Tierce FTP client: get, put, resume and mirror trees"
+      "tierce-lock|1|agents|run a command under a cluster-wide Tierce lock"
+      "tierce-check|1|agents|strong-coherence checker of a site cached by Tierce"
+      "tierce-fabric|1|agents|Tierce fabric client: regions, reads, writes and atomics"
+      "tierce-wanem|1|agents|user-space WAN emulator relay: delay, rate and cuts per link"
+      "tierce-datagen|1|sample|load the database of the Tierce sample auction site")
+  foreach(entry ${_man})
+    string(REPLACE "|" ";" f "${entry}")
+    list(GET f 0 prog)
+    list(GET f 1 sec)
+    list(GET f 2 comp)
+    list(GET f 3 what)
+    if(NOT TARGET ${prog})
+      continue()
+    endif()
+    set(out ${CMAKE_BINARY_DIR}/man/${prog}.${sec}.gz)
+    add_custom_command(OUTPUT ${out}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
+      COMMAND sh -c "'${HELP2MAN}' --no-info --no-discard-stderr --section=${sec} --name='${what}' --source=Tierce --version-option=--version '$<TARGET_FILE:${prog}>' | gzip -9n > '${out}.tmp' && mv '${out}.tmp' '${out}'"
+      DEPENDS ${prog} VERBATIM
+      COMMENT "help2man ${prog}.${sec}")
+    list(APPEND TIERCE_MAN_PAGES ${out})
+    install(FILES ${out} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${sec} COMPONENT ${comp} EXCLUDE_FROM_ALL)
+  endforeach()
+  add_custom_target(man_pages ALL DEPENDS ${TIERCE_MAN_PAGES})
+endif()
 
 # /usr/share/doc/<package>: copyright, changelog.Debian.gz and the reference each one needs.
 set(_docs_agents docs/memd.md docs/dlm.md docs/coherence.md docs/packaging.md docs/ARCHITECTURE.md)

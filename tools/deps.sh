@@ -12,7 +12,7 @@ PACKAGES=(
   libhiredis-dev redis-server spin
   prometheus prometheus-node-exporter python3-prometheus-client
   vsftpd lftp libcrypt-dev openssl
-  dpkg-dev lintian rsync systemd  # tests/packages: cpack -G DEB (dpkg-shlibdeps), lintian, systemd-analyze verify
+  dpkg-dev lintian rsync systemd help2man  # tests/packages: cpack -G DEB (dpkg-shlibdeps), lintian, systemd-analyze verify, man pages
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

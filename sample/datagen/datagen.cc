@@ -27,6 +27,10 @@
 #include <string_view>
 #include <vector>
 
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"  // set by CMake to the project version
+#endif
+
 namespace {
 
 struct Options {
@@ -45,7 +49,7 @@ struct Options {
 };
 
 void usage(std::ostream& os) {
-  os << "usage: tierce-datagen [--host H] [--port P] [--user U] [--password PW] [--database DB]\n"
+  os << "Usage: tierce-datagen [--host H] [--port P] [--user U] [--password PW] [--database DB]\n"
         "                      [--categories N] [--users N] [--items N] [--bids N] [--seed S]\n"
         "                      [--batch ROWS] [--schema FILE]\n"
         "Loads the Tierce sample (RUBiS-like) database. Defaults: 127.0.0.1:3306, tierce/tierce,\n"
@@ -84,6 +88,10 @@ int parse_args(int argc, char** argv, Options& o) {
     std::string_view a = argv[i];
     if (a == "-h" || a == "--help") {
       usage(std::cout);
+      std::exit(0);
+    }
+    if (a == "-V" || a == "--version") {
+      std::cout << "tierce-datagen " << TIERCE_VERSION << "\n";
       std::exit(0);
     }
     if (i + 1 >= argc) {

@@ -41,13 +41,17 @@
 #include "inversions.h"
 #include <nlohmann/json.hpp>
 
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"  // set by CMake to the project version
+#endif
+
 extern char** environ;
 
 namespace tcheck {
 namespace {
 
 const char* kUsage =
-    "usage: tierce-check [--cluster DIR/cluster.json] [--proxy URL]... [--app URL]...\n"
+    "Usage: tierce-check [--cluster DIR/cluster.json] [--proxy URL]... [--app URL]...\n"
     "                    [--readers 8] [--writers 2] [--ops N | --duration S] [--write-ratio 0.1]\n"
     "                    [--hot 100] [--items 10000] [--users 2000] [--categories 20] [--seed 1]\n"
     "                    [--during \"SHELL COMMAND\"@SECONDS]... [--max-error-ratio 0.01]\n"
@@ -189,6 +193,10 @@ Options parse_args(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (a == "-V" || a == "--version") {
+      std::printf("tierce-check %s\n", TIERCE_VERSION);
       std::exit(0);
     }
     std::string v;

@@ -15,11 +15,15 @@
 
 #include "fabric/fabric.h"
 
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"  // set by CMake to the project version
+#endif
+
 using namespace tierce::fabric;
 
 namespace {
 
-const char* kUsage = R"(usage: tierce-fabric [options] COMMAND ARGS...
+const char* kUsage = R"(Usage: tierce-fabric [options] COMMAND ARGS...
 
 Talks to a Tierce fabric server (tierce-memd, tierce-lockd) at URI = tcp://HOST:PORT,
 shm:///path/to/socket or verbs://HOST:PORT.
@@ -70,6 +74,9 @@ int main(int argc, char** argv) {
       timeout = Millis(num(argv[++i], "timeout"));
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "-V" || a == "--version") {
+      std::printf("tierce-fabric %s\n", TIERCE_VERSION);
       return 0;
     } else if (a.rfind("--", 0) == 0)
       usage_error("unknown option " + a);

@@ -17,6 +17,10 @@
 #include "tools/tierce-wanem/options.h"
 #include "tools/tierce-wanem/relay.h"
 
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"  // set by CMake to the project version
+#endif
+
 namespace {
 
 constexpr int kExitRuntime = 1;
@@ -56,6 +60,10 @@ int main(int argc, char** argv) {
   }
   if (opts.help) {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (opts.version) {
+    std::printf("tierce-wanem %s\n", TIERCE_VERSION);
     return 0;
   }
   if (!opts.send.empty()) {

@@ -41,6 +41,7 @@ every byte is held for D microseconds in each direction (one-way delay D, round 
   --send COMMAND            with --control: send COMMAND to a running relay, print its
                             answer, exit 0 if it was "ok", 1 if not
   --help                    this text
+  --version                 print the version and exit
 
 Quantities take k/M/G (10^3, 10^6, 10^9) or Ki/Mi/Gi (2^10, 2^20, 2^30) suffixes.
 Prints "tierce-wanem: ready" when every listener is bound. SIGTERM/SIGINT stop it (exit 0).
@@ -162,6 +163,9 @@ Options parse_options(int argc, char** argv) {
     };
     if (arg == "--help" || arg == "-h") {
       o.help = true;
+      return o;
+    } else if (arg == "--version" || arg == "-V") {
+      o.version = true;
       return o;
     } else if (arg == "--forward") {
       std::string v = need_value();

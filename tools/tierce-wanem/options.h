@@ -41,6 +41,7 @@ struct Options {
   std::string control;              // --control: unix socket taking runtime commands (control.h)
   std::string send;                 // --send: client mode, one command to --control, then exit
   bool help = false;                // --help: print usage, exit 0
+  bool version = false;             // --version: print the version, exit 0
 };
 
 // Limits that keep a typo from turning into a relay that holds bytes for a day or allocates
