@@ -24,7 +24,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,56 +54,45 @@ int scratch_file() {
 }
 
 // A blocking TCP connection to 127.0.0.1:port that closes with a reset (no TIME_WAIT: a campaign
-// makes millions of them). The connect is non-blocking with a deadline, and retried from a fresh
-// socket (another source port) when the handshake does not complete. Seen once in a 183 000-run
-// campaign (and slow units of 19-21 s in others): the harness sat 39 s in send() of the HELLO —
-// a libFuzzer "timeout" before the receiver under test had run (the input replays in 8 ms). The
-// likely cause, not proven: an interrupted blocking connect whose handshake had not completed
-// (the old code waited 5 s, then used the socket anyway), the SYN being retransmitted at 1, 3,
-// 7, 15 s ... The listener only ever sees completed handshakes. -1: no handshake completed in
-// 3 attempts (then the caller tries a new listener on another port: a second campaign stopped on
-// "no connection after 10 attempts" at its 183 000th run, with ~100 000 loopback sockets in
-// TIME_WAIT, most of them this harness's; that input alone replays in 8 ms).
+// makes millions of them). The connect has a deadline: a handshake that does not complete is a
+// harness failure with its likely cause, not a hang in send() on a still-connecting socket (seen:
+// the host's nf_conntrack table full — "table full, dropping packet" in dmesg — after ~100 s of
+// ~2 000 connections a second; tools/fuzz-campaign.sh runs the fuzzers in a namespace of their own).
 int connect_stream(uint16_t port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) fail("socket failed");
+  linger l{1, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0) fail("socket failed");
-    linger l{1, 0};
-    ::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-    int rc = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    if (rc != 0 && errno != EINPROGRESS && errno != EINTR)
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (errno != EINPROGRESS && errno != EINTR)
       fail(std::string("connect failed: ") + std::strerror(errno));
-    if (rc != 0) {
-      // Wait up to 2 s for the handshake (libFuzzer's alarm may interrupt the poll: go on).
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      int n = 0;
-      for (;;) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        until - std::chrono::steady_clock::now())
-                        .count();
-        if (left <= 0) break;
-        pollfd pfd{s, POLLOUT, 0};
-        n = ::poll(&pfd, 1, int(left));
-        if (n >= 0 || errno != EINTR) break;
-      }
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
-      if (n <= 0) {  // still connecting: drop it (reset) and try from another port
-        ::close(s);
-        continue;
-      }
-      if (err) fail(std::string("connect failed: ") + std::strerror(err));
+    // libFuzzer's alarm may interrupt the poll: go on until the deadline.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    int n = 0;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      until - std::chrono::steady_clock::now())
+                      .count();
+      if (left <= 0) break;
+      pollfd pfd{s, POLLOUT, 0};
+      n = ::poll(&pfd, 1, int(left));
+      if (n >= 0 || errno != EINTR) break;
     }
-    int flags = ::fcntl(s, F_GETFL);
-    if (flags < 0 || ::fcntl(s, F_SETFL, flags & ~O_NONBLOCK) != 0) fail("fcntl failed");
-    return s;
+    if (n <= 0)
+      fail("no TCP handshake with the listener on 127.0.0.1 within 10 s: is the host's "
+           "nf_conntrack table full (dmesg)? Run the fuzzer in a network namespace of its own");
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err) fail(std::string("connect failed: ") + std::strerror(err));
   }
-  return -1;
+  int flags = ::fcntl(s, F_GETFL);
+  if (flags < 0 || ::fcntl(s, F_SETFL, flags & ~O_NONBLOCK) != 0) fail("fcntl failed");
+  return s;
 }
 
 void send_everything(int s, const uint8_t* p, size_t n) {
@@ -154,21 +142,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.timeout = Millis(5000);  // everything was sent before receive(): EOF ends any wait
   p.cookie = kCookie;
   p.allowed_peer = "127.0.0.1";
-  std::unique_ptr<Listener> listener;
+  Listener listener("127.0.0.1", 0, 0, p);
+
   std::vector<int> socks;
-  for (int listeners = 0; socks.size() < streams; ++listeners) {
-    if (listeners == 5) fail("no TCP connection to 5 listeners on 127.0.0.1 (3 attempts of 2 s each)");
-    for (int s : socks) ::close(s);
-    socks.clear();
-    listener = std::make_unique<Listener>("127.0.0.1", 0, 0, p);
-    for (unsigned i = 0; i < streams; ++i) {
-      int s = connect_stream(listener->port());
-      if (s < 0) break;
-      socks.push_back(s);
-    }
-  }
   for (unsigned i = 0; i < streams; ++i) {
-    int s = socks[i];
+    int s = connect_stream(listener.port());
     wire::Hello h;
     h.index = uint16_t(i);
     h.streams = uint16_t(streams);
@@ -181,8 +159,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     else
       send_everything(s, rest + split, rest_n - split);
     ::shutdown(s, SHUT_WR);
+    socks.push_back(s);
   }
-  auto session = listener->accept();
+  auto session = listener.accept();
   if (!session) fail("accept returned no session");
 
   const uint64_t limit = limited ? kSmallLimit : UINT64_MAX;
