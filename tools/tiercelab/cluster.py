@@ -1073,7 +1073,7 @@ def link(d, a, b, action, ms=None, one_way=False):
     directions, or with one_way only what a sends to b (a->b relay: client->target; b->a relay:
     target->client); delay MS on both relays, both directions."""
     d, st = _up_state(d)
-    if st.get("netns"):
+    if st.get("netns") and action != "delay":  # a delay is the relays' in both modes
         return link_netns(d, st, a, b, action, ms, one_way)
     if not st.get("relays"):
         raise ClusterError("this cluster has no app-link relays (start it with --app-links relay)")
@@ -1117,23 +1117,8 @@ def _drop_rules(st, a, b, one_way):
 def link_netns(d, st, a, b, action, ms, one_way):
     """link in netns mode: cut / heal drop (or stop dropping) every packet between the two nodes'
     addresses with iptables rules inside their namespaces: a silent network, as a pulled cable
-    (TCP retransmits; after the heal the connections resume). Any two nodes, not only app nodes."""
-    if action == "delay":
-        # No netem here: the delay is the tierce-wanem relays' (started with --app-links relay,
-        # one per ordered pair of app nodes, each on the sending node's host).
-        ab, ba = relay_between(st, a, b), relay_between(st, b, a)
-        if ab is None or ba is None:
-            raise ClusterError("link delay with --netns needs relays between the two app nodes: start the "
-                               "cluster with --app-links relay (a cut needs none: it is iptables')")
-        if one_way:
-            raise ClusterError("--one-way applies to cut and heal; delay acts on both directions")
-        if ms is None or ms < 0 or ms > 60000:
-            raise ClusterError("delay wants milliseconds in 0..60000")
-        answers = [f"{r['from']}->{r['to']}: {relay_command(r, 'delay %d' % int(round(ms * 1000)))}"
-                   for r in (ab, ba)]
-        _note_fault(d, st, {"link": [a, b], "action": action, "ms": ms, "one_way": False})
-        log(f"link {a} {b} delay {ms:g} ms: " + "; ".join(answers))
-        return answers
+    (TCP retransmits; after the heal the connections resume). Any two nodes, not only app nodes.
+    (A delay goes through link()'s relay path, as without --netns: start with --app-links relay.)"""
     if action not in ("cut", "heal"):
         raise ClusterError(f"link action must be cut, heal or delay, not {action}")
     if ms is not None:
