@@ -15,7 +15,7 @@ changes it.
 
   run.py [--quick] [--build DIR] [--out DIR] [--passes P] [--algorithms ncosed,dqnl,srsl]
          [--transports tcp,shm,netns] [--waiters 1,2,4,8,16] [--parts serial,cascade] [--no-redis]
-         [--no-plots] [--nodes K] [--link-delay-us D]
+         [--no-plots] [--nodes K] [--link-delay-us D] [--relays switch|per-node]
   --transports netns (root): K lockds in K network namespaces, every link delayed D us one way
   by a tierce-wanem relay — emulated hosts and links, labelled so in the output.
 
@@ -251,14 +251,21 @@ class LockdSet:
 class NetnsLockdSet(LockdSet):
     """K lockds, each in its own network namespace (tools/tiercelab/netns.py: a veth pair into a
     private bridge, address 10.213.S.i), talking tcp. Node X reaches node Y through a
-    tierce-wanem relay in X's namespace (listening on X's address, forwarding to Y's, DELAY us
-    one way in each direction), named in X's own topology file in place of Y's address — so
-    every lockd-to-lockd byte crosses a delayed link and the veth pair, as between hosts. The
-    clients (tierce-dlm-bench) stay outside and reach each lockd through its unix socket, as a
-    local client on that host would."""
+    tierce-wanem relay listening on X's address in X's namespace (port 7500 + j), named in X's
+    own topology file in place of Y's address, that holds every byte DELAY us one way in each
+    direction — every lockd-to-lockd byte crosses a delayed link. Two layouts of the relays:
+      switch   (default) ONE tierce-wanem process for all links, outside the namespaces: it
+               listens in X's namespace and connects to Y's lockd in Y's namespace
+               (NETNS/host:port), so the relay is the wire, as a switch would be: the links cost
+               one process's wake-ups, not one per namespace.
+      per-node one tierce-wanem per namespace, connecting to Y's address across the veth pairs
+               and the bridge (K processes to wake, and the kernel's veth/bridge path per byte).
+    The clients (tierce-dlm-bench) stay outside and reach each lockd through its unix socket, as
+    a local client on that host would."""
 
-    def __init__(self, lockd, bench, tmp, algorithm, tag, nodes, delay_us, wanem):
-        self.k, self.delay_us, self.wanem = nodes, delay_us, wanem
+    def __init__(self, lockd, bench, tmp, algorithm, tag, nodes, delay_us, wanem,
+                 relays="switch"):
+        self.k, self.delay_us, self.wanem, self.relays = nodes, delay_us, wanem, relays
         super().__init__(lockd, bench, tmp, "netns", algorithm, tag)
 
     def write_topology(self, tmp, tag):
@@ -290,24 +297,33 @@ class NetnsLockdSet(LockdSet):
                                 "-d", os.path.join(self.dir, f"{n}-state"), "-f"])
 
     def start(self):
-        for x in self.nodes:
-            fwd = []
-            for y in self.nodes:
-                if y != x:
-                    fwd += ["--forward", f"{self.net.addr(x)}:{self.relay_port[(x, y)]}="
-                                         f"{self.net.addr(y)}:{self.port}"]
-            ready = os.path.join(self.dir, f"relay-{x}.ready")
-            logpath = os.path.join(self.dir, f"relay-{x}.log")
-            p = spawn(f"tierce-wanem {x}", self.net.cmd(x, [self.wanem, *fwd, "--delay-us",
-                                                           str(self.delay_us), "--ready-file",
-                                                           ready]), logpath)
-            self.procs.append((f"tierce-wanem {x}", p, logpath))
+        def relay(name, argv):
+            ready = os.path.join(self.dir, f"relay-{name}.ready")
+            logpath = os.path.join(self.dir, f"relay-{name}.log")
+            p = spawn(f"tierce-wanem {name}", argv(["--delay-us", str(self.delay_us),
+                                                    "--ready-file", ready]), logpath)
+            self.procs.append((f"tierce-wanem {name}", p, logpath))
             deadline = time.time() + 10
             while not os.path.exists(ready):
                 self.check_alive("starting the relays")
                 if time.time() > deadline:
-                    raise Failed(f"netns: relay of {x} not ready within 10 s" + self.logs())
+                    raise Failed(f"netns: relay {name} not ready within 10 s" + self.logs())
                 time.sleep(0.01)
+
+        if self.relays == "switch":
+            fwd = []
+            for (x, y), port in self.relay_port.items():
+                fwd += ["--forward", f"{self.net.ns(x)}/{self.net.addr(x)}:{port}="
+                                     f"{self.net.ns(y)}/{self.net.addr(y)}:{self.port}"]
+            relay("switch", lambda extra: [self.wanem, *fwd, *extra])
+        else:
+            for x in self.nodes:
+                fwd = []
+                for y in self.nodes:
+                    if y != x:
+                        fwd += ["--forward", f"{self.net.addr(x)}:{self.relay_port[(x, y)]}="
+                                             f"{self.net.addr(y)}:{self.port}"]
+                relay(x, lambda extra, x=x, fwd=fwd: self.net.cmd(x, [self.wanem, *fwd, *extra]))
         super().start()
 
     def stop(self):
@@ -742,6 +758,10 @@ def main():
                     help="--transports netns: lockds, one per network namespace (default 8)")
     ap.add_argument("--link-delay-us", type=int, default=25,
                     help="--transports netns: one-way delay of every link (default 25 us)")
+    ap.add_argument("--relays", choices=["switch", "per-node"], default="switch",
+                    help="--transports netns: one tierce-wanem for all links, joining the "
+                         "namespaces (switch, default), or one per namespace across the veth "
+                         "pairs (per-node)")
     ap.add_argument("--skip-if-no-netns", action="store_true",
                     help="exit 77 (ctest: skipped) instead of 2 when namespaces cannot be made")
     args = ap.parse_args()
@@ -820,7 +840,7 @@ def main():
                             log(f"pass {pass_no}: {t}/{a}: {args.nodes} namespaces, relays "
                                 f"({args.link_delay_us} us), lockds")
                             lset = NetnsLockdSet(lockd, bench, tmp, a, tag, args.nodes,
-                                                 args.link_delay_us, wanem)
+                                                 args.link_delay_us, wanem, args.relays)
                         else:
                             log(f"pass {pass_no}: {t}/{a}: starting 3 lockds")
                             lset = LockdSet(lockd, bench, tmp, t, a, tag)
@@ -867,10 +887,13 @@ def main():
               f"serial: {prof['serial_iters']} iterations (+{prof['serial_warmup']} warm-up) per "
               f"pass; cascade: {prof['cascade_rounds']} rounds (+1 warm-up) per pass and point; "
               f"lockd heartbeat {HEARTBEAT_MS} ms, lease {LEASE_MS} ms"
-              + (f"\nnetns: {args.nodes} lockds, each in its own network namespace (veth pairs, one "
-                 f"bridge); EMULATED links: every lockd-to-lockd byte goes through a user-space "
-                 f"tierce-wanem relay adding {args.link_delay_us} us one way (no netem here) - "
-                 f"hosts and a network emulated on {os.cpu_count()} CPUs, not measured hardware"
+              + (f"\nnetns: {args.nodes} lockds, each in its own network namespace; EMULATED "
+                 f"links: every lockd-to-lockd byte goes through a user-space tierce-wanem relay "
+                 f"adding {args.link_delay_us} us one way (no netem here; relays: "
+                 + ("one process for all links, joining the namespaces" if args.relays == "switch"
+                    else "one per namespace, over veth pairs and a bridge")
+                 + f") - hosts and a network emulated on {os.cpu_count()} CPUs, not measured "
+                 f"hardware"
                  if "netns" in transports else ""))
     tlines = ["Targets:"] + [
         f"  {'    ' if ok == 'info' else 'PASS' if ok else 'MISS' if ok is not None else 'N/A '}  {line}"
@@ -894,7 +917,7 @@ def main():
                    "algorithms": algorithms, "transports": transports, "waiters": waiters,
                    "lockd": {"heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS},
                    "netns": ({"nodes": args.nodes, "link_delay_us": args.link_delay_us,
-                              "emulated": True} if "netns" in transports else None),
+                              "relays": args.relays, "emulated": True} if "netns" in transports else None),
                    "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end,
                    "busy_start": busy_start, "busy_end": busy_end,
                    "elapsed_s": elapsed, "serial": serial, "cascade": cascade,

@@ -20,6 +20,11 @@ every byte is held for D microseconds in each direction (one-way delay D, round 
 
   --forward LISTEN=TARGET   host:port=host:port, or host:p1-p2=host:q1-q2 (ranges of equal
                             length, mapped in order: p1->q1, p1+1->q1+1, ...). Repeatable.
+                            Either side may start with NETNS/ (a name `ip netns add` made,
+                            /run/netns/NETNS; needs root): that side's socket lives in that
+                            network namespace, so one relay links hosts emulated by
+                            namespaces without a process in each, e.g.
+                            h1/10.0.0.1:7500=h2/10.0.0.2:7400.
   --delay-us D              one-way delay in microseconds (0..60000000)
   --rate BYTES/s            pace each direction of each connection to this rate (default:
                             unlimited)
@@ -100,20 +105,31 @@ uint16_t parse_port(std::string_view s, const std::string& what, const std::stri
 Endpoint parse_endpoint(const std::string& text, const std::string& what) {
   Endpoint e;
   e.text = text;
+  // NETNS/ first: a host never holds a '/'.
+  std::string_view rest = text;
+  if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+    e.netns = std::string(rest.substr(0, slash));
+    rest = rest.substr(slash + 1);
+    if (e.netns.empty() || e.netns.size() > kMaxNetnsName || e.netns == "." || e.netns == ".." ||
+        e.netns.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                  "0123456789._-") != std::string::npos)
+      throw UsageError(what + ": '" + text + "': '" + e.netns +
+                       "' is not a network namespace name (1-64 letters, digits, '.', '_', '-')");
+  }
   std::string host;
   std::string_view ports;
-  if (!text.empty() && text[0] == '[') {
-    auto close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':')
+  if (!rest.empty() && rest[0] == '[') {
+    auto close = rest.find(']');
+    if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':')
       throw UsageError(what + ": '" + text + "' is not [host]:port");
-    host = text.substr(1, close - 1);
-    ports = std::string_view(text).substr(close + 2);
+    host = std::string(rest.substr(1, close - 1));
+    ports = rest.substr(close + 2);
   } else {
-    auto colon = text.rfind(':');
+    auto colon = rest.rfind(':');
     if (colon == std::string::npos || colon == 0)
       throw UsageError(what + ": '" + text + "' is not host:port or host:port1-port2");
-    host = text.substr(0, colon);
-    ports = std::string_view(text).substr(colon + 1);
+    host = std::string(rest.substr(0, colon));
+    ports = rest.substr(colon + 1);
     if (host.find(':') != std::string::npos)
       throw UsageError(what + ": '" + text + "': write IPv6 addresses as [addr]:port");
   }

@@ -18,9 +18,10 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// host:port or host:port1-port2, resolved once at parse time.
+// [NETNS/]host:port or [NETNS/]host:port1-port2, resolved once at parse time.
 struct Endpoint {
-  std::string text;  // as given, for messages
+  std::string text;   // as given, for messages
+  std::string netns;  // the socket is made in this network namespace (/run/netns/NAME); "" = ours
   sockaddr_storage addr{};
   socklen_t addr_len = 0;
   uint16_t port_lo = 0, port_hi = 0;  // inclusive; equal for a single port
@@ -51,6 +52,7 @@ constexpr uint64_t kMaxWindow = 1ull << 30;       // 1 GiB per direction
 constexpr uint64_t kMaxRate = 1'000'000'000'000;  // 1 TB/s
 constexpr unsigned kMaxListenPorts = 16384;       // over all --forward ranges
 constexpr size_t kMaxControlPath = 107;           // sun_path holds 108 bytes with the NUL
+constexpr size_t kMaxNetnsName = 64;               // a file name under /run/netns
 
 extern const char* const kUsage;
 

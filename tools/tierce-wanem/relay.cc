@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -103,7 +104,8 @@ struct Relay::Listener : Pollable {
   int fd = -1;
   sockaddr_storage target{};
   socklen_t target_len = 0;
-  std::string desc;  // "LISTEN -> TARGET", for messages
+  std::string target_netns;  // where the connection to the target is made ("" = here)
+  std::string desc;          // "LISTEN -> TARGET", for messages
 };
 
 // A connection to the --control socket: bytes in until a newline, one answer line out.
@@ -195,6 +197,7 @@ struct Relay::Conn {
   std::string target_desc;
   sockaddr_storage target{};
   socklen_t target_len = 0;
+  std::string target_netns;
   bool connect_pending = false;  // accepted while to-target was cut: connect on heal
   bool dead = false;             // to be removed at the end of this loop turn
 };
@@ -364,15 +367,20 @@ Relay::Relay(const Options& opts) : opts_(opts), delay_us_(opts.delay_us) {
   ::epoll_ctl(epfd_, EPOLL_CTL_ADD, timerfd_, &ev);
 
   for (const Forward& f : opts_.forwards) {
+    open_netns(f.listen.netns);
+    open_netns(f.target.netns);
+    auto in = [](const std::string& ns) { return ns.empty() ? std::string() : ns + "/"; };
     for (unsigned i = 0; i < f.listen.count(); ++i) {
       auto l = std::make_unique<Listener>();
       sockaddr_storage la = f.listen.addr;
       set_port(la, uint16_t(f.listen.port_lo + i));
       l->target = f.target.addr;
       l->target_len = f.target.addr_len;
+      l->target_netns = f.target.netns;
       set_port(l->target, uint16_t(f.target.port_lo + i));
-      l->desc = addr_text(la) + " -> " + addr_text(l->target);
-      l->fd = ::socket(la.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      l->desc = in(f.listen.netns) + addr_text(la) + " -> " + in(f.target.netns) +
+                addr_text(l->target);
+      l->fd = socket_in(f.listen.netns, la.ss_family);
       if (l->fd < 0) throw StartError("socket for " + l->desc + ": " + errno_text(errno));
       int one = 1;
       ::setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -391,6 +399,46 @@ Relay::Relay(const Options& opts) : opts_(opts), delay_us_(opts.delay_us) {
   if (!opts_.control.empty()) open_control();
 }
 
+void Relay::open_netns(const std::string& netns) {
+  if (netns.empty() || netns_fds_.count(netns)) return;
+  if (home_ns_ < 0) {
+    home_ns_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (home_ns_ < 0) throw StartError("cannot open our own network namespace: " + errno_text(errno));
+  }
+  const std::string path = "/run/netns/" + netns;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw StartError("network namespace '" + netns + "' (" + path + "): " + errno_text(errno) +
+                     " (create it with `ip netns add " + netns + "`)");
+  netns_fds_[netns] = fd;
+  // Try it now: entering another namespace needs CAP_SYS_ADMIN, and a relay that cannot should
+  // say so at start, not at its first connection.
+  int probe = socket_in(netns, AF_INET);
+  if (probe < 0)
+    throw StartError("cannot make a socket in network namespace '" + netns + "': " +
+                     errno_text(errno) + " (entering a namespace needs root / CAP_SYS_ADMIN)");
+  ::close(probe);
+}
+
+int Relay::socket_in(const std::string& netns, int family) {
+  if (netns.empty()) return ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  auto it = netns_fds_.find(netns);
+  if (it == netns_fds_.end() || ::setns(it->second, CLONE_NEWNET) != 0) {
+    if (it == netns_fds_.end()) errno = ENOENT;
+    return -1;
+  }
+  int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int e = errno;
+  if (::setns(home_ns_, CLONE_NEWNET) != 0) {
+    // Every later socket would be made in the wrong namespace: stop rather than misroute.
+    std::fprintf(stderr, "tierce-wanem: cannot return to our own network namespace: %s\n",
+                 errno_text(errno).c_str());
+    std::abort();
+  }
+  errno = e;
+  return fd;
+}
+
 Relay::~Relay() {
   conns_.clear();
   listeners_.clear();
@@ -399,8 +447,9 @@ Relay::~Relay() {
     ::close(control_fd_);
     ::unlink(opts_.control.c_str());
   }
-  for (int fd : {epfd_, timerfd_, spare_fd_})
+  for (int fd : {epfd_, timerfd_, spare_fd_, home_ns_})
     if (fd >= 0) ::close(fd);
+  for (auto& [name, fd] : netns_fds_) ::close(fd);
 }
 
 void Relay::open_control() {
@@ -550,9 +599,10 @@ void Relay::accept_from(Listener& l) {
     }
     ++stats_.accepted;
     auto c = std::make_unique<Conn>();
-    c->target_desc = addr_text(l.target);
+    c->target_desc = (l.target_netns.empty() ? "" : l.target_netns + "/") + addr_text(l.target);
     c->target = l.target;
     c->target_len = l.target_len;
+    c->target_netns = l.target_netns;
     c->client.fd = fd;
     c->client.connected = true;
     c->client.writable = true;
@@ -586,8 +636,10 @@ bool Relay::start_connect(Conn& c) {
     c.dead = true;
     return false;
   };
-  int sfd = ::socket(c.target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (sfd < 0) return fail("socket: " + errno_text(errno));
+  int sfd = socket_in(c.target_netns, c.target.ss_family);
+  if (sfd < 0)
+    return fail("socket" + (c.target_netns.empty() ? "" : " in network namespace " + c.target_netns) +
+                ": " + errno_text(errno));
   c.server.fd = sfd;
   set_nodelay(sfd);
   int rc = ::connect(sfd, reinterpret_cast<const sockaddr*>(&c.target), c.target_len);

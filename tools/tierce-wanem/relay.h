@@ -21,11 +21,15 @@
 // * Control (--control, control.h): a direction can be cut (held: read but not written, FIN
 //   included) and healed, and the delay changed, while connections run. Release marks stay in
 //   order when the delay shrinks (a byte is never due before one read earlier).
+// * Namespaces: a listener or a target written NETNS/host:port gets its socket in that network
+//   namespace (the thread enters it for socket() only): one relay can be the wire between hosts
+//   emulated by namespaces.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +78,11 @@ class Relay {
   bool start_connect(Conn& c);
   void service(Conn& c, Clock::time_point now, Clock::time_point& next, bool& busy);
   void arm_timer(Clock::time_point when);
+  // A non-blocking stream socket in network namespace `netns` ("" = the relay's own): the
+  // thread enters it for the socket() call only (a socket stays in the namespace it was made
+  // in). -1 with errno set on failure. Prereq: `netns` was opened by open_netns().
+  int socket_in(const std::string& netns, int family);
+  void open_netns(const std::string& netns);  // throws StartError
   void open_control();
   void accept_control();
   void read_control(ControlClient& cc);
@@ -87,6 +96,8 @@ class Relay {
   int epfd_ = -1;
   int timerfd_ = -1;
   int spare_fd_ = -1;  // closed to accept-and-drop a connection when out of descriptors
+  int home_ns_ = -1;   // the relay's own network namespace, while any --forward names another
+  std::map<std::string, int> netns_fds_;  // NETNS -> open /run/netns/NETNS
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::list<std::unique_ptr<Conn>> conns_;
   Clock::time_point armed_{};

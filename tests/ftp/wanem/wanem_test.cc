@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -298,7 +299,9 @@ std::string fwd(uint16_t listen, uint16_t target) {
 class Target {
  public:
   template <class F>
-  Target(F serve, int connections = 1) : lfd_(listen_on(0)) {
+  Target(F serve, int connections = 1) : Target(listen_on(0), serve, connections) {}
+  template <class F>
+  Target(Fd listener, F serve, int connections = 1) : lfd_(std::move(listener)) {
     BOOST_REQUIRE(lfd_.get() >= 0);
     port_ = port_of(lfd_.get());
     thread_ = std::thread([this, serve, connections] {
@@ -582,6 +585,10 @@ BOOST_AUTO_TEST_CASE(bad_args) {
       {{"--forward", ok, "--delay-us", "0", "--window", "99999999999999999999999"}, "too large"},
       {{"--forward", ok, "--delay-us"}, "needs a value"},
       {{"--forward", ok, "--delay-us", "0", "--bogus"}, "unknown argument"},
+      {{"--forward", "/127.0.0.1:1=127.0.0.1:2", "--delay-us", "0"}, "network namespace name"},
+      {{"--forward", "a b/127.0.0.1:1=127.0.0.1:2", "--delay-us", "0"}, "network namespace name"},
+      {{"--forward", "../127.0.0.1:1=127.0.0.1:2", "--delay-us", "0"}, "network namespace name"},
+      {{"--forward", "ns/127.0.0.1=127.0.0.1:2", "--delay-us", "0"}, "not host:port"},
   };
   for (const auto& c : cases) {
     RunResult r = run_wanem(c.args);
@@ -846,4 +853,90 @@ BOOST_AUTO_TEST_CASE(delay_change) {
   c.reset();
   t.join();
   BOOST_CHECK_EQUAL(relay.stop(), 0);
+}
+
+// ---- network namespaces (NETNS/host:port) -------------------------------------------------------
+
+namespace {
+
+// Two namespaces made with `ip netns add` (loopback up), deleted by the destructor.
+class Namespaces {
+ public:
+  explicit Namespaces(std::vector<std::string> names) : names_(std::move(names)) {
+    for (auto& n : names_) {
+      ok_ = ok_ && std::system(("ip netns add " + n + " && ip -n " + n + " link set lo up").c_str()) == 0;
+      made_.push_back(n);
+    }
+  }
+  ~Namespaces() {
+    for (auto& n : made_) (void)!std::system(("ip netns delete " + n + " 2>/dev/null").c_str());
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::vector<std::string> names_, made_;
+  bool ok_ = true;
+};
+
+// Runs f() with this thread in network namespace `name`; back in ours afterwards.
+template <class F>
+auto in_netns(const std::string& name, F f) {
+  Fd home(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  Fd ns(::open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC));
+  BOOST_REQUIRE(home.get() >= 0 && ns.get() >= 0);
+  BOOST_REQUIRE(::setns(ns.get(), CLONE_NEWNET) == 0);
+  auto r = f();
+  BOOST_REQUIRE(::setns(home.get(), CLONE_NEWNET) == 0);
+  return r;
+}
+
+}  // namespace
+
+// A relay in our namespace links two others that share nothing (no veth, no route): it listens
+// in A and connects in B, as tierce-cluster and benchmarks/dlm use it to emulate links between
+// hosts with one process. 127.0.0.1 is a different address in each of the three namespaces.
+BOOST_AUTO_TEST_CASE(netns) {
+  if (::geteuid() != 0 || std::system("ip netns list >/dev/null 2>&1") != 0) {
+    BOOST_TEST_MESSAGE("SKIP: needs root and ip(8) to make network namespaces");
+    std::exit(77);
+  }
+  const std::string a = "twn" + std::to_string(::getpid()) + "a",
+                    b = "twn" + std::to_string(::getpid()) + "b";
+  Namespaces spaces({a, b});
+  BOOST_REQUIRE_MESSAGE(spaces.ok(), "ip netns add failed");
+  Fd listener = in_netns(b, [] { return listen_on(0); });
+  BOOST_REQUIRE(listener.get() >= 0);
+  const uint16_t tport = port_of(listener.get());
+  Target echo(std::move(listener), [](Fd& c) {
+    char buf[256];
+    ssize_t r = ::recv(c.get(), buf, sizeof buf, 0);
+    if (r > 0) (void)send_all(c.get(), reinterpret_cast<const uint8_t*>(buf), size_t(r));
+  });
+  const uint16_t lport = 47123;  // any: namespace A is fresh, nothing listens there
+  Wanem relay({"--forward",
+               a + "/127.0.0.1:" + std::to_string(lport) + "=" + b + "/127.0.0.1:" +
+                   std::to_string(tport),
+               "--delay-us", "1000"});
+  Fd c = in_netns(a, [&] { return connect_to(lport); });
+  BOOST_REQUIRE_MESSAGE(c.get() >= 0, "no connection to the relay in namespace " << a);
+  auto t0 = Clock::now();
+  BOOST_REQUIRE(send_str(c.get(), "across namespaces"));
+  char buf[64] = {};
+  ssize_t r = ::recv(c.get(), buf, sizeof buf, MSG_WAITALL);
+  BOOST_CHECK_EQUAL(std::string(buf, r > 0 ? size_t(r) : 0), "across namespaces");
+  BOOST_CHECK(Clock::now() - t0 >= 2ms);  // 1 ms each way
+  echo.join();
+  // The listener is in A only: B's 127.0.0.1:lport is closed.
+  Fd in_b = in_netns(b, [&] { return connect_to(lport); });
+  BOOST_CHECK(in_b.get() < 0);
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+  BOOST_CHECK_MESSAGE(relay.log().find("1 connections (0 failed to connect), 17 bytes to targets, "
+                                      "17 bytes to clients") != std::string::npos,
+                      relay.log());
+
+  // A namespace that does not exist: exit 1 at start, saying how to make one.
+  RunResult missing = run_wanem({"--forward", "twn-absent/127.0.0.1:1=127.0.0.1:2", "--delay-us", "0"});
+  BOOST_CHECK_EQUAL(missing.exit_code, 1);
+  BOOST_CHECK_MESSAGE(missing.output.find("ip netns add twn-absent") != std::string::npos,
+                      missing.output);
 }
