@@ -409,7 +409,7 @@ void Relay::open_netns(const std::string& netns) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     throw StartError("network namespace '" + netns + "' (" + path + "): " + errno_text(errno) +
-                     " (create it with `ip netns add " + netns + "`)");
+                     " (create it with ip netns add " + netns + ")");
   netns_fds_[netns] = fd;
   // Try it now: entering another namespace needs CAP_SYS_ADMIN, and a relay that cannot should
   // say so at start, not at its first connection.
