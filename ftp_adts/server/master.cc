@@ -29,9 +29,12 @@ namespace {
 
 using fabric::LogLevel;
 
-constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q', kAccept = 'A', kRefuse = 'R', kStats = 'S';
+constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q', kAccept = 'A', kRefuse = 'R', kStats = 'S',
+               kOld = 'O';
 constexpr const char* kTooMany = "421 Too many sessions, try later\r\n";
 constexpr const char* kTooManyFromIp = "421 Too many connections from your address\r\n";
+constexpr const char* kReloading =
+    "421 The server reloaded its configuration: connect again\r\n";
 constexpr size_t kMaxMessage = 64;  // 'B' + a numeric IPv6 address fits
 static_assert(1 + 7 * 8 <= kMaxMessage, "the 'S' message must fit");
 
@@ -41,11 +44,13 @@ struct Worker {
   std::string peer;  // the client's host while it serves a session ("" otherwise)
   bool asked = false;  // sent its 'B' (privilege separation: its only message; see message())
   bool reported = false;  // sent its 'S' for the session it serves (taken once per 'B')
+  uint64_t generation = 0;  // Master::generation_ when it was forked (its configuration)
 };
 
-// After the worker told the master about a connection ('B'): waits for 'A' or 'R'. A 'Q' that
-// crossed the 'B' is remembered in *quit. EOF: the master is gone, the worker exits.
-bool ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
+// After the worker told the master about a connection ('B'): waits for 'A', 'R' or 'O' and
+// returns it. A 'Q' that crossed the 'B' is remembered in *quit. EOF: the master is gone, the
+// worker exits.
+char ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
   for (;;) {
     pollfd p{ctl, POLLIN, 0};
     int n = ::poll(&p, 1, 10000);
@@ -53,14 +58,13 @@ bool ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
     if (n <= 0) {
       // The master answers at once unless something is badly wrong: serve rather than hang.
       if (log) log(LogLevel::Warn, "FTPD0024 no answer from the master about a connection; served");
-      return true;
+      return kAccept;
     }
     char c = 0;
     ssize_t r = ::read(ctl, &c, 1);
     if (r <= 0) ::_exit(0);
     if (c == kQuit) *quit = true;
-    if (c == kAccept) return true;
-    if (c == kRefuse) return false;
+    if (c == kAccept || c == kRefuse || c == kOld) return c;
   }
 }
 
@@ -114,7 +118,16 @@ bool ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
     std::string busy(1, kBusy);
     busy += SockAddr::peer_of(fd).host().substr(0, kMaxMessage - 1);
     if (::write(ctl, busy.data(), busy.size()) != ssize_t(busy.size())) ::_exit(0);
-    if (!ask_master(ctl, &quit, env.log)) {
+    const char answer = ask_master(ctl, &quit, env.log);
+    if (answer == kOld) {
+      // This worker has the configuration of before a reload: the client connects again, to a
+      // worker forked with the new one. Nothing was read from it.
+      (void)!::send(fd, kReloading, std::strlen(kReloading), MSG_NOSIGNAL);
+      ::shutdown(fd, SHUT_WR);
+      ::close(fd);
+      ::_exit(0);
+    }
+    if (answer == kRefuse) {
       // Nothing was read from this client: the worker may accept the next connection.
       (void)!::send(fd, kTooManyFromIp, std::strlen(kTooManyFromIp), MSG_NOSIGNAL);
       ::shutdown(fd, SHUT_WR);
@@ -171,6 +184,7 @@ class Master {
   int listen_fd_;
   int sigfd_;
   std::map<pid_t, Worker> workers_;
+  uint64_t generation_ = 0;  // configurations applied (reloads done); workers carry theirs
   bool stopping_ = false;
   const bool privsep_ = env_.privsep && env_.privsep->enabled;
   unsigned spawn_failures_ = 0;
@@ -255,7 +269,10 @@ void Master::spawn() {
     worker_main(env_, listen_fd_, sv[1], master);
   }
   ::close(sv[1]);
-  workers_[pid] = Worker{Worker::State::Idle, sv[0], {}, false};
+  Worker w;
+  w.ctl = sv[0];
+  w.generation = generation_;
+  workers_[pid] = w;
   spawn_failures_ = 0;
   ++n_.workers_started;
   log(LogLevel::Debug, "FTPD0002 worker " + std::to_string(pid) + " started");
@@ -351,6 +368,18 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
   if (m[0] != kBusy) return;
   w.asked = true;
   w.reported = false;
+  if (w.generation != generation_) {
+    // Forked before a reload, and past its wait when the 'Q' came: the master reads messages in
+    // order, one thread, so a 'B' read after reload() is a connection the old configuration must
+    // not serve (a removed user could still log in). The worker turns it away and quits.
+    ++n_.refused_reload;
+    w.peer.clear();
+    log(LogLevel::Info, "FTPD0025 a connection from " + std::string(m.substr(1)) +
+                            " reached a worker of the configuration before the reload: turned "
+                            "away with 421 (the client connects again)");
+    if (w.ctl >= 0) (void)!::send(w.ctl, &kOld, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    return;
+  }
   if (w.state != Worker::State::Retiring) w.state = Worker::State::Busy;
   std::string host(m.substr(1));
   size_t same = 0;
@@ -384,6 +413,7 @@ void Master::reload() {
   else
     write_metrics();  // the reload counters moved
   if (!done) return;
+  ++generation_;  // before any further message is read: see message()
   size_t told = 0;
   for (auto& [pid, w] : workers_) {
     if (w.state == Worker::State::Retiring) continue;
@@ -531,6 +561,8 @@ std::string master_metrics_text(const MasterEnv& env, const MasterCounters& c,
             c.refused_max_sessions, {{"limit", "max_sessions"}});
   m.counter("tierce_ftpd_sessions_refused_total", "Connections turned away with 421, by limit.",
             c.refused_per_ip, {{"limit", "max_sessions_per_ip"}});
+  m.counter("tierce_ftpd_sessions_refused_total", "Connections turned away with 421, by limit.",
+            c.refused_reload, {{"limit", "reload"}});
   for (auto [state, v] : {std::pair<const char*, size_t>{"idle", g.idle}, {"busy", g.busy},
                           {"retiring", g.retiring}})
     m.gauge("tierce_ftpd_workers", "Worker processes, by state.", uint64_t(v),

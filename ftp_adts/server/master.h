@@ -14,6 +14,10 @@
 // Master -> worker:
 //   'A' / 'R' the answer to 'B': serve it, or refuse it (max_sessions_per_ip sessions from HOST
 //             are being served already: the worker replies 421 and closes)
+//   'O'       the answer to a 'B' of a worker retired by a reload (forked with the old
+//             configuration): it replies 421 and quits, so that no connection the master hears
+//             of after the reload is served with the old configuration (the client reconnects
+//             and gets a fresh worker)
 //   'Q'       quit when idle (more idle workers than `workers` after a burst); EOF = the master died.
 // The master is one thread reading these messages in order, so counting the sessions of HOST when
 // the 'B' arrives, this one included, is exact: two workers accepting from the same host at once
@@ -68,6 +72,7 @@ struct MasterCounters {
   uint64_t sessions = 0;              // connections a worker was told to serve ('A')
   uint64_t refused_max_sessions = 0;  // turned away by the master: every worker busy
   uint64_t refused_per_ip = 0;        // refused by max_sessions_per_ip ('R')
+  uint64_t refused_reload = 0;        // reached a worker of the old configuration ('O')
   uint64_t workers_started = 0;
   uint64_t workers_died = 0;          // exited uncleanly (signal, non-zero status)
   uint64_t fork_failures = 0;

@@ -49,26 +49,32 @@ struct Fixture {
     tierce_test::write_file(dir / "ftpd.toml", "listen = \"" + listen + "\"\nready_file = \"" +
                                                    dir / "ready" + "\"\n" + text);
     size_t before = count_of(server->log(), id);
-    size_t retired = count_of(server->log(), "FTPD0016");
     ::kill(server->pid(), SIGHUP);
+    // FTPD0015 is logged when the master holds the new configuration: from then on no new
+    // connection is served with the old one (docs/ftp.md) — not even one an old idle worker took
+    // before its retirement reached it: the master answers its 'B' with 'O' and it says 421.
     BOOST_REQUIRE_MESSAGE(
         tierce_test::eventually([&] { return count_of(server->log(), id) > before; }, 10000ms),
         "no " + id + " after SIGHUP:\n" + server->log());
-    // FTPD0015 is logged when the master holds the new configuration; the workers forked with the
-    // old one are told to quit right after, and FTPD0016 says so: from then on a new connection is
-    // served with the new configuration (docs/ftp.md). A connection made between the two lines
-    // may still reach an old idle worker (seen once under load: a removed user logged in).
-    if (id == "FTPD0015")
-      BOOST_REQUIRE_MESSAGE(tierce_test::eventually(
-                                [&] { return count_of(server->log(), "FTPD0016") > retired; }, 10000ms),
-                            "no FTPD0016 after FTPD0015:\n" + server->log());
   }
   bool can_login(const std::string& user) {
-    // A fresh connection: after a reload, served by a worker forked with the new configuration.
-    Client c(server->port());
-    if (c.reply().code != 220) return false;
-    return c.login(user, "secret-pw");
+    // A fresh connection: after a reload, served by a worker forked with the new configuration,
+    // or turned away with 421 by one of the old configuration (then connect again, as FTP
+    // clients do).
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      Client c(server->port());
+      auto greeting = c.reply();
+      if (greeting.code == 421 && greeting.text().find("reloaded") != std::string::npos) {
+        ++turned_away;
+        continue;
+      }
+      if (greeting.code != 220) return false;
+      return c.login(user, "secret-pw");
+    }
+    BOOST_FAIL("20 connections in a row turned away after a reload:\n" + server->log());
+    return false;
   }
+  int turned_away = 0;
 };
 
 }  // namespace
@@ -89,7 +95,6 @@ BOOST_AUTO_TEST_CASE(sighup_adds_and_removes_users) {
   BOOST_TEST(
       log.find("FTPD0015 reload done: 2 user(s), 2 workers, max 6 sessions") != std::string::npos,
       log);
-  BOOST_TEST(log.find("FTPD0016") != std::string::npos, log);
   BOOST_TEST(f.can_login("carol"));
   BOOST_TEST(f.can_login("alice"));
   BOOST_TEST(before.cmd("PWD").code == 257);  // the old session goes on
@@ -98,6 +103,30 @@ BOOST_AUTO_TEST_CASE(sighup_adds_and_removes_users) {
   BOOST_TEST(!f.can_login("alice"));
   BOOST_TEST(f.can_login("carol"));
   BOOST_TEST(before.cmd("NOOP").code == 200);
+  BOOST_TEST(f.server->log().find("FTPD0016") != std::string::npos, f.server->log());
+}
+
+// The window this closes: a connection an idle worker of the old configuration had already
+// accepted when the reload came was served with the old users (a removed user logged in, seen
+// once in CI's sanitizer run). Login right after each FTPD0015, many times, with the user
+// removed and added in turn: the answer always follows the file. Whether a given round hits an
+// old worker is up to the scheduler (FTPD0025 counts the ones that did); the answer must never
+// be the old one.
+BOOST_AUTO_TEST_CASE(no_connection_after_a_reload_is_served_with_the_old_users) {
+  Fixture f;
+  for (int round = 0; round < 15; ++round) {
+    f.reload(f.body({"carol"}), "FTPD0015");
+    BOOST_TEST(!f.can_login("alice"), "round " << round << ": alice removed, yet logged in");
+    f.reload(f.body({"alice", "carol"}), "FTPD0015");
+    BOOST_TEST(f.can_login("alice"), "round " << round << ": alice added, yet refused");
+  }
+  const std::string log = f.server->log();
+  size_t old_workers = count_of(log, "FTPD0025");
+  BOOST_TEST_MESSAGE(old_workers << " connection(s) reached a worker of the old configuration and "
+                                    "were turned away; the client reconnected "
+                                 << f.turned_away << " time(s)");
+  BOOST_TEST(size_t(f.turned_away) == old_workers, log);
+  BOOST_TEST(f.server->stop() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_broken_file_keeps_the_running_configuration) {
