@@ -33,8 +33,7 @@ constexpr char kBusy = 'B', kIdle = 'I', kQuit = 'Q', kAccept = 'A', kRefuse = '
                kOld = 'O';
 constexpr const char* kTooMany = "421 Too many sessions, try later\r\n";
 constexpr const char* kTooManyFromIp = "421 Too many connections from your address\r\n";
-constexpr const char* kReloading =
-    "421 The server reloaded its configuration: connect again\r\n";
+constexpr const char* kReloading = "421 The server reloaded its configuration: connect again\r\n";
 constexpr size_t kMaxMessage = 64;  // 'B' + a numeric IPv6 address fits
 static_assert(1 + 7 * 8 <= kMaxMessage, "the 'S' message must fit");
 

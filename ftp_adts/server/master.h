@@ -18,7 +18,8 @@
 //             configuration): it replies 421 and quits, so that no connection the master hears
 //             of after the reload is served with the old configuration (the client reconnects
 //             and gets a fresh worker)
-//   'Q'       quit when idle (more idle workers than `workers` after a burst); EOF = the master died.
+//   'Q'       quit when idle (more idle workers than `workers` after a burst, or a reload);
+//             EOF = the master died.
 // The master is one thread reading these messages in order, so counting the sessions of HOST when
 // the 'B' arrives, this one included, is exact: two workers accepting from the same host at once
 // are answered one after the other.

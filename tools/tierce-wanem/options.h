@@ -52,7 +52,7 @@ constexpr uint64_t kMaxWindow = 1ull << 30;       // 1 GiB per direction
 constexpr uint64_t kMaxRate = 1'000'000'000'000;  // 1 TB/s
 constexpr unsigned kMaxListenPorts = 16384;       // over all --forward ranges
 constexpr size_t kMaxControlPath = 107;           // sun_path holds 108 bytes with the NUL
-constexpr size_t kMaxNetnsName = 64;               // a file name under /run/netns
+constexpr size_t kMaxNetnsName = 64;              // a file name under /run/netns
 
 extern const char* const kUsage;
 

@@ -5,8 +5,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/epoll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -378,8 +378,8 @@ Relay::Relay(const Options& opts) : opts_(opts), delay_us_(opts.delay_us) {
       l->target_len = f.target.addr_len;
       l->target_netns = f.target.netns;
       set_port(l->target, uint16_t(f.target.port_lo + i));
-      l->desc = in(f.listen.netns) + addr_text(la) + " -> " + in(f.target.netns) +
-                addr_text(l->target);
+      l->desc =
+          in(f.listen.netns) + addr_text(la) + " -> " + in(f.target.netns) + addr_text(l->target);
       l->fd = socket_in(f.listen.netns, la.ss_family);
       if (l->fd < 0) throw StartError("socket for " + l->desc + ": " + errno_text(errno));
       int one = 1;
@@ -403,7 +403,8 @@ void Relay::open_netns(const std::string& netns) {
   if (netns.empty() || netns_fds_.count(netns)) return;
   if (home_ns_ < 0) {
     home_ns_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (home_ns_ < 0) throw StartError("cannot open our own network namespace: " + errno_text(errno));
+    if (home_ns_ < 0)
+      throw StartError("cannot open our own network namespace: " + errno_text(errno));
   }
   const std::string path = "/run/netns/" + netns;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -638,8 +639,9 @@ bool Relay::start_connect(Conn& c) {
   };
   int sfd = socket_in(c.target_netns, c.target.ss_family);
   if (sfd < 0)
-    return fail("socket" + (c.target_netns.empty() ? "" : " in network namespace " + c.target_netns) +
-                ": " + errno_text(errno));
+    return fail("socket" +
+                (c.target_netns.empty() ? "" : " in network namespace " + c.target_netns) + ": " +
+                errno_text(errno));
   c.server.fd = sfd;
   set_nodelay(sfd);
   int rc = ::connect(sfd, reinterpret_cast<const sockaddr*>(&c.target), c.target_len);

@@ -14,9 +14,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -864,7 +864,8 @@ class Namespaces {
  public:
   explicit Namespaces(std::vector<std::string> names) : names_(std::move(names)) {
     for (auto& n : names_) {
-      ok_ = ok_ && std::system(("ip netns add " + n + " && ip -n " + n + " link set lo up").c_str()) == 0;
+      ok_ = ok_ &&
+            std::system(("ip netns add " + n + " && ip -n " + n + " link set lo up").c_str()) == 0;
       made_.push_back(n);
     }
   }
@@ -913,10 +914,10 @@ BOOST_AUTO_TEST_CASE(netns) {
     if (r > 0) (void)send_all(c.get(), reinterpret_cast<const uint8_t*>(buf), size_t(r));
   });
   const uint16_t lport = 47123;  // any: namespace A is fresh, nothing listens there
-  Wanem relay({"--forward",
-               a + "/127.0.0.1:" + std::to_string(lport) + "=" + b + "/127.0.0.1:" +
-                   std::to_string(tport),
-               "--delay-us", "1000"});
+  Wanem relay(
+      {"--forward",
+       a + "/127.0.0.1:" + std::to_string(lport) + "=" + b + "/127.0.0.1:" + std::to_string(tport),
+       "--delay-us", "1000"});
   Fd c = in_netns(a, [&] { return connect_to(lport); });
   BOOST_REQUIRE_MESSAGE(c.get() >= 0, "no connection to the relay in namespace " << a);
   auto t0 = Clock::now();
@@ -931,11 +932,12 @@ BOOST_AUTO_TEST_CASE(netns) {
   BOOST_CHECK(in_b.get() < 0);
   BOOST_CHECK_EQUAL(relay.stop(), 0);
   BOOST_CHECK_MESSAGE(relay.log().find("1 connections (0 failed to connect), 17 bytes to targets, "
-                                      "17 bytes to clients") != std::string::npos,
+                                       "17 bytes to clients") != std::string::npos,
                       relay.log());
 
   // A namespace that does not exist: exit 1 at start, saying how to make one.
-  RunResult missing = run_wanem({"--forward", "twn-absent/127.0.0.1:1=127.0.0.1:2", "--delay-us", "0"});
+  RunResult missing =
+      run_wanem({"--forward", "twn-absent/127.0.0.1:1=127.0.0.1:2", "--delay-us", "0"});
   BOOST_CHECK_EQUAL(missing.exit_code, 1);
   BOOST_CHECK_MESSAGE(missing.output.find("ip netns add twn-absent") != std::string::npos,
                       missing.output);
