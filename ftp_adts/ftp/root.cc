@@ -49,8 +49,11 @@ int openat2_retry(int dirfd, const std::string& path, open_how* how) {
 }  // namespace
 
 std::string join_virtual(std::string_view cwd, std::string_view arg) {
-  std::vector<std::string_view> parts;
-  auto walk = [&parts](std::string_view p) {
+  // Built in place, one allocation: "/c1/c2/..."; ".." cuts the last "/c" off (a component never
+  // holds a '/').
+  std::string out;
+  out.reserve(cwd.size() + arg.size() + 1);
+  auto walk = [&out](std::string_view p) {
     size_t i = 0;
     while (i <= p.size()) {
       size_t j = p.find('/', i);
@@ -59,21 +62,18 @@ std::string join_virtual(std::string_view cwd, std::string_view arg) {
       if (c.empty() || c == ".") {
         // nothing
       } else if (c == "..") {
-        if (!parts.empty()) parts.pop_back();
+        size_t last = out.rfind('/');
+        if (last != std::string::npos) out.resize(last);
       } else {
-        parts.push_back(c);
+        out += '/';
+        out += c;
       }
       i = j + 1;
     }
   };
   if (arg.empty() || arg[0] != '/') walk(cwd);
   walk(arg);
-  if (parts.empty()) return "/";
-  std::string out;
-  for (auto c : parts) {
-    out += '/';
-    out += c;
-  }
+  if (out.empty()) return "/";
   return out;
 }
 

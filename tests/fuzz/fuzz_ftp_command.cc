@@ -130,7 +130,8 @@ void check_facts(std::string_view line) {
              g->modify == f->modify && g->perm == f->perm && g->unix_mode == f->unix_mode);
 }
 
-void check_path(std::string_view cwd, std::string_view arg) {
+// Returns the joined path (the next cwd of the chain).
+std::string check_path(std::string_view cwd, std::string_view arg) {
   std::string p = join_virtual(cwd, arg);
   FUZZ_CHECK(!p.empty() && p[0] == '/');
   FUZZ_CHECK(p == "/" || p.back() != '/');
@@ -140,6 +141,7 @@ void check_path(std::string_view cwd, std::string_view arg) {
   FUZZ_CHECK(!(p.size() >= 3 && p.compare(p.size() - 3, 3, "/..") == 0));
   // Idempotent: a joined path is its own normal form, from any cwd.
   FUZZ_CHECK(join_virtual("/elsewhere", p) == p);
+  return p;
 }
 
 }  // namespace
@@ -164,12 +166,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_command(line);
     check_addresses(line);
     check_facts(line);
-    check_path(cwd, line);
-    // A CWD chain, reset when it gets long: every line joins against it three times, so an
-    // unbounded chain made the harness quadratic in the input (460 exec/s on a 3 KB corpus, the
-    // time all in the harness's own joins), and a server's cwd is bounded anyway (it must exist:
-    // PATH_MAX). 256 bytes keep every case the joins have (deep, "..", "." and "//" runs).
-    cwd = join_virtual(cwd, line);
+    // A CWD chain, reset when it gets long: every line joins against it, so an unbounded chain
+    // made the harness quadratic in the input (460 exec/s on a 3 KB corpus, the time all in the
+    // harness's own joins), and a server's cwd is bounded anyway (it must exist: PATH_MAX). 256
+    // bytes keep every case the joins have (deep, "..", "." and "//" runs).
+    cwd = check_path(cwd, line);
     if (cwd.size() > 256) cwd = "/";
     if (p == std::string_view::npos) break;
     start = p + 2;
