@@ -200,6 +200,13 @@ struct Relay::Conn {
   std::string target_netns;
   bool connect_pending = false;  // accepted while to-target was cut: connect on heal
   bool dead = false;             // to be removed at the end of this loop turn
+  // When the loop must service it again (run()): an event on one of its sockets (`ready`), its
+  // turn budget ran out (`busy`), or `wake` came (a release, a credit, a FIN, the pacing). A relay
+  // that links many connections (one per link of an emulated cluster) services only these, not
+  // every connection on every wake-up.
+  bool ready = true;
+  bool busy = false;
+  Clock::time_point wake = Clock::time_point::min();
 };
 
 namespace {
@@ -545,16 +552,19 @@ std::string Relay::execute(const std::string& line) {
   }
   switch (cmd.kind) {
     case Command::Kind::Cut:
+      wake_all();
       cut_ |= cmd.dirs;
       log_line("control: cut " + std::string(cut_name(cmd.dirs)) + " (now cut: " + cut_name(cut_) +
                ")");
       return std::string("ok cut=") + cut_name(cut_);
     case Command::Kind::Heal:
+      wake_all();
       cut_ &= ~cmd.dirs;
       log_line("control: heal " + std::string(cut_name(cmd.dirs)) +
                " (still cut: " + cut_name(cut_) + ")");
       return std::string("ok cut=") + cut_name(cut_);
     case Command::Kind::Delay:
+      wake_all();
       delay_us_ = cmd.delay_us;
       log_line("control: delay " + std::to_string(delay_us_) + " us");
       return "ok delay_us=" + std::to_string(delay_us_);
@@ -657,6 +667,10 @@ bool Relay::start_connect(Conn& c) {
   return true;
 }
 
+void Relay::wake_all() {
+  for (auto& c : conns_) c->ready = true;
+}
+
 void Relay::arm_timer(Clock::time_point when) {
   if (when == armed_) return;
   armed_ = when;
@@ -744,6 +758,7 @@ void Relay::run(int stop_fd) {
               break;
             }
           }
+          s->conn->ready = true;
           if (ev & (EPOLLIN | EPOLLRDHUP)) s->readable = true;
           if (ev & EPOLLOUT) s->writable = true;
           if (ev & (EPOLLERR | EPOLLHUP)) {
@@ -762,11 +777,17 @@ void Relay::run(int stop_fd) {
     bool busy = false;
     for (auto it = conns_.begin(); it != conns_.end();) {
       Conn& c = **it;
-      if (!c.dead) service(c, now, next, busy);
+      if (!c.dead && (c.ready || c.busy || c.wake <= now)) {
+        c.ready = c.busy = false;
+        c.wake = Clock::time_point::max();
+        service(c, now, c.wake, c.busy);
+      }
       if (c.dead) {
         // Close (not shut down) both: a side with unread bytes gets an RST.
         it = conns_.erase(it);
       } else {
+        busy = busy || c.busy;
+        next = std::min(next, c.wake);
         ++it;
       }
     }

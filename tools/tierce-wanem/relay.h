@@ -78,6 +78,7 @@ class Relay {
   bool start_connect(Conn& c);
   void service(Conn& c, Clock::time_point now, Clock::time_point& next, bool& busy);
   void arm_timer(Clock::time_point when);
+  void wake_all();  // every connection is serviced on the next loop turn (a control command)
   // A non-blocking stream socket in network namespace `netns` ("" = the relay's own): the
   // thread enters it for the socket() call only (a socket stays in the namespace it was made
   // in). -1 with errno set on failure. Prereq: `netns` was opened by open_netns().
