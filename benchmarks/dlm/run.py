@@ -917,7 +917,8 @@ def main():
                    "algorithms": algorithms, "transports": transports, "waiters": waiters,
                    "lockd": {"heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS},
                    "netns": ({"nodes": args.nodes, "link_delay_us": args.link_delay_us,
-                              "relays": args.relays, "emulated": True} if "netns" in transports else None),
+                              "relays": args.relays, "emulated": True}
+                             if "netns" in transports else None),
                    "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end,
                    "busy_start": busy_start, "busy_end": busy_end,
                    "elapsed_s": elapsed, "serial": serial, "cascade": cascade,
