@@ -28,6 +28,7 @@ const std::vector<std::string_view> kKeys = {"topology",
                                              "max_preauth_frame",
                                              "max_connections",
                                              "max_connections_per_ip",
+                                             "spin_us",
                                              "metrics_file",
                                              "metrics_interval_ms"};
 
@@ -194,6 +195,7 @@ Layer parse_config(std::string_view text, const std::string& source_name) {
          s.max_connections);
     take("max_connections_per_ip", c.integer(*t, "max_connections_per_ip", 0, 1'000'000, 1024),
          s.max_connections_per_ip);
+    take("spin_us", c.integer(*t, "spin_us", 0, long(Settings::kMaxSpinUs), 50), s.spin_us);
     take("metrics_file",
          c.path(*t, "metrics_file", "\"/var/lib/prometheus/node-exporter/tierce-lockd.prom\""),
          s.metrics_file);
@@ -235,6 +237,7 @@ Settings combine(const Layer* file, const Layer& flags) {
     TIERCE_TAKE(max_preauth_frame)
     TIERCE_TAKE(max_connections)
     TIERCE_TAKE(max_connections_per_ip)
+    TIERCE_TAKE(spin_us)
     TIERCE_TAKE(metrics_file)
     TIERCE_TAKE(metrics_interval_ms)
 #undef TIERCE_TAKE
@@ -275,6 +278,7 @@ std::vector<std::pair<std::string, std::string>> differences(const Settings& a, 
   TIERCE_DIFF(max_preauth_frame)
   TIERCE_DIFF(max_connections)
   TIERCE_DIFF(max_connections_per_ip)
+  TIERCE_DIFF(spin_us)
 #undef TIERCE_DIFF
   return d;
 }

@@ -17,6 +17,7 @@
 //   max_preauth_frame = 256                 # fabric: bytes a frame may claim before AUTH
 //   max_connections = 4096                  # fabric: connections served at once
 //   max_connections_per_ip = 1024           # fabric tcp: per address; 0 = no limit
+//   spin_us = 50                            # poll this long for the next frame before sleeping
 //   metrics_file = "/var/lib/prometheus/node-exporter/tierce-lockd.prom"  # reloadable
 //   metrics_interval_ms = 15000             # reloadable
 //
@@ -46,6 +47,12 @@ struct Settings {
   size_t max_locks_per_client = 4096, max_locks_per_uid = 16384, max_clients_per_uid = 1024;
   fabric::Protection protection = fabric::Protection::Mac;
   size_t max_preauth_frame = 256, max_connections = 4096, max_connections_per_ip = 1024;
+  // After a frame (a client's request, a peer's message or reply), the thread that read it polls
+  // for the next one this long before sleeping: a sleeping thread's wake-up costs more than a
+  // round trip on a VM. Costs up to this much CPU per burst; 0 = never spin (many lockds or
+  // other busy processes on few CPUs, where a spin takes the CPU the awaited peer needs).
+  size_t spin_us = 50;
+  static constexpr size_t kMaxSpinUs = 10000;
   // Prometheus text for node-exporter's textfile collector (base::TextfileWriter); "" = none.
   std::string metrics_file;
   size_t metrics_interval_ms = 15000;

@@ -89,13 +89,14 @@ uint64_t load_le64(const uint8_t* p) {
   return v;
 }
 
-// `protection`: the least this lockd accepts on its connections to the other lockds, the same as
-// its own server imposes (LockdOptions::protection).
+// Its connections to the other lockds: `protection` the least it accepts, the same as its own
+// server imposes (LockdOptions::protection), and the server's spin.
 fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t,
-                                     fabric::Protection protection) {
+                                     const LockdOptions& lo) {
   fabric::ClientOptions o;
   o.secret = s;
-  o.protection = protection;
+  o.protection = lo.protection;
+  o.spin = lo.spin;
   o.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(100, t.dlm.heartbeat_ms * 2));
   o.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(50, t.dlm.lease_ms / 4));
   return o;
@@ -169,6 +170,7 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   so.max_preauth_frame = opts_.max_preauth_frame;
   so.max_connections = opts_.max_connections;
   so.max_connections_per_ip = opts_.max_connections_per_ip;
+  so.spin = opts_.spin;
   server_ = std::make_unique<fabric::Server>(so);
   server_->export_region("dlm.table", table_);
 
@@ -330,7 +332,7 @@ void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
       // land at the home after the home declared this lockd dead and recovered the lock, and set
       // K below the recovery token (the spin model's -DLATE_OPS). A connection this process gives
       // up on is reset too (fabric does that on any failure), so this covers the crash.
-      auto o = client_options(secret_, topo_, opts_.protection);
+      auto o = client_options(secret_, topo_, opts_);
       o.reset_on_close = true;
       p.ops = fabric::connect(p.uri, o);
       p.table = p.ops->lookup("dlm.table");
@@ -373,7 +375,7 @@ void Lockd::flush_locked(Peer& p, bool resend_all, size_t budget) {
     try {
       if (!p.msg) {
         if (Clock::now() < p.msg_retry_at) return;  // reconnect backoff: the next flush retries
-        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_.protection));
+        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_));
       }
       const auto loss = opts_.lose_message ? opts_.lose_message(p.rank) : LockdOptions::Loss::None;
       if (loss == LockdOptions::Loss::FailWrite) throw std::runtime_error("message lost (test)");
@@ -419,7 +421,7 @@ std::vector<uint8_t> Lockd::call(uint32_t rank, std::string_view service,
   Peer& p = peer(rank);
   std::lock_guard lk(p.call_mu);
   try {
-    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_, opts_.protection));
+    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_, opts_));
     return p.calls->call(service, body);
   } catch (...) {
     p.calls.reset();
@@ -498,6 +500,7 @@ void Lockd::heartbeat_loop() {
       if (err.empty() && note_incarnation(r, answer->incarnation) == Incarnation::Old)
         err = "an answer of an old incarnation (that process is gone)";
       if (err.empty() && ack) note_ack(p, ack->first, ack->second);
+      if (err.empty()) warm_connections(p);
       std::lock_guard plk(mu_);
       const auto now = Clock::now();
       // Our lease on its locks had lapsed before this heartbeat left, yet it answers: this lockd
@@ -572,6 +575,31 @@ void Lockd::heartbeat_loop() {
     }
     lk.lock();
     cv_.wait_for(lk, period, [this] { return stopping_; });
+  }
+}
+
+void Lockd::warm_connections(Peer& p) {
+  {
+    std::unique_lock lk(p.msg_mu, std::try_to_lock);
+    if (lk.owns_lock() && !p.msg && Clock::now() >= p.msg_retry_at) {
+      try {
+        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_));
+      } catch (const std::exception&) {
+        // The next send connects again and says why it cannot (LOCKD0020).
+        p.msg_retry_at = Clock::now() + std::chrono::milliseconds(100);
+      }
+    }
+  }
+  std::unique_lock lk(p.ops_mu, std::try_to_lock);
+  if (lk.owns_lock() && !p.ops) {
+    try {
+      auto o = client_options(secret_, topo_, opts_);
+      o.reset_on_close = true;  // as table_ops opens it
+      p.ops = fabric::connect(p.uri, o);
+      p.table = p.ops->lookup("dlm.table");
+    } catch (const std::exception&) {
+      p.ops.reset();  // table_ops connects again and fails the operation with the reason
+    }
   }
 }
 

@@ -42,6 +42,9 @@ struct LockdOptions {
   size_t max_preauth_frame = 256;
   size_t max_connections = 4096;
   size_t max_connections_per_ip = 1024;
+  // The fabric server's and client connections' spin (ServerOptions/ClientOptions::spin); the
+  // IPC server's is ipc.spin.
+  std::chrono::microseconds spin{50};
   fabric::LogSink log;
   // Tests only: asked before each write of a dlm.msg body to a member (unset in the daemon).
   enum class Loss { None, FailWrite, Vanish };
@@ -105,6 +108,11 @@ class Lockd final : public dlm::Network {
   enum class Incarnation { Current, Restarted, Old };
   Incarnation note_incarnation(uint32_t rank, uint64_t incarnation);
   void reset_connections(Peer& p);
+  // The member answered a heartbeat: opens the connections for messages and one-sided operations
+  // if they are not, so that the first lock request or hand-off to it does not pay a connection
+  // and its authentication (several round trips) — under the engine's mutex, for the operations.
+  // Skips a connection another thread is using (try_lock): heartbeats never wait behind a lock.
+  void warm_connections(Peer& p);
   // Writes the member's unsent messages in order (from the first one when resend_all), at most
   // `budget`; stops at the first failure (the rest stay queued). Needs p.msg_mu.
   void flush_locked(Peer& p, bool resend_all, size_t budget);

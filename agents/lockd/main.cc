@@ -74,6 +74,9 @@ void usage(FILE* out) {
       "      --max-connections N        fabric: connections served at once (default 4096)\n"
       "      --max-connections-per-ip N fabric tcp: connections from one address (default 1024,\n"
       "                        0 = no limit)\n"
+      "      --spin-us N       after a frame, poll this long for the next one before\n"
+      "                        sleeping (0..10000, default 50; 0 when many lockds share\n"
+      "                        few CPUs)\n"
       "      --metrics-file FILE        write the metrics (Prometheus text) to FILE for\n"
       "                        node-exporter's textfile collector; removed at a clean stop\n"
       "      --metrics-interval-ms N    how often it is rewritten (1000..3600000,\n"
@@ -103,7 +106,7 @@ struct Options {
 
 std::optional<int> parse(int argc, char** argv, Options* o) {
   enum { kSocketMode = 'm', kPerClient = 'L', kPerUid = 'U', kClientsPerUid = 'C',
-         kProtection = 1000, kPreauth, kConns, kConnsPerIp, kMetricsFile, kMetricsInterval };
+         kProtection = 1000, kPreauth, kConns, kConnsPerIp, kMetricsFile, kMetricsInterval, kSpin };
   static const option longopts[] = {
       {"config", required_argument, nullptr, 'c'},
       {"topology", required_argument, nullptr, 't'}, {"node", required_argument, nullptr, 'n'},
@@ -122,6 +125,7 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
       {"user", required_argument, nullptr, 'u'},
       {"metrics-file", required_argument, nullptr, kMetricsFile},
       {"metrics-interval-ms", required_argument, nullptr, kMetricsInterval},
+      {"spin-us", required_argument, nullptr, kSpin},
       {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
   Settings& v = o->flags.values;
   auto given = [&](const char* key) { o->flags.given.insert(key); };
@@ -225,6 +229,13 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
         if (!x) return kExitUsage;
         v.metrics_interval_ms = *x;
         given("metrics_interval_ms");
+        break;
+      }
+      case kSpin: {
+        auto x = number("--spin-us", 0, Settings::kMaxSpinUs);
+        if (!x) return kExitUsage;
+        v.spin_us = *x;
+        given("spin_us");
         break;
       }
       case 'f': o->foreground = true; break;
@@ -477,6 +488,8 @@ int run(const Options& o) {
     lo.max_preauth_frame = st.max_preauth_frame;
     lo.max_connections = st.max_connections;
     lo.max_connections_per_ip = st.max_connections_per_ip;
+    lo.spin = std::chrono::microseconds(st.spin_us);
+    lo.ipc.spin = lo.spin;
     lo.log = log;
     lockd = std::make_unique<Lockd>(topo, st.node, secret, lo);
   } catch (const std::exception& e) {
@@ -519,7 +532,8 @@ int run(const Options& o) {
           "; max_locks_per_client " + std::to_string(st.max_locks_per_client) +
           ", max_locks_per_uid " + std::to_string(st.max_locks_per_uid) +
           ", max_clients_per_uid " + std::to_string(st.max_clients_per_uid) + ", protection " +
-          std::string(fabric::to_string(st.protection)));
+          std::string(fabric::to_string(st.protection)) + ", spin_us " +
+          std::to_string(st.spin_us));
   // metrics_file: rewritten every metrics_interval_ms as lockd's user (after the drop: its
   // directory must be writable by that user; LOCKD0050 says so once if it is not); removed at a
   // clean stop. Restarted by a reload that changes either key.

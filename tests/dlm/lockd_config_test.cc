@@ -127,31 +127,49 @@ BOOST_AUTO_TEST_CASE(quotas_from_the_file_and_a_flag_overrides) {
     Node n;
     n.write_config(
         "max_locks_per_client = 2\nmax_locks_per_uid = 100\nprotection = \"encrypt\"\n"
-        "max_preauth_frame = 128\nmax_connections_per_ip = 16\n");
+        "max_preauth_frame = 128\nmax_connections_per_ip = 16\nspin_us = 0\n");
     n.start_serving({"--config", n.config, "-f"});
     BOOST_TEST(locks_granted(n.socket, 10) == 2u);
     BOOST_TEST(n.logged("max_locks_per_client 2, max_locks_per_uid 100"), read_file(n.log));
-    BOOST_TEST(n.logged("protection encrypt"), read_file(n.log));
+    BOOST_TEST(n.logged("protection encrypt, spin_us 0"), read_file(n.log));
   }
   {
     Node n;
-    n.write_config("max_locks_per_client = 2\n");
-    n.start_serving({"--config", n.config, "--max-locks-per-client", "3", "-f"});
+    n.write_config("max_locks_per_client = 2\nspin_us = 0\n");
+    n.start_serving({"--config", n.config, "--max-locks-per-client", "3", "--spin-us", "200",
+                     "-f"});
     BOOST_TEST(locks_granted(n.socket, 10) == 3u);
+    BOOST_TEST(n.logged("spin_us 200"), read_file(n.log));
+  }
+  {
+    Node n;  // the default
+    n.write_config("");
+    n.start_serving({"--config", n.config, "-f"});
+    BOOST_TEST(n.logged("spin_us 50"), read_file(n.log));
   }
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_file_stops_the_start_with_exit_code_2) {
   Node n;
-  n.write_config("max_locks_per_clent = 2\nmax_locks_per_uid = 0\n");
+  n.write_config("max_locks_per_clent = 2\nmax_locks_per_uid = 0\nspin_us = 10001\n");
   n.start({"--config", n.config, "-f"});
   BOOST_TEST(n.wait_exit() == 2);
   std::string out = read_file(n.log);
+  BOOST_TEST(out.find("lockd.toml:8:") != std::string::npos, out);
+  BOOST_TEST(out.find("spin_us: 10001 is out of range") != std::string::npos, out);
   BOOST_TEST(out.find("lockd.toml:6:1: [lockd] max_locks_per_clent: unknown key; did you mean "
                       "'max_locks_per_client'?") != std::string::npos,
              out);
   BOOST_TEST(out.find("lockd.toml:7:") != std::string::npos, out);
   BOOST_TEST(out.find("max_locks_per_uid: 0 is out of range") != std::string::npos, out);
+
+  Node f;  // a flag with a bad value
+  f.write_config("");
+  f.start({"--config", f.config, "--spin-us", "fast", "-f"});
+  BOOST_TEST(f.wait_exit() == 2);
+  BOOST_TEST(read_file(f.log).find("--spin-us wants a number 0..10000, not 'fast'") !=
+                 std::string::npos,
+             read_file(f.log));
 
   Node m;
   m.start({"--config", m.dir / "missing.toml", "-f"});

@@ -162,6 +162,42 @@ struct Pending {
 
 }  // namespace
 
+// A lockd opens its message and one-sided-operation connections to a member as soon as the member
+// answers a heartbeat (Lockd::warm_connections), so the first request or hand-off to it does not
+// pay a connection and its authentication; and again after the member restarted. Each lockd then
+// has accepted three connections from each other member (heartbeats, messages, operations)
+// before any lock was asked for.
+BOOST_AUTO_TEST_CASE(connections_to_the_members_are_open_before_the_first_lock) {
+  Cluster c(3);
+  auto accepted = [&](int rank) {
+    const std::string m = c.node(rank).metrics_text();
+    const std::string key = "\ntierce_lockd_fabric_connections_accepted_total{";
+    auto at = m.find(key);
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, m);
+    at = m.find("} ", at);
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, m);
+    return std::stoull(m.substr(at + 2));
+  };
+  for (int r = 1; r <= 3; ++r)
+    BOOST_TEST(tierce_test::eventually([&] { return accepted(r) >= 6; }, 5000ms),
+               "n" << r << " accepted " << accepted(r) << " connections, not 3 from each member");
+  c.stop(2);
+  c.start(2);
+  c.wait_all_up();
+  BOOST_TEST(tierce_test::eventually([&] { return accepted(2) >= 6; }, 5000ms),
+             "the restarted n2 accepted " << accepted(2) << " connections, not 3 from each member");
+  // And they carry the first lock at once (n1 asks n2's table, n2 hands n3 the lock).
+  const std::string name = c.name_homed_at(2, "warm");
+  Grant g = acquire(c.node(1), 1, name, Mode::Exclusive);
+  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+  Pending w;
+  w.start(c.node(3), 2, name, Mode::Exclusive);
+  std::this_thread::sleep_for(50ms);
+  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
+  BOOST_REQUIRE(w.ready(5000ms));
+  BOOST_TEST(w.f.get().status == Status::Ok);
+}
+
 BOOST_AUTO_TEST_CASE(serial_exclusive_and_shared_tokens_increase) {
   Cluster c(3);
   for (int home = 1; home <= 3; ++home) {
