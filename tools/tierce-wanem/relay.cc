@@ -199,14 +199,15 @@ struct Relay::Conn {
   socklen_t target_len = 0;
   std::string target_netns;
   bool connect_pending = false;  // accepted while to-target was cut: connect on heal
-  bool dead = false;             // to be removed at the end of this loop turn
-  // When the loop must service it again (run()): an event on one of its sockets (`ready`), its
-  // turn budget ran out (`busy`), or `wake` came (a release, a credit, a FIN, the pacing). A relay
-  // that links many connections (one per link of an emulated cluster) services only these, not
-  // every connection on every wake-up.
-  bool ready = true;
+  bool dead = false;             // removed when the loop services it next (schedule())
+  // When the loop must service it again (run()): an event on one of its sockets, a control
+  // command or its turn budget ran out (`busy`): it is in Relay::pending_ (`queued`); or `wake`
+  // came (a release, a credit, a FIN, the pacing): Relay::timers_ holds (wake, this) while
+  // wake is finite.
+  bool queued = false;
   bool busy = false;
-  Clock::time_point wake = Clock::time_point::min();
+  Clock::time_point wake = Clock::time_point::max();
+  std::list<std::unique_ptr<Conn>>::iterator self;  // its place in Relay::conns_
 };
 
 namespace {
@@ -632,7 +633,10 @@ void Relay::accept_from(Listener& l) {
       c->connect_pending = true;
     else if (!start_connect(*c))
       continue;  // c (and its client socket, already reset) go away here
+    Conn& added = *c;
     conns_.push_back(std::move(c));
+    added.self = std::prev(conns_.end());
+    schedule(added);
   }
 }
 
@@ -668,7 +672,13 @@ bool Relay::start_connect(Conn& c) {
 }
 
 void Relay::wake_all() {
-  for (auto& c : conns_) c->ready = true;
+  for (auto& c : conns_) schedule(*c);
+}
+
+void Relay::schedule(Conn& c) {
+  if (c.queued) return;
+  c.queued = true;
+  pending_.push_back(&c);
 }
 
 void Relay::arm_timer(Clock::time_point when) {
@@ -755,10 +765,11 @@ void Relay::run(int stop_fd) {
               close_with_reset(s->conn->client.fd);
               s->conn->client.fd = -1;
               s->conn->dead = true;
+              schedule(*s->conn);  // removed on this turn
               break;
             }
           }
-          s->conn->ready = true;
+          schedule(*s->conn);
           if (ev & (EPOLLIN | EPOLLRDHUP)) s->readable = true;
           if (ev & EPOLLOUT) s->writable = true;
           if (ev & (EPOLLERR | EPOLLHUP)) {
@@ -773,25 +784,32 @@ void Relay::run(int stop_fd) {
     control_clients_.remove_if([](const std::unique_ptr<ControlClient>& cc) { return cc->dead; });
 
     auto now = Clock::now();
-    auto next = Clock::time_point::max();
-    bool busy = false;
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      Conn& c = **it;
-      if (!c.dead && (c.ready || c.busy || c.wake <= now)) {
-        c.ready = c.busy = false;
-        c.wake = Clock::time_point::max();
-        service(c, now, c.wake, c.busy);
-      }
-      if (c.dead) {
-        // Close (not shut down) both: a side with unread bytes gets an RST.
-        it = conns_.erase(it);
-      } else {
-        busy = busy || c.busy;
-        next = std::min(next, c.wake);
-        ++it;
-      }
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+      Conn* c = timers_.begin()->second;
+      timers_.erase(timers_.begin());
+      c->wake = Clock::time_point::max();
+      schedule(*c);
     }
-    if (busy || next <= Clock::now()) {
+    std::vector<Conn*> work;
+    work.swap(pending_);
+    for (Conn* c : work) {
+      c->queued = false;
+      if (c->wake != Clock::time_point::max()) timers_.erase({c->wake, c});
+      c->wake = Clock::time_point::max();
+      if (!c->dead) {
+        c->busy = false;
+        service(*c, now, c->wake, c->busy);
+      }
+      if (c->dead) {
+        // Close (not shut down) both: a side with unread bytes gets an RST.
+        conns_.erase(c->self);
+        continue;
+      }
+      if (c->busy) schedule(*c);
+      if (c->wake != Clock::time_point::max()) timers_.insert({c->wake, c});
+    }
+    const auto next = timers_.empty() ? Clock::time_point::max() : timers_.begin()->first;
+    if (!pending_.empty() || next <= Clock::now()) {
       timeout = 0;
     } else {
       timeout = -1;

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <set>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,6 +80,7 @@ class Relay {
   void service(Conn& c, Clock::time_point now, Clock::time_point& next, bool& busy);
   void arm_timer(Clock::time_point when);
   void wake_all();  // every connection is serviced on the next loop turn (a control command)
+  void schedule(Conn& c);  // c is serviced on the next loop turn (once, however often asked)
   // A non-blocking stream socket in network namespace `netns` ("" = the relay's own): the
   // thread enters it for the socket() call only (a socket stays in the namespace it was made
   // in). -1 with errno set on failure. Prereq: `netns` was opened by open_netns().
@@ -101,6 +103,12 @@ class Relay {
   std::map<std::string, int> netns_fds_;  // NETNS -> open /run/netns/NETNS
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::list<std::unique_ptr<Conn>> conns_;
+  // What the loop services on its next turn: connections with an event, a spent turn budget or a
+  // control command (pending_), and those whose wake time came (timers_, by time). A relay that
+  // carries every link of an emulated cluster holds hundreds of idle connections: a turn costs
+  // what its active ones need, not a walk over all of them.
+  std::vector<Conn*> pending_;
+  std::set<std::pair<Clock::time_point, Conn*>> timers_;
   Clock::time_point armed_{};
   RelayStats stats_;
 };
