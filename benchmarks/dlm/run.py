@@ -15,7 +15,7 @@ changes it.
 
   run.py [--quick] [--build DIR] [--out DIR] [--passes P] [--algorithms ncosed,dqnl,srsl]
          [--transports tcp,shm,netns] [--waiters 1,2,4,8,16] [--parts serial,cascade] [--no-redis]
-         [--no-plots] [--nodes K] [--link-delay-us D] [--relays switch|per-node]
+         [--no-plots] [--nodes K] [--link-delay-us D] [--dilation F|auto] [--relays switch|per-node]
   --transports netns (root): K lockds in K network namespaces, every link delayed D us one way
   by a tierce-wanem relay — emulated hosts and links, labelled so in the output.
 
@@ -152,13 +152,13 @@ class Bench:
     def __init__(self, path):
         self.path = path
 
-    def run(self, args, timeout):
+    def run(self, args, timeout, env=None):
         """Runs one measurement; returns the JSON objects it printed. Raises Failed (with its
-        stderr) when it exits non-zero or times out."""
+        stderr) when it exits non-zero or times out. `env`: variables added to ours."""
         argv = [self.path] + args
         try:
             p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                               timeout=timeout)
+                               timeout=timeout, env=dict(os.environ, **(env or {})))
         except subprocess.TimeoutExpired as e:
             err = (e.stderr or b"").decode(errors="replace")
             raise Failed(f"{' '.join(args[:1])} did not finish within {timeout:.0f} s "
@@ -180,6 +180,7 @@ class LockdSet:
         self.dir = os.path.join(tmp, tag)
         os.makedirs(self.dir)
         self.nodes = ["n1", "n2", "n3"]
+        self.client_env = None  # variables for tierce-dlm-bench (the lock clients)
         self.write_topology(tmp, tag)
 
     def topology_lines(self, tmp, tag):
@@ -221,7 +222,7 @@ class LockdSet:
             time.sleep(0.02)
         try:
             self.bench.run(["ready", "--sockets", ",".join(self.sockets), "--timeout-ms", "10000"],
-                           timeout=20)
+                           timeout=20, env=self.client_env)
         except Failed as e:
             raise Failed(f"{self.transport}/{self.algorithm}: {e}" + self.logs())
 
@@ -261,12 +262,16 @@ class NetnsLockdSet(LockdSet):
       per-node one tierce-wanem per namespace, connecting to Y's address across the veth pairs
                and the bridge (K processes to wake, and the kernel's veth/bridge path per byte).
     The clients (tierce-dlm-bench) stay outside and reach each lockd through its unix socket, as
-    a local client on that host would."""
+    a local client on that host would.
+    Nobody spins (lockd --spin-us 0, TIERCE_LOCK_SPIN_US=0): a spin waits on a CPU of its own
+    for a peer on another; here K hosts share this machine's CPUs and a spin takes the CPU the
+    awaited peer needs. `delay_us` is what the relays hold: the link delay times the dilation."""
 
     def __init__(self, lockd, bench, tmp, algorithm, tag, nodes, delay_us, wanem,
                  relays="switch"):
         self.k, self.delay_us, self.wanem, self.relays = nodes, delay_us, wanem, relays
         super().__init__(lockd, bench, tmp, "netns", algorithm, tag)
+        self.client_env = {"TIERCE_LOCK_SPIN_US": "0"}
 
     def write_topology(self, tmp, tag):
         from tiercelab import netns  # root-only machinery, imported when used
@@ -294,7 +299,8 @@ class NetnsLockdSet(LockdSet):
 
     def lockd_argv(self, n, sock):
         return self.net.cmd(n, [self.lockd, "-t", self.topologies[n], "-n", n, "-s", sock,
-                                "-d", os.path.join(self.dir, f"{n}-state"), "-f"])
+                                "-d", os.path.join(self.dir, f"{n}-state"), "-f",
+                                "--spin-us", "0"])
 
     def start(self):
         def relay(name, argv):
@@ -412,7 +418,8 @@ def measure_config(bench, lset, prof, waiters, samples, pass_no, parts):
     for mode in (("x", "s") if "serial" in parts else ()):
         r = bench.run(["serial", "--socket", lset.sockets[0], "--lock", serial_lock, "--mode", mode,
                        "--iterations", str(prof["serial_iters"]), "--warmup",
-                       str(prof["serial_warmup"]), "--raw", "1"], timeout=300)[0]
+                       str(prof["serial_warmup"]), "--raw", "1"], timeout=300,
+                      env=lset.client_env)[0]
         key = ("serial", t, a, mode)
         s = samples.setdefault(key, {"lock": [], "unlock": [], "pair": [], "floor_p50": []})
         for k in ("lock", "unlock", "pair"):
@@ -425,7 +432,8 @@ def measure_config(bench, lset, prof, waiters, samples, pass_no, parts):
         for n in waiters:
             res = bench.run(["cascade", "--sockets", ",".join(lset.sockets), "--lock",
                              cascade_lock, "--mode", mode, "--waiters", str(n), "--rounds",
-                             str(prof["cascade_rounds"]), "--raw", "1"], timeout=300)
+                             str(prof["cascade_rounds"]), "--raw", "1"], timeout=300,
+                            env=lset.client_env)
             r = next(x for x in res if x["bench"] == "cascade")
             by = next((x for x in res if x["bench"] == "cascade-by-socket"), None)
             key = ("cascade", t, a, mode, n)
@@ -506,15 +514,16 @@ def ratio(a, b):
     return a / b
 
 
-def targets(serial, cascade, transports):
-    """Returns a list of (ok or None, line)."""
+def targets(serial, cascade, transports, netns_links=""):
+    """Returns a list of (ok or None, line). `netns_links`: how the netns links were emulated."""
     out = []
     for t in transports:
         nc = get(cascade, f"{t}/ncosed/s/16", "cascade", "p50")
         dq = get(cascade, f"{t}/dqnl/s/16", "cascade", "p50")
         r = ratio(dq, nc)
         ok = None if r is None else r >= 3.0
-        out.append((ok, f"Shared cascade, 16 waiters, {t}: N-CoSED {fmt(nc, 0)} us vs DQNL "
+        where = f"{t} ({netns_links})" if t == "netns" and netns_links else t
+        out.append((ok, f"Shared cascade, 16 waiters, {where}: N-CoSED {fmt(nc, 0)} us vs DQNL "
                         f"{fmt(dq, 0)} us (median) = {fmt(r, 0) if r is None else f'{r:.2f}'}x "
                         f"faster (target >= 3x)"))
     for t in transports:
@@ -758,6 +767,11 @@ def main():
                     help="--transports netns: lockds, one per network namespace (default 8)")
     ap.add_argument("--link-delay-us", type=int, default=25,
                     help="--transports netns: one-way delay of every link (default 25 us)")
+    ap.add_argument("--dilation", default="1",
+                    help="--transports netns: time dilation F (a number >= 1, or auto = nodes / "
+                         "CPUs): the relays hold link-delay-us x F, since each of the K emulated "
+                         "hosts runs about K/CPUs times slower than a host of its own (README "
+                         "'Time dilation'); default 1: the links as given")
     ap.add_argument("--relays", choices=["switch", "per-node"], default="switch",
                     help="--transports netns: one tierce-wanem for all links, joining the "
                          "namespaces (switch, default), or one per namespace across the veth "
@@ -782,6 +796,18 @@ def main():
             ap.error("--nodes: at least 3 (the cascade's lock is homed on n3)")
         if not 0 <= args.link_delay_us <= 1_000_000:
             ap.error("--link-delay-us: 0..1000000")
+        if args.dilation == "auto":
+            args.dilation = max(1.0, args.nodes / (os.cpu_count() or 1))
+        else:
+            try:
+                args.dilation = float(args.dilation)
+            except ValueError:
+                ap.error("--dilation wants a number >= 1 or auto")
+            if not 1 <= args.dilation <= 1000:
+                ap.error("--dilation wants a number from 1 to 1000, or auto")
+        args.relay_delay_us = round(args.link_delay_us * args.dilation)
+        if args.relay_delay_us > 1_000_000:
+            ap.error("--link-delay-us x --dilation: at most 1000000 us")
         from tiercelab import netns
         ok, why = netns.available()
         if not ok and args.skip_if_no_netns:
@@ -838,9 +864,9 @@ def main():
                     try:
                         if t == "netns":
                             log(f"pass {pass_no}: {t}/{a}: {args.nodes} namespaces, relays "
-                                f"({args.link_delay_us} us), lockds")
+                                f"({args.relay_delay_us} us), lockds")
                             lset = NetnsLockdSet(lockd, bench, tmp, a, tag, args.nodes,
-                                                 args.link_delay_us, wanem, args.relays)
+                                                 args.relay_delay_us, wanem, args.relays)
                         else:
                             log(f"pass {pass_no}: {t}/{a}: starting 3 lockds")
                             lset = LockdSet(lockd, bench, tmp, t, a, tag)
@@ -877,7 +903,10 @@ def main():
     serial, cascade = build_results(samples, algorithms, transports, waiters)
     has_redis = "-/redis/x" in serial
     text = table(serial, cascade, algorithms, transports, waiters, has_redis)
-    tl = targets(serial, cascade, transports)
+    tl = targets(serial, cascade, transports,
+                 (f"links {args.link_delay_us} us" + (f", time dilation x{args.dilation:g}"
+                                                      if args.dilation != 1 else ""))
+                 if "netns" in transports else "")
     header = (f"tierce-dlm-bench {'quick' if args.quick else 'full'} run, "
               f"{datetime.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} CPUs, "
               f"{prof['passes']} pass(es), {elapsed:.0f} s; load average at start "
@@ -889,11 +918,19 @@ def main():
               f"lockd heartbeat {HEARTBEAT_MS} ms, lease {LEASE_MS} ms"
               + (f"\nnetns: {args.nodes} lockds, each in its own network namespace; EMULATED "
                  f"links: every lockd-to-lockd byte goes through a user-space tierce-wanem relay "
-                 f"adding {args.link_delay_us} us one way (no netem here; relays: "
+                 f"adding {args.relay_delay_us} us one way (no netem here; relays: "
                  + ("one process for all links, joining the namespaces" if args.relays == "switch"
                     else "one per namespace, over veth pairs and a bridge")
-                 + f") - hosts and a network emulated on {os.cpu_count()} CPUs, not measured "
-                 f"hardware"
+                 + f"; lockds and clients do not spin) - hosts and a network emulated on "
+                 f"{os.cpu_count()} CPUs, not measured hardware"
+                 + (f"\nTIME DILATION x{args.dilation:g}: links of {args.link_delay_us} us emulated "
+                    f"as {args.relay_delay_us} us, because the {args.nodes} hosts share "
+                    f"{os.cpu_count()} CPUs and each runs up to {args.nodes / (os.cpu_count() or 1):g}x "
+                    f"slower than a host of its own: the whole cluster is a slowed-down model "
+                    f"(ratios carry over; divide times by {args.dilation:g} for the modelled "
+                    f"cluster's). Conservative for N-CoSED: DQNL's one-at-a-time hand-offs run on "
+                    f"an otherwise idle machine, undilated"
+                    if args.dilation != 1 else "")
                  if "netns" in transports else ""))
     tlines = ["Targets:"] + [
         f"  {'    ' if ok == 'info' else 'PASS' if ok else 'MISS' if ok is not None else 'N/A '}  {line}"
@@ -917,7 +954,8 @@ def main():
                    "algorithms": algorithms, "transports": transports, "waiters": waiters,
                    "lockd": {"heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS},
                    "netns": ({"nodes": args.nodes, "link_delay_us": args.link_delay_us,
-                              "relays": args.relays, "emulated": True}
+                              "dilation": args.dilation, "relay_delay_us": args.relay_delay_us,
+                              "relays": args.relays, "emulated": True, "spin_us": 0}
                              if "netns" in transports else None),
                    "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end,
                    "busy_start": busy_start, "busy_end": busy_end,
