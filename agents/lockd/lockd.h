@@ -110,7 +110,7 @@ class Lockd final : public dlm::Network {
   void reset_connections(Peer& p);
   // The member answered a heartbeat: opens the connections for messages and one-sided operations
   // if they are not, so that the first lock request or hand-off to it does not pay a connection
-  // and its authentication (several round trips) — under the engine's mutex, for the operations.
+  // and its authentication (several round trips; for operations, under the engine's mutex).
   // Skips a connection another thread is using (try_lock): heartbeats never wait behind a lock.
   void warm_connections(Peer& p);
   // Writes the member's unsent messages in order (from the first one when resend_all), at most
