@@ -315,6 +315,19 @@ bool Lockd::lease_valid(uint32_t home) const {
   return uint64_t(Clock::now().time_since_epoch().count()) < lease_until(home);
 }
 
+void Lockd::open_ops(Peer& p) {
+  // SO_LINGER {1, 0} from the start (fabric::ClientOptions::reset_on_close): when this process
+  // dies, its kernel resets the connection and drops what it still queues, instead of
+  // retransmitting it for minutes. Else a release's WRITE K queued during a partition could
+  // land at the home after the home declared this lockd dead and recovered the lock, and set
+  // K below the recovery token (the spin model's -DLATE_OPS). A connection this process gives
+  // up on is reset too (fabric does that on any failure), so this covers the crash.
+  auto o = client_options(secret_, topo_, opts_);
+  o.reset_on_close = true;
+  p.ops = fabric::connect(p.uri, o);
+  p.table = p.ops->lookup("dlm.table");
+}
+
 void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
   Peer& p = peer(home);
   // Nothing is posted to a home on a lapsed lease: after this lockd was frozen or cut off, the
@@ -325,18 +338,7 @@ void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
                              p.name + ") has lapsed: no operation on its table until renewed");
   std::lock_guard lk(p.ops_mu);
   try {
-    if (!p.ops) {
-      // SO_LINGER {1, 0} from the start (fabric::ClientOptions::reset_on_close): when this process
-      // dies, its kernel resets the connection and drops what it still queues, instead of
-      // retransmitting it for minutes. Else a release's WRITE K queued during a partition could
-      // land at the home after the home declared this lockd dead and recovered the lock, and set
-      // K below the recovery token (the spin model's -DLATE_OPS). A connection this process gives
-      // up on is reset too (fabric does that on any failure), so this covers the crash.
-      auto o = client_options(secret_, topo_, opts_);
-      o.reset_on_close = true;
-      p.ops = fabric::connect(p.uri, o);
-      p.table = p.ops->lookup("dlm.table");
-    }
+    if (!p.ops) open_ops(p);
     for (auto& op : ops) op.region = &p.table;
     p.ops->execute(ops);
   } catch (...) {
@@ -593,10 +595,7 @@ void Lockd::warm_connections(Peer& p) {
   std::unique_lock lk(p.ops_mu, std::try_to_lock);
   if (lk.owns_lock() && !p.ops) {
     try {
-      auto o = client_options(secret_, topo_, opts_);
-      o.reset_on_close = true;  // as table_ops opens it
-      p.ops = fabric::connect(p.uri, o);
-      p.table = p.ops->lookup("dlm.table");
+      open_ops(p);
     } catch (const std::exception&) {
       p.ops.reset();  // table_ops connects again and fails the operation with the reason
     }

@@ -113,6 +113,8 @@ class Lockd final : public dlm::Network {
   // and its authentication (several round trips; for operations, under the engine's mutex).
   // Skips a connection another thread is using (try_lock): heartbeats never wait behind a lock.
   void warm_connections(Peer& p);
+  // Connects p.ops (reset on close) and looks the member's table up. Needs p.ops_mu; throws.
+  void open_ops(Peer& p);
   // Writes the member's unsent messages in order (from the first one when resend_all), at most
   // `budget`; stops at the first failure (the rest stay queued). Needs p.msg_mu.
   void flush_locked(Peer& p, bool resend_all, size_t budget);
