@@ -790,9 +790,8 @@ void Relay::run(int stop_fd) {
       c->wake = Clock::time_point::max();
       schedule(*c);
     }
-    std::vector<Conn*> work;
-    work.swap(pending_);
-    for (Conn* c : work) {
+    working_.swap(pending_);  // both keep their capacity: no allocation per turn
+    for (Conn* c : working_) {
       c->queued = false;
       if (c->wake != Clock::time_point::max()) timers_.erase({c->wake, c});
       c->wake = Clock::time_point::max();
@@ -808,6 +807,7 @@ void Relay::run(int stop_fd) {
       if (c->busy) schedule(*c);
       if (c->wake != Clock::time_point::max()) timers_.insert({c->wake, c});
     }
+    working_.clear();
     const auto next = timers_.empty() ? Clock::time_point::max() : timers_.begin()->first;
     if (!pending_.empty() || next <= Clock::now()) {
       timeout = 0;

@@ -108,6 +108,7 @@ class Relay {
   // carries every link of an emulated cluster holds hundreds of idle connections: a turn costs
   // what its active ones need, not a walk over all of them.
   std::vector<Conn*> pending_;
+  std::vector<Conn*> working_;  // the turn's share of pending_ (run())
   std::set<std::pair<Clock::time_point, Conn*>> timers_;
   Clock::time_point armed_{};
   RelayStats stats_;
