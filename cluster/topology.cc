@@ -162,7 +162,7 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
   std::set<std::string> names;
   for (const auto& el : *nodes->as_array()) {
     const toml::table& nt = *el.as_table();
-    r.only(nt, "[[node]]", {"name", "role", "memd", "lockd", "segment_prefix"});
+    r.only(nt, "[[node]]", {"name", "role", "memd", "lockd", "writer", "segment_prefix"});
     NodeInfo n;
     auto name = r.str(nt, "[[node]]", "name");
     if (!name || !valid_name(*name))
@@ -192,6 +192,11 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
     };
     uris("memd", &n.memd);
     uris("lockd", &n.lockd);
+    uris("writer", &n.writer);
+    if (!n.writer.empty() && n.role != Role::App)
+      r.fail(nt.get("writer"), "[[node]] " + n.name +
+                                   " writer: only app nodes number invalidations (remove it, or "
+                                   "make the node role = \"app\")");
     if (n.memd.empty() && n.lockd.empty())
       r.fail(&el, "[[node]] " + n.name +
                       ": memd = [\"tcp://HOST:PORT\", \"shm:///path.sock\"] is required (or lockd "
@@ -282,6 +287,12 @@ const NodeInfo& Topology::home_of(uint64_t key_hash) const {
 
 std::string Topology::uri_of(const NodeInfo& n) const {
   return pick_uri(n.memd, transport, path.empty() ? std::string("topology") : path, n.name, "memd");
+}
+
+std::string Topology::writer_uri_of(const NodeInfo& n) const {
+  if (n.writer.empty()) return uri_of(n);
+  return pick_uri(n.writer, transport, path.empty() ? std::string("topology") : path, n.name,
+                  "writer");
 }
 
 std::string_view to_string(Scheme s) {

@@ -27,6 +27,10 @@
 //   role = "app"                        # app (has a version table: a home) | proxy
 //   memd = ["tcp://127.0.0.1:7101", "shm:///run/tierce/app1-memd.sock"]
 //   lockd = ["tcp://127.0.0.1:7301", "shm:///run/tierce/app1-lockd.sock"]   # optional
+//   writer = ["tcp://127.0.0.1:7151", "shm:///run/tierce/app1-writer.sock"]  # optional, app
+//                                       # nodes: the node's writer agent (memd [writer]), from
+//                                       # which the homes read its writer counter; without it
+//                                       # they read it from memd (docs/coherence.md)
 //   segment_prefix = "/tierce.demo.app1"
 //
 // A page's home is chosen among the app nodes, a lock's home among the nodes with a lockd, by
@@ -53,6 +57,7 @@ struct NodeInfo {
   Role role = Role::App;
   std::vector<std::string> memd;   // URIs of its memd (may be empty when it runs only a lockd)
   std::vector<std::string> lockd;  // URIs of its lockd (empty: not a lock manager member)
+  std::vector<std::string> writer;  // URIs of its writer agent (empty: read the counter at memd)
   std::string segment_prefix;     // "/tierce.demo.app1"
 };
 
@@ -122,6 +127,9 @@ struct Topology {
   // The memd URI of `n` to use under the cluster's transport (auto: shm when it has one and
   // verbs is absent, else tcp). Throws TopologyError when the node has none of that kind.
   std::string uri_of(const NodeInfo& n) const;
+  // Where the homes read `n`'s writer counter: its writer agent's URI under the cluster's
+  // transport, or its memd's (uri_of) when it lists none. Throws TopologyError as uri_of.
+  std::string writer_uri_of(const NodeInfo& n) const;
   fabric::Secret secret() const;  // reads secret_file
 };
 

@@ -2,9 +2,11 @@
 #include "coherence/client.h"
 
 #include <array>
+#include <map>
 #include <thread>
 
 #include "coherence/invalidation.h"
+#include "coherence/key.h"
 #include "coherence/layout.h"
 #include "coherence/protocol.h"
 
@@ -25,6 +27,12 @@ ClusterClient::ClusterClient(Topology topo, fabric::Secret secret, ClientTuning 
       node->uri = topo_.uri_of(n);  // throws when it has none
     } else if (n.role == Role::Proxy && !n.memd.empty()) {
       node->uri = topo_.uri_of(n);  // the cooperative cache reads its directory and arena
+    }
+    if (n.role == Role::App && !n.writer.empty()) {
+      auto w = std::make_unique<NodePool>();
+      w->info = &n;
+      w->uri = topo_.writer_uri_of(n);
+      writer_nodes_.push_back(std::move(w));
     }
     nodes_.push_back(std::move(node));
   }
@@ -71,24 +79,49 @@ std::optional<uint64_t> ClusterClient::read_seq(const std::string& home) {
   return read_word(node(home), RegionKind::Versions, kSeqOffset);
 }
 
-std::optional<IssuedNumber> ClusterClient::read_writer(const std::string& name) {
-  NodePool& n = node(name);
+std::optional<WriterReading> ClusterClient::read_writer(const std::string& name,
+                                                        size_t home_index) {
+  NodePool* np = &node(name);
+  for (auto& w : writer_nodes_)
+    if (w->info->name == name) np = w.get();
+  NodePool& n = *np;
   auto c = borrow(n, ctx_);
   if (!c) return std::nullopt;
   Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
   try {
     const auto& r = region(*l, RegionKind::Writer, ctx_);
-    if (r.len < kWriterBytes) return std::nullopt;
-    uint64_t w[3] = {};
-    l->c->read(r, 0, w, sizeof w);
+    if (r.len < kWriterHeaderBytes) return std::nullopt;
+    // The header, and our skip word when the region has one (a 64-byte region of an older
+    // version has none).
+    uint64_t want = kWriterHeaderBytes;
+    if (home_index < kMaxSkipHomes && skip_offset(home_index) + 8 <= r.len)
+      want = skip_offset(home_index) + 8;
+    std::vector<uint64_t> w(want / 8);
+    l->c->read(r, 0, w.data(), want);
     l.done();
-    if (w[0] != kWriterMagic) return IssuedNumber{};  // not initialised: nothing issued yet
-    return IssuedNumber{w[kWriterIncarnationOffset / 8], w[kWriterIssuedOffset / 8]};
+    return parse_writer_reading(w.data(), w.size(), home_index);
   } catch (const std::exception& e) {
     if (ctx_.log)
       ctx_.log(fabric::LogLevel::Debug,
                "COH0106 writer counter of " + name + " not readable: " + std::string(e.what()));
     return std::nullopt;
+  }
+}
+
+bool ClusterClient::home_answers(const std::string& home) {
+  NodePool& n = node(home);
+  auto c = borrow(n, ctx_, true);
+  if (!c) return false;
+  Borrowed l(n, std::move(c), ctx_.tuning.retry_after);
+  try {
+    const auto& r = region(*l, RegionKind::Acks, ctx_);
+    uint64_t magic = 0;
+    l->c->read(r, 0, &magic, 8);
+    if (magic != kAcksMagic) return false;
+    l.done();
+    return true;
+  } catch (const std::exception&) {
+    return false;
   }
 }
 
@@ -114,6 +147,36 @@ RegisterResult ClusterClient::register_page(const std::string& home, uint64_t ke
   return res;
 }
 
+bool ClusterClient::own_writer_exported(WriterLog& writer, const std::string& self) {
+  const uint64_t mine = writer.segment()->incarnation();
+  std::lock_guard lk(own_mu_);
+  auto now = std::chrono::steady_clock::now();
+  const bool fresh = own_incarnation_ == mine && now - own_checked_ < std::chrono::seconds(1);
+  if (!fresh || own_state_ == OwnWriter::Unknown) {
+    own_checked_ = now;
+    own_incarnation_ = mine;
+    auto r = read_writer(self);
+    if (!r) {
+      // Not readable now: keep a verdict taken on this segment before; none yet -> Unknown.
+      if (own_state_ != OwnWriter::Exported) own_state_ = OwnWriter::Unknown;
+    } else if (r->issued.incarnation != 0 && r->issued.incarnation != mine) {
+      if (own_state_ != OwnWriter::Other && ctx_.log)
+        ctx_.log(fabric::LogLevel::Error,
+                 "COH0109 this process numbers its invalidations in " + writer.name() +
+                     " (incarnation " + to_hex(mine) + "), but node " + self +
+                     "'s writer region as the homes read it is another one (incarnation " +
+                     to_hex(r->issued.incarnation) +
+                     "): a cloned node, or a host that is not " + self +
+                     " using its name? No home's fence covers these updates: each needs every "
+                     "home's acknowledgement (COH0108 when one does not come)");
+      own_state_ = OwnWriter::Other;
+    } else {
+      own_state_ = OwnWriter::Exported;
+    }
+  }
+  return own_state_ == OwnWriter::Exported;
+}
+
 InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string& self,
                                             std::span<const uint64_t> deps, Scheme scheme,
                                             const PendingMark& mark) {
@@ -130,22 +193,76 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
   if (scheme == Scheme::DependencyLists) req.deps.assign(deps.begin(), deps.end());
   req.mark = mark;  // in every round: a home applies the number (and its mark) once
 
-  std::vector<NodePool*> homes;
-  for (const NodeInfo* a : topo_.app_nodes()) homes.push_back(&node(a->name));
-  out.homes = homes.size();
-  InvalidationRound round(homes, ctx_, std::move(req));
-  round.connect();
-  // Numbered before anything is sent: from now on no home can renew its fence without holding
-  // this invalidation, so after the bound an unconfirmed home is fenced.
+  const auto apps = topo_.app_nodes();
+  out.homes = apps.size();
+  const auto bound = std::chrono::milliseconds(topo_.coherence.fence_bound_ms());
+  // Numbered before anything is sent (and before the skip marks are read): from now on no home
+  // can renew its fence without holding this invalidation, so after the bound an unconfirmed home
+  // is fenced; and a mark read below as set is cleared, if ever, after this number was issued.
+  // The idle pooled connections are taken first (connect() never connects): a number is then
+  // usually in flight for microseconds only.
+  std::vector<NodePool*> pools;
+  for (const NodeInfo* a : apps) pools.push_back(&node(a->name));
+  std::vector<std::unique_ptr<NodePool::Conn>> idle(pools.size());
+  for (size_t i = 0; i < pools.size(); ++i) idle[i] = borrow_idle(*pools[i]);
+  const bool covered = own_writer_exported(writer, self);
   out.number = writer.issue();
-  const auto fence_at = Clock::now() + std::chrono::milliseconds(topo_.coherence.fence_bound_ms());
+  const auto numbered = Clock::now();
+  const uint64_t now_ns = fabric::monotonic_ns();
+  const uint64_t bound_ns = uint64_t(std::chrono::nanoseconds(bound).count());
+  std::vector<NodePool*> homes;
+  std::map<const NodePool*, size_t> index;
+  for (size_t i = 0; i < pools.size(); ++i) {
+    uint64_t m = writer.skip_word(i);
+    if (covered && skip_state(m) == SkipState::Since && now_ns >= m + bound_ns) {
+      // Marked since the bound or longer: this home vouches for nothing until the mark is
+      // cleared, and it must hold this number before it vouches again.
+      out.skipped.push_back(pools[i]->info->name);
+      if (idle[i]) Borrowed(*pools[i], std::move(idle[i]), ctx_.tuning.retry_after).done();
+      continue;
+    }
+    index[pools[i]] = i;
+    homes.push_back(pools[i]);
+  }
+  InvalidationRound round(homes, ctx_, std::move(req));
+  if (!covered) round.require_acks();
+  for (size_t i = 0; i < pools.size(); ++i)
+    if (idle[i]) round.adopt(*pools[i], std::move(idle[i]));
+  const auto fence_at = numbered + bound;
   round.number(out.number, fence_at);
+  round.at_checkpoint(numbered + bound / 2, [&](NodePool& p) {
+    size_t i = index.at(&p);
+    uint64_t before = writer.skip_word(i);
+    uint64_t m = writer.mark_skip(i);
+    if (m != 0 && before == 0) {
+      out.marked.push_back(p.info->name);
+      if (ctx_.log)
+        ctx_.log(fabric::LogLevel::Warn,
+                 "COH0107 home " + p.info->name + " did not acknowledge invalidation " +
+                     std::to_string(out.number.number) + " of " + self + " within " +
+                     std::to_string(bound.count() / 2) +
+                     " ms: marked in the writer region; from one fence bound on, updates of this "
+                     "node stop waiting for it (it cannot vouch until the node's writer agent "
+                     "clears the mark, once it answers again)");
+    }
+  });
   if (!round.run()) {
     // Never earlier than the bound: the homes not confirmed may still vouch until then.
     std::this_thread::sleep_until(fence_at);
   }
   out.acked = round.acked();
   out.fenced = round.unsettled_homes();
+  out.unconfirmed = round.unsettled_homes(true);
+  if (!out.unconfirmed.empty() && ctx_.log) {
+    std::string list;
+    for (const auto& u : out.unconfirmed) list += (list.empty() ? "" : ", ") + u;
+    ctx_.log(fabric::LogLevel::Error,
+             "COH0108 invalidation " + std::to_string(out.number.number) + " of " + self +
+                 " is not confirmed at " + list +
+                 ": a home of another topology did not acknowledge it within the bound, and its "
+                 "fence may not cover this node; its pages may be stale until it is restarted with "
+                 "this topology or RCacheMaxAge (docs/coherence.md \"Changing the topology\")");
+  }
   out.rounds = round.rounds();
   out.elapsed = Clock::now() - t0;
   return out;

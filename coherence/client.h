@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,9 +33,15 @@ struct InvalidateOutcome {
   std::vector<std::string> acked;    // homes that acknowledged it (applied it)
   std::vector<std::string> fenced;   // homes that did not within the fence bound: they cannot
                                      // vouch for their tables any more (why, in words)
+  std::vector<std::string> unconfirmed;  // homes of another topology (their acks header says)
+                                         // that did not acknowledge: NOT covered by a fence
+  std::vector<std::string> skipped;  // homes not waited for: marked unreachable in the writer
+                                     // region since the bound or longer (they cannot vouch)
+  std::vector<std::string> marked;   // homes this invalidation marked (not acknowledged by half
+                                     // the bound)
   size_t rounds = 0;                 // send rounds (1 when every home answered the first)
   std::chrono::nanoseconds elapsed{0};
-  bool complete() const { return fenced.empty(); }  // every home acknowledged
+  bool complete() const { return fenced.empty() && unconfirmed.empty() && skipped.empty(); }
 };
 
 class ClusterClient {
@@ -51,8 +59,13 @@ class ClusterClient {
   std::optional<uint64_t> read_version(const std::string& home, uint64_t slot);
   // The home's invalidation sequence (read before the database is read).
   std::optional<uint64_t> read_seq(const std::string& home);
-  // A node's writer counter (region "writer"): what a home reads before renewing its fence.
-  std::optional<IssuedNumber> read_writer(const std::string& node);
+  // A node's writer region (its counter, digest, and the skip word of app node `home_index`), read
+  // at its writer agent when the topology lists one, else at its memd: what a home reads before
+  // renewing its fence. nullopt: not readable in time.
+  std::optional<WriterReading> read_writer(const std::string& node, size_t home_index = SIZE_MAX);
+  // Whether `home`'s memd answers (one read of its acks region's magic; unlike its version table,
+  // it answers while the home is fenced): how a writer agent learns a marked home is back.
+  bool home_answers(const std::string& home);
   // Registers a rendered page at its home, which derives the slot from the key. Not cacheable
   // on any failure (refusal Unreachable, reason says why).
   RegisterResult register_page(const std::string& home, uint64_t key, uint64_t seq_start,
@@ -65,6 +78,9 @@ class ClusterClient {
   // earlier, whatever fails. Scheme InvalidateAll ignores `deps`.
   // `mark` (the linearizable mode, docs/coherence.md "Pending marks"): Pend before the write's
   // commit, Release of the same token after it; it travels in every round of this invalidation.
+  // SKIP MARKS (docs/coherence.md): a home marked in `writer` since at least the bound is not
+  // waited for (reported in `skipped`); a home that has not acknowledged by half the bound is
+  // marked (then waited for until the bound, as any other).
   InvalidateOutcome invalidate(WriterLog& writer, const std::string& self,
                                std::span<const uint64_t> deps, Scheme scheme,
                                const PendingMark& mark = {});
@@ -107,6 +123,17 @@ class ClusterClient {
   Topology topo_;
   PoolContext ctx_;
   std::vector<std::unique_ptr<NodePool>> nodes_;
+  // Whether `writer` is the segment the homes read for `self` (its node's writer agent or memd
+  // exports the same incarnation): checked at most once a second. False while it could not be
+  // checked yet or differs (a cloned node, a cron host with the node's name): then no home's fence
+  // covers this process's numbers.
+  bool own_writer_exported(WriterLog& writer, const std::string& self);
+  std::mutex own_mu_;
+  enum class OwnWriter { Unknown, Exported, Other } own_state_ = OwnWriter::Unknown;
+  uint64_t own_incarnation_ = 0;
+  std::chrono::steady_clock::time_point own_checked_{};
+  // App nodes whose topology entry lists a writer agent: a pool of connections to it.
+  std::vector<std::unique_ptr<NodePool>> writer_nodes_;
 };
 
 }  // namespace tierce::coherence

@@ -75,6 +75,7 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
       me.segment_prefix + kAcksSuffix, acks_bytes(opts_.ack_cells)));
   word_at(acks_->data(), 0).store(kAcksMagic);
   word_at(acks_->data(), 8).store(opts_.ack_cells);
+  word_at(acks_->data(), kAcksDigestOffset).store(digest_);
   writer_ = std::make_unique<WriterLog>(me.segment_prefix + kWriterSuffix);
   state_ = std::make_unique<HomeState>(versions_->data(), topo_.version_slots, opts_.limits, true,
                                        digest_, topo_.coherence.scheme);
@@ -85,9 +86,14 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
   t.connect_timeout = t.op_timeout;
   t.retry_after = std::chrono::milliseconds(0);  // the fence retries on its own schedule
   peers_ = std::make_unique<ClusterClient>(topo_, secret_, t, log_);
+  probe_client_ = std::make_unique<ClusterClient>(topo_, secret_, t, log_);
+  keeper_ = std::make_unique<SkipMarkKeeper>(*writer_, *probe_client_, origins_, node_, log_);
   server_.export_region(kVersionsRegion, versions_);
   server_.export_region(kAcksRegion, acks_);
-  server_.export_region(kWriterRegion, writer_->segment());
+  // The node's writer counter, unless its writer agent exports it (topology: `writer`): a
+  // segment has one exporter (fabric/segment.h), and the agent's point is to outlive this memd.
+  exports_writer_ = me.writer.empty();
+  if (exports_writer_) server_.export_region(kWriterRegion, writer_->segment());
   server_.on_call(kRegisterService, [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
     return on_register(b);
   });
@@ -108,6 +114,7 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
              "; fence lease " + std::to_string(topo_.coherence.lease_ms) + " ms, scheme " +
              std::string(to_string(topo_.coherence.scheme)));
   fence_thread_ = std::thread([this] { fence_loop(); });
+  keeper_thread_ = std::thread([this] { keeper_loop(); });
 }
 
 HomeService::~HomeService() {
@@ -117,7 +124,9 @@ HomeService::~HomeService() {
   }
   fence_cv_.notify_all();
   if (fence_thread_.joinable()) fence_thread_.join();
+  if (keeper_thread_.joinable()) keeper_thread_.join();
   for (const char* r : {kVersionsRegion, kAcksRegion, kWriterRegion}) {
+    if (r == kWriterRegion && !exports_writer_) continue;
     try {
       server_.unexport_region(r);
     } catch (const std::exception&) {
@@ -161,7 +170,7 @@ void HomeService::catch_up(const std::vector<IssuedNumber>& readings, const std:
 bool HomeService::renew_once() {
   std::lock_guard renew(renew_mu_);
   const uint64_t t_req = fabric::monotonic_ns();
-  if (writer_->remap_if_replaced()) {
+  if (writer_->remap_if_replaced() && exports_writer_) {
     server_.export_region(kWriterRegion, writer_->segment());
     if (log_)
       log_(fabric::LogLevel::Warn, "COH0214 " + writer_->name() +
@@ -170,18 +179,31 @@ bool HomeService::renew_once() {
   }
   std::vector<IssuedNumber> readings(origins_.size());
   std::string failure;
+  auto failed = [&](const std::string& why) {
+    failure += (failure.empty() ? "" : "; ") + why;
+  };
   for (size_t i = 0; i < origins_.size(); ++i) {
-    if (i == self_) {
-      readings[i] = writer_->last();
-      continue;
-    }
-    auto r = peers_->read_writer(origins_[i]);
+    std::optional<WriterReading> r;
+    if (i == self_)
+      r = writer_->reading(self_);
+    else
+      r = peers_->read_writer(origins_[i], self_);
     if (!r) {
-      failure += (failure.empty() ? "" : "; ") + std::string("cannot read ") + origins_[i] +
-                 "'s writer counter";
+      failed("cannot read " + origins_[i] + "'s writer counter");
       continue;
     }
-    readings[i] = *r;
+    readings[i] = r->issued;
+    // A writer that numbers under another topology does not send to the homes this one knows
+    // (or sends to homes this one does not know): this home cannot prove it holds its updates.
+    if (r->issued.number != 0 && r->digest != digest_)
+      failed(origins_[i] + " numbers its invalidations under another topology (digest " +
+             to_hex(r->digest) + ", ours " + to_hex(digest_) +
+             "): give every node the same topology file");
+    // A writer that stopped waiting for us (skip mark): we must not vouch until it waits again.
+    if (r->skip != 0)
+      failed(origins_[i] + "'s writers stopped waiting for this home (skip mark " +
+             (skip_state(r->skip) == SkipState::Pending ? "being set" : "set") +
+             "); its writer agent clears it once this home answers");
   }
   auto fail = [&](const std::string& why) {
     std::lock_guard lk(fence_mu_);
@@ -295,6 +317,25 @@ void HomeService::fence_loop() {
 
 bool HomeService::renew_now() { return renew_once(); }
 
+void HomeService::keeper_loop() {
+  const auto period = std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
+  for (;;) {
+    try {
+      std::lock_guard lk(keeper_mu_);
+      keeper_->pass();
+    } catch (const std::exception& e) {
+      if (log_) log_(fabric::LogLevel::Warn, std::string("COH0222 skip-mark pass failed: ") + e.what());
+    }
+    std::unique_lock lk(fence_mu_);
+    if (fence_cv_.wait_for(lk, period, [&] { return stopping_; })) return;
+  }
+}
+
+SkipMarkStats HomeService::skip_marks() const {
+  std::lock_guard lk(keeper_mu_);
+  return keeper_->stats();
+}
+
 FenceStatus HomeService::fence() const {
   FenceStatus f;
   {
@@ -346,23 +387,25 @@ void HomeService::on_invalidate(std::span<const uint8_t> body) {
     if (log_) log_(fabric::LogLevel::Warn, std::string("COH0202 bad invalidation: ") + e.what());
     return;
   }
-  if (req.digest != digest_) {
-    // Not applied, not acknowledged: the writer relies on our fence, and our fence holds only
-    // once we caught up with the number this message carried.
-    if (refused_topology_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_)
-      log_(fabric::LogLevel::Error,
-           "COH0206 invalidation from " + req.origin + " made with another topology (digest " +
-               to_hex(req.digest) + ", ours " + to_hex(digest_) +
-               "): refused; this home catches up (invalidates everything) instead. Give every "
-               "node the same topology file");
-    return;
-  }
+  // Applied whatever its digest or origin: bumping pages is always safe, and a writer of another
+  // topology (a node being added, or one whose file differs) relies on our acknowledgement — it
+  // cannot rely on our fence, which does not read its counter (docs/coherence.md "Topology").
+  // The ack means "applied here". Its number enters the ledger only when it is an origin we read.
   size_t origin = origin_index(req.origin);
-  if (origin == SIZE_MAX) {
-    if (unknown_origin_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_)
+  if (req.digest != digest_ || origin == SIZE_MAX) {
+    if (req.digest != digest_) {
+      if (foreign_invalidations_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_)
+        log_(fabric::LogLevel::Error,
+             "COH0206 invalidation from " + req.origin + " made with another topology (digest " +
+                 to_hex(req.digest) + ", ours " + to_hex(digest_) +
+                 "): applied and acknowledged, but this home's fence does not cover that writer; "
+                 "give every node the same topology file");
+    } else if (unknown_origin_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0 && log_) {
       log_(fabric::LogLevel::Warn, "COH0203 invalidation from unknown node \"" + req.origin +
-                                       "\": applied but not acknowledged (topologies differ?)");
+                                       "\": applied and acknowledged (topologies differ?)");
+    }
     state_->invalidate(req.deps, req.scheme, req.mark);
+    ack(req.ack_cell, req.ack_tag);
     return;
   }
   IssuedNumber n{req.writer_incarnation, req.number};
@@ -401,11 +444,16 @@ std::string HomeService::status_text() const {
     << s.expired << "\nrefused_pending " << s.refused_pending << "\npend_overflows "
     << s.pend_overflows << "\nacks_sent " << acks_sent_.load()
     << "\nduplicate_invalidations " << duplicates_.load() << "\nrefused_topology "
-    << refused_topology_.load() << "\nunknown_origin " << unknown_origin_.load()
+    << refused_topology_.load() << "\nforeign_invalidations " << foreign_invalidations_.load()
+    << "\nunknown_origin " << unknown_origin_.load()
     << "\nbad_messages " << bad_messages_.load() << "\nfence_vouching " << (f.vouching ? 1 : 0)
     << "\nfence_ms_left " << f.vouch_ms_left << "\nfence_renewals " << f.renewals
     << "\nfence_catch_ups " << f.catch_ups << "\nfence_failed_renewals " << f.failed_renewals
     << "\nfence_gap_waits " << f.gap_waits << "\n";
+  {
+    SkipMarkStats k = skip_marks();
+    o << "skip_marks_held " << k.held << "\nskip_marks_cleared " << k.cleared << "\n";
+  }
   for (size_t i = 0; i < origins_.size(); ++i) {
     auto v = ledger_.view(i);
     o << "origin_" << origins_[i] << "_covered " << v.covered << "\norigin_" << origins_[i]
@@ -449,6 +497,10 @@ void HomeService::metrics(base::Metrics& m) const {
             "Pends applied as a global mark (max_pending_marks reached).", s.pend_overflows);
   m.counter("tierce_home_acks_sent_total", "Invalidation acknowledgements sent.",
             acks_sent_.load());
+  m.counter("tierce_home_foreign_invalidations_total",
+            "Invalidations made under another topology (applied and acknowledged; this home's "
+            "fence does not cover their writer).",
+            foreign_invalidations_.load());
   m.counter("tierce_home_unknown_origin_total", "Messages from an origin not in the topology.",
             unknown_origin_.load());
   m.counter("tierce_home_bad_messages_total", "Malformed coherence messages refused.",
@@ -464,6 +516,12 @@ void HomeService::metrics(base::Metrics& m) const {
             f.failed_renewals);
   m.counter("tierce_home_fence_catch_ups_total", "Fence catch-ups.", f.catch_ups);
   m.counter("tierce_home_fence_gap_waits_total", "Fence gap waits.", f.gap_waits);
+  SkipMarkStats k = skip_marks();
+  m.gauge("tierce_home_skip_marks_held",
+          "Homes marked in this node's writer region (its updates stop waiting for them).", k.held);
+  m.counter("tierce_home_skip_marks_cleared_total",
+            "Skip marks of this node's writer region lifted because the home answered again.",
+            k.cleared);
   for (size_t i = 0; i < origins_.size(); ++i) {
     auto v = ledger_.view(i);
     m.gauge("tierce_home_origin_covered", "Invalidation sequence acknowledged by each origin.",

@@ -29,6 +29,7 @@
 #include "coherence/client.h"
 #include "coherence/home.h"
 #include "coherence/ledger.h"
+#include "coherence/skip_keeper.h"
 #include "coherence/topology.h"
 #include "coherence/writer.h"
 #include "fabric/fabric.h"
@@ -67,6 +68,7 @@ class HomeService {
   std::string status_text() const;  // "key value" lines
   void metrics(base::Metrics& m) const;  // tierce_home_* families (the memd's metrics)
   FenceStatus fence() const;
+  SkipMarkStats skip_marks() const;
   uint64_t acks_sent() const { return acks_sent_.load(); }
 
   // Runs one renewal now (tests; the fence thread does this every lease/4). True when renewed.
@@ -93,10 +95,18 @@ class HomeService {
   std::vector<std::string> origins_;  // the app nodes, in topology order
   size_t self_ = 0;                   // our index in origins_
   std::shared_ptr<fabric::SharedSegment> versions_, acks_;
-  std::unique_ptr<WriterLog> writer_;  // our node's writer segment (mapped, exported)
+  std::unique_ptr<WriterLog> writer_;  // our node's writer segment (mapped; exported unless
+                                       // the node has a writer agent)
+  bool exports_writer_ = true;
   std::unique_ptr<HomeState> state_;
   OriginLedger ledger_;
   std::unique_ptr<ClusterClient> peers_;  // reads of the other nodes' writer counters
+  // Lifts this node's skip marks when the marked homes answer (its own thread and client: a
+  // probe of a frozen home must not delay a renewal).
+  std::unique_ptr<ClusterClient> probe_client_;
+  std::unique_ptr<SkipMarkKeeper> keeper_;
+  std::thread keeper_thread_;
+  void keeper_loop();
 
   std::mutex renew_mu_;  // one renewal at a time
   mutable std::mutex fence_mu_;
@@ -105,8 +115,9 @@ class HomeService {
   FenceStatus fence_stats_;
   std::thread fence_thread_;
 
+  mutable std::mutex keeper_mu_;  // keeper_'s stats, read by status pages
   std::atomic<uint64_t> acks_sent_{0}, bad_messages_{0}, refused_topology_{0},
-      duplicates_{0}, unknown_origin_{0};
+      duplicates_{0}, unknown_origin_{0}, foreign_invalidations_{0};
 };
 
 }  // namespace tierce::coherence

@@ -16,6 +16,9 @@ struct InvalidationRound::Home {
   uint32_t cell = 0;
   std::unique_ptr<NodePool::Conn> conn;  // the connection the send went over (await reads on it)
   bool conn_ok = false;
+  // Its acks header names another topology: it may not read this writer's counter, so its fence
+  // does not cover this invalidation; only its acknowledgement does.
+  bool foreign = false;
   std::string why = "not sent";  // why it is not settled (for the outcome and logs)
 };
 
@@ -31,6 +34,16 @@ void InvalidationRound::connect() {
     h.conn = borrow_idle(*h.pool);
     h.conn_ok = h.conn != nullptr;
   }
+}
+
+void InvalidationRound::adopt(NodePool& pool, std::unique_ptr<NodePool::Conn> conn) {
+  for (auto& h : homes_) {
+    if (h.pool != &pool || h.conn) continue;
+    h.conn = std::move(conn);
+    h.conn_ok = h.conn != nullptr;
+    return;
+  }
+  if (conn) Borrowed(pool, std::move(conn), ctx_.tuning.retry_after).done();
 }
 
 void InvalidationRound::number(const IssuedNumber& n, Clock::time_point fence_at) {
@@ -75,10 +88,10 @@ size_t InvalidationRound::unsettled() const {
   return n;
 }
 
-std::vector<std::string> InvalidationRound::unsettled_homes() const {
+std::vector<std::string> InvalidationRound::unsettled_homes(bool foreign) const {
   std::vector<std::string> v;
   for (const auto& h : homes_)
-    if (!h.done) v.push_back(h.pool->info->name + " (" + h.why + ")");
+    if (!h.done && (h.foreign || require_acks_) == foreign) v.push_back(h.pool->info->name + " (" + h.why + ")");
   return v;
 }
 
@@ -123,6 +136,7 @@ void InvalidationRound::send() {
     try {
       h.conn->c->set_op_timeout(op_deadline());
       const fabric::RemoteRegion& acks = region(*h.conn, RegionKind::Acks, ctx_);
+      h.foreign = require_acks_ || h.conn->acks_digest != ctx_.digest;
       uint64_t cells = ack_cells_in(acks.len);
       if (cells == 0) throw std::runtime_error("its acks region has no cells");
       h.cell = uint32_t(fabric::random_u64() % cells);
@@ -180,10 +194,23 @@ void InvalidationRound::settle() {
     if (h.done) release(h);
 }
 
+void InvalidationRound::at_checkpoint(Clock::time_point when, std::function<void(NodePool&)> late) {
+  checkpoint_at_ = when;
+  late_ = std::move(late);
+}
+
+void InvalidationRound::checkpoint() {
+  if (!checkpoint_at_ || Clock::now() < *checkpoint_at_) return;
+  checkpoint_at_.reset();
+  for (auto& h : homes_)
+    if (!h.done && !h.foreign && !require_acks_ && late_) late_(*h.pool);
+}
+
 bool InvalidationRound::run() {
   const auto bound = fence_at_ - Clock::now();
   auto slice = std::max<Clock::duration>(bound / 8, std::chrono::milliseconds(10));
   while (!settled() && Clock::now() < fence_at_) {
+    checkpoint();
     claim();
     send();
     const size_t sent = [&] {
@@ -192,6 +219,7 @@ bool InvalidationRound::run() {
       return n;
     }();
     auto round_end = std::min(fence_at_, Clock::now() + slice);
+    if (checkpoint_at_) round_end = std::min(round_end, std::max(*checkpoint_at_, Clock::now()));
     slice = std::min<Clock::duration>(slice * 2, bound);
     if (sent > 0) await(round_end);
     settle();
@@ -200,6 +228,7 @@ bool InvalidationRound::run() {
     if (sent < unsettled())
       std::this_thread::sleep_until(std::min(fence_at_, Clock::now() + std::chrono::milliseconds(10)));
   }
+  if (!settled()) checkpoint();  // a bound shorter than the checkpoint: still mark the late
   return settled();
 }
 

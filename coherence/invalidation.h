@@ -17,6 +17,7 @@
 // for another home or another round, and no slot can leak or run out.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,8 +43,17 @@ class InvalidationRound {
   // meanwhile waits for it, or catches up. Never connects (a handshake with a slow or cut-off home
   // must not come before the bound starts): send() connects to the others after numbering.
   void connect();
+  // The same with a connection the caller took (borrow_idle) before numbering: it serves the
+  // first round to the home of `pool` (returned to the pool when that home is not in this round).
+  void adopt(NodePool& pool, std::unique_ptr<NodePool::Conn> conn);
+  // No home's fence covers this writer (its own writer segment is not the one its node exports):
+  // every home must acknowledge; one that does not is reported unconfirmed, never marked.
+  void require_acks() { require_acks_ = true; }
   // The number the writer counter gave it, and the fence bound from then.
   void number(const IssuedNumber& n, Clock::time_point fence_at);
+  // Once, at `when` (if the round is still running then): `late` is called with every home not
+  // settled yet and not of another topology (the writer marks them: client.h "SKIP MARKS").
+  void at_checkpoint(Clock::time_point when, std::function<void(NodePool&)> late);
   // Runs rounds until settled() or the fence bound; returns whether every home acknowledged.
   bool run();
 
@@ -51,8 +61,10 @@ class InvalidationRound {
   size_t unsettled() const;
   size_t rounds() const { return rounds_; }
   const std::vector<std::string>& acked() const { return acked_; }
-  // The homes not settled, each with why (after run()).
-  std::vector<std::string> unsettled_homes() const;
+  // The homes not settled, each with why (after run()): those whose fence covers this writer
+  // (foreign = false: they are fenced after the bound), or those of another topology (true: not
+  // covered — their acks header names another digest).
+  std::vector<std::string> unsettled_homes(bool foreign = false) const;
 
   void claim();
   void send();
@@ -67,7 +79,11 @@ class InvalidationRound {
   std::vector<Home> homes_;
   const PoolContext& ctx_;
   InvalidateRequest req_;
+  void checkpoint();
   Clock::time_point fence_at_;
+  std::optional<Clock::time_point> checkpoint_at_;
+  std::function<void(NodePool&)> late_;
+  bool require_acks_ = false;
   size_t rounds_ = 0;
   std::vector<std::string> acked_;
 };

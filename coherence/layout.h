@@ -16,6 +16,9 @@
 // Region "acks" — where a home acknowledges invalidations (same node, segment <prefix>.acks):
 //   offset 0   magic "TIERCACK"
 //   offset 8   number of ack cells
+//   offset 16  the home's topology digest (as in its version table, but readable while it is
+//              fenced): a writer whose own digest differs cannot count on this home's fence (it may
+//              not read that writer's counter) and needs its acknowledgement
 //   offset 64 + 8*i   cell i: the tag of the last invalidation round acknowledged in this cell.
 //              A writer picks a random cell and a random 64-bit tag per round and reads the cell
 //              back: seeing its tag means the home applied that invalidation. A cell holds a tag,
@@ -23,13 +26,22 @@
 //              round (its tag differs), and no cell is ever claimed, poisoned or exhausted.
 //
 // Region "writer" — a node's invalidation counter (segment <prefix>.writer, created by whichever
-// of the node's httpd (mod_appversion) and memd maps it first, exported by its memd):
+// of the node's httpd (mod_appversion), memd or writer agent maps it first; exported by the node's
+// writer agent (memd [writer], docs/coherence.md "The writer agent") and by its memd):
 //   offset 0   magic "TIERCWRT"
 //   offset 8   incarnation: random, fixed when the segment is created
 //   offset 16  issued (atomic): number of the last invalidation issued on this node. A writer
 //              increments it (CPU atomic, no memd needed) BEFORE it sends the invalidation; a
 //              home may renew its fence only after it has applied every invalidation numbered
 //              up to what it read here, or invalidated everything since (docs/coherence.md).
+//   offset 24  digest: Topology::coherence_digest of the process that numbers here, stored before
+//              its first number (0: nobody numbered yet). A home whose own digest differs does
+//              not renew its fence on it: that writer does not send to the homes this one knows.
+//   offset 64 + 8*i   SKIP word for app node i (topology order, i < kMaxSkipHomes): 0 = writers
+//              wait for home i as usual; kSkipPending = a mark being set; any other value = the
+//              CLOCK_MONOTONIC time (ns, this host) since which writers may stop waiting for home i
+//              once the fence bound has passed from it. Home i does not renew its fence while
+//              its word here is not 0; the writer agent clears it once home i answers again.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -51,6 +63,7 @@ inline constexpr uint64_t slot_offset(uint64_t slot) { return kSlotsOffset + 8 *
 inline constexpr uint64_t versions_bytes(uint64_t slots) { return kSlotsOffset + 8 * slots; }
 
 // acks
+inline constexpr uint64_t kAcksDigestOffset = 16;
 inline constexpr uint64_t kAckCellsOffset = 64;
 inline constexpr uint64_t ack_cell_offset(uint64_t i) { return kAckCellsOffset + 8 * i; }
 inline constexpr uint64_t acks_bytes(uint64_t cells) { return kAckCellsOffset + 8 * cells; }
@@ -61,7 +74,12 @@ inline constexpr uint64_t ack_cells_in(uint64_t region_len) {
 // writer
 inline constexpr uint64_t kWriterIncarnationOffset = 8;
 inline constexpr uint64_t kWriterIssuedOffset = 16;
-inline constexpr uint64_t kWriterBytes = 64;
+inline constexpr uint64_t kWriterDigestOffset = 24;
+inline constexpr uint64_t kWriterHeaderBytes = 64;
+inline constexpr uint64_t kWriterBytes = 4096;
+inline constexpr uint64_t kMaxSkipHomes = (kWriterBytes - kWriterHeaderBytes) / 8;  // 504
+inline constexpr uint64_t kSkipPending = 1;
+inline constexpr uint64_t skip_offset(uint64_t home) { return kWriterHeaderBytes + 8 * home; }
 
 // Region names in memd's directory.
 inline constexpr const char* kVersionsRegion = "versions";

@@ -101,7 +101,15 @@ std::unique_ptr<NodePool::Conn> borrow_fresh(NodePool& n, const PoolContext& ctx
 const fabric::RemoteRegion& region(NodePool::Conn& c, RegionKind kind, const PoolContext& ctx) {
   switch (kind) {
     case RegionKind::Acks:
-      if (!c.acks) c.acks = c.c->lookup(kAcksRegion);
+      if (!c.acks) {
+        fabric::RemoteRegion r = c.c->lookup(kAcksRegion);
+        // The home's digest (layout.h), read once per connection: a writer of another topology
+        // may not count on that home's fence (invalidation.cc).
+        uint64_t hdr[3] = {};
+        if (r.len >= kAckCellsOffset) c.c->read(r, 0, hdr, sizeof hdr);
+        c.acks_digest = hdr[0] == kAcksMagic ? hdr[kAcksDigestOffset / 8] : 0;
+        c.acks = r;
+      }
       return *c.acks;
     case RegionKind::Writer:
       if (!c.writer) c.writer = c.c->lookup(kWriterRegion);

@@ -36,6 +36,7 @@ struct NodePool {
   struct Conn {
     std::unique_ptr<fabric::Connection> c;
     std::optional<fabric::RemoteRegion> versions, acks, writer;
+    uint64_t acks_digest = 0;  // the home's topology digest, from its acks header (0: none)
     // A proxy's cooperative-cache regions (docs/coop_cache.md) and the directory's geometry,
     // read from its header at lookup.
     std::optional<fabric::RemoteRegion> coop_dir, arena, pool;

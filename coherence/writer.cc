@@ -3,6 +3,8 @@
 
 #include "coherence/layout.h"
 
+#include <algorithm>
+
 namespace tierce::coherence {
 
 namespace {
@@ -26,7 +28,17 @@ IssuedNumber read_writer_words(const void* data) {
   return n;
 }
 
-WriterLog::WriterLog(std::string segment_name) : name_(std::move(segment_name)) {
+WriterReading parse_writer_reading(const uint64_t* w, size_t n, size_t home) {
+  WriterReading r;
+  if (n < kWriterHeaderBytes / 8 || w[0] != kWriterMagic) return r;  // not yet: nothing issued
+  r.issued = {w[kWriterIncarnationOffset / 8], w[kWriterIssuedOffset / 8]};
+  r.digest = w[kWriterDigestOffset / 8];
+  if (home < kMaxSkipHomes && skip_offset(home) / 8 < n) r.skip = w[skip_offset(home) / 8];
+  return r;
+}
+
+WriterLog::WriterLog(std::string segment_name, uint64_t digest)
+    : name_(std::move(segment_name)), digest_(digest) {
   std::lock_guard lk(mu_);
   map_locked();
 }
@@ -55,17 +67,72 @@ IssuedNumber WriterLog::issue() {
       // numbering in the segment we have — memd keeps exporting the one it mapped too.
     }
   }
+  // The digest before the number: a home that reads the number reads the digest it was issued
+  // under (or a later one).
+  auto& d = word_at(seg_->data(), kWriterDigestOffset);
+  if (digest_ != 0 && d.load(std::memory_order_relaxed) != digest_)
+    d.store(digest_, std::memory_order_release);
   IssuedNumber n;
   n.incarnation = seg_->incarnation();
-  // acq_rel: the commit this invalidation follows happened before; a home that reads the new
-  // value (acquire) and then renews its fence is bound to hold this invalidation first.
-  n.number = word_at(seg_->data(), kWriterIssuedOffset).fetch_add(1, std::memory_order_acq_rel) + 1;
+  // seq_cst: the commit this invalidation follows happened before; a home that reads the new
+  // value and then renews its fence is bound to hold this invalidation first. And the skip words
+  // a writer reads after this (skip_word) are read after the number is visible: a mark cleared
+  // after that read is cleared after this number, so the home's next renewal sees it.
+  n.number = word_at(seg_->data(), kWriterIssuedOffset).fetch_add(1, std::memory_order_seq_cst) + 1;
   return n;
 }
 
 IssuedNumber WriterLog::last() const {
   std::lock_guard lk(mu_);
   return read_writer_words(seg_->data());
+}
+
+WriterReading WriterLog::reading(size_t home) const {
+  std::lock_guard lk(mu_);
+  void* d = seg_->data();
+  WriterReading r;
+  r.issued = read_writer_words(d);
+  if (word_at(d, 0).load(std::memory_order_acquire) != kWriterMagic) return r;
+  r.digest = word_at(d, kWriterDigestOffset).load(std::memory_order_acquire);
+  if (home < kMaxSkipHomes) r.skip = word_at(d, skip_offset(home)).load(std::memory_order_seq_cst);
+  return r;
+}
+
+uint64_t WriterLog::skip_word(size_t home) const {
+  if (home >= kMaxSkipHomes) return 0;
+  auto seg = segment();  // held: a remap meanwhile must not unmap the word under us
+  // seq_cst: read after the number was taken (issue()), never before it (docs/coherence.md).
+  return word_at(seg->data(), skip_offset(home)).load(std::memory_order_seq_cst);
+}
+
+uint64_t WriterLog::mark_skip(size_t home) {
+  if (home >= kMaxSkipHomes) return 0;
+  auto seg = segment();
+  auto& w = word_at(seg->data(), skip_offset(home));
+  uint64_t expected = 0;
+  if (!w.compare_exchange_strong(expected, kSkipPending, std::memory_order_seq_cst))
+    return expected;  // marked already (or being marked)
+  // Visible from now on; the time stored is taken after that, so it is never earlier.
+  uint64_t now = std::max<uint64_t>(fabric::monotonic_ns(), kSkipPending + 1);
+  expected = kSkipPending;
+  w.compare_exchange_strong(expected, now, std::memory_order_seq_cst);
+  return w.load(std::memory_order_seq_cst);
+}
+
+bool WriterLog::date_pending_skip(size_t home) {
+  if (home >= kMaxSkipHomes) return false;
+  auto seg = segment();
+  uint64_t expected = kSkipPending;
+  uint64_t now = std::max<uint64_t>(fabric::monotonic_ns(), kSkipPending + 1);
+  return word_at(seg->data(), skip_offset(home))
+      .compare_exchange_strong(expected, now, std::memory_order_seq_cst);
+}
+
+bool WriterLog::clear_skip(size_t home, uint64_t seen) {
+  if (home >= kMaxSkipHomes || seen == 0) return false;
+  auto seg = segment();
+  return word_at(seg->data(), skip_offset(home))
+      .compare_exchange_strong(seen, 0, std::memory_order_seq_cst);
 }
 
 std::shared_ptr<fabric::SharedSegment> WriterLog::segment() const {

@@ -258,6 +258,9 @@ std::string Counters::text() const {
   line("invalidations_fenced", ld(invalidations_fenced));
   line("acks_received", ld(acks_received));
   line("homes_fenced", ld(homes_fenced));
+  line("homes_skipped", ld(homes_skipped));
+  line("homes_marked", ld(homes_marked));
+  line("invalidations_unconfirmed", ld(invalidations_unconfirmed));
   line("second_invalidations", ld(second_invalidations));
   line("aborted_responses", ld(aborted_responses));
   line("bad_dependency_lists", ld(bad_dependency_lists));
@@ -300,6 +303,17 @@ void Counters::metrics(base::Metrics& m) const {
             ld(acks_received));
   m.counter("tierce_appversion_homes_fenced_total", "Homes relied on as fenced.",
             ld(homes_fenced));
+  m.counter("tierce_appversion_homes_skipped_total",
+            "Homes not waited for: marked unreachable in this node's writer region since the "
+            "fence bound or longer (they cannot vouch until the mark is cleared).",
+            ld(homes_skipped));
+  m.counter("tierce_appversion_homes_marked_total",
+            "Skip marks set by this node's updates (a home did not acknowledge by half the bound).",
+            ld(homes_marked));
+  m.counter("tierce_appversion_invalidations_unconfirmed_total",
+            "Invalidations a home of another topology did not acknowledge (not covered by its "
+            "fence: its pages may be stale; COH0108).",
+            ld(invalidations_unconfirmed));
   m.counter("tierce_appversion_second_invalidations_total",
             "Invalidations sent again after the script ended.", ld(second_invalidations));
   m.counter("tierce_appversion_aborted_responses_total",

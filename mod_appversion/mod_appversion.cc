@@ -386,8 +386,10 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   }
   try {
     // Created (or found) here, before any child forks: every child numbers its invalidations in
-    // the same counter, which the node's memd exports and every home reads (writer.h).
-    rt->writer = std::make_unique<co::WriterLog>(self->segment_prefix + co::kWriterSuffix);
+    // the same counter, which the node's writer agent (and memd) exports and every home reads
+    // (writer.h); our topology's digest goes with every number.
+    rt->writer = std::make_unique<co::WriterLog>(self->segment_prefix + co::kWriterSuffix,
+                                                 rt->topology.coherence_digest());
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
                  "APPVER0025 cannot map this node's invalidation counter %s%s: %s (check "
@@ -566,11 +568,17 @@ void invalidate(request_rec* r, const std::string& list, const char* why, bool a
   std::string what = std::string(why) + " invalidation #" + std::to_string(o.number.number) +
                      " (" + std::string(co::to_string(scheme)) + ", " +
                      std::to_string(deps.size()) + " dependencies)";
-  if (!o.complete()) {
+  counters().homes_skipped.fetch_add(o.skipped.size(), std::memory_order_relaxed);
+  counters().homes_marked.fetch_add(o.marked.size(), std::memory_order_relaxed);
+  if (!o.unconfirmed.empty())
+    counters().invalidations_unconfirmed.fetch_add(1, std::memory_order_relaxed);
+  if (!o.fenced.empty() || !o.unconfirmed.empty()) {
     counters().invalidations_fenced.fetch_add(1, std::memory_order_relaxed);
     counters().homes_fenced.fetch_add(o.fenced.size(), std::memory_order_relaxed);
     std::string missing;
     for (const auto& m : o.fenced) missing += (missing.empty() ? "" : ", ") + m;
+    for (const auto& m : o.unconfirmed)
+      missing += (missing.empty() ? "" : ", ") + m + " [another topology: NOT covered, COH0108]";
     std::string msg = "APPVER0007 " + what + " acknowledged by " + std::to_string(o.acked.size()) +
                       " of " + std::to_string(o.homes) + " homes; returned after the fence bound (" +
                       std::to_string(g_runtime->topology.coherence.fence_bound_ms()) +
@@ -580,8 +588,12 @@ void invalidate(request_rec* r, const std::string& list, const char* why, bool a
                       "and the network from here";
     ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "%s", msg.c_str());
   } else {
-    std::string msg = "APPVER0008 " + what + " acknowledged by all " + std::to_string(o.homes) +
-                      " homes in " + std::to_string(us) + " us";
+    std::string skipped;
+    for (const auto& m : o.skipped) skipped += " " + m;
+    std::string msg = "APPVER0008 " + what + " acknowledged by " + std::to_string(o.acked.size()) +
+                      " of " + std::to_string(o.homes) + " homes in " + std::to_string(us) +
+                      " us" +
+                      (skipped.empty() ? "" : "; not waited for (skip marks):" + skipped);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "%s", msg.c_str());
   }
 }

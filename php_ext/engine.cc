@@ -33,7 +33,8 @@ Engine::Engine(const std::string& topology_path, const std::string& node) : node
                              e.what() + " (it must exist, hold >= 16 bytes, mode 600)");
   }
   try {
-    writer_ = std::make_unique<co::WriterLog>(self->segment_prefix + co::kWriterSuffix);
+    writer_ = std::make_unique<co::WriterLog>(self->segment_prefix + co::kWriterSuffix,
+                                              topo_.coherence_digest());
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot map this node's invalidation counter " +
                              self->segment_prefix + co::kWriterSuffix + ": " + e.what());

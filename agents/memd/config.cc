@@ -412,6 +412,30 @@ void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
     cfg.coherence.pending_marks = size_t(*v);
 }
 
+// [writer] topology = "cluster.toml": this memd is its app node's writer agent (writer_role.h).
+void parse_writer_table(Checker& c, const toml::table& t, Config& cfg) {
+  const std::string W = "[writer]";
+  c.only_known_keys(t, W, {"topology"});
+  auto topo = c.path(t, W, "topology", "\"/etc/tierce/cluster.toml\"");
+  if (!topo) {
+    if (!t.get("topology"))
+      c.problem(t.source(), W + " topology is required: the cluster topology file, e.g. "
+                                "topology = \"/etc/tierce/cluster.toml\"");
+    return;
+  }
+  cfg.writer.enabled = true;
+  cfg.writer.topology = *topo;
+  if (cfg.coherence.enabled)
+    c.problem(t.source(),
+              W + " and [coherence] in one memd: the writer agent is meant to outlive the home "
+                  "memd's crashes and restarts; run it as a second memd with its own file "
+                  "(conf/writer.toml) and its own listen addresses");
+  for (auto& r : cfg.regions)
+    if (r.name == "writer")
+      c.problem(t.source(), W + " exports region \"writer\" itself: remove the [[region]] of "
+                                "that name");
+}
+
 // A role ([pool], [coop]) creates and exports its own segment: a [[region]] may neither take the
 // region's name nor export that segment.
 void refuse_region_clash(Checker& c, const toml::table& t, const Config& cfg, const std::string& W,
@@ -506,7 +530,7 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
   Config cfg;
   for (auto&& [k, v] : root) {
     if (k.str() == "memd" || k.str() == "region" || k.str() == "coherence" || k.str() == "pool" ||
-        k.str() == "coop")
+        k.str() == "coop" || k.str() == "writer")
       continue;
     std::string hint;
     if (edit_distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
@@ -514,7 +538,7 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
     c.problem(k.source(),
               "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
                   (v.is_table() ? "]" : "'") + hint +
-                  " (memd knows [memd], [[region]], [coherence], [pool] and [coop]; every key "
+                  " (memd knows [memd], [[region]], [coherence], [writer], [pool] and [coop]; every key "
                   "belongs under one of them)");
   }
   if (const toml::node* m = root.get("memd")) {
@@ -533,6 +557,12 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
       parse_coherence_table(c, *t, cfg);
     else
       c.problem(co->source(), "coherence: expected a [coherence] table, got " + describe_type(*co));
+  }
+  if (const toml::node* wr = root.get("writer")) {
+    if (const toml::table* t = wr->as_table())
+      parse_writer_table(c, *t, cfg);
+    else
+      c.problem(wr->source(), "writer: expected a [writer] table, got " + describe_type(*wr));
   }
   if (const toml::node* po = root.get("pool")) {
     if (const toml::table* t = po->as_table())

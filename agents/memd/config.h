@@ -27,6 +27,10 @@
 //   segment = "/tierce.app1.versions"           # the POSIX shm object its owner creates
 //   follow_owner = true                         # revoke when the segment's creator exits
 //
+//   [writer]                                    # optional: be the app node's writer agent
+//   topology = "/etc/tierce/cluster.toml"       # (export its writer counter; a second memd
+//                                               # process of the node, never with [coherence])
+//
 //   [pool]                                      # optional: donate memory to the cooperative
 //   bytes = 268435456                           # cache pool (region "pool", segment
 //   slab_bytes = 1048576                        # /tierce.<node>.pool), slabs leased to owners
@@ -98,6 +102,15 @@ struct CoherenceConfig {
   bool operator==(const CoherenceConfig&) const = default;
 };
 
+// [writer]: this memd is its app node's writer agent (agents/memd/writer_role.h): it exports the
+// node's writer counter and lifts its skip marks. Meant for a second memd process of the node,
+// so that the homes keep reading the counter while the node's home memd is down.
+struct WriterConfig {
+  bool enabled = false;
+  std::string topology;  // absolute path of the cluster topology file
+  bool operator==(const WriterConfig&) const = default;
+};
+
 // [pool]: this memd donates memory to the cooperative cache pool (agents/memd/pool_role.h).
 struct PoolConfig {
   static constexpr long kDefaultSlabBytes = 1L << 20;
@@ -151,6 +164,7 @@ struct Config {
   std::chrono::microseconds spin{50};  // fabric ServerOptions::spin (tcp/shm responders)
   std::vector<RegionConfig> regions;
   CoherenceConfig coherence;
+  WriterConfig writer;
   PoolConfig pool;
   CoopConfig coop;
 };

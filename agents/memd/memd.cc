@@ -188,6 +188,8 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
           std::string(e.what()) + " ([memd] node must name an app node of the topology in [coherence] topology)");
     }
   }
+  if (cfg_.writer.enabled)
+    writer_ = std::make_unique<WriterRole>(*server_, cfg_.node, cfg_.writer, secret_, log_);
   if (cfg_.pool.enabled) pool_ = std::make_unique<PoolRole>(*server_, cfg_.node, cfg_.pool, log_);
   if (cfg_.coop.enabled) coop_ = std::make_unique<CoopRole>(*server_, cfg_.node, cfg_.coop, log_);
 }
@@ -526,6 +528,7 @@ ReloadOutcome Memd::reload(Config next) {
     restart("node", next.node != cfg_.node);
     restart("listen", next.listen != cfg_.listen);
     restart("coherence", !(next.coherence == cfg_.coherence));
+    restart("writer", !(next.writer == cfg_.writer));
     restart("pool", !(next.pool == cfg_.pool));
     restart("coop", !(next.coop == cfg_.coop));
     restart("secret_file", next.secret_file != cfg_.secret_file);
@@ -685,6 +688,10 @@ std::string Memd::status_text() const {
     std::istringstream in(home_->status_text());
     for (std::string line; std::getline(in, line);) o << "coherence_" << line << "\n";
   }
+  if (writer_) {
+    std::istringstream in(writer_->status_text());
+    for (std::string line; std::getline(in, line);) o << "writer_" << line << "\n";
+  }
   if (pool_) {
     std::istringstream in(pool_->status_text());
     for (std::string line; std::getline(in, line);) o << "pool_" << line << "\n";
@@ -741,6 +748,7 @@ std::string Memd::metrics_text() const {
                 uint64_t(r->len), {{"region", r->cfg.name}});
     if (home_) home_->metrics(m);
   }
+  if (writer_) writer_->metrics(m);
   if (pool_) pool_->metrics(m);
   if (coop_) coop_->metrics(m);
   return m.text();
@@ -762,6 +770,7 @@ void Memd::stop() {
   // can run on a destroyed role. The pool and directory segments are revoked and unlinked.
   pool_.reset();
   coop_.reset();
+  writer_.reset();
   std::lock_guard g(mu_);
   for (auto& r : regions_) {
     r->seg.reset();

@@ -35,6 +35,7 @@
 #include "agents/memd/config.h"
 #include "agents/memd/coop_role.h"
 #include "agents/memd/pool_role.h"
+#include "agents/memd/writer_role.h"
 #include "coherence/home_service.h"
 #include "fabric/fabric.h"
 
@@ -145,6 +146,7 @@ class Memd {
   std::vector<std::string> home_segments_;  // [coherence]: the segments HomeService created
   std::unique_ptr<fabric::Server> server_;
   std::unique_ptr<coherence::HomeService> home_;  // with [coherence]: this app node's home role
+  std::unique_ptr<WriterRole> writer_;            // with [writer]: the node's writer agent
   std::unique_ptr<PoolRole> pool_;                // with [pool]: memory donated to the pool
   std::unique_ptr<CoopRole> coop_;                // with [coop]: this node's directory part
   std::chrono::steady_clock::time_point started_;

@@ -48,6 +48,9 @@ constexpr auto kBound = std::chrono::milliseconds(kLeaseMs + kSkewMs);
 
 struct ClusterOptions {
   int ack_slots = 4096;
+  // Each app node also runs a writer agent (a second memd with [writer], listed as the node's
+  // `writer` in the topology): the homes read the writer counters there, not at the memd.
+  bool writer_agents = false;
 };
 
 struct Cluster {
@@ -56,14 +59,16 @@ struct Cluster {
   std::string topo_path = dir / "cluster.toml";
   std::string prefix = "/tierce.t" + std::to_string(::getpid()) + random_suffix().substr(0, 6);
   std::vector<std::string> names{"app1", "app2"};
-  std::vector<std::string> tcp, shm;
-  std::vector<Child> memd{2};
+  std::vector<std::string> tcp, shm, wtcp, wshm;
+  std::vector<Child> memd{2}, writer_agent{2};
   ClusterOptions opts;
 
   explicit Cluster(ClusterOptions o = {}) : opts(o) {
     for (auto& n : names) {
       tcp.push_back("tcp://127.0.0.1:" + std::to_string(free_port()));
       shm.push_back("shm://" + dir.path() + "/" + n + ".sock");
+      wtcp.push_back("tcp://127.0.0.1:" + std::to_string(free_port()));
+      wshm.push_back("shm://" + dir.path() + "/" + n + "-writer.sock");
     }
     write_file(topo_path, topology(transport_arg(), {}));
     for (size_t i = 0; i < names.size(); ++i) {
@@ -73,12 +78,21 @@ struct Cluster {
                         "[coherence]\ntopology = \"" + topo_path + "\"\nlog_entries = 1024\n" +
                         "ack_slots = " + std::to_string(opts.ack_slots) + "\n";
       write_file(dir / (names[i] + ".toml"), cfg);
+      write_file(dir / (names[i] + "-writer.toml"),
+                 "[memd]\nnode = \"" + names[i] + "\"\nlisten = [\"" + wtcp[i] + "\", \"" + wshm[i] +
+                     "\"]\nsecret_file = \"" + secret + "\"\nready_file = \"" + dir.path() + "/" +
+                     names[i] + "-writer.ready\"\nlog_level = \"warn\"\n[writer]\ntopology = \"" +
+                     topo_path + "\"\n");
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (opts.writer_agents) start_writer_agent(i);
       start(i);
     }
     BOOST_REQUIRE_MESSAGE(both_vouch(), "the homes did not start vouching (fence renewal)");
   }
   ~Cluster() {
     for (auto& c : memd) c.kill_now();
+    for (auto& c : writer_agent) c.kill_now();
     for (auto& n : names)
       for (const char* r : {kVersionsSuffix, kAcksSuffix, kWriterSuffix})
         fabric::SharedSegment::unlink(prefix + "." + n + r);
@@ -96,6 +110,11 @@ struct Cluster {
       std::string m = uris.count(n) ? uris.at(n) : "\"" + tcp[i] + "\", \"" + shm[i] + "\"";
       t += "[[node]]\nname = \"" + n + "\"\nrole = \"app\"\nmemd = [" + m +
            "]\nsegment_prefix = \"" + prefix + "." + n + "\"\n";
+      if (opts.writer_agents) {
+        std::string wk = n + "-writer";
+        t += "writer = [" +
+             (uris.count(wk) ? uris.at(wk) : "\"" + wtcp[i] + "\", \"" + wshm[i] + "\"") + "]\n";
+      }
     }
     return t;
   }
@@ -114,6 +133,21 @@ struct Cluster {
     BOOST_REQUIRE_MESSAGE(eventually([&] { return ::access(ready.c_str(), F_OK) == 0; }, 10s),
                           "memd " << names[i] << " did not become ready");
   }
+  void start_writer_agent(size_t i) {
+    std::string ready = dir.path() + "/" + names[i] + "-writer.ready";
+    ::unlink(ready.c_str());
+    pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      tierce_test::die_with_parent(parent);
+      std::string cfg = dir / (names[i] + "-writer.toml");
+      ::execl(TIERCE_MEMD_BINARY, "tierce-memd", "--foreground", "-c", cfg.c_str(), nullptr);
+      ::_exit(127);
+    }
+    writer_agent[i] = Child(pid);
+    BOOST_REQUIRE_MESSAGE(eventually([&] { return ::access(ready.c_str(), F_OK) == 0; }, 10s),
+                          "writer agent " << names[i] << " did not become ready");
+  }
   ClusterClient client(std::chrono::milliseconds op = 500ms,
                        std::chrono::milliseconds retry_after = 50ms,
                        const std::string& path = "") const {
@@ -125,7 +159,9 @@ struct Cluster {
                          fabric::Secret::from_file(secret), t, nullptr);
   }
   // What app `node`'s httpd numbers its invalidations with.
-  WriterLog writer(const std::string& node) const { return WriterLog(prefix + "." + node + kWriterSuffix); }
+  WriterLog writer(const std::string& node) const {
+    return WriterLog(prefix + "." + node + kWriterSuffix, Topology::load(topo_path).coherence_digest());
+  }
   // A home vouches when its sequence can be read (a fenced table refuses every read).
   bool both_vouch(std::chrono::milliseconds limit = 5s) const {
     auto cl = client(200ms, 0ms);
@@ -168,6 +204,14 @@ RegisterResult register_at(ClusterClient& cl, const std::string& home, uint64_t 
   auto seq = cl.read_seq(home);
   BOOST_REQUIRE_MESSAGE(seq.has_value(), "sequence of " << home << " not readable");
   return cl.register_page(home, key, *seq, deps(d));
+}
+
+// SIGSTOP, and returns once every thread of the process has stopped (a message taken by one of its
+// threads in the meantime would otherwise still be applied and acknowledged).
+void freeze(const Child& c) {
+  c.signal(SIGSTOP);
+  int st = 0;
+  ::waitpid(c.pid(), &st, WUNTRACED);
 }
 
 std::chrono::milliseconds ms_since(std::chrono::steady_clock::time_point t0) {
@@ -310,6 +354,9 @@ BOOST_AUTO_TEST_CASE(an_invalidation_is_sent_even_when_the_writers_own_memd_is_d
   auto reg = register_at(cl, "app2", k, {"item:11"});
   BOOST_REQUIRE(reg.cacheable());
   auto w = c.writer("app1");
+  // As a running httpd has: an update made while its memd was up (which also told this client
+  // that its writer segment is the one the homes read: COH0109).
+  BOOST_REQUIRE(cl.invalidate(w, "app1", deps({"warm"}), Scheme::DependencyLists).complete());
   c.memd[0].kill_now();  // app1's memd, the writer's own
   auto t0 = std::chrono::steady_clock::now();
   auto out = cl.invalidate(w, "app1", deps({"item:11"}), Scheme::DependencyLists);
@@ -507,9 +554,11 @@ BOOST_AUTO_TEST_CASE(a_frozen_home_is_fenced_and_holds_the_update_when_it_thaws)
   BOOST_TEST(served > 0);  // it did come back
 }
 
-// Issue 13, path 5: a node started from another topology (here another version_slots) is refused
-// by the homes: its reads fail closed, its registrations are refused, its invalidations are not
-// acknowledged (the homes catch up instead).
+// Issue 13, path 5 and issue 29, path 1: a node started from another topology (here another
+// version_slots) is refused by the homes for what needs trust — its reads fail closed, its
+// registrations are refused — but its invalidations are APPLIED and acknowledged: bumping is
+// always safe, and such a writer (a node being added) relies on the ack, since the homes' fences
+// do not read its counter. They used to be dropped: no apply, no ack, no catch-up.
 BOOST_AUTO_TEST_CASE(a_node_with_another_topology_is_refused_not_trusted) {
   Cluster c;
   std::string other = c.dir / "other.toml";
@@ -524,12 +573,141 @@ BOOST_AUTO_TEST_CASE(a_node_with_another_topology_is_refused_not_trusted) {
   auto good = c.client();
   auto reg = stranger.register_page("app1", k, *good.read_seq("app1"), deps({"d"}));
   BOOST_TEST(reg.refusal == Refusal::OtherTopology);
-  auto w = c.writer("app1");
-  uint64_t before = c.stat(0, "fence_catch_ups");
+  // A page of the right topology under "d", at each home.
+  uint64_t k1 = key_homed_at(good.topology(), "app1"), k2 = key_homed_at(good.topology(), "app2");
+  auto r1 = register_at(good, "app1", k1, {"d"}), r2 = register_at(good, "app2", k2, {"d"});
+  BOOST_REQUIRE(r1.cacheable());
+  BOOST_REQUIRE(r2.cacheable());
+  WriterLog w(c.prefix + ".app1" + kWriterSuffix, stranger.topology().coherence_digest());
   auto out = stranger.invalidate(w, "app1", deps({"d"}), Scheme::DependencyLists);
-  BOOST_TEST(out.acked.empty());
-  BOOST_TEST(c.stat(0, "refused_topology") >= 1u);
-  BOOST_TEST(eventually([&] { return c.stat(0, "fence_catch_ups") > before; }));
+  BOOST_TEST(out.acked.size() == 2u);
+  BOOST_TEST(out.unconfirmed.empty());
+  BOOST_TEST(c.stat(0, "foreign_invalidations") >= 1u);
+  auto v1 = good.read_version("app1", r1.slot), v2 = good.read_version("app2", r2.slot);
+  BOOST_TEST((!v1 || *v1 != r1.version), "app1 did not apply the invalidation");
+  BOOST_TEST((!v2 || *v2 != r2.version), "app2 did not apply the invalidation");
+}
+
+// Issue 29, path 1: a writer that numbers under another topology (its process loaded another
+// file than the node's memd) may not send to the homes this node's home knows: no home renews its
+// fence while that writer's counter carries another digest. Vouching resumes once the node's
+// writer numbers under the cluster's topology again.
+BOOST_AUTO_TEST_CASE(a_writer_numbering_under_another_topology_stops_the_homes_vouching) {
+  Cluster c;
+  auto cl = c.client(200ms, 0ms);
+  std::string other = c.dir / "other.toml";
+  std::string t = c.topology(transport_arg(), {});
+  t.replace(t.find("version_slots = 4096"), 20, "version_slots = 8192");  // another digest
+  write_file(other, t);
+  WriterLog stranger(c.prefix + ".app1" + kWriterSuffix, Topology::load(other).coherence_digest());
+  BOOST_REQUIRE(Topology::load(other).coherence_digest() != cl.topology().coherence_digest());
+  (void)stranger.issue();
+  BOOST_TEST(eventually([&] { return !cl.read_seq("app1") && !cl.read_seq("app2"); }, 3s),
+             "the homes kept vouching while app1 numbered under another topology");
+  BOOST_TEST(c.status(1).at("fence_last_failure").find("another topology") != std::string::npos,
+             c.status(1).at("fence_last_failure"));
+  auto w = c.writer("app1");
+  (void)cl.invalidate(w, "app1", deps({"x"}), Scheme::DependencyLists);
+  BOOST_TEST(c.both_vouch());
+}
+
+// Issue 29, path 4: a process that numbers in a writer segment the homes do not read (a cloned
+// node or a cron host using the node's name, with its own /dev/shm) is not covered by any fence.
+// It must not return on the bound for a home that did not acknowledge: the home is reported
+// unconfirmed (COH0108), never relied on as fenced, and never skip-marked.
+BOOST_AUTO_TEST_CASE(a_writer_segment_the_homes_do_not_read_is_not_covered_by_their_fences) {
+  Cluster c;
+  auto cl = c.client(200ms);
+  std::string clone_name = c.prefix + ".clone" + kWriterSuffix;
+  WriterLog clone(clone_name, cl.topology().coherence_digest());
+  auto ok = cl.invalidate(clone, "app1", deps({"item:30"}), Scheme::DependencyLists);
+  BOOST_TEST(ok.acked.size() == 2u);  // acknowledged: fine
+  freeze(c.memd[1]);
+  auto out = cl.invalidate(clone, "app1", deps({"item:31"}), Scheme::DependencyLists);
+  c.memd[1].signal(SIGCONT);
+  fabric::SharedSegment::unlink(clone_name);
+  BOOST_TEST(out.fenced.empty());
+  BOOST_REQUIRE(out.unconfirmed.size() == 1u);
+  BOOST_TEST(out.unconfirmed[0].find("app2") != std::string::npos, out.unconfirmed[0]);
+  BOOST_TEST(out.marked.empty());
+  BOOST_TEST(!out.complete());
+}
+
+// Issue 29, Part 1: with a writer agent per app node (a second memd with [writer]), one memd's
+// death costs only the pages homed there. The other home keeps reading both writer counters, at
+// the writer agents, and keeps vouching; without writer agents it stops within its lease (the test
+// below this one).
+BOOST_AUTO_TEST_CASE(with_writer_agents_a_dead_memd_costs_only_its_own_pages) {
+  Cluster c(ClusterOptions{4096, true});
+  auto cl = c.client(200ms, 0ms);
+  c.memd[1].kill_now();  // app2's home
+  BOOST_TEST(eventually([&] { return !cl.read_seq("app2").has_value(); }, 3s));
+  auto until = std::chrono::steady_clock::now() + 4 * kBound;
+  int ok = 0, failed = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    (cl.read_seq("app1") ? ok : failed)++;
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST_MESSAGE("app1 readable " << ok << " times, not " << failed << " times");
+  BOOST_TEST(failed == 0, "app1 stopped vouching while only app2's memd was down");
+  BOOST_TEST(c.status(0).at("fence_vouching") == "1");
+  c.start(1);
+  BOOST_TEST(c.both_vouch());
+}
+
+// Issue 29, skip marks: a writer that cannot get a home's ack marks it in its writer region;
+// from the mark's time + the bound on, its updates stop waiting for that home (fast), and the home
+// vouches for nothing until it answers again and the node's writer agent clears the mark; it then
+// holds (applies or catches up on) every invalidation skipped meanwhile before it vouches: a page
+// whose invalidation was skipped is never validated again.
+BOOST_AUTO_TEST_CASE(updates_stop_waiting_for_a_marked_home_which_catches_up_before_it_vouches) {
+  Cluster c(ClusterOptions{4096, true});
+  auto writer = c.client(200ms);
+  auto proxy = c.client(200ms, 0ms);
+  auto w = c.writer("app1");
+  const auto& topo = proxy.topology();
+  uint64_t k = key_homed_at(topo, "app2");
+  auto reg = register_at(proxy, "app2", k, {"item:21"});
+  BOOST_REQUIRE(reg.cacheable());
+  BOOST_REQUIRE(writer.invalidate(w, "app1", deps({"warm"}), Scheme::DependencyLists).complete());
+
+  freeze(c.memd[1]);
+  auto t0 = std::chrono::steady_clock::now();
+  auto first = writer.invalidate(w, "app1", deps({"item:20"}), Scheme::DependencyLists);
+  BOOST_TEST(ms_since(t0) >= kBound);
+  BOOST_TEST(first.marked == std::vector<std::string>{"app2"});
+  BOOST_TEST(first.fenced.size() == 1u);
+  // The mark was set at half the bound (or when the ack read that was under way then gave up):
+  // one bound after its time, updates skip app2.
+  uint64_t m = w.skip_word(1);
+  BOOST_REQUIRE(skip_state(m) == SkipState::Since);
+  uint64_t skip_from = m + uint64_t(std::chrono::nanoseconds(kBound).count());
+  uint64_t now = fabric::monotonic_ns();
+  if (skip_from > now) std::this_thread::sleep_for(std::chrono::nanoseconds(skip_from - now) + 5ms);
+  t0 = std::chrono::steady_clock::now();
+  auto fast = writer.invalidate(w, "app1", deps({"item:21"}), Scheme::DependencyLists);
+  auto took = ms_since(t0);
+  BOOST_TEST_MESSAGE("update with app2 marked took " << took.count() << " ms");
+  BOOST_TEST(fast.skipped == std::vector<std::string>{"app2"});
+  BOOST_TEST(fast.acked == std::vector<std::string>{"app1"});
+  BOOST_TEST(took < kBound / 2);
+
+  c.memd[1].signal(SIGCONT);
+  // From the thaw on, no read may validate the page whose invalidation app2 never received.
+  int served = 0;
+  auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until) {
+    auto v = proxy.read_version("app2", reg.slot);
+    if (!v) continue;
+    ++served;
+    BOOST_REQUIRE_MESSAGE(*v != reg.version, "app2 validated a page whose invalidation was skipped");
+  }
+  BOOST_TEST(served > 0);  // the mark was cleared and app2 vouches again
+  BOOST_TEST(c.stat(1, "fence_catch_ups") >= 2u);
+  // The writer waits for app2 again.
+  auto back = writer.invalidate(w, "app1", deps({"item:22"}), Scheme::DependencyLists);
+  BOOST_TEST(back.complete());
+  BOOST_TEST(back.acked.size() == 2u);
 }
 
 // A home that cannot read some app node's writer counter (that node's memd is down) stops

@@ -77,9 +77,12 @@ DEFAULTS = {
     "netns": False,             # every node (and MariaDB) in its own network namespace
 }
 # netns mode: every node has its own address, so the ports are fixed.
-NETNS_PORTS = {"httpd": 8000, "memd": 7000, "mariadb": 3306, "relay": 7400}  # relay: + peer's index
+NETNS_PORTS = {"httpd": 8000, "memd": 7000, "writer": 7050, "mariadb": 3306,
+               "relay": 7400, "writer_relay": 7450}  # relays: + peer's index
 IPTABLES = "/usr/sbin/iptables"
-PROCS = ("memd", "httpd")       # the processes of a node that signal_proc / restart_proc act on
+# The processes of a node that signal_proc / restart_proc act on. "writer" is an app node's writer
+# agent: a second tierce-memd with only [writer] (docs/coherence.md "The writer agent").
+PROCS = ("memd", "writer", "httpd")
 SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
 
 
@@ -130,7 +133,7 @@ def all_processes(st):
         if r.get("process"):
             out.append(r["process"])
     for n in st.get("nodes", []):
-        for key in ("memd", "httpd"):
+        for key in ("memd", "writer", "httpd"):
             if n.get(key):
                 out.append(n[key])
         out.extend(n.get("load", []))
@@ -333,6 +336,16 @@ def node_conf(st, n):
             if opts.get("coop", "off") != "off":
                 lines += ["[coop]", f"buckets = {int(opts.get('coop_buckets', DEFAULTS['coop_buckets']))}", ""]
         write_file(n["memd_conf"], "\n".join(lines))
+        if n["role"] == "app" and n.get("writer_conf"):
+            write_file(n["writer_conf"], "\n".join([
+                "# writer agent of node %s, written by tools/tierce-cluster (docs/coherence.md "
+                "\"The writer agent\"): a second memd that only exports the node's writer counter" % n["name"],
+                "[memd]", f"node = {toml_str(n['name'])}",
+                "listen = [" + ", ".join(toml_str(u) for u in n["writer_uris"]) + "]",
+                f"secret_file = {toml_str(n.get('secret_file', st['secret_file']))}",
+                f"pid_file = {toml_str(os.path.join(n['dir'], 'run', 'writer.pid'))}",
+                f"ready_file = {toml_str(n['writer_ready'])}", 'log = "stderr"', "",
+                "[writer]", f"topology = {toml_str(node_topology(st, n))}", ""]))
 
 
 def write_php_ini(st, n, php):
@@ -391,15 +404,19 @@ def write_topology(st):
     for n in st["nodes"]:
         out += ["[[node]]", f"name = {toml_str(n['name'])}", f"role = {toml_str(n['role'])}",
                 "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]
-                                       if not (ns and u.startswith("shm://"))) + "]",
-                f"segment_prefix = {toml_str(n['segment_prefix'])}", ""]
+                                       if not (ns and u.startswith("shm://"))) + "]"]
+        if n.get("writer_uris"):
+            out += ["writer = [" + ", ".join(toml_str(u) for u in n["writer_uris"]
+                                             if not (ns and u.startswith("shm://"))) + "]"]
+        out += [f"segment_prefix = {toml_str(n['segment_prefix'])}", ""]
     write_file(st["topology"], "\n".join(out))
 
 
-def relay_between(st, a, b):
-    """The relay record carrying connections app node a opens to app node b's memd, or None."""
+def relay_between(st, a, b, kind="memd"):
+    """The relay record carrying connections app node a opens to app node b's memd (kind "memd")
+    or writer agent (kind "writer"), or None."""
     for r in st.get("relays", []):
-        if r["from"] == a and r["to"] == b:
+        if r["from"] == a and r["to"] == b and r.get("kind", "memd") == kind:
             return r
     return None
 
@@ -423,10 +440,11 @@ def write_node_topology(st, n):
             line = f"transport = {toml_str(transport)}"
         elif table == "[[node]]" and re.match(r"name\s*=", stripped):
             node = json.loads(stripped.split("=", 1)[1].split("#")[0].strip())
-        elif table == "[[node]]" and re.match(r"memd\s*=", stripped) and node != n["name"]:
-            r = relay_between(st, n["name"], node)
+        elif table == "[[node]]" and re.match(r"(memd|writer)\s*=", stripped) and node != n["name"]:
+            kind = stripped.split("=", 1)[0].strip()
+            r = relay_between(st, n["name"], node, kind)
             if r is not None:
-                line = f"memd = [{toml_str('tcp://127.0.0.1:%d' % r['port'])}]"
+                line = f"{kind} = [{toml_str('tcp://127.0.0.1:%d' % r['port'])}]"
         out.append(line)
     text = "\n".join(out)
     text = text.replace("# Written by tools/tierce-cluster (template: conf/cluster.toml).",
@@ -450,6 +468,11 @@ def preflight(st):
             if r.returncode != 0:
                 problems.append(f"{n['name']}: memd configuration {n['memd_conf']} is rejected:\n"
                                 f"{(r.stderr or r.stdout).strip()}")
+            if n.get("writer_conf"):
+                r = subprocess.run([memd, "--check", "-c", n["writer_conf"]], capture_output=True, text=True)
+                if r.returncode != 0:
+                    problems.append(f"{n['name']}: writer agent configuration {n['writer_conf']} is "
+                                    f"rejected:\n{(r.stderr or r.stdout).strip()}")
     if problems:
         raise ClusterError("\n".join(problems))
 
@@ -468,6 +491,23 @@ def start_memd(st, n, deadline):
                       os.path.join(n["dir"], "logs", "memd.log"), group=grp.getgrnam("www-data").gr_gid,
                       netns=n.get("netns"))
     n["memd"] = rec
+    return rec
+
+
+def start_writer(st, n, deadline):
+    """Starts app node n's writer agent (a second tierce-memd with only [writer]) and waits for its
+    ready file."""
+    memd = os.path.join(st["options"]["build"], "agents", "memd", "tierce-memd")
+    try:
+        os.unlink(n["writer_ready"])
+    except FileNotFoundError:
+        pass
+    rec = procs.spawn(f"{n['name']}/writer", [memd, "--foreground", "-c", n["writer_conf"]],
+                      os.path.join(n["dir"], "logs", "writer.log"), group=grp.getgrnam("www-data").gr_gid,
+                      netns=n.get("netns"))
+    n["writer"] = rec
+    wait_until(f"{n['name']}/writer ready file", lambda: os.path.exists(n["writer_ready"]), deadline,
+               [rec], [rec["log"]])
     return rec
 
 
@@ -623,11 +663,15 @@ def plan_netns(st):
                  memd_port=NETNS_PORTS["memd"], url=f"http://{addr}:{NETNS_PORTS['httpd']}/",
                  memd_uris=[f"tcp://{addr}:{NETNS_PORTS['memd']}"],
                  topology=os.path.join(etc, "cluster.toml"), secret_file=os.path.join(etc, "secret"))
+        if n.get("writer_uris") is not None:
+            n.update(writer_port=NETNS_PORTS["writer"], writer_uris=[f"tcp://{addr}:{NETNS_PORTS['writer']}"])
         if shm:  # its own memd over shm too (a socket under its own run/); peers see tcp only
             sock = os.path.join(n["dir"], "run", "memd.sock")
             if len(sock) > 100:
                 raise ClusterError(f"state directory path too long for a unix socket: {sock}")
             n["memd_uris"].append(f"shm://{sock}")
+            if n.get("writer_uris") is not None:
+                n["writer_uris"].append(f"shm://{os.path.join(n['dir'], 'run', 'writer.sock')}")
         if n["role"] == "app":
             n["docroot"] = os.path.join(n["dir"], "www")
     return net
@@ -655,9 +699,13 @@ def install_node_files(st, n):
                 node = json.loads(stripped.split("=", 1)[1].split("#")[0].strip())
             elif table == "[[node]]" and re.match(r"memd\s*=", stripped) and shm and node == n["name"]:
                 line = "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]"
-            elif table == "[[node]]" and re.match(r"memd\s*=", stripped) and relay_between(st, n["name"], node):
-                r = relay_between(st, n["name"], node)  # --app-links relay: that peer through the relay
-                line = f"memd = [{toml_str('tcp://%s:%d' % (r['listen_host'], r['port']))}]"
+            elif table == "[[node]]" and re.match(r"writer\s*=", stripped) and shm and node == n["name"]:
+                line = "writer = [" + ", ".join(toml_str(u) for u in n["writer_uris"]) + "]"
+            elif (table == "[[node]]" and re.match(r"(memd|writer)\s*=", stripped)
+                  and relay_between(st, n["name"], node, stripped.split("=", 1)[0].strip())):
+                kind = stripped.split("=", 1)[0].strip()
+                r = relay_between(st, n["name"], node, kind)  # --app-links relay: through the relay
+                line = f"{kind} = [{toml_str('tcp://%s:%d' % (r['listen_host'], r['port']))}]"
             out.append(line)
     text = "\n".join(out).replace(
         "# Written by tools/tierce-cluster (template: conf/cluster.toml).",
@@ -746,8 +794,8 @@ def up(d=DEFAULT_DIR, **kw):
             pass
 
     napp, nproxy = opts["app_nodes"], opts["proxy_nodes"]
-    nrelays = napp * (napp - 1) if opts["app_links"] == "relay" else 0
-    ports = procs.free_ports(1 + 2 * (napp + nproxy) + nrelays)
+    nrelays = 2 * napp * (napp - 1) if opts["app_links"] == "relay" else 0  # memd and writer links
+    ports = procs.free_ports(1 + 2 * (napp + nproxy) + napp + nrelays)
     name = f"c{ports[0]}"
     st = {"name": name, "dir": d, "state": "starting", "options": opts, "started": time.time(),
           "topology": os.path.join(d, "cluster.toml"), "secret_file": os.path.join(d, "secret"),
@@ -773,6 +821,15 @@ def up(d=DEFAULT_DIR, **kw):
                  "segment_prefix": f"/tierce.{name}.{nm}", "memd": None, "httpd": None, "load": []}
             st["nodes"].append(n)
             i += 2
+    if opts["cache"] == "tierce":  # every app node's writer agent (PROCS "writer")
+        for n in st["nodes"]:
+            if n["role"] != "app":
+                continue
+            wsock = os.path.join(d, "run", f"{n['name']}-writer.sock")
+            n.update(writer_port=ports[i], writer_conf=os.path.join(n["dir"], "writer.toml"),
+                     writer_ready=os.path.join(n["dir"], "run", "writer.ready"),
+                     writer_uris=[f"tcp://127.0.0.1:{ports[i]}", f"shm://{wsock}"], writer=None)
+            i += 1
     net = plan_netns(st) if opts["netns"] else None
     st["relays"] = []
     if nrelays:
@@ -786,14 +843,17 @@ def up(d=DEFAULT_DIR, **kw):
                 base = os.path.join(d, "run", f"wanem-{a['name']}-{b['name']}")
                 if len(base + ".sock") > 100:
                     raise ClusterError(f"state directory path too long for a unix socket: {base}.sock")
-                st["relays"].append({"name": f"wanem {a['name']}->{b['name']}", "from": a["name"],
-                                     "to": b["name"], "port": ports[i], "target_port": b["memd_port"],
-                                     "control": base + ".sock", "ready": base + ".ready",
-                                     "log": base + ".log", "process": None})
-                if a.get("netns"):  # on a's host: a's address, a port per peer, to b's real address
-                    st["relays"][-1].update(listen_host=a["host"], target_host=b["host"], netns=a["netns"],
-                                            port=NETNS_PORTS["relay"] + bi)
-                i += 1
+                for kind, sfx, target, nport in (("memd", "", "memd_port", "relay"),
+                                                 ("writer", "-writer", "writer_port", "writer_relay")):
+                    st["relays"].append({"name": f"wanem {a['name']}->{b['name']}{sfx}", "from": a["name"],
+                                         "to": b["name"], "kind": kind, "port": ports[i],
+                                         "target_port": b[target], "control": base + sfx + ".sock",
+                                         "ready": base + sfx + ".ready", "log": base + sfx + ".log",
+                                         "process": None})
+                    if a.get("netns"):  # on a's host: a's address, a port per peer, to b's real address
+                        st["relays"][-1].update(listen_host=a["host"], target_host=b["host"],
+                                                netns=a["netns"], port=NETNS_PORTS[nport] + bi)
+                    i += 1
 
     old_int = signal.signal(signal.SIGINT, _interrupt)
     old_term = signal.signal(signal.SIGTERM, _interrupt)
@@ -843,6 +903,8 @@ def up(d=DEFAULT_DIR, **kw):
         for group in (apps, proxies):
             if tierce:
                 for n in group:
+                    if n.get("writer_conf"):
+                        start_writer(st, n, deadline)
                     start_memd(st, n, deadline)
                     save_state(d, st)
             for n in group:
@@ -890,6 +952,7 @@ def _stop_all(st):
     killed += procs.stop([n.get("httpd") for n in st.get("nodes", []) if n["role"] == "proxy"], deadline=10)
     killed += procs.stop([n.get("httpd") for n in st.get("nodes", []) if n["role"] == "app"], deadline=10)
     killed += procs.stop([n.get("memd") for n in st.get("nodes", [])], deadline=5)
+    killed += procs.stop([n.get("writer") for n in st.get("nodes", [])], deadline=5)
     killed += procs.stop([r.get("process") for r in st.get("relays", [])], deadline=5)
     if st.get("mariadb", {}).get("process"):
         killed += procs.stop([st["mariadb"]["process"]], deadline=30)
@@ -946,9 +1009,11 @@ def restart_node(d, name, sig="KILL", timeout=60.0):
     signum = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM}.get(sig.upper())
     if signum is None:
         raise ClusterError("--signal must be KILL or TERM")
-    procs.stop([n.get("httpd"), n.get("memd")], signum, deadline=10)
+    procs.stop([n.get("httpd"), n.get("memd"), n.get("writer")], signum, deadline=10)
     deadline = time.monotonic() + timeout
     if st["options"]["cache"] == "tierce":
+        if n.get("writer_conf"):
+            start_writer(st, n, deadline)
         start_memd(st, n, deadline)
         save_state(d, st)
     start_httpd(st, n)
@@ -1002,7 +1067,7 @@ def signal_proc(d, name, proc, sig):
     d, st = _up_state(d)
     n = _node(st, name)
     if proc not in PROCS:
-        raise ClusterError(f"the process must be memd or httpd, not {proc}")
+        raise ClusterError(f"the process must be memd, writer or httpd, not {proc}")
     sig = sig.upper()
     if sig not in SIGNALS:
         raise ClusterError(f"the signal must be one of {', '.join(SIGNALS)}, not {sig}")
@@ -1042,9 +1107,14 @@ def restart_proc(d, name, which, timeout=60.0):
     n = _node(st, name)
     wanted = [p for p in PROCS if p in which or "all" in which]
     if not wanted or any(w not in PROCS + ("all",) for w in which):
-        raise ClusterError(f"restart-proc wants memd, httpd or all, not {' '.join(which)}")
+        raise ClusterError(f"restart-proc wants memd, writer, httpd or all, not {' '.join(which)}")
     if "memd" in wanted and st["options"]["cache"] != "tierce":
         raise ClusterError(f"{name} has no memd (--cache {st['options']['cache']})")
+    if "writer" in wanted and not n.get("writer_conf"):
+        if "all" in which:
+            wanted.remove("writer")
+        else:
+            raise ClusterError(f"{name} has no writer agent (app nodes with --cache tierce have one)")
     deadline = time.monotonic() + timeout
     for proc in wanted:
         rec = n.get(proc)
@@ -1052,7 +1122,10 @@ def restart_proc(d, name, which, timeout=60.0):
             log(f"{rec['name']} still running: SIGKILL first")
             procs.signal_instance(rec, signal.SIGKILL)
             procs.stop([rec], signal.SIGKILL, deadline=5)
-        if proc == "memd":
+        if proc == "writer":
+            start_writer(st, n, deadline)
+            save_state(d, st)
+        elif proc == "memd":
             start_memd(st, n, deadline)
             save_state(d, st)
             wait_until(f"{n['name']}/memd ready file", lambda: os.path.exists(n["memd_ready"]), deadline,
@@ -1081,22 +1154,25 @@ def link(d, a, b, action, ms=None, one_way=False):
     if ab is None or ba is None:
         apps = sorted({r["from"] for r in st["relays"]})
         raise ClusterError(f"no relays between {a} and {b} (app nodes: {', '.join(apps)})")
+    # Every link between the two: to each other's memd and to each other's writer agent.
+    pairs = [(relay_between(st, a, b, k), relay_between(st, b, a, k)) for k in ("memd", "writer")]
+    pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
     if action == "delay":
         if one_way:
             raise ClusterError("--one-way applies to cut and heal; delay acts on both directions")
         if ms is None or ms < 0 or ms > 60000:
             raise ClusterError("delay wants milliseconds in 0..60000")
-        cmds = [(ab, f"delay {int(round(ms * 1000))}"), (ba, f"delay {int(round(ms * 1000))}")]
+        cmds = [(r, f"delay {int(round(ms * 1000))}") for x, y in pairs for r in (x, y)]
     elif action in ("cut", "heal"):
         if ms is not None:
             raise ClusterError(f"{action} takes no milliseconds")
         if one_way:
-            cmds = [(ab, f"{action} to-target"), (ba, f"{action} to-client")]
+            cmds = [c for x, y in pairs for c in ((x, f"{action} to-target"), (y, f"{action} to-client"))]
         else:
-            cmds = [(ab, f"{action} both"), (ba, f"{action} both")]
+            cmds = [(r, f"{action} both") for x, y in pairs for r in (x, y)]
     else:
         raise ClusterError(f"link action must be cut, heal or delay, not {action}")
-    answers = [f"{r['from']}->{r['to']}: {relay_command(r, c)}" for r, c in cmds]
+    answers = [f"{r['name'][6:]}: {relay_command(r, c)}" for r, c in cmds]
     _note_fault(d, st, {"link": [a, b], "action": action, "ms": ms, "one_way": one_way})
     log(f"link {a} {b} {action}{'' if ms is None else ' %g ms' % ms}{' (one way)' if one_way else ''}: "
         + "; ".join(answers))
@@ -1192,6 +1268,8 @@ def status(d=DEFAULT_DIR, out=sys.stdout):
         line(r.get("process"), f":{r['port']} -> :{r['target_port']} {state}")
     for n in st["nodes"]:
         line(n.get("memd"), f"{' '.join(n['memd_uris'])}" + (f" netns {n['netns']}" if n.get("netns") else ""))
+        if n.get("writer_uris"):
+            line(n.get("writer"), " ".join(n["writer_uris"]))
         line(n.get("httpd"), f"{n['url']}")
         for r in n.get("load", []):
             line(r)
