@@ -47,11 +47,12 @@ if(APXS_FOUND)
   install(FILES ${PROJECT_SOURCE_DIR}/conf/proxy.conf.in ${PROJECT_SOURCE_DIR}/conf/app.conf.in
           DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/apache2 COMPONENT apache EXCLUDE_FROM_ALL)
 endif()
-install(FILES ${_pkg}/etc/cluster.toml ${_pkg}/etc/memd.toml ${_pkg}/etc/lockd.toml
+install(FILES ${_pkg}/etc/cluster.toml ${_pkg}/etc/memd.toml ${_pkg}/etc/writer.toml ${_pkg}/etc/lockd.toml
         DESTINATION /etc/tierce COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${PROJECT_SOURCE_DIR}/conf/cluster.toml
         DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/conf COMPONENT agents EXCLUDE_FROM_ALL)
-install(FILES ${_pkg}/systemd/tierce-memd.service ${_pkg}/systemd/tierce-lockd.service
+install(FILES ${_pkg}/systemd/tierce-memd.service ${_pkg}/systemd/tierce-writer.service
+              ${_pkg}/systemd/tierce-lockd.service
         DESTINATION /lib/systemd/system COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/etc/ftpd.toml DESTINATION /etc/tierce COMPONENT ftp EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/systemd/tierce-ftpd.service DESTINATION /lib/systemd/system COMPONENT ftp EXCLUDE_FROM_ALL)

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <ostream>
+#include <string_view>
 #include <string>
 
 #include "coherence/layout.h"
@@ -45,6 +47,8 @@ enum class SkipState {
   Pending,  // kSkipPending: a writer is setting it (no time yet)
   Since,    // a time: writers stop waiting once the fence bound has passed from it
 };
+std::string_view to_string(SkipState s);
+std::ostream& operator<<(std::ostream& o, SkipState s);
 inline SkipState skip_state(uint64_t word) {
   return word == 0 ? SkipState::None : word == kSkipPending ? SkipState::Pending : SkipState::Since;
 }

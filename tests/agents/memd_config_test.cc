@@ -293,3 +293,20 @@ BOOST_AUTO_TEST_CASE(every_problem_is_reported_at_once) {
     BOOST_TEST(all.find("memd.toml:3:") != std::string::npos);
   }
 }
+
+// [writer]: the app node's writer agent (docs/coherence.md "The writer agent").
+BOOST_AUTO_TEST_CASE(writer_table_is_read_and_checked) {
+  Config c = parse_config(with_memd("") + "[writer]\ntopology = \"/etc/tierce/cluster.toml\"\n",
+                          "/etc/tierce/writer.toml");
+  BOOST_TEST(c.writer.enabled);
+  BOOST_TEST(c.writer.topology == "/etc/tierce/cluster.toml");
+  BOOST_TEST(!parse_config(kMinimal, "/etc/tierce/memd.toml").writer.enabled);
+  expect_error(with_memd("") + "[writer]\n", {"[writer] topology is required"});
+  expect_error(with_memd("") + "[writer]\ntopology = \"/t.toml\"\nfoo = 1\n", {"foo"});
+  // Never in the home's memd: the agent must outlive its crashes.
+  expect_error(with_memd("") + "[coherence]\ntopology = \"/t.toml\"\n[writer]\ntopology = \"/t.toml\"\n",
+               {"[writer] and [coherence] in one memd", "second memd"});
+  expect_error(with_memd("") +
+                   "[[region]]\nname = \"writer\"\nsegment = \"/x\"\n[writer]\ntopology = \"/t.toml\"\n",
+               {"[writer] exports region \"writer\" itself"});
+}

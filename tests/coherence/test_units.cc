@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 #include <ostream>
@@ -149,6 +150,22 @@ BOOST_AUTO_TEST_CASE(errors_name_the_line) {
                  "[[node]]\nname=\"a\"\nmemd=[\"tcp://h:2\"]\n")
                  .find("repeated") != std::string::npos);
   BOOST_TEST(err("[cluster\n").find("c.toml:1") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(writer_agent_addresses) {
+  auto t = Topology::parse(kTopo, "cluster.toml");
+  BOOST_TEST(t.writer_uri_of(t.node("app1")) == "shm:///tmp/app1.sock");  // none: memd's
+  std::string with = kTopo;
+  with.replace(with.find("memd = [\"tcp://127.0.0.1:7101\""), 0,
+               "writer = [\"tcp://127.0.0.1:7151\", \"shm:///tmp/app1-writer.sock\"]\n");
+  auto w = Topology::parse(with, "cluster.toml");
+  BOOST_TEST(w.writer_uri_of(w.node("app1")) == "shm:///tmp/app1-writer.sock");
+  w.transport = tierce::fabric::Transport::Tcp;
+  BOOST_TEST(w.writer_uri_of(w.node("app1")) == "tcp://127.0.0.1:7151");
+  BOOST_TEST(w.coherence_digest() == t.coherence_digest());  // addresses are not in it
+  std::string proxy = kTopo;
+  proxy.replace(proxy.find("memd = [\"tcp://127.0.0.1:7201\"]"), 0, "writer = [\"tcp://h:1\"]\n");
+  BOOST_CHECK_THROW(Topology::parse(proxy, "cluster.toml"), TopologyError);
 }
 
 BOOST_AUTO_TEST_CASE(coherence_settings_and_digest) {
@@ -492,6 +509,46 @@ BOOST_AUTO_TEST_CASE(numbers_are_shared_by_every_mapper_and_survive_a_remap) {
     BOOST_TEST(b.remap_if_replaced());
     BOOST_TEST(b.last().incarnation == n3.incarnation);
     BOOST_TEST(b.last().number == n3.number);
+  }
+  tierce::fabric::SharedSegment::unlink(name);
+}
+
+// Issue 29: the digest of the numbering process, and skip marks (docs/coherence.md).
+BOOST_AUTO_TEST_CASE(the_digest_goes_before_the_number_and_skip_marks_are_set_dated_cleared) {
+  std::string name = "/tierce-unit-skip-" + std::to_string(::getpid());
+  tierce::fabric::SharedSegment::unlink(name);
+  {
+    WriterLog reader(name), writer(name, 0x1234);
+    BOOST_TEST(reader.reading(0).digest == 0u);  // nobody numbered yet
+    (void)writer.issue();
+    BOOST_TEST(reader.reading(0).digest == 0x1234u);
+    BOOST_TEST(reader.reading(0).issued.number == 1u);
+    // A mark: pending then a time no earlier than the call.
+    uint64_t before = tierce::fabric::monotonic_ns();
+    uint64_t m = writer.mark_skip(1);
+    BOOST_TEST(skip_state(m) == SkipState::Since);
+    BOOST_TEST(m >= before);
+    BOOST_TEST(reader.reading(1).skip == m);  // the home of index 1 sees it in its reading
+    BOOST_TEST(reader.reading(0).skip == 0u);  // another home does not
+    BOOST_TEST(writer.mark_skip(1) == m);      // marked already: unchanged
+    BOOST_TEST(!writer.clear_skip(1, m + 1));  // another mark than the one seen: kept
+    BOOST_TEST(writer.clear_skip(1, m));
+    BOOST_TEST(reader.skip_word(1) == 0u);
+    BOOST_TEST(writer.mark_skip(kMaxSkipHomes) == 0u);  // beyond the region: never marked
+    // A pending mark (its writer died before dating it) is dated by the keeper.
+    auto seg = tierce::fabric::SharedSegment::open(name);
+    word_at(seg.data(), skip_offset(2)).store(kSkipPending);
+    BOOST_TEST(skip_state(reader.skip_word(2)) == SkipState::Pending);
+    BOOST_TEST(reader.date_pending_skip(2));
+    BOOST_TEST(skip_state(reader.skip_word(2)) == SkipState::Since);
+    BOOST_TEST(!reader.date_pending_skip(2));
+    // What a home parses from a remote read of the region.
+    uint64_t words[kWriterHeaderBytes / 8 + 3] = {};
+    std::memcpy(words, seg.data(), sizeof words);
+    auto r = parse_writer_reading(words, sizeof words / 8, 2);
+    BOOST_TEST(r.digest == 0x1234u);
+    BOOST_TEST(r.skip == reader.skip_word(2));
+    BOOST_TEST(parse_writer_reading(words, kWriterHeaderBytes / 8, 2).skip == 0u);  // not read
   }
   tierce::fabric::SharedSegment::unlink(name);
 }

@@ -228,7 +228,9 @@ class Test:
             "tierce-agents": ["/usr/sbin/tierce-memd", "/usr/sbin/tierce-lockd", "/usr/bin/tierce-lock",
                               "/usr/bin/tierce-check", "/usr/bin/tierce-fabric", "/usr/bin/tierce-wanem",
                               "/etc/tierce/memd.toml", "/etc/tierce/lockd.toml", "/etc/tierce/cluster.toml",
+                              "/etc/tierce/writer.toml",
                               "/lib/systemd/system/tierce-memd.service",
+                              "/lib/systemd/system/tierce-writer.service",
                               "/lib/systemd/system/tierce-lockd.service",
                               "/usr/share/man/man8/tierce-memd.8.gz", "/usr/share/man/man8/tierce-lockd.8.gz",
                               "/usr/share/man/man1/tierce-lock.1.gz", "/usr/share/man/man1/tierce-check.1.gz"],
@@ -249,7 +251,8 @@ class Test:
                   (f" (missing: {missing})" if missing else ""))
         etc = {
             "libapache2-mod-tierce": {f for f in want["libapache2-mod-tierce"] if f.startswith("/etc/")},
-            "tierce-agents": {"/etc/tierce/memd.toml", "/etc/tierce/lockd.toml", "/etc/tierce/cluster.toml"},
+            "tierce-agents": {"/etc/tierce/memd.toml", "/etc/tierce/lockd.toml", "/etc/tierce/cluster.toml",
+                              "/etc/tierce/writer.toml"},
             "tierce-ftp": {"/etc/tierce/ftpd.toml"},
             "php8.2-tierce": {"/etc/php/8.2/mods-available/tierce.ini"},
             "libtierce-lock0": set(),
@@ -331,10 +334,11 @@ class Test:
         if not shutil.which("systemd-analyze"):
             raise Failure("systemd-analyze is missing: apt-get install systemd (tools/deps.sh installs it); "
                           "the units must be verified")
-        units = [f"/lib/systemd/system/{u}.service" for u in ("tierce-memd", "tierce-lockd", "tierce-ftpd")]
+        units = [f"/lib/systemd/system/{u}.service"
+                 for u in ("tierce-memd", "tierce-writer", "tierce-lockd", "tierce-ftpd")]
         r = run(["systemd-analyze", "verify"] + units, check_rc=False)
         check(r.returncode == 0 and not (r.stdout + r.stderr).strip(),
-              "systemd-analyze verify: the three units are clean" +
+              "systemd-analyze verify: the four units are clean" +
               ("" if r.returncode == 0 else ": " + r.stdout + r.stderr))
 
     def start_unit(self, name):
