@@ -140,10 +140,10 @@ HitResult decide_hit(CacheArena& arena, const Topology& topo, const HitQuery& q,
 // decide_hit, then, when nothing usable was found locally (verdict Miss) and `coop` is on, the
 // cooperative cache (coop_cache.h): the key's copy at a peer (through a Vary record to the
 // variant, also fetched), judged exactly as a local entry — servable, of a known app home, its
-// tag bound to the key, not expired (from its first store), and ONE version read at its home. A peer's copy that is Stale or unservable is
-// invalidated at the key's directory home instead of erased. The contract of decide_hit holds:
-// at most one version read per call. Nothing is stored here: on a Hit the caller decides
-// (CoopCache::keep_fetched over r.fetched).
+// tag bound to the key, not expired (from its first store), and ONE version read at its home. A
+// peer's copy that is Stale or unservable is invalidated at the key's directory home instead of
+// erased. The contract of decide_hit holds: at most one version read per call. Nothing is stored
+// here: on a Hit the caller decides (CoopCache::keep_fetched over r.fetched).
 HitResult decide_hit_coop(CacheArena& arena, CoopCache* coop, const Topology& topo,
                           const HitQuery& q, const EntryFormat& format, VersionReader& reader);
 

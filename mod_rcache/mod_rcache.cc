@@ -820,15 +820,15 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
         count(&co::ArenaCounters::misses);
         count(&co::ArenaCounters::tag_mismatches);
         if (!from_peer && g.coop_cache) g.coop_cache->invalidate(res.key_hash, res.key);
-        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r,
-                      "RCACHE0036: %s entry of key %s tagged %s slot %" APR_UINT64_T_FMT
-                      ", which is not the key's (%s): erased, forwarded%s%s",
-                      from_peer ? "a peer's" : "an", co::to_hex(ctx->base_hash).c_str(), home,
-                      (apr_uint64_t)res.entry->tag.slot,
-                      std::string(co::to_string(co::tag_binding(res.entry->tag, g.topo,
-                                                                ctx->base_hash)))
-                          .c_str(),
-                      from_peer ? "; copy read from " : "", from_peer ? res.peer.c_str() : "");
+        ap_log_rerror(
+            APLOG_MARK, APLOG_WARNING, 0, r,
+            "RCACHE0036: %s entry of key %s tagged %s slot %" APR_UINT64_T_FMT
+            ", which is not the key's (%s): erased, forwarded%s%s",
+            from_peer ? "a peer's" : "an", co::to_hex(ctx->base_hash).c_str(), home,
+            (apr_uint64_t)res.entry->tag.slot,
+            std::string(co::to_string(co::tag_binding(res.entry->tag, g.topo, ctx->base_hash)))
+                .c_str(),
+            from_peer ? "; copy read from " : "", from_peer ? res.peer.c_str() : "");
       } else if (res.stale_cause == co::StaleCause::Expired) {
         count(&co::ArenaCounters::expired);
         ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,

@@ -365,8 +365,8 @@ Cacheability decide_response(const ResponseFacts& f, const Policy& p,
   if (c.binding != coherence::TagBinding::Bound) {
     const coherence::NodeInfo& key_home = topo.home_of(f.key_hash);
     return no("Tierce-Tag '" + *f.tag + "' is not this key's (" +
-              std::string(coherence::to_string(c.binding)) + ": key " + coherence::to_hex(f.key_hash) +
-              " has home " + key_home.name + ", slot " +
+              std::string(coherence::to_string(c.binding)) + ": key " +
+              coherence::to_hex(f.key_hash) + " has home " + key_home.name + ", slot " +
               std::to_string(coherence::slot_of(f.key_hash, topo.version_slots)) +
               "): no update would invalidate it; is AppVersion Off where this page is rendered, "
               "or does the application set Tierce-Tag itself?");

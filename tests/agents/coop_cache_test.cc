@@ -642,10 +642,10 @@ BOOST_AUTO_TEST_CASE(mtacc_moves_what_the_arena_evicts_to_pool_memory_one_copy_p
 BOOST_AUTO_TEST_CASE(hybcc_pools_large_pages_and_keeps_small_ones_local) {
   Pair c("tcp", CoopScheme::HYBCC, 500ms, 10000);
   std::string small = "http://shop.test/small", large = "http://shop.test/large";
-  BOOST_TEST_REQUIRE(
-      c.coop1->store(coherence::hash64(small), small, tag_of(c.topo, small, 1), page(small, 1, 4000)));
-  BOOST_TEST_REQUIRE(
-      c.coop1->store(coherence::hash64(large), large, tag_of(c.topo, large, 1), page(large, 1, 20000)));
+  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(small), small, tag_of(c.topo, small, 1),
+                                    page(small, 1, 4000)));
+  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(large), large, tag_of(c.topo, large, 1),
+                                    page(large, 1, 20000)));
   auto ws = where_is(c, small), wl = where_is(c, large);
   BOOST_TEST_REQUIRE(ws.size() == 1u);
   BOOST_TEST_REQUIRE(wl.size() == 1u);
