@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -746,8 +747,10 @@ int serve_hit(request_rec* r, ap_filter_t* next, const co::CachedEntry& e,
   if (!resp.content_type.empty()) ap_set_content_type(r, apr_pstrdup(r->pool, resp.content_type.c_str()));
   for (const auto& [n, v] : resp.headers)
     apr_table_add(r->headers_out, apr_pstrdup(r->pool, n.c_str()), apr_pstrdup(r->pool, v.c_str()));
-  int64_t age = (now_us() - e.stored_at_us) / 1000000;
-  if (age < 0) age = 0;
+  // Since the page's first store (a copy from a peer keeps it). In doubles: a corrupt stored_at
+  // (served with RCacheMaxAge 0, which checks no age) must not overflow.
+  double age_s = (double(now_us()) - double(e.stored_at_us)) / 1e6;
+  int64_t age = age_s > 0 ? int64_t(std::min(age_s, 2147483648.0)) : 0;
   apr_table_setn(r->headers_out, "Age", apr_psprintf(r->pool, "%" APR_INT64_T_FMT "", (apr_int64_t)age));
   ap_set_content_length(r, apr_off_t(resp.body.size()));
   apr_bucket_brigade* bb = apr_brigade_create(r->pool, r->connection->bucket_alloc);
@@ -814,9 +817,9 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
       return DECLINED;
     case co::Verdict::Stale:
       if (res.stale_cause == co::StaleCause::TagMismatch) {
-        // Never stored so by this module (finish_store refuses it, RCACHE0035): a copy from a
-        // peer that does not check, a forged one, or an arena of an older build. Erased (a
-        // peer's copy: invalidated at the directory by decide_hit_coop), forwarded.
+        // Never stored so by this module (finish_store refuses it, RCACHE0035): a copy published
+        // by a peer of an older build, or a forged one. Erased (a peer's copy: invalidated at
+        // the directory by decide_hit_coop), forwarded.
         count(&co::ArenaCounters::misses);
         count(&co::ArenaCounters::tag_mismatches);
         if (!from_peer && g.coop_cache) g.coop_cache->invalidate(res.key_hash, res.key);
@@ -835,7 +838,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
                       "RCACHE0028: entry older than RCacheMaxAge %lld s, or stored in the future "
                       "(first stored %lld s ago): erased, forwarded",
                       (long long)pol.max_age_s,
-                      (long long)((q.now_us - res.entry->stored_at_us) / 1000000));
+                      (long long)((double(q.now_us) - double(res.entry->stored_at_us)) / 1e6));
       } else {
         count(&co::ArenaCounters::stale_rejects);
         // A peer's stale copy was invalidated at the directory by decide_hit_coop; our own is
