@@ -60,8 +60,8 @@ namespace tierce::coherence {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x4e52414352454954ull;  // "TIERCARN" little-endian
-constexpr uint32_t kArenaLayout = 3;  // 2: + counters expired, lock_timeouts; 3: entry checksum,
-                                      // coop counters
+constexpr uint32_t kArenaLayout = 4;  // 2: + counters expired, lock_timeouts; 3: entry checksum,
+                                      // coop counters; 4: + counter tag_mismatches
 constexpr uint32_t kEntryMagic = 0x52544e45u;  // "ENTR"
 constexpr uint32_t kPadMagic = 0x47444150u;    // "PADG": skipped gap up to the ring's end
 constexpr uint64_t kAlign = 64;
@@ -440,8 +440,8 @@ void CacheArena::evict_oldest_locked(std::vector<Evicted>* evicted) {
 }
 
 bool CacheArena::store(uint64_t key_hash, std::string_view key, const Tag& tag,
-                       std::string_view payload) {
-  return store_located(key_hash, key, tag, payload).has_value();
+                       std::string_view payload, int64_t first_stored_us) {
+  return store_located(key_hash, key, tag, payload, first_stored_us).has_value();
 }
 
 bool CacheArena::fits_without_eviction(size_t key_bytes, size_t payload_bytes) const {
@@ -457,6 +457,7 @@ bool CacheArena::fits_without_eviction(size_t key_bytes, size_t payload_bytes) c
 
 std::optional<ArenaCopy> CacheArena::store_located(uint64_t key_hash, std::string_view key,
                                                    const Tag& tag, std::string_view payload,
+                                                   int64_t first_stored_us,
                                                    std::vector<Evicted>* evicted) {
   Header* h = hdr();
   uint64_t need = round_up(sizeof(EntryHeader) + uint64_t(key.size()) + payload.size(), kAlign);
@@ -499,7 +500,9 @@ std::optional<ArenaCopy> CacheArena::store_located(uint64_t key_hash, std::strin
   e.tag_slot = tag.slot;
   e.tag_version = tag.version;
   e.tag_home = tag.home;
-  e.stored_at_us = realtime_us();
+  // The page's first store, never later than now (see store() in arena.h).
+  const int64_t now = realtime_us();
+  e.stored_at_us = first_stored_us != 0 && first_stored_us < now ? first_stored_us : now;
   {
     XXH3_state_t st;
     XXH3_64bits_reset(&st);

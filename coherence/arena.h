@@ -38,8 +38,11 @@ struct Tag {
 struct CachedEntry {
   std::string key;      // the full key it was stored under
   Tag tag;
-  int64_t stored_at_us = 0;  // CLOCK_REALTIME microseconds
-  std::string payload;       // what the module stored (serialized status + headers + body)
+  // When the page was FIRST stored (rendered), in CLOCK_REALTIME microseconds of the proxy that
+  // stored it then. A copy passed between proxies (the cooperative cache) carries it unchanged:
+  // the max-age backstop (coherence/hit.h) counts from the first store wherever the copy lives.
+  int64_t stored_at_us = 0;
+  std::string payload;  // what the module stored (serialized status + headers + body)
 };
 
 // Where a stored entry is, for a peer's one-sided read of it (the cooperative cache: a directory
@@ -81,10 +84,12 @@ struct CoopCounters {
 // the ring or in a full index probe window), erased and lock_timeouts (a store or erase skipped
 // because the writers' mutex was not free within kLockTimeoutNs); the others are the module's to
 // count (a lookup that finds an entry is not yet a hit: its version has to be checked first;
-// expired: entries found older than the module's max age, see coherence/hit.h).
+// expired: entries found older than the module's max age, see coherence/hit.h; tag_mismatches:
+// responses not stored and entries dropped because their tag is not their key's home and slot,
+// coherence::tag_binding).
 struct ArenaCounters {
   std::atomic<uint64_t> hits, misses, version_failures, stale_rejects, stores, store_refused,
-      uncacheable, evictions, erased, expired, lock_timeouts;
+      uncacheable, evictions, erased, expired, lock_timeouts, tag_mismatches;
   // Version-check latency histogram: bucket i counts checks that took [lo(i), lo(i+1)) ns, with
   // 8 sub-buckets per power of two (see latency_bucket_lo()).
   static constexpr size_t kLatencyBuckets = 8 * 40;
@@ -117,7 +122,12 @@ class CacheArena {
   // Stores (replacing any entry of that key). Returns false, storing nothing, when the entry is
   // larger than max_entry_bytes(), the arena is being torn down, or the writers' mutex was not
   // free within kLockTimeoutNs (counted in lock_timeouts and store_refused).
-  bool store(uint64_t key_hash, std::string_view key, const Tag& tag, std::string_view payload);
+  // `first_stored_us`: when the page was first stored (CachedEntry::stored_at_us of the copy this
+  // is a copy of); 0 = a page stored for the first time: now. A time ahead of this host's clock
+  // is stored as now: an entry never carries a time later than its store, so the time of a copy
+  // only goes down as it hops between proxies and never restarts its max age.
+  bool store(uint64_t key_hash, std::string_view key, const Tag& tag, std::string_view payload,
+             int64_t first_stored_us = 0);
   // The same, saying where the entry went (for a peer to read it: ArenaCopy). With `evicted`,
   // every live entry the ring dropped to make room is copied out there (MTACC demotes them to
   // pool memory instead of losing them).
@@ -127,7 +137,7 @@ class CacheArena {
     ArenaCopy where;  // where it was
   };
   std::optional<ArenaCopy> store_located(uint64_t key_hash, std::string_view key, const Tag& tag,
-                                         std::string_view payload,
+                                         std::string_view payload, int64_t first_stored_us = 0,
                                          std::vector<Evicted>* evicted = nullptr);
   // Whether an entry of that size would be stored now without evicting anything (a snapshot:
   // another child may store meanwhile). CCWR keeps a fetched copy only then.

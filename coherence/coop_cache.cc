@@ -199,7 +199,7 @@ bool CoopCache::store(uint64_t key_hash, std::string_view key, const Tag& tag,
     // The arena holds the newest pages; what its ring evicts moves to pool memory (the
     // replacement order "local, then remote free space"): no page is in two places.
     std::vector<CacheArena::Evicted> victims;
-    auto copy = arena_.store_located(key_hash, key, tag, payload, &victims);
+    auto copy = arena_.store_located(key_hash, key, tag, payload, 0, &victims);
     if (copy) {
       bump(n_.stored_local);
       publish(key_hash, key, tag, *copy, payload.size());
@@ -250,7 +250,8 @@ bool CoopCache::keep_fetched(const FetchedCopy& f) {
       break;
   }
   uint64_t h = hash64(e.key);
-  auto copy = arena_.store_located(h, e.key, e.tag, e.payload);
+  // With the copy's own first-store time: the max age counts from the render, not from this hop.
+  auto copy = arena_.store_located(h, e.key, e.tag, e.payload, e.stored_at_us);
   if (!copy) return false;
   bump(n_.kept_local);
   publish(h, e.key, e.tag, *copy, e.payload.size());

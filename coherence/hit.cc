@@ -28,11 +28,30 @@ std::string_view to_string(StaleCause c) {
     case StaleCause::None: return "none";
     case StaleCause::VersionChanged: return "version changed";
     case StaleCause::Expired: return "expired";
+    case StaleCause::TagMismatch: return "tag not of the key";
   }
   return "?";
 }
 
 std::ostream& operator<<(std::ostream& o, StaleCause c) { return o << to_string(c); }
+
+std::string_view to_string(TagBinding b) {
+  switch (b) {
+    case TagBinding::Bound: return "bound";
+    case TagBinding::OtherHome: return "home of another key";
+    case TagBinding::OtherSlot: return "slot of another key";
+  }
+  return "?";
+}
+
+std::ostream& operator<<(std::ostream& o, TagBinding b) { return o << to_string(b); }
+
+TagBinding tag_binding(const Tag& tag, const Topology& topo, uint64_t key_hash) {
+  const NodeInfo& home = topo.home_of(key_hash);
+  if (tag.home >= topo.nodes.size() || &topo.nodes[tag.home] != &home) return TagBinding::OtherHome;
+  if (tag.slot != slot_of(key_hash, topo.version_slots)) return TagBinding::OtherSlot;
+  return TagBinding::Bound;
+}
 
 std::optional<uint64_t> ClusterVersionReader::read_version(const std::string& home,
                                                            uint64_t slot) {
@@ -56,10 +75,14 @@ std::optional<CachedEntry> find_entry(const CacheArena& arena, const HitQuery& q
   return arena.lookup(r.key_hash, r.key);  // only one level: a variant is never a Vary record
 }
 
-bool expired(const CachedEntry& e, const HitQuery& q) {
+// See HitQuery: older than max_age, or further ahead of now than the cluster's clock skew.
+bool expired(const CachedEntry& e, const HitQuery& q, const Topology& topo) {
   if (q.max_age_s <= 0) return false;
-  // A clock stepped back makes the age negative: not expired (the version check still runs).
-  return q.now_us - e.stored_at_us > q.max_age_s * 1'000'000;
+  // Unsigned differences: a corrupt stored_at (INT64_MIN, ...) must not overflow.
+  if (e.stored_at_us <= q.now_us)
+    return uint64_t(q.now_us) - uint64_t(e.stored_at_us) > uint64_t(q.max_age_s) * 1'000'000;
+  return uint64_t(e.stored_at_us) - uint64_t(q.now_us) >
+         uint64_t(topo.coherence.clock_skew_ms) * 1'000;
 }
 
 }  // namespace
@@ -80,7 +103,14 @@ void judge(HitResult& r, CachedEntry e, const Topology& topo, const HitQuery& q,
     return;
   }
   r.home = topo.nodes[home].name;
-  if (expired(e, q)) {
+  if (tag_binding(e.tag, topo, q.base_hash) != TagBinding::Bound) {
+    drop();  // its version says nothing about this key: never a hit, whatever it is
+    r.verdict = Verdict::Stale;
+    r.stale_cause = StaleCause::TagMismatch;
+    r.entry = std::move(e);
+    return;
+  }
+  if (expired(e, q, topo)) {
     drop();
     r.verdict = Verdict::Stale;
     r.stale_cause = StaleCause::Expired;

@@ -7,7 +7,9 @@
 //     │ a Vary record: lookup(variant) ─ none ─────────────────────────▶ Miss
 //     ▼ the entry
 //   unservable payload / unknown home ── erase ─────────────────────────▶ Miss
-//   stored longer ago than max_age ───── erase ─────────────────────────▶ Stale (Expired)
+//   tag not the key's (home, slot) ───── erase ─────────────────────────▶ Stale (TagMismatch)
+//   stored longer ago than max_age, or
+//   further in the future than the skew ─ erase ────────────────────────▶ Stale (Expired)
 //   read_version(home, slot): nullopt or throws ────────────────────────▶ Unverifiable (kept)
 //                             != tag.version ── erase ──────────────────▶ Stale (VersionChanged)
 //                             == tag.version ───────────────────────────▶ Hit
@@ -39,7 +41,7 @@ std::string_view to_string(Verdict v);
 std::ostream& operator<<(std::ostream& o, Verdict v);
 
 // Why an entry was Stale.
-enum class StaleCause { None, VersionChanged, Expired };
+enum class StaleCause { None, VersionChanged, Expired, TagMismatch };
 std::string_view to_string(StaleCause c);
 std::ostream& operator<<(std::ostream& o, StaleCause c);
 
@@ -73,11 +75,30 @@ struct EntryFormat {
   std::function<bool(std::string_view payload)> servable;
 };
 
+// Whether a tag can prove a page of key `key_hash` current: its home must be the key's home
+// (topo.home_of) and its slot the key's slot (slot_of(key_hash, topo.version_slots)), which is
+// what the home derives itself when the page registers (HomeState::register_page: the slot is
+// never taken from the app). A tag of another slot proves nothing about this key — no update of
+// the page's dependencies bumps that slot — whether it came from an app tier that did not strip
+// a Tierce-Tag (AppVersion Off), a PHP header(), or a forged peer copy. `key_hash` is the hash
+// of the BASE key (what Tierce-Key named; a variant and its Vary record carry the base key's
+// tag). Prereq: tag.home indexes an app node of `topo` (so topo has app nodes).
+enum class TagBinding { Bound, OtherHome, OtherSlot };
+std::string_view to_string(TagBinding b);
+std::ostream& operator<<(std::ostream& o, TagBinding b);
+TagBinding tag_binding(const Tag& tag, const Topology& topo, uint64_t key_hash);
+
 struct HitQuery {
   std::string_view base_key;  // coherence::base_key(scheme, host, uri); outlives the call
   uint64_t base_hash = 0;     // hash64(base_key)
   // The max-age backstop (writes that bypass the invalidation path): an entry stored more than
   // max_age_s seconds before now_us is Stale (Expired) without a version read. 0 = no limit.
+  // The age counts from the page's FIRST store (CachedEntry::stored_at_us, carried by copies
+  // passed between proxies), on the clock of the proxy that stored it then: hosts' wall clocks
+  // differ by up to the topology's clock_skew_ms, so a page may live max_age + that skew.
+  // An entry stored further in the FUTURE than clock_skew_ms (this host's clock stepped back, or
+  // a corrupt or forged copy) is Expired as well: no correct clock explains it, and counting its
+  // age from a future time would keep it for as long as that time is ahead.
   int64_t now_us = 0;  // CLOCK_REALTIME microseconds, the clock of CachedEntry::stored_at_us
   int64_t max_age_s = 0;
 };
@@ -106,8 +127,9 @@ struct HitResult {
 
 // The hit decision for one request. Contract:
 //  - at most ONE read_version per call: exactly one for an entry that could be served (found,
-//    servable, of a known home, not expired); none for a Miss or an expired entry (it is
-//    discarded whatever its version: reading it would only add the read's latency);
+//    servable, of a known home, its tag bound to the key, not expired); none for a Miss, an
+//    entry whose tag is not its key's (TagMismatch) or an expired entry (it is discarded
+//    whatever its version: reading it would only add the read's latency);
 //  - erases (arena.erase) exactly the Stale and unservable entries; an Unverifiable entry is
 //    kept (the home may be back at the next request);
 //  - counts nothing: counters and the latency histogram are the caller's (read_ns).
@@ -117,11 +139,11 @@ HitResult decide_hit(CacheArena& arena, const Topology& topo, const HitQuery& q,
 
 // decide_hit, then, when nothing usable was found locally (verdict Miss) and `coop` is on, the
 // cooperative cache (coop_cache.h): the key's copy at a peer (through a Vary record to the
-// variant, also fetched), judged exactly as a local entry — servable, of a known app home, not
-// expired, and ONE version read at its home. A peer's copy that is Stale or unservable is
-// invalidated at the key's directory home instead of erased. The contract of decide_hit holds:
-// at most one version read per call. Nothing is stored here: on a Hit the caller decides
-// (CoopCache::keep_fetched over r.fetched).
+// variant, also fetched), judged exactly as a local entry — servable, of a known app home, its
+// tag bound to the key, not expired (from its first store), and ONE version read at its home. A
+// peer's copy that is Stale or unservable is invalidated at the key's directory home instead of
+// erased. The contract of decide_hit holds: at most one version read per call. Nothing is stored
+// here: on a Hit the caller decides (CoopCache::keep_fetched over r.fetched).
 HitResult decide_hit_coop(CacheArena& arena, CoopCache* coop, const Topology& topo,
                           const HitQuery& q, const EntryFormat& format, VersionReader& reader);
 

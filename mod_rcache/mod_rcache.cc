@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -746,8 +747,10 @@ int serve_hit(request_rec* r, ap_filter_t* next, const co::CachedEntry& e,
   if (!resp.content_type.empty()) ap_set_content_type(r, apr_pstrdup(r->pool, resp.content_type.c_str()));
   for (const auto& [n, v] : resp.headers)
     apr_table_add(r->headers_out, apr_pstrdup(r->pool, n.c_str()), apr_pstrdup(r->pool, v.c_str()));
-  int64_t age = (now_us() - e.stored_at_us) / 1000000;
-  if (age < 0) age = 0;
+  // Since the page's first store (a copy from a peer keeps it). In doubles: a corrupt stored_at
+  // (served with RCacheMaxAge 0, which checks no age) must not overflow.
+  double age_s = (double(now_us()) - double(e.stored_at_us)) / 1e6;
+  int64_t age = age_s > 0 ? int64_t(std::min(age_s, 2147483648.0)) : 0;
   apr_table_setn(r->headers_out, "Age", apr_psprintf(r->pool, "%" APR_INT64_T_FMT "", (apr_int64_t)age));
   ap_set_content_length(r, apr_off_t(resp.body.size()));
   apr_bucket_brigade* bb = apr_brigade_create(r->pool, r->connection->bucket_alloc);
@@ -813,13 +816,29 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
                     (apr_uint64_t)res.entry->tag.slot, home);
       return DECLINED;
     case co::Verdict::Stale:
-      if (res.stale_cause == co::StaleCause::Expired) {
+      if (res.stale_cause == co::StaleCause::TagMismatch) {
+        // Never stored so by this module (finish_store refuses it, RCACHE0035): a copy published
+        // by a peer of an older build, or a forged one. Erased (a peer's copy: invalidated at
+        // the directory by decide_hit_coop), forwarded.
+        count(&co::ArenaCounters::misses);
+        count(&co::ArenaCounters::tag_mismatches);
+        if (!from_peer && g.coop_cache) g.coop_cache->invalidate(res.key_hash, res.key);
+        ap_log_rerror(
+            APLOG_MARK, APLOG_WARNING, 0, r,
+            "RCACHE0036: %s entry of key %s tagged %s slot %" APR_UINT64_T_FMT
+            ", which is not the key's (%s): erased, forwarded%s%s",
+            from_peer ? "a peer's" : "an", co::to_hex(ctx->base_hash).c_str(), home,
+            (apr_uint64_t)res.entry->tag.slot,
+            std::string(co::to_string(co::tag_binding(res.entry->tag, g.topo, ctx->base_hash)))
+                .c_str(),
+            from_peer ? "; copy read from " : "", from_peer ? res.peer.c_str() : "");
+      } else if (res.stale_cause == co::StaleCause::Expired) {
         count(&co::ArenaCounters::expired);
         ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
-                      "RCACHE0028: entry older than RCacheMaxAge %lld s (stored %lld s ago): erased, "
-                      "forwarded",
+                      "RCACHE0028: entry older than RCacheMaxAge %lld s, or stored in the future "
+                      "(first stored %lld s ago): erased, forwarded",
                       (long long)pol.max_age_s,
-                      (long long)((q.now_us - res.entry->stored_at_us) / 1000000));
+                      (long long)((double(q.now_us) - double(res.entry->stored_at_us)) / 1e6));
       } else {
         count(&co::ArenaCounters::stale_rejects);
         // A peer's stale copy was invalidated at the directory by decide_hit_coop; our own is
@@ -965,6 +984,7 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
     f->ctx = st;
     if (ctx && ctx->mode == Mode::Candidate && g.arena) {
       rc::ResponseFacts rf;
+      rf.key_hash = ctx->base_hash;
       rf.request_is_get = r->method_number == M_GET && !r->header_only;
       rf.request_authorized = apr_table_get(r->headers_in, "Authorization") != nullptr;
       rf.request_cookie = apr_table_get(r->headers_in, "Cookie") != nullptr;
@@ -987,6 +1007,11 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
                                                 policy_of(r->server).store_set_cookie);
         if (const char* cl = apr_table_get(r->headers_out, "Content-Length"))
           st->content_length = apr_pstrdup(r->pool, cl);
+      } else if (st->c.binding != co::TagBinding::Bound) {
+        count(&co::ArenaCounters::uncacheable);
+        count(&co::ArenaCounters::tag_mismatches);
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "RCACHE0035: not stored: %s",
+                      st->c.reason.c_str());
       } else {
         count(&co::ArenaCounters::uncacheable);
         ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0033: not cacheable: %s",
@@ -1069,6 +1094,7 @@ int rcache_status_page(request_rec* r, bool metrics) {
     s.erased = ld(c.erased);
     s.expired = ld(c.expired);
     s.lock_timeouts = ld(c.lock_timeouts);
+    s.tag_mismatches = ld(c.tag_mismatches);
     for (size_t i = 0; i < co::ArenaCounters::kLatencyBuckets; ++i) {
       uint64_t n = ld(c.latency[i]);
       s.latency_count += n;

@@ -361,6 +361,16 @@ Cacheability decide_response(const ResponseFacts& f, const Policy& p,
   std::string why;
   auto home = resolve_tag_home(*t, topo, &why);
   if (!home) return no(why);
+  c.binding = coherence::tag_binding(coherence::Tag{*home, t->slot, t->version}, topo, f.key_hash);
+  if (c.binding != coherence::TagBinding::Bound) {
+    const coherence::NodeInfo& key_home = topo.home_of(f.key_hash);
+    return no("Tierce-Tag '" + *f.tag + "' is not this key's (" +
+              std::string(coherence::to_string(c.binding)) + ": key " +
+              coherence::to_hex(f.key_hash) + " has home " + key_home.name + ", slot " +
+              std::to_string(coherence::slot_of(f.key_hash, topo.version_slots)) +
+              "): no update would invalidate it; is AppVersion Off where this page is rendered, "
+              "or does the application set Tierce-Tag itself?");
+  }
   c.cacheable = true;
   c.tag = *t;
   c.home = *home;
@@ -469,6 +479,7 @@ std::string render_status_auto(const StatusSnapshot& s) {
   kv("Evictions", n(s.evictions));
   kv("Erased", n(s.erased));
   kv("LockTimeouts", n(s.lock_timeouts));
+  kv("TagMismatches", n(s.tag_mismatches));
   kv("VersionChecks", n(s.latency_count));
   kv("VersionCheckP50us", us(s.p50_ns));
   kv("VersionCheckP90us", us(s.p90_ns));
@@ -513,6 +524,8 @@ std::string render_status_html(const StatusSnapshot& s) {
   row("Erased", n(s.erased));
   row("Lock timeouts (stores/erases skipped: the arena mutex was held too long)",
       n(s.lock_timeouts));
+  row("Tag mismatches (Tierce-Tag not of the page's key: not stored, or erased)",
+      n(s.tag_mismatches));
   row("Version checks", n(s.latency_count));
   row("Version check p50 (&micro;s)", us(s.p50_ns));
   row("Version check p90 (&micro;s)", us(s.p90_ns));
@@ -559,6 +572,10 @@ std::string render_metrics(const StatusSnapshot& s) {
   m.counter("tierce_rcache_lock_timeouts_total",
             "Stores and erases skipped because the arena's writer mutex was not free in time.",
             s.lock_timeouts);
+  m.counter("tierce_rcache_tag_mismatches_total",
+            "Responses not stored and entries erased because their Tierce-Tag is not their "
+            "key's home and slot.",
+            s.tag_mismatches);
   m.gauge("tierce_rcache_entries", "Live entries in the arena.", s.entries);
   m.gauge("tierce_rcache_bytes_used", "Bytes used in the arena ring.", s.used_bytes);
   m.gauge("tierce_rcache_bytes_capacity", "Capacity of the arena ring in bytes.",

@@ -129,6 +129,9 @@ enum class RequestAction {
 RequestAction decide_request(const RequestFacts& f, const Policy& p);
 
 struct ResponseFacts {
+  // hash64 of the request's base key: what its Tierce-Key named. The Tierce-Tag must be this
+  // key's (home, slot) (coherence::tag_binding), else the response is not stored.
+  uint64_t key_hash = 0;
   bool request_is_get = true;
   bool request_authorized = false;
   bool request_cookie = false;  // the request carried a Cookie header
@@ -145,6 +148,9 @@ struct Cacheability {
   TagText tag;
   uint32_t home = 0;   // index in topo.nodes
   std::vector<std::string> vary;
+  // Not Bound: a well-formed Tierce-Tag of an app node, but not the key's home or slot (not
+  // cacheable; the module counts it in tag_mismatches and logs RCACHE0035).
+  coherence::TagBinding binding = coherence::TagBinding::Bound;
 };
 Cacheability decide_response(const ResponseFacts& f, const Policy& p,
                              const coherence::Topology& topo);
@@ -188,7 +194,7 @@ struct StatusSnapshot {
   uint64_t entries = 0, used_bytes = 0, capacity_bytes = 0, max_entry_bytes = 0;
   uint64_t hits = 0, misses = 0, version_failures = 0, stale_rejects = 0, stores = 0,
            store_refused = 0, uncacheable = 0, evictions = 0, erased = 0, expired = 0,
-           lock_timeouts = 0;
+           lock_timeouts = 0, tag_mismatches = 0;
   uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, latency_count = 0, latency_sum_ns = 0;
   std::vector<HomeReach> homes;
   CoopSnapshot coop;

@@ -16,6 +16,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstring>
@@ -129,6 +130,14 @@ coherence::HitQuery query(const std::string& key) {
   return coherence::HitQuery{key, coherence::hash64(key), 0, 0};
 }
 
+// The tag a page of `key` gets from its home: the key's home and slot (coherence::tag_binding),
+// at `version`. The hit decision serves nothing else.
+Tag tag_of(const coherence::Topology& t, const std::string& key, uint64_t version) {
+  uint64_t h = coherence::hash64(key);
+  return Tag{coherence::node_index(t, t.home_of(h).name), coherence::slot_of(h, t.version_slots),
+             version};
+}
+
 // Two proxies (p2 runs with p1's secret), a topology naming them and one app node (the pages'
 // home), and each proxy's cluster client + CoopCache.
 struct Pair {
@@ -234,7 +243,7 @@ BOOST_AUTO_TEST_CASE(a_page_stored_at_one_proxy_is_served_at_the_other) {
       for (std::string home : {"p1", "p2"}) {
         BOOST_TEST_CONTEXT("directory home " << home) {
           std::string key = c.key_homed_at(home);
-          Tag tag{0, 42, 7};
+          Tag tag = tag_of(c.topo, key, 7);
           std::string body = page(key, 7, 20000);
           store_and_publish(c.p1, *c.coop1, key, tag, body);
           BOOST_TEST(c.copies(key) == 1u);
@@ -272,7 +281,7 @@ BOOST_AUTO_TEST_CASE(a_page_stored_at_one_proxy_is_served_at_the_other) {
 BOOST_AUTO_TEST_CASE(a_stale_copy_is_invalidated_at_its_directory_home_and_never_served) {
   Pair c("tcp", CoopScheme::BCC);
   std::string key = c.key_homed_at("p2");
-  store_and_publish(c.p1, *c.coop1, key, Tag{0, 42, 7}, page(key, 7, 9000));
+  store_and_publish(c.p1, *c.coop1, key, tag_of(c.topo, key, 7), page(key, 7, 9000));
   Versions v;
   v.current = 8;  // the page changed at its app home
   auto r = coherence::decide_hit_coop(*c.p2.arena, c.coop2.get(), c.topo, query(key), {}, v);
@@ -285,20 +294,88 @@ BOOST_AUTO_TEST_CASE(a_stale_copy_is_invalidated_at_its_directory_home_and_never
   BOOST_TEST(!c.p2.arena->lookup(coherence::hash64(key), key).has_value());
 
   // Unverifiable (the app home does not answer): forwarded, the directory entry kept.
-  store_and_publish(c.p1, *c.coop1, key, Tag{0, 42, 8}, page(key, 8, 9000));
+  store_and_publish(c.p1, *c.coop1, key, tag_of(c.topo, key, 8), page(key, 8, 9000));
   v.current.reset();
   r = coherence::decide_hit_coop(*c.p2.arena, c.coop2.get(), c.topo, query(key), {}, v);
   BOOST_TEST(r.verdict == Verdict::Unverifiable);
   BOOST_TEST(c.copies(key) == 1u);
   // A newer render published elsewhere supersedes the older copy.
-  store_and_publish(c.p2, *c.coop2, key, Tag{0, 42, 9}, page(key, 9, 9000));
+  store_and_publish(c.p2, *c.coop2, key, tag_of(c.topo, key, 9), page(key, 9, 9000));
   BOOST_TEST(c.copies(key) == 1u);
+}
+
+namespace {
+int64_t realtime_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
+}
+}  // namespace
+
+// Issue 29, path 6: keep_fetched used to store a fetched copy with a new stored_at, so a page
+// passed from proxy to proxy never reached RCacheMaxAge. The copy keeps its first store time.
+BOOST_AUTO_TEST_CASE(a_copy_passed_between_proxies_keeps_its_first_store_time) {
+  Pair c("tcp", CoopScheme::BCC);
+  std::string key = c.key_homed_at("p2");
+  const uint64_t h = coherence::hash64(key);
+  store_and_publish(c.p1, *c.coop1, key, tag_of(c.topo, key, 7), page(key, 7, 9000));
+  const int64_t first = c.p1.arena->lookup(h, key)->stored_at_us;
+  std::this_thread::sleep_for(1100ms);  // the page is now more than 1 s old
+
+  Versions v;
+  v.current = 7;
+  // p1 -> p2: fetched, served, kept by BCC with the original time.
+  auto r = coherence::decide_hit_coop(*c.p2.arena, c.coop2.get(), c.topo, query(key), {}, v);
+  BOOST_TEST_REQUIRE(r.verdict == Verdict::Hit);
+  BOOST_TEST(r.entry->stored_at_us == first);
+  BOOST_TEST_REQUIRE(c.coop2->keep_fetched(r.fetched[0]));
+  BOOST_TEST(c.p2.arena->lookup(h, key)->stored_at_us == first);
+  // p2 -> p1: p1's own copy is gone (evicted, say); it fetches p2's and keeps it: still the
+  // first store's time, however many hops.
+  c.p1.arena->erase(h, key);
+  r = coherence::decide_hit_coop(*c.p1.arena, c.coop1.get(), c.topo, query(key), {}, v);
+  BOOST_TEST_REQUIRE(r.verdict == Verdict::Hit);
+  BOOST_TEST(r.peer == "p2");
+  BOOST_TEST_REQUIRE(c.coop1->keep_fetched(r.fetched[0]));
+  BOOST_TEST(c.p1.arena->lookup(h, key)->stored_at_us == first);
+
+  // With a max age of 1 s both proxies' copies are expired now (> 1.1 s after the render),
+  // without a version read, although each was stored locally a moment ago.
+  const int reads = v.reads;
+  for (auto* p : {&c.p1, &c.p2}) {
+    auto e = coherence::decide_hit(*p->arena, c.topo, coherence::HitQuery{key, h, realtime_us(), 1},
+                                   {}, v);
+    BOOST_TEST(e.verdict == Verdict::Stale, p->node);
+    BOOST_TEST(e.stale_cause == coherence::StaleCause::Expired, p->node);
+  }
+  BOOST_TEST(v.reads == reads);
+}
+
+// Issue 29, path 7: a copy whose tag is not its key's home and slot (a forged peer copy, or one
+// stored by a build that did not check) proves nothing: never served, dropped at the directory.
+BOOST_AUTO_TEST_CASE(a_peer_copy_tagged_for_another_slot_is_never_served) {
+  Pair c("tcp", CoopScheme::BCC);
+  std::string key = c.key_homed_at("p2");
+  Tag forged = tag_of(c.topo, key, 7);
+  forged.slot = (forged.slot + 1) % c.topo.version_slots;  // a slot no update of the key bumps
+  store_and_publish(c.p1, *c.coop1, key, forged, page(key, 7, 9000));
+  BOOST_TEST(c.copies(key) == 1u);
+  Versions v;
+  v.current = 7;  // the forged slot's version matches: only the binding can refuse it
+  auto r = coherence::decide_hit_coop(*c.p2.arena, c.coop2.get(), c.topo, query(key), {}, v);
+  BOOST_TEST(r.verdict == Verdict::Stale);
+  BOOST_TEST(r.stale_cause == coherence::StaleCause::TagMismatch);
+  BOOST_TEST(r.peer == "p1");
+  BOOST_TEST(v.reads == 0);
+  BOOST_TEST(r.fetched.empty());  // nothing to keep
+  BOOST_TEST(eventually([&] { return c.copies(key) == 0u; }, 2000ms));
+  BOOST_TEST(!c.p2.arena->lookup(coherence::hash64(key), key).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(ccwr_keeps_a_fetched_copy_only_in_free_room) {
   Pair c("shm", CoopScheme::CCWR);
   std::string key = c.key_homed_at("p1");
-  store_and_publish(c.p1, *c.coop1, key, Tag{0, 1, 3}, page(key, 3, 30000));
+  store_and_publish(c.p1, *c.coop1, key, tag_of(c.topo, key, 3), page(key, 3, 30000));
   Versions v;
   v.current = 3;
   // p2's arena is empty: room without evicting, so the copy is kept.
@@ -310,7 +387,7 @@ BOOST_AUTO_TEST_CASE(ccwr_keeps_a_fetched_copy_only_in_free_room) {
     c.p2.arena->store(uint64_t(i) + 1, "filler" + std::to_string(i), Tag{0, 1, 1},
                       std::string(30000, 'f'));
   std::string key2 = c.key_homed_at("p1", 1000);
-  store_and_publish(c.p1, *c.coop1, key2, Tag{0, 2, 3}, page(key2, 3, 30000));
+  store_and_publish(c.p1, *c.coop1, key2, tag_of(c.topo, key2, 3), page(key2, 3, 30000));
   r = coherence::decide_hit_coop(*c.p2.arena, c.coop2.get(), c.topo, query(key2), {}, v);
   BOOST_TEST_REQUIRE(r.verdict == Verdict::Hit);
   BOOST_TEST(!c.coop2->keep_fetched(r.fetched[0]));
@@ -523,7 +600,8 @@ BOOST_AUTO_TEST_CASE(mtacc_moves_what_the_arena_evicts_to_pool_memory_one_copy_p
       for (int i = 0; i < 200; ++i) {
         keys.push_back("http://shop.test/big?id=" + std::to_string(i));
         BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(keys.back()), keys.back(),
-                                          Tag{0, uint64_t(i), 5}, page(keys.back(), 5, 30000)));
+                                          tag_of(c.topo, keys.back(), 5),
+                                          page(keys.back(), 5, 30000)));
       }
       auto& n = c.p1.arena->counters().coop;
       BOOST_TEST(ld(n.demoted) > 150u);
@@ -564,8 +642,10 @@ BOOST_AUTO_TEST_CASE(mtacc_moves_what_the_arena_evicts_to_pool_memory_one_copy_p
 BOOST_AUTO_TEST_CASE(hybcc_pools_large_pages_and_keeps_small_ones_local) {
   Pair c("tcp", CoopScheme::HYBCC, 500ms, 10000);
   std::string small = "http://shop.test/small", large = "http://shop.test/large";
-  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(small), small, Tag{0, 1, 1}, page(small, 1, 4000)));
-  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(large), large, Tag{0, 2, 1}, page(large, 1, 20000)));
+  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(small), small, tag_of(c.topo, small, 1),
+                                    page(small, 1, 4000)));
+  BOOST_TEST_REQUIRE(c.coop1->store(coherence::hash64(large), large, tag_of(c.topo, large, 1),
+                                    page(large, 1, 20000)));
   auto ws = where_is(c, small), wl = where_is(c, large);
   BOOST_TEST_REQUIRE(ws.size() == 1u);
   BOOST_TEST_REQUIRE(wl.size() == 1u);

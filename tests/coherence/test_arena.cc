@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -686,4 +687,38 @@ BOOST_AUTO_TEST_CASE(random_corruptions_of_a_copy_never_verify_to_other_bytes) {
   }
   BOOST_TEST_MESSAGE(hits << " corrupted copies verified (flips in the padding), " << refused
                           << " refused");
+}
+
+// Issue 29, path 6: the time an entry carries is the page's FIRST store (a copy passed between
+// proxies keeps it, so its max age does not restart), never later than the store itself.
+BOOST_AUTO_TEST_CASE(an_entry_keeps_its_first_store_time_and_never_a_future_one) {
+  auto a = CacheArena::create_anonymous(1 << 20);
+  auto now_us = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
+  };
+  const Tag tag{1, 17, 99};
+  int64_t before = now_us();
+  BOOST_TEST_REQUIRE(a->store(1, "fresh", tag, "p"));  // 0: stored for the first time, now
+  int64_t t = a->lookup(1, "fresh")->stored_at_us;
+  BOOST_TEST(t >= before);
+  BOOST_TEST(t <= now_us());
+
+  const int64_t first = before - 3600'000'000;  // rendered an hour ago at another proxy
+  auto c = a->store_located(2, "copy", tag, "p", first);
+  BOOST_TEST_REQUIRE(c.has_value());
+  BOOST_TEST(a->lookup(2, "copy")->stored_at_us == first);
+  // A peer reading this copy gets the same time (it is in the checksummed header).
+  auto v = CacheArena::verify_copy(copy_bytes_of(*a, *c), c->pos, 2, "copy");
+  BOOST_TEST_REQUIRE(std::holds_alternative<CachedEntry>(v));
+  BOOST_TEST(std::get<CachedEntry>(v).stored_at_us == first);
+
+  // A time ahead of this host's clock (the peer's clock is ahead, or the copy is forged): stored
+  // as now, so the time of a copy only goes down from hop to hop.
+  before = now_us();
+  BOOST_TEST_REQUIRE(a->store(3, "future", tag, "p", before + 3600'000'000));
+  t = a->lookup(3, "future")->stored_at_us;
+  BOOST_TEST(t >= before);
+  BOOST_TEST(t <= now_us());
 }

@@ -1,7 +1,8 @@
 // tests/coherence/test_hit.cc — the proxy's hit decision (coherence/hit.h) with a fake
 // VersionReader: one verdict per case, exactly one version read for an entry that could be
-// served (none otherwise), erasure of stale and unservable entries only, Vary records, and the
-// max-age backstop with an injected "now".
+// served (none otherwise), erasure of stale and unservable entries only, Vary records, the
+// max-age backstop with an injected "now" (also a stored_at in the future), and the binding of a
+// tag to its key (home and slot).
 #define BOOST_TEST_MODULE coherence_hit
 #include <boost/test/unit_test.hpp>
 
@@ -10,6 +11,7 @@
 #include <type_traits>
 
 #include "coherence/client.h"
+#include "coherence/coop_directory.h"
 #include "coherence/hit.h"
 #include "coherence/key.h"
 
@@ -79,7 +81,9 @@ struct Fixture {
   uint64_t hash = hash64(base);
   EntryFormat format = toy_format(base);
   FakeReader reader;
-  Tag tag{1, 17, 5};  // app1, slot 17, version 5
+  // The key's own home and slot (what its home derives at registration), version 5.
+  std::string home = t.home_of(hash).name;
+  Tag tag{node_index(t, home), slot_of(hash, t.version_slots), 5};
 
   HitQuery query(int64_t now_us = 0, int64_t max_age_s = 0) const {
     return HitQuery{base, hash, now_us, max_age_s};
@@ -100,6 +104,9 @@ BOOST_AUTO_TEST_CASE(verdicts_print_by_name) {
     << ' ' << StaleCause::Expired << ' ' << StaleCause::VersionChanged;
   BOOST_TEST(o.str() == "hit miss stale unverifiable expired version changed");
   BOOST_TEST(to_string(Verdict::Unverifiable) == "unverifiable");
+  std::ostringstream b;
+  b << StaleCause::TagMismatch << '/' << TagBinding::OtherHome << '/' << TagBinding::OtherSlot;
+  BOOST_TEST(b.str() == "tag not of the key/home of another key/slot of another key");
 }
 
 BOOST_FIXTURE_TEST_CASE(nothing_stored_is_a_miss_without_a_read, Fixture) {
@@ -116,13 +123,13 @@ BOOST_FIXTURE_TEST_CASE(current_version_is_a_hit_after_one_read, Fixture) {
   auto r = decide();
   BOOST_TEST(r.verdict == Verdict::Hit);
   BOOST_TEST(reader.reads == 1);
-  BOOST_TEST(reader.last_home == "app1");
-  BOOST_TEST(reader.last_slot == 17u);
+  BOOST_TEST(reader.last_home == home);
+  BOOST_TEST(reader.last_slot == tag.slot);
   BOOST_REQUIRE(r.entry.has_value());
   BOOST_TEST(r.entry->payload == "R:page");
   BOOST_TEST(r.key == base);
   BOOST_TEST(r.key_hash == hash);
-  BOOST_TEST(r.home == "app1");
+  BOOST_TEST(r.home == home);
   BOOST_TEST(r.version_read);
   BOOST_TEST(r.home_version.value() == 5u);
   BOOST_TEST(present(base));
@@ -175,15 +182,16 @@ BOOST_FIXTURE_TEST_CASE(unreadable_version_is_unverifiable_and_kept, Fixture) {
 BOOST_FIXTURE_TEST_CASE(vary_record_leads_to_the_variant_with_one_read, Fixture) {
   std::string fr = variant_key(base, "accept-language: fr\n");
   std::string en = variant_key(base, "accept-language: en\n");
-  Tag vtag{2, 99, 40};  // the variant lives at another home
+  Tag vtag = tag;  // a variant and its Vary record carry the BASE key's tag
+  vtag.version = 40;
   BOOST_REQUIRE(arena->store(hash, base, vtag, "V:accept-language: fr\n"));
   BOOST_REQUIRE(arena->store(hash64(fr), fr, vtag, "R:bonjour"));
   reader.value = 40;
   auto r = decide();
   BOOST_TEST(r.verdict == Verdict::Hit);
   BOOST_TEST(reader.reads == 1);  // the Vary record itself is not version-checked
-  BOOST_TEST(reader.last_home == "app2");
-  BOOST_TEST(reader.last_slot == 99u);
+  BOOST_TEST(reader.last_home == home);
+  BOOST_TEST(reader.last_slot == tag.slot);
   BOOST_TEST(r.key == fr);
   BOOST_TEST(r.key_hash == hash64(fr));
   BOOST_TEST(r.entry->payload == "R:bonjour");
@@ -242,8 +250,9 @@ BOOST_FIXTURE_TEST_CASE(max_age_backstop_with_injected_now, Fixture) {
   auto r = decide(query(t0 + 600 * kSecond, 600));
   BOOST_TEST(r.verdict == Verdict::Hit);
   BOOST_TEST(reader.reads == 1);
-  // A clock that went back: the age is negative, not expired.
-  BOOST_TEST(decide(query(t0 - 3600 * kSecond, 600)).verdict == Verdict::Hit);
+  // A clock a little behind the one that stored it (within the topology's clock_skew_ms): a
+  // negative age within the skew is not expired.
+  BOOST_TEST(decide(query(t0 - 40'000, 600)).verdict == Verdict::Hit);
   BOOST_TEST(reader.reads == 2);
   // No limit (0): a year later the version check alone decides.
   BOOST_TEST(decide(query(t0 + 365 * 86400 * kSecond, 0)).verdict == Verdict::Hit);
@@ -256,7 +265,7 @@ BOOST_FIXTURE_TEST_CASE(max_age_backstop_with_injected_now, Fixture) {
   BOOST_TEST(reader.reads == 3);
   BOOST_TEST(!r.version_read);
   BOOST_REQUIRE(r.entry.has_value());
-  BOOST_TEST(r.home == "app1");
+  BOOST_TEST(r.home == home);
   BOOST_TEST(!present(base));
   BOOST_TEST(arena->counters().erased.load() == 1u);
   // Expired wins over an unreachable home: the entry is dropped, not kept for later.
@@ -281,8 +290,89 @@ BOOST_AUTO_TEST_CASE(cluster_client_is_a_version_reader) {
   ClusterVersionReader reader(client);
   auto arena = CacheArena::create_anonymous(kMiB);
   std::string base = base_key("https", "h", "/");
-  BOOST_REQUIRE(arena->store(hash64(base), base, Tag{1, 3, 7}, "R:x"));
+  uint64_t h = hash64(base);
+  BOOST_REQUIRE(arena->store(
+      h, base, Tag{node_index(t, t.home_of(h).name), slot_of(h, t.version_slots), 7}, "R:x"));
   auto r = decide_hit(*arena, t, HitQuery{base, hash64(base), 0, 0}, toy_format(base), reader);
   BOOST_TEST(r.verdict == Verdict::Unverifiable);
   BOOST_TEST(r.version_read);
+}
+
+// Issue 29, path 6: a stored_at in the future (this host's clock stepped back, a corrupt or
+// forged copy) used to make the age negative and the entry never expire.
+BOOST_FIXTURE_TEST_CASE(stored_in_the_future_beyond_the_clock_skew_is_expired, Fixture) {
+  BOOST_REQUIRE(arena->store(hash, base, tag, "R:page"));
+  const int64_t t0 = stored_at(base);
+  const int64_t skew_us = int64_t(t.coherence.clock_skew_ms) * 1000;
+  reader.value = 5;
+  // Within the skew: served (two hosts' clocks may differ that much).
+  BOOST_TEST(decide(query(t0 - skew_us, 600)).verdict == Verdict::Hit);
+  BOOST_TEST(reader.reads == 1);
+  // Further ahead: no correct clock explains it; Expired without a read, erased.
+  for (int64_t ahead : {skew_us + 1, 3600 * kSecond, 365 * 86400 * kSecond}) {
+    BOOST_REQUIRE(arena->store(hash, base, tag, "R:page"));
+    auto r = decide(query(stored_at(base) - ahead, 600));
+    BOOST_TEST(r.verdict == Verdict::Stale, "ahead " << ahead);
+    BOOST_TEST(r.stale_cause == StaleCause::Expired);
+    BOOST_TEST(!r.version_read);
+    BOOST_TEST(!present(base));
+  }
+  BOOST_TEST(reader.reads == 1);
+  // No limit configured (0): the version check alone decides, as for any age.
+  BOOST_REQUIRE(arena->store(hash, base, tag, "R:page"));
+  BOOST_TEST(decide(query(stored_at(base) - 3600 * kSecond, 0)).verdict == Verdict::Hit);
+  // A nonsensical first-store time (corrupt copy): expired, no arithmetic overflow.
+  BOOST_REQUIRE(arena->store(hash, base, tag, "R:page", INT64_MIN + 1));
+  BOOST_TEST(stored_at(base) == INT64_MIN + 1);
+  auto r = decide(query(t0, 600));
+  BOOST_TEST(r.verdict == Verdict::Stale);
+  BOOST_TEST(r.stale_cause == StaleCause::Expired);
+}
+
+// Issue 29, path 7: the hit decision never checked that the tag is the key's; a page stored
+// under a tag of another slot (or home) was served as long as THAT slot did not move.
+BOOST_FIXTURE_TEST_CASE(a_tag_not_of_its_key_is_stale_without_a_read, Fixture) {
+  reader.value = 5;  // every slot reads "5": only the binding can refuse
+  const uint32_t other_home = tag.home == 1 ? 2 : 1;  // the other app node
+  struct Case {
+    const char* what;
+    Tag tag;
+    TagBinding binding;
+  };
+  const Case cases[] = {
+      {"another slot", Tag{tag.home, (tag.slot + 1) % t.version_slots, 5}, TagBinding::OtherSlot},
+      {"another home, the key's slot", Tag{other_home, tag.slot, 5}, TagBinding::OtherHome},
+      {"slot 0 of the key's home", Tag{tag.home, tag.slot == 0 ? 1u : 0u, 5},
+       TagBinding::OtherSlot},
+  };
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.what) {
+      BOOST_TEST(tag_binding(c.tag, t, hash) == c.binding);
+      BOOST_REQUIRE(arena->store(hash, base, c.tag, "R:page"));
+      auto r = decide();
+      BOOST_TEST(r.verdict == Verdict::Stale);
+      BOOST_TEST(r.stale_cause == StaleCause::TagMismatch);
+      BOOST_TEST(!r.version_read);
+      BOOST_TEST(!present(base));  // erased
+    }
+  }
+  BOOST_TEST(reader.reads == 0);
+  BOOST_TEST(tag_binding(tag, t, hash) == TagBinding::Bound);
+
+  // Through a Vary record: the variant must carry the BASE key's tag (the one Tierce-Key named
+  // at registration), not a tag derived from the variant key.
+  std::string fr = variant_key(base, "accept-language: fr\n");
+  uint64_t vh = hash64(fr);
+  Tag of_variant{node_index(t, t.home_of(vh).name), slot_of(vh, t.version_slots), 5};
+  BOOST_REQUIRE(of_variant.slot != tag.slot);
+  BOOST_REQUIRE(arena->store(hash, base, tag, "V:accept-language: fr\n"));
+  BOOST_REQUIRE(arena->store(vh, fr, of_variant, "R:bonjour"));
+  auto r = decide();
+  BOOST_TEST(r.verdict == Verdict::Stale);
+  BOOST_TEST(r.stale_cause == StaleCause::TagMismatch);
+  BOOST_TEST(!present(fr));
+  BOOST_TEST(present(base));
+  BOOST_REQUIRE(arena->store(vh, fr, tag, "R:bonjour"));
+  BOOST_TEST(decide().verdict == Verdict::Hit);
+  BOOST_TEST(reader.reads == 1);
 }

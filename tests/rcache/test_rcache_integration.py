@@ -10,6 +10,8 @@ metrics pages, configuration errors fail `apache2ctl -t`, and a dead memd makes 
 (fail closed). Issue 13: a response to a request with Cookie is not stored (unless `public`),
 http and https do not share a key, a RESOURCE filter (mod_substitute) is not applied twice on a
 hit, a chunked body cut off by the backend is never stored, and RCacheMaxAge expires entries.
+Issue 29: a Tierce-Tag that is not the key's (home, slot) is never stored (every page here is
+tagged with the slot its key has: the test computes hash64 and slot_of as coherence/key.h does).
 The issue-13 sections run independently (each one's failure is reported, then the test fails).
 Everything it starts is stopped in `finally`. Exit 0 pass, 1 fail, 77 skipped.
 """
@@ -55,6 +57,28 @@ class Failure(Exception):
     pass
 
 
+M64 = (1 << 64) - 1
+
+
+def hash64(data):
+    """cluster/hash.cc: FNV-1a 64, then the splitmix64 finaliser."""
+    h = 0xcbf29ce484222325
+    for c in data.encode():
+        h = ((h ^ c) * 0x100000001b3) & M64
+    h ^= h >> 30
+    h = (h * 0xbf58476d1ce4e5b9) & M64
+    h ^= h >> 27
+    h = (h * 0x94d049bb133111eb) & M64
+    return h ^ (h >> 31)
+
+
+def slot_of(key_hash, slots):
+    """coherence/key.h slot_of: the slot the home derives for a key."""
+    x = key_hash ^ 0x9e3779b97f4a7c15
+    x = ((x ^ (x >> 31)) * 0xbf58476d1ce4e5b9) & M64
+    return (x ^ (x >> 29)) % slots
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
@@ -74,7 +98,7 @@ class TruncatingBackend:
 
     def __init__(self, port, tag):
         self.port = port
-        self.tag = tag  # callable: the Tierce-Tag value to send
+        self.tag = tag  # callable(path): the Tierce-Tag value to send
         self.counts = {}
         self.lock = threading.Lock()
         self.sock = socket.socket()
@@ -112,12 +136,12 @@ class TruncatingBackend:
             part = b"<p>first part of the page</p>\n"
             if path.endswith("/length.html"):
                 c.sendall(("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 100\r\n"
-                           "Tierce-Tag: %s\r\nConnection: close\r\n\r\n" % self.tag()).encode()
+                           "Tierce-Tag: %s\r\nConnection: close\r\n\r\n" % self.tag(path)).encode()
                           + part)
                 time.sleep(0.05)
                 return
             head = ("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n"
-                    "Tierce-Tag: %s\r\nConnection: close\r\n\r\n" % self.tag()).encode()
+                    "Tierce-Tag: %s\r\nConnection: close\r\n\r\n" % self.tag(path)).encode()
             c.sendall(head + b"%x\r\n" % len(part) + part + b"\r\n")
             time.sleep(0.05)  # the proxy has passed the first part on before the end comes
             if path.endswith("/ok.html"):
@@ -268,6 +292,22 @@ KeepAlive On
     def tag_file(self, slot):
         return self.path("tags", "slot%d" % slot)
 
+    VERSION_SLOTS = 4096  # as in cluster.toml
+
+    def key_of(self, uri, port=None, scheme="http"):
+        """The base key mod_rcache computes (coherence/key.h) for a GET of `uri` on one of the
+        proxy's ports (http.client sends Host: 127.0.0.1:port; the scheme vhosts are canonical on
+        the scheme's default port, which the key drops)."""
+        if port is None:
+            port = self.proxy_port
+        default = {"http": 80, "https": 443}[scheme]
+        host = "127.0.0.1" if port == default else "127.0.0.1:%d" % port
+        return "%s://%s\n%s" % (scheme, host, uri)
+
+    def slot_for(self, uri, **kw):
+        """The slot of the page's key at its home (the only app node, app1)."""
+        return slot_of(hash64(self.key_of(uri, **kw)), self.VERSION_SLOTS)
+
     def set_tag(self, slot, version):
         self.write("tags/slot%d" % slot, "app1 %d %d" % (slot, version))
 
@@ -276,7 +316,7 @@ KeepAlive On
         os.makedirs(docs + "/off", exist_ok=True)
         for name in ["page", "page2", "cookie", "nostore", "private", "nocache", "untagged",
                      "badtag", "vary", "auth", "fail", "head", "cookiereq", "public", "scheme",
-                     "aged", "aged2"]:
+                     "aged", "aged2", "forged"]:
             self.write("backend/docs/%s.html" % name, "<p>%s body</p>\n" % name)
         self.write("backend/docs/off/page.html", "<p>off body</p>\n")
         self.write("backend/docs/subst/page.html", "<p>foo and bar</p>\n")
@@ -284,23 +324,44 @@ KeepAlive On
         self.write("backend/docs/big.bin", self.big)
         self.binary = bytes(range(256)) * 40
         self.write("backend/docs/binary.bin", self.binary)
-        for slot in (5, 6, 7):
+        # Every page is tagged with its own key's slot, as its home would (a tag of another slot is
+        # never stored: section_forged_tag). Pages of one slot share its tag file.
+        tagged = {"/%s.html" % n: self.slot_for("/%s.html" % n) for n in [
+            "page", "cookie", "nostore", "private", "nocache", "vary", "auth", "fail", "head",
+            "cookiereq", "public", "aged2"]}
+        for uri in ("/binary.bin", "/big.bin", "/subst/page.html"):
+            tagged[uri] = self.slot_for(uri)
+        self.page_slot = tagged["/page.html"]
+        aged_slot = self.slot_for("/aged.html", port=self.maxage_port)
+        scheme_http = self.slot_for("/scheme.html", port=80)
+        scheme_https = self.slot_for("/scheme.html", port=443, scheme="https")
+        forged_slot = (self.slot_for("/forged.html") + 1) % self.VERSION_SLOTS
+        for slot in set(tagged.values()) | {aged_slot, scheme_http, scheme_https, forged_slot}:
             self.set_tag(slot, self.read_slot(slot))
         tag = lambda slot: 'Header set Tierce-Tag "expr=%%{file:%s}"' % self.tag_file(slot)
+        locations = "".join('<Location "%s">\n  %s\n</Location>\n' % (uri, tag(slot))
+                            for uri, slot in sorted(tagged.items()))
         conf = self.common_conf("backend", self.backend_port) + f"""
 DocumentRoot "{docs}"
 LogFormat "%r|%{{Tierce-Key}}i|%{{Tierce-Foo}}i|%{{Authorization}}i" plain
 CustomLog {self.path('backend', 'logs', 'access.log')} plain
 <Directory "{docs}">
   Require all granted
-  {tag(6)}
   Header set Tierce-Depends "item:1 item:2"
 </Directory>
-<Location /page.html>
-  {tag(5)}
+{locations}<Location /aged.html>
+  {tag(aged_slot)}
 </Location>
-<Location /fail.html>
-  {tag(7)}
+<Location /scheme.html>
+  {tag(scheme_http)}
+  <If "%{{HTTP:X-Scheme}} == 'https'">
+    {tag(scheme_https)}
+  </If>
+</Location>
+<Location /forged.html>
+  # The slot next to the key's, at its current version: a tag that reads "current" but that no
+  # update of this page would bump (an app tier with AppVersion Off, or a page setting its own).
+  {tag(forged_slot)}
 </Location>
 <Location /cookie.html>
   Header set Set-Cookie "sid=secret"
@@ -523,8 +584,12 @@ def section_truncated_chunked(env):
     # httpd 2.4 (mod_proxy_http) ends such a body with a 502 error bucket and EOS (AH01110
     # "error reading response") and sets r->no_cache: either one refuses the store.
     print("a body the backend cut off (chunked or with Content-Length) is never stored:")
-    version = env.read_slot(8)
-    env.trunc = TruncatingBackend(env.trunc_port, lambda: "app1 8 %d" % version)
+    paths = ["/trunc/%s.html" % n for n in ("ok", "boundary", "mid", "sizeline", "nocrlf", "length")]
+    tags = {}
+    for p in paths:
+        slot = env.slot_for(p)
+        tags[p] = "app1 %d %d" % (slot, env.read_slot(slot))
+    env.trunc = TruncatingBackend(env.trunc_port, lambda path: tags[path])
     s, _, b, _ = env.get("/trunc/ok.html")
     check(s == 200 and b == b"<p>first part of the page</p>\nend\n",
           "control: a complete chunked body passes")
@@ -615,6 +680,32 @@ Listen 127.0.0.1:{env.maxage_port}
           "metrics carry expired_total and lock_timeouts_total")
 
 
+def section_forged_tag(env):
+    # Issue 29, path 7: before, any well-formed tag of an app node was stored, and served while
+    # ITS slot did not move; an update of the page's own dependencies bumps another slot.
+    print("a Tierce-Tag that is not the key's (home, slot) is never stored:")
+    before = env.status()
+    for i in range(2):
+        s, _, b, names = env.get("/forged.html")
+        check(s == 200 and b == b"<p>forged body</p>\n" and
+              not any(n.lower().startswith("tierce-") for n in names),
+              "GET %d: 200 with the page, no Tierce-* header" % (i + 1))
+    check(env.backend_count("/forged.html") == 2, "both GETs forwarded: the response was not stored")
+    after = env.status()
+    check(int(after["TagMismatches"]) == int(before["TagMismatches"]) + 2,
+          "status TagMismatches %s -> %s" % (before["TagMismatches"], after["TagMismatches"]))
+    check(int(after["Stores"]) == int(before["Stores"]),
+          "Stores unchanged (%s -> %s)" % (before["Stores"], after["Stores"]))
+    _, _, m, _ = env.get("/rcache-metrics")
+    check(re.search(r"^tierce_rcache_tag_mismatches_total %s$" % after["TagMismatches"],
+                    m.decode(), re.M) is not None, "metrics carry tag_mismatches_total")
+    with open(env.path("proxy", "logs", "error.log"), errors="replace") as f:
+        key = "%016x" % hash64(env.key_of("/forged.html"))
+        lines = [l for l in f if "RCACHE0035" in l and key in l]
+    check(len(lines) >= 2 and "not this key's" in lines[-1],
+          "RCACHE0035 logged: %s" % (lines[-1].strip()[-160:] if lines else "nothing"))
+
+
 def run(env):
     env.setup_cluster()
     env.start_memd()
@@ -665,7 +756,8 @@ def run(env):
     check(s1 == 200 and b1 == b"<p>page body</p>\n", "first GET 200 with the page")
     check(env.backend_count("/page.html") == 1, "backend saw the first GET")
     line = env.backend_lines("/page.html")[0].split("|")
-    check(re.fullmatch(r"[0-9a-f]{16}", line[1]) is not None, "backend got Tierce-Key %s" % line[1])
+    check(line[1] == "%016x" % hash64(env.key_of("/page.html")),
+          "backend got Tierce-Key %s, the hash64 of the key this test computes" % line[1])
     check(line[2] == "-", "a client's Tierce-Foo header did not reach the backend")
     check(not any(n.lower().startswith("tierce-") for n in names1),
           "no Tierce-* header reached the client on a miss (%s)" % names1)
@@ -693,7 +785,7 @@ def run(env):
 
     print("version bump invalidates:")
     before = env.status()
-    env.bump_slot(5)
+    env.bump_slot(env.page_slot)
     s, _, b, _ = env.get("/page.html")
     check(s == 200 and env.backend_count("/page.html") == 3, "GET after the bump is forwarded")
     after = env.status()
@@ -702,7 +794,7 @@ def run(env):
     # The backend still tags old renders with the old version: those never become hits.
     env.get("/page.html")
     check(env.backend_count("/page.html") == 4, "a page tagged with the old version is never a hit")
-    env.set_tag(5, env.read_slot(5))
+    env.set_tag(env.page_slot, env.read_slot(env.page_slot))
     env.get("/page.html")  # stale entry rejected, fresh render stored
     n = env.backend_count("/page.html")
     env.get("/page.html")
@@ -757,7 +849,8 @@ def run(env):
 
     failed = []
     for section in (section_cookie_requests, section_scheme, section_substitute,
-                    section_truncated_chunked, section_strip_protocol_headers, section_max_age):
+                    section_truncated_chunked, section_forged_tag, section_strip_protocol_headers,
+                    section_max_age):
         try:
             section(env)
         except Exception as e:

@@ -32,8 +32,21 @@ co::Topology topo() {
   return t;
 }
 
+// A key hash whose home is `home` and whose slot is `slot` under topo() (what the home derives
+// at registration: coherence::tag_binding).
+uint64_t key_bound_to(std::string_view home, uint64_t slot) {
+  const co::Topology t = topo();
+  for (uint64_t i = 0;; ++i) {
+    uint64_t h = co::hash64("http://shop.example\n/item.php?id=" + std::to_string(i));
+    if (t.home_of(h).name == home && co::slot_of(h, t.version_slots) == slot) return h;
+  }
+}
+
+// A response to a request of key key_bound_to("app1", 17), tagged for that key.
 ResponseFacts good() {
+  static const uint64_t key = key_bound_to("app1", 17);
   ResponseFacts f;
+  f.key_hash = key;
   f.tag = "app1 17 123456";
   return f;
 }
@@ -288,6 +301,42 @@ BOOST_AUTO_TEST_CASE(response_rules_each) {
   rejected(f, p, "Vary");
 }
 
+// Issue 29, path 7: a well-formed Tierce-Tag of an app node used to be stored whatever key it
+// was for; one that is not the key's (home, slot) is refused now, and says so.
+BOOST_AUTO_TEST_CASE(a_tierce_tag_of_another_key_is_not_stored) {
+  auto tp = topo();
+  Policy p;
+  auto f = good();
+  BOOST_TEST(decide_response(f, p, tp).cacheable);
+  BOOST_TEST((decide_response(f, p, tp).binding == co::TagBinding::Bound));
+  // The key's home, another slot (an app tier with AppVersion Off passing a Tierce-Tag through,
+  // or a page that sets one itself).
+  f.tag = "app1 18 123456";
+  auto c = decide_response(f, p, tp);
+  BOOST_TEST(!c.cacheable);
+  BOOST_TEST((c.binding == co::TagBinding::OtherSlot));
+  BOOST_TEST(c.reason.find("not this key's") != std::string::npos, c.reason);
+  BOOST_TEST(c.reason.find("slot 17") != std::string::npos, c.reason);
+  // The key's slot at the other app node.
+  f.tag = "app2 17 123456";
+  c = decide_response(f, p, tp);
+  BOOST_TEST(!c.cacheable);
+  BOOST_TEST((c.binding == co::TagBinding::OtherHome));
+  BOOST_TEST(c.reason.find("home app1") != std::string::npos, c.reason);
+  // The tag of another key (homed at app2): right for that key, not for this one.
+  const uint64_t other = key_bound_to("app2", 900);
+  f.tag = "app2 900 1";
+  c = decide_response(f, p, tp);
+  BOOST_TEST(!c.cacheable);
+  f.key_hash = other;
+  BOOST_TEST(decide_response(f, p, tp).cacheable);
+  // The check comes after the tag's own validity: a malformed tag is still "malformed".
+  f.tag = "app1 x 1";
+  c = decide_response(f, p, tp);
+  BOOST_TEST((c.binding == co::TagBinding::Bound));
+  BOOST_TEST(c.reason.find("malformed") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(cookie_requests_are_not_stored_unless_public_or_allowed) {
   auto tp = topo();
   Policy p;
@@ -431,6 +480,7 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   s.stale_rejects = 2;
   s.expired = 4;
   s.lock_timeouts = 7;
+  s.tag_mismatches = 9;
   s.p50_ns = 12000;
   s.p99_ns = 50000;
   s.latency_count = 5;
@@ -440,6 +490,7 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   BOOST_TEST(a.find("Invalidations: 2\n") != std::string::npos);
   BOOST_TEST(a.find("Expired: 4\n") != std::string::npos);
   BOOST_TEST(a.find("LockTimeouts: 7\n") != std::string::npos);
+  BOOST_TEST(a.find("TagMismatches: 9\n") != std::string::npos);
   BOOST_TEST(a.find("HitRatio: 0.3000\n") != std::string::npos);  // 3 / (3 + 1 + 2 + 4)
   BOOST_TEST(a.find("VersionCheckP50us: 12.0\n") != std::string::npos);
   BOOST_TEST(a.find("Node: proxy1\n") != std::string::npos);
@@ -454,6 +505,8 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   BOOST_TEST(m.find("# TYPE tierce_rcache_version_check_seconds summary") != std::string::npos);
   BOOST_TEST(m.find("\ntierce_rcache_expired_total 4\n") != std::string::npos);
   BOOST_TEST(m.find("\ntierce_rcache_lock_timeouts_total 7\n") != std::string::npos);
+  BOOST_TEST(m.find("\ntierce_rcache_tag_mismatches_total 9\n") != std::string::npos);
+  BOOST_TEST(h.find("Tag mismatches") != std::string::npos);
   // base::Metrics writes the shortest text that reads back as the same double.
   BOOST_TEST(m.find("tierce_rcache_version_check_seconds{quantile=\"0.99\"} 5e-05\n") !=
              std::string::npos, m);
