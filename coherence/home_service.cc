@@ -102,6 +102,9 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
                     on_invalidate(b);
                     return std::vector<uint8_t>{};
                   });
+  out_.assign(origins_.size(), false);
+  server_.on_call(kMembershipService,
+                  [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return on_membership(b); });
   server_.on_call(kStatusService, [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = status_text();
     return std::vector<uint8_t>(s.begin(), s.end());
@@ -178,11 +181,17 @@ bool HomeService::renew_once() {
                                        "exported anew (a new incarnation: homes catch up)");
   }
   std::vector<IssuedNumber> readings(origins_.size());
+  std::vector<bool> out;
+  {
+    std::lock_guard lk(out_mu_);
+    out = out_;
+  }
   std::string failure;
   auto failed = [&](const std::string& why) {
     failure += (failure.empty() ? "" : "; ") + why;
   };
   for (size_t i = 0; i < origins_.size(); ++i) {
+    if (out[i]) continue;  // taken out by an operator: not read, not waited for
     std::optional<WriterReading> r;
     if (i == self_)
       r = writer_->reading(self_);
@@ -223,6 +232,7 @@ bool HomeService::renew_once() {
   for (;;) {
     std::string unknown, behind;
     for (size_t i = 0; i < origins_.size(); ++i) {
+      if (out[i]) continue;
       Standing s = ledger_.standing(i, readings[i]);
       if (s == Standing::Unknown)
         unknown += (unknown.empty() ? "" : ", ") + origins_[i];
@@ -316,6 +326,61 @@ void HomeService::fence_loop() {
 }
 
 bool HomeService::renew_now() { return renew_once(); }
+
+std::string HomeService::take_out(const std::string& node) {
+  size_t i = origin_index(node);
+  if (i == SIZE_MAX) return "no app node named \"" + node + "\" in " + topo_.path;
+  if (i == self_) return "a home cannot take its own node out (stop this node instead)";
+  std::lock_guard lk(out_mu_);
+  if (out_[i]) return "";
+  out_[i] = true;
+  if (log_)
+    log_(fabric::LogLevel::Warn,
+         "COH0224 home " + node_ + ": node " + node +
+             " taken OUT of the fence by an operator: its writer counter is no longer read, and "
+             "this home vouches without it. Safe only while " + node +
+             " cannot write (host off, or cut off from the database); take it back in with "
+             "\"in " + node + "\" before it writes again");
+  return "";
+}
+
+std::string HomeService::take_in(const std::string& node) {
+  size_t i = origin_index(node);
+  if (i == SIZE_MAX) return "no app node named \"" + node + "\" in " + topo_.path;
+  std::lock_guard lk(out_mu_);
+  if (!out_[i]) return "";
+  out_[i] = false;
+  ledger_.forget(i);  // the next reading of its counter is a first one: catch up, then vouch
+  if (log_)
+    log_(fabric::LogLevel::Info, "COH0225 home " + node_ + ": node " + node +
+                                     " taken back into the fence (its counter is read again; "
+                                     "this home catches up before it vouches)");
+  return "";
+}
+
+std::vector<std::string> HomeService::taken_out() const {
+  std::lock_guard lk(out_mu_);
+  std::vector<std::string> v;
+  for (size_t i = 0; i < origins_.size(); ++i)
+    if (out_[i]) v.push_back(origins_[i]);
+  return v;
+}
+
+std::vector<uint8_t> HomeService::on_membership(std::span<const uint8_t> body) {
+  std::string text(body.begin(), body.end());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  std::string why;
+  if (text.rfind("out ", 0) == 0)
+    why = take_out(text.substr(4));
+  else if (text.rfind("in ", 0) == 0)
+    why = take_in(text.substr(3));
+  else if (!text.empty())
+    why = "unknown request \"" + text.substr(0, 64) + "\": send \"out NODE\", \"in NODE\" or nothing";
+  std::string reply = why.empty() ? "out:" : "error: " + why + "\nout:";
+  for (const auto& n : taken_out()) reply += " " + n;
+  reply += "\n";
+  return std::vector<uint8_t>(reply.begin(), reply.end());
+}
 
 void HomeService::keeper_loop() {
   const auto period = std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
@@ -453,6 +518,11 @@ std::string HomeService::status_text() const {
   {
     SkipMarkStats k = skip_marks();
     o << "skip_marks_held " << k.held << "\nskip_marks_cleared " << k.cleared << "\n";
+  }
+  {
+    std::string out;
+    for (const auto& n : taken_out()) out += " " + n;
+    o << "nodes_out" << (out.empty() ? " -" : out) << "\n";
   }
   for (size_t i = 0; i < origins_.size(); ++i) {
     auto v = ledger_.view(i);

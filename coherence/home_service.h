@@ -74,9 +74,18 @@ class HomeService {
   // Runs one renewal now (tests; the fence thread does this every lease/4). True when renewed.
   bool renew_now();
 
+  // An operator's decision (coherence.membership): `node` (an app node) is lost for good and can
+  // no longer write — its host is off, or it is cut off from the database. This home stops reading
+  // its counter (and vouches again without it); take_in() reads it again (the first reading
+  // catches up). Returns "" or why not. Safe ONLY under that premise (docs/coherence.md).
+  std::string take_out(const std::string& node);
+  std::string take_in(const std::string& node);
+  std::vector<std::string> taken_out() const;
+
  private:
   void on_invalidate(std::span<const uint8_t> body);
   std::vector<uint8_t> on_register(std::span<const uint8_t> body);
+  std::vector<uint8_t> on_membership(std::span<const uint8_t> body);
   void await_predecessor_lease(std::initializer_list<std::string> names);
   void ack(uint32_t cell, uint64_t tag);
   bool renew_once();
@@ -109,6 +118,8 @@ class HomeService {
   void keeper_loop();
 
   std::mutex renew_mu_;  // one renewal at a time
+  mutable std::mutex out_mu_;  // out_
+  std::vector<bool> out_;  // per origin: taken out of the fence by an operator
   mutable std::mutex fence_mu_;
   std::condition_variable fence_cv_;
   bool stopping_ = false;

@@ -96,6 +96,9 @@ inline constexpr const char* kWriterSuffix = ".writer";
 inline constexpr const char* kRegisterService = "coherence.register";
 inline constexpr const char* kInvalidateService = "coherence.invalidate";
 inline constexpr const char* kStatusService = "coherence.status";
+// An operator's "node out" / "node in" (docs/coherence.md "Taking a lost node out"): text body
+// "out NODE", "in NODE" or "" (list); the reply lists the nodes taken out ("out: a b").
+inline constexpr const char* kMembershipService = "coherence.membership";
 
 // Views of the mapped data areas (CPU atomics on the same words peers reach one-sided).
 inline std::atomic<uint64_t>& word_at(void* data, uint64_t off) {

@@ -83,6 +83,11 @@ void OriginLedger::cover(size_t origin, const IssuedNumber& read) {
   advance(o);
 }
 
+void OriginLedger::forget(size_t origin) {
+  std::lock_guard lk(mu_);
+  origins_.at(origin) = Origin{};
+}
+
 OriginLedger::OriginView OriginLedger::view(size_t origin) const {
   std::lock_guard lk(mu_);
   const Origin& o = origins_.at(origin);

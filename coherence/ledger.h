@@ -49,6 +49,10 @@ class OriginLedger {
   // under that incarnation (numbers of it applied beyond `read` are kept).
   void cover(size_t origin, const IssuedNumber& read);
 
+  // Forgets everything of `origin` (taken back into the fence after an operator took it out):
+  // its next reading is Unknown, so the home catches up before it vouches again.
+  void forget(size_t origin);
+
   struct OriginView {
     uint64_t incarnation = 0, covered = 0;
     size_t above = 0;

@@ -655,6 +655,43 @@ BOOST_AUTO_TEST_CASE(with_writer_agents_a_dead_memd_costs_only_its_own_pages) {
   BOOST_TEST(c.both_vouch());
 }
 
+// Issue 29, the operator's fallback for a host lost for good: with app2's memd and writer agent
+// gone, app1 cannot read app2's counter and stops vouching; "out app2" (coherence.membership)
+// makes it vouch without it; "in app2" reads it again (a first reading: app1 catches up).
+BOOST_AUTO_TEST_CASE(an_operator_takes_a_lost_node_out_of_the_fence_and_back_in) {
+  Cluster c(ClusterOptions{4096, true});
+  auto cl = c.client(200ms, 0ms);
+  auto call = [&](const std::string& body) {
+    fabric::ClientOptions o;
+    o.secret = fabric::Secret::from_file(c.secret);
+    auto conn = fabric::connect(c.tcp[0], o);
+    auto b = conn->call(kMembershipService, std::vector<uint8_t>(body.begin(), body.end()));
+    return std::string(b.begin(), b.end());
+  };
+  BOOST_TEST(call("") == "out:\n");
+  BOOST_TEST(call("out app1").find("error: a home cannot take its own node out") == 0u);
+  BOOST_TEST(call("out nosuch").find("error: no app node named") == 0u);
+  BOOST_TEST(call("sideways app2").find("error: unknown request") == 0u);
+
+  c.memd[1].kill_now();  // the whole node: its home and its writer agent
+  c.writer_agent[1].kill_now();
+  BOOST_TEST(eventually([&] { return !cl.read_seq("app1").has_value(); }, 3s),
+             "app1 kept vouching without reading app2's counter");
+  BOOST_TEST(call("out app2") == "out: app2\n");
+  BOOST_TEST(eventually([&] { return cl.read_seq("app1").has_value(); }, 3s),
+             "app1 did not vouch again once app2 was taken out");
+  BOOST_TEST(c.status(0).at("nodes_out") == "app2");
+  uint64_t k = key_homed_at(cl.topology(), "app1");
+  BOOST_TEST(register_at(cl, "app1", k, {"item:40"}).cacheable());
+
+  c.start_writer_agent(1);
+  c.start(1);
+  uint64_t catch_ups = c.stat(0, "fence_catch_ups");
+  BOOST_TEST(call("in app2") == "out:\n");
+  BOOST_TEST(c.both_vouch());
+  BOOST_TEST(c.stat(0, "fence_catch_ups") > catch_ups);  // the first reading of app2's counter
+}
+
 // Issue 29, skip marks: a writer that cannot get a home's ack marks it in its writer region;
 // from the mark's time + the bound on, its updates stop waiting for that home (fast), and the home
 // vouches for nothing until it answers again and the node's writer agent clears the mark; it then

@@ -1224,6 +1224,39 @@ def link_netns(d, st, a, b, action, ms, one_way):
     return answers
 
 
+def membership(d, name, action):
+    """node-out / node-in: sends "out NAME" / "in NAME" to every other app node's home
+    (coherence.membership, through tierce-fabric). node-out refuses while a process of NAME runs:
+    a node taken out must not be able to write (docs/coherence.md "Taking a lost node out")."""
+    d, st = _up_state(d)
+    n = _node(st, name)
+    if n["role"] != "app":
+        raise ClusterError(f"{name} is not an app node")
+    if action == "out":
+        alive = [p for p in PROCS if n.get(p) and procs.members(n[p])]
+        if alive:
+            raise ClusterError(f"{name} still runs {', '.join(alive)}: a node taken out must not be "
+                               "able to write (stop it first, e.g. signal {name} httpd KILL)")
+    tool = os.path.join(st["options"]["build"], "tools", "tierce-fabric", "tierce-fabric")
+    answers = []
+    for h in st["nodes"]:
+        if h["role"] != "app" or h is n or not h.get("memd") or not procs.alive(h["memd"]):
+            continue
+        uri = next(u for u in h["memd_uris"] if u.startswith("tcp://"))
+        argv = [tool, "--secret-file", h.get("secret_file", st["secret_file"]), "--timeout", "5000",
+                "call", uri, "coherence.membership", f"{action} {name}"]
+        if h.get("netns"):
+            argv = [procs.IP, "netns", "exec", h["netns"]] + argv
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        reply = (r.stdout or r.stderr).strip()
+        if r.returncode != 0 or reply.startswith("error"):
+            raise ClusterError(f"{h['name']}: {reply}")
+        answers.append(f"{h['name']}: {reply}")
+    _note_fault(d, st, {"node": name, "membership": action})
+    log(f"node-{action} {name}: " + "; ".join(answers))
+    return answers
+
+
 def status(d=DEFAULT_DIR, out=sys.stdout):
     """Prints the cluster state; returns True when every recorded process is alive."""
     d = os.path.abspath(d)
