@@ -130,8 +130,7 @@ struct Homes {
     t.op_timeout = op;
     t.connect_timeout = 500ms;
     t.retry_after = 0ms;
-    return ClusterClient(Topology::load(topo_path), fabric::Secret::from_file(secret), t,
-                         nullptr);
+    return ClusterClient(Topology::load(topo_path), fabric::Secret::from_file(secret), t, nullptr);
   }
 };
 
@@ -152,11 +151,10 @@ void check_overshoot(size_t silent, std::chrono::milliseconds op_timeout) {
   auto t0 = std::chrono::steady_clock::now();
   auto out = cl.invalidate(w, "app1", {}, Scheme::InvalidateAll);
   auto took = ms_since(t0);
-  BOOST_TEST_MESSAGE(silent << " silent homes, op_timeout " << op_timeout.count()
-                            << " ms: the update took " << took.count() << " ms (bound "
-                            << kBound.count() << " ms, floor "
-                            << InvalidationRound::kOvershootFloor.count() << " ms), "
-                            << out.rounds << " rounds");
+  BOOST_TEST_MESSAGE(
+      silent << " silent homes, op_timeout " << op_timeout.count() << " ms: the update took "
+             << took.count() << " ms (bound " << kBound.count() << " ms, floor "
+             << InvalidationRound::kOvershootFloor.count() << " ms), " << out.rounds << " rounds");
   BOOST_TEST(out.acked.size() == 1u);  // the healthy home acknowledged
   BOOST_TEST(out.fenced.size() == silent);
   BOOST_TEST(took >= kBound);  // never earlier than the bound
