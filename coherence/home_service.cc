@@ -15,6 +15,9 @@ uint64_t ms_to_ns(uint64_t ms) { return ms * 1'000'000ull; }
 // How soon a home that does not vouch tries again (a renewal is a few reads of the other app
 // nodes' writer counters; a refused connect costs nothing).
 constexpr std::chrono::milliseconds kFencedRetry{20};
+// How often the fence loop compares the host's clocks (check_clock_pause): after a pause the
+// home vouches on a stale cap for at most this long (plus the time to wake the thread).
+constexpr std::chrono::milliseconds kPauseCheck{5};
 }  // namespace
 
 // A new incarnation must not acknowledge an invalidation while proxies can still validate pages
@@ -287,6 +290,7 @@ void HomeService::fence_loop() {
       // or an invalidation happens to pass, so that they do not pile up on a quiet home.
       state_->expire_marks();
       ok = renew_once();
+      check_clock_pause();  // a pause inside the renewal drops the cap it just set
     } catch (const std::exception& e) {
       // Never let the fence thread die: a home that cannot renew just stops vouching.
       std::lock_guard lk(fence_mu_);
@@ -320,8 +324,53 @@ void HomeService::fence_loop() {
     // A home that does not vouch retries sooner: until it does, its pages are not served from
     // cache (at start-up, until the other app nodes' memd are up; after a cut, until it heals).
     const auto wait = f.vouching ? period : std::min(period, kFencedRetry);
+    if (wait_watching_clocks(wait)) return;
+  }
+}
+
+// ---- paused clocks (issue 29, path 2) -----------------------------------------------------------
+//
+// The cap is a CLOCK_MONOTONIC instant. A host that was suspended (MONOTONIC stops, BOOTTIME does
+// not) or a VM the hypervisor stopped or migrated (its clocks may stand still, the wall clock is
+// stepped later) comes back with a cap that looks valid for as long as the pause lasted, while the
+// writers elsewhere returned on their bound meanwhile. The fence thread compares the clocks every
+// kPauseCheck, and right after each renewal (a pause inside renew_once, between its reading and
+// its raise of the cap, is caught before the thread does anything else). When MONOTONIC missed
+// time, the cap drops to "passed" (tcp responders refuse reads with Fenced, shm readers see the
+// lease deadline gone) until a renewal whose reading came after the pause sets it again. That
+// renewal is sound: its t_req is taken after this check (same thread, under renew_mu_).
+bool HomeService::check_clock_pause() {
+  std::lock_guard renew(renew_mu_);  // never between another renewal's reading and its raise
+  const uint64_t missed = pause_detector_.missed_ns(opts_.host_clocks ? opts_.host_clocks()
+                                                                      : fabric::read_host_clocks());
+  if (missed == 0) return false;
+  const bool was = vouching_now();
+  fabric::lower_lease_cap(versions_->header(), 1);
+  {
+    std::lock_guard lk(fence_mu_);
+    ++fence_stats_.pauses;
+  }
+  if (log_)
+    log_(fabric::LogLevel::Warn,
+         "COH0240 home " + node_ + ": this host's monotonic clock missed " +
+             std::to_string(missed / 1'000'000) +
+             " ms (suspended, or a paused or migrated VM, or the wall clock was stepped forward)" +
+             (was ? "; its fence is dropped: it vouches for nothing until its next renewal"
+                  : "; it was not vouching"));
+  return true;
+}
+
+bool HomeService::wait_watching_clocks(std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    check_clock_pause();
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return false;
     std::unique_lock lk(fence_mu_);
-    if (fence_cv_.wait_for(lk, wait, [&] { return stopping_; })) return;
+    if (fence_cv_.wait_for(lk,
+                           std::min<std::chrono::steady_clock::duration>(until - now, kPauseCheck),
+                           [&] { return stopping_; }))
+      return true;
   }
 }
 
@@ -524,6 +573,7 @@ std::string HomeService::status_text() const {
     for (const auto& n : taken_out()) out += " " + n;
     o << "nodes_out" << (out.empty() ? " -" : out) << "\n";
   }
+  o << "fence_clock_pauses " << f.pauses << "\n";
   for (size_t i = 0; i < origins_.size(); ++i) {
     auto v = ledger_.view(i);
     o << "origin_" << origins_[i] << "_covered " << v.covered << "\norigin_" << origins_[i]
@@ -592,6 +642,10 @@ void HomeService::metrics(base::Metrics& m) const {
   m.counter("tierce_home_skip_marks_cleared_total",
             "Skip marks of this node's writer region lifted because the home answered again.",
             k.cleared);
+  m.counter("tierce_home_fence_clock_pauses_total",
+            "Pauses of this host's monotonic clock detected (suspend, stopped or migrated VM, "
+            "wall clock stepped forward): the fence was dropped until the next renewal (COH0240).",
+            f.pauses);
   for (size_t i = 0; i < origins_.size(); ++i) {
     auto v = ledger_.view(i);
     m.gauge("tierce_home_origin_covered", "Invalidation sequence acknowledged by each origin.",

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +34,7 @@
 #include "coherence/topology.h"
 #include "coherence/writer.h"
 #include "fabric/fabric.h"
+#include "fabric/segment.h"
 
 namespace tierce::coherence {
 
@@ -44,6 +46,9 @@ struct HomeServiceOptions {
   // The exporting server's heartbeat lease (memd lease_ms): how far a renewal extends the
   // segment's lease word at once (it never passes the fence's cap).
   std::chrono::milliseconds exporter_lease{500};
+  // Where the fence reads the host's clocks to detect pauses (empty: fabric::read_host_clocks;
+  // tests inject a pause here).
+  std::function<fabric::HostClocks()> host_clocks;
 };
 
 // What the fence looks like now (status page, tests).
@@ -51,6 +56,7 @@ struct FenceStatus {
   bool vouching = false;            // the cap is ahead of now
   int64_t vouch_ms_left = 0;        // cap - now (negative: fenced for that long)
   uint64_t renewals = 0, catch_ups = 0, failed_renewals = 0, gap_waits = 0;
+  uint64_t pauses = 0;              // clock pauses detected (the cap was dropped: COH0240)
   std::string last_failure;         // why the last renewal failed ("" when none)
 };
 
@@ -90,6 +96,11 @@ class HomeService {
   void ack(uint32_t cell, uint64_t tag);
   bool renew_once();
   void fence_loop();
+  // Pause detection (issue 29, path 2): true when the host's monotonic clock missed time since
+  // the last check; the cap is then dropped (fenced until the next renewal).
+  bool check_clock_pause();
+  // The fence loop's wait, in slices of kPauseCheck with a pause check after each. True: stopping.
+  bool wait_watching_clocks(std::chrono::milliseconds wait);
   void catch_up(const std::vector<IssuedNumber>& readings, const std::string& why);
   bool vouching_now() const;
   size_t origin_index(const std::string& name) const;  // SIZE_MAX when not an app node
@@ -124,6 +135,7 @@ class HomeService {
   std::condition_variable fence_cv_;
   bool stopping_ = false;
   FenceStatus fence_stats_;
+  fabric::ClockPauseDetector pause_detector_;  // fence thread only (and renew_mu_ held)
   std::thread fence_thread_;
 
   mutable std::mutex keeper_mu_;  // keeper_'s stats, read by status pages

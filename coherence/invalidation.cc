@@ -1,6 +1,7 @@
 // coherence/invalidation.cc — one invalidation's rounds (see invalidation.h).
 #include "coherence/invalidation.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "coherence/layout.h"
@@ -19,6 +20,7 @@ struct InvalidationRound::Home {
   // Its acks header names another topology: it may not read this writer's counter, so its fence
   // does not cover this invalidation; only its acknowledgement does.
   bool foreign = false;
+  bool answered = false;  // a read of its ack cell returned in this invalidation (it is not silent)
   std::string why = "not sent";  // why it is not settled (for the outcome and logs)
 };
 
@@ -71,10 +73,27 @@ void InvalidationRound::release(Home& h) {
 
 fabric::Millis InvalidationRound::op_deadline() const {
   // What is left of the bound, but never below a floor that a healthy home answers within: a
-  // read of an ack that is already there must not fail for want of a millisecond (the update
-  // then overshoots the bound by at most the floor).
-  constexpr fabric::Millis kFloor{50};
-  return std::max(std::min(ctx_.tuning.op_timeout, left()), std::min(ctx_.tuning.op_timeout, kFloor));
+  // read of an ack that is already there must not fail for want of a millisecond.
+  //
+  // The floor is ONE budget shared by every home and every op of this invalidation, not one per
+  // op: past the bound an op gets only what is left of [fence_at, fence_at + floor]. Ops run one
+  // after another (a silent home's read blocks until its deadline), so a per-op floor let k
+  // silent homes each add a floor in turn (issue 29, path 8: k x 50 ms past the bound). Now an op
+  // started before the bound ends by max(fence_at, start + floor) <= fence_at + floor, an op
+  // started after it ends by fence_at + floor, and no op starts once that has passed
+  // (out_of_time(): send and await skip the home). So the update overshoots the bound by at most
+  // one floor, whatever the number of silent homes. Reads of the homes that answer come first
+  // in each pass of await (their reads return in microseconds), so a silent home spends the
+  // shared floor after them, not before.
+  const auto floor = std::min(ctx_.tuning.op_timeout, kOvershootFloor);
+  const auto until_hard_end =
+      std::chrono::duration_cast<fabric::Millis>(fence_at_ + kOvershootFloor - Clock::now());
+  return std::min(ctx_.tuning.op_timeout,
+                  std::max(left(), std::min(floor, std::max(until_hard_end, fabric::Millis(0)))));
+}
+
+bool InvalidationRound::out_of_time() const {
+  return op_deadline().count() <= 0;
 }
 
 fabric::Millis InvalidationRound::left() const {
@@ -113,6 +132,12 @@ void InvalidationRound::send() {
     if (!h.done && !(h.conn && h.conn_ok && rounds_ == 0)) order.push_back(&h);
   for (Home* hp : order) {
     Home& h = *hp;
+    if (out_of_time()) {  // an earlier home used up the overshoot floor: no op may start now
+      release(h);         // a pooled connection not used yet goes back; a failed one is dropped
+      h.conn_ok = false;
+      h.why = "not sent: the fence bound passed";
+      continue;
+    }
     if (rounds_ == 0 && h.conn && h.conn_ok) {
       // taken by connect()
     } else {
@@ -142,6 +167,7 @@ void InvalidationRound::send() {
       h.cell = uint32_t(fabric::random_u64() % cells);
       req_.ack_cell = h.cell;
       req_.ack_tag = h.tag;
+      h.conn->c->set_op_timeout(op_deadline());  // the lookup above may have used some of it
       h.conn->c->send(kInvalidateService, encode(req_));
       h.conn_ok = true;
       h.why = "sent, not acknowledged";
@@ -158,16 +184,27 @@ void InvalidationRound::send() {
 void InvalidationRound::await(Clock::time_point until) {
   // When the slice is over, one more pass: a read of a frozen home may have used it up (it
   // fails, and is skipped from then on) while a healthy home's ack arrived meanwhile.
+  // In each pass the homes that answered a read before go first: a silent home's read blocks
+  // until its deadline, and past the bound that deadline is the floor they all share.
+  std::vector<Home*> order;
+  for (auto& h : homes_) order.push_back(&h);
   bool last_pass = false;
   for (int spins = 0;; ++spins) {
+    std::stable_partition(order.begin(), order.end(), [](const Home* h) { return h->answered; });
     bool waiting = false;
-    for (auto& h : homes_) {
+    for (Home* hp : order) {
+      Home& h = *hp;
       if (h.done || !h.conn || !h.conn_ok) continue;
+      if (out_of_time()) {
+        h.why = "sent, not acknowledged within the fence bound";
+        return;
+      }
       try {
         const fabric::RemoteRegion& acks = region(*h.conn, RegionKind::Acks, ctx_);
         uint64_t v = 0;
         h.conn->c->set_op_timeout(op_deadline());
         h.conn->c->read(acks, ack_cell_offset(h.cell), &v, 8);
+        h.answered = true;
         if (v == h.tag) {
           h.done = true;
           acked_.push_back(h.pool->info->name);

@@ -31,6 +31,9 @@ namespace tierce::coherence {
 class InvalidationRound {
  public:
   using Clock = std::chrono::steady_clock;
+  // The most an invalidation may overshoot its fence bound, all homes together (op_deadline): a
+  // floor that a healthy home answers a read within.
+  static constexpr fabric::Millis kOvershootFloor{50};
 
   // `homes`: every app node's pool; `req`: the invalidation (origin, deps, digest) — numbered
   // by number(), the round fills in cells and tags.
@@ -76,6 +79,7 @@ class InvalidationRound {
   void release(Home& h);        // returns its connection to the pool (or drops a failed one)
   fabric::Millis left() const;  // until the fence bound
   fabric::Millis op_deadline() const;  // for one send or read now
+  bool out_of_time() const;            // the bound and its overshoot floor have passed
   std::vector<Home> homes_;
   const PoolContext& ctx_;
   InvalidateRequest req_;

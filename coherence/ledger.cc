@@ -61,8 +61,12 @@ Standing OriginLedger::standing(size_t origin, const IssuedNumber& read) const {
     return Standing::Current;  // a writer region nobody has issued from (not even initialised)
   if (o.incarnation == 0 || read.incarnation != o.incarnation || o.overflow)
     return Standing::Unknown;
-  if (read.number < o.covered) return Standing::Unknown;  // a counter that went back: not ours
-  return read.number == o.covered ? Standing::Current : Standing::Behind;
+  // Within one incarnation the counter only grows (writer.cc: a fetch-add in a segment that is
+  // never reset; a new segment is a new incarnation), so a reading below `covered` is no counter
+  // that went back: invalidations numbered after the reading arrived before this check (a
+  // write-heavy node numbers many per renewal). Every number up to the reading is held: Current.
+  // (Answering Unknown here made the home catch up — bump every page it holds — under load.)
+  return read.number <= o.covered ? Standing::Current : Standing::Behind;
 }
 
 void OriginLedger::cover(size_t origin, const IssuedNumber& read) {

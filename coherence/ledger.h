@@ -21,7 +21,8 @@ namespace tierce::coherence {
 
 // How a home stands toward one origin's counter as just read.
 enum class Standing {
-  Current,  // every number up to the one read is applied (or covered)
+  Current,  // every number up to the one read is applied (or covered); also when numbers
+            // issued after the reading were applied since (covered passed the reading)
   Behind,   // some numbers up to it were issued but are not applied here (yet: maybe in flight)
   Unknown,  // another incarnation than the one tracked (first sight, or the writer segment was
             // created anew): nothing is known of what it issued before

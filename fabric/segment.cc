@@ -42,6 +42,73 @@ void renew_lease(SegmentHeader* h, uint64_t lease_ns) {
   uint64_t wall_deadline = deadline > now ? wall + (deadline - now) : 1;
   h->lease_deadline_ns.store(deadline, std::memory_order_release);
   h->lease_deadline_wall_ns.store(wall_deadline, std::memory_order_release);
+  // The cap may have been lowered since it was loaded (lower_lease_cap): never leave a deadline
+  // above it. (seq_cst: this load comes after the stores above, as lower_lease_cap's deadline
+  // update comes after its cap store, so one of the two sees the other.)
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  uint64_t cap2 = h->lease_cap_ns.load(std::memory_order_seq_cst);
+  if (cap2 != 0 && cap2 < deadline) {
+    h->lease_deadline_ns.store(cap2, std::memory_order_release);
+    h->lease_deadline_wall_ns.store(cap2 > now ? wall + (cap2 - now) : 1,
+                                    std::memory_order_release);
+  }
+}
+
+void lower_lease_cap(SegmentHeader* h, uint64_t cap_ns) {
+  if (cap_ns == 0) cap_ns = 1;  // 0 would mean "no cap"
+  uint64_t cur = h->lease_cap_ns.load(std::memory_order_acquire);
+  while ((cur == 0 || cur > cap_ns) &&
+         !h->lease_cap_ns.compare_exchange_weak(cur, cap_ns, std::memory_order_seq_cst)) {
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint64_t now = monotonic_ns();
+  uint64_t d = h->lease_deadline_ns.load(std::memory_order_acquire);
+  while (d > cap_ns &&
+         !h->lease_deadline_ns.compare_exchange_weak(d, cap_ns, std::memory_order_acq_rel)) {
+  }
+  // 1 ns: past (0 would read as "withdrawn"; both fail a verbs peer's check).
+  if (cap_ns <= now)
+    h->lease_deadline_wall_ns.store(1, std::memory_order_release);
+  else {
+    uint64_t w = realtime_ns() + (cap_ns - now), cw = h->lease_deadline_wall_ns.load();
+    while (cw > w && !h->lease_deadline_wall_ns.compare_exchange_weak(cw, w)) {
+    }
+  }
+}
+
+HostClocks read_host_clocks() {
+  auto read = [](clockid_t id) {
+    timespec ts;
+    clock_gettime(id, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  };
+  HostClocks c;
+  for (int tries = 0;; ++tries) {
+    uint64_t b1 = read(CLOCK_BOOTTIME);
+    c.monotonic_ns = read(CLOCK_MONOTONIC);
+    c.realtime_ns = read(CLOCK_REALTIME);
+    uint64_t b2 = read(CLOCK_BOOTTIME);
+    c.boottime_ns = b1;
+    if (b2 - b1 < 1'000'000 || tries == 9) return c;
+  }
+}
+
+uint64_t ClockPauseDetector::missed_ns(const HostClocks& now) {
+  const HostClocks prev = last_;
+  const bool primed = primed_;
+  last_ = now;
+  primed_ = true;
+  if (!primed) return 0;
+  auto ahead = [](uint64_t a_now, uint64_t a_prev, uint64_t mono_delta) -> uint64_t {
+    if (a_now < a_prev) return 0;  // a wall clock stepped back
+    uint64_t d = a_now - a_prev;
+    return d > mono_delta ? d - mono_delta : 0;
+  };
+  const uint64_t dm =
+      now.monotonic_ns >= prev.monotonic_ns ? now.monotonic_ns - prev.monotonic_ns : 0;
+  const uint64_t missed = std::max(ahead(now.boottime_ns, prev.boottime_ns, dm),
+                                   ahead(now.realtime_ns, prev.realtime_ns, dm));
+  return missed > threshold_ns_ ? missed : 0;
 }
 
 void withdraw_lease(SegmentHeader* h) {

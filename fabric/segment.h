@@ -78,11 +78,48 @@ void withdraw_lease(SegmentHeader* h);
 // Moves the cap forward to `cap_ns` (never back: a concurrent older value loses). Returns the cap
 // in force afterwards.
 uint64_t raise_lease_cap(SegmentHeader* h, uint64_t cap_ns);
+// Moves the cap BACK to `cap_ns` (>= 1; 1 = passed at once) and the deadline words with it: the
+// owner found its earlier cap unsafe (a pause its monotonic clock did not count, below). The next
+// raise_lease_cap moves it forward again. A heartbeat racing with this re-checks the cap after
+// its store (renew_lease), so the deadline words end at or below the new cap.
+void lower_lease_cap(SegmentHeader* h, uint64_t cap_ns);
 // Whether a capped segment's cap has passed (tcp responders refuse ops on it then).
 inline bool past_lease_cap(const SegmentHeader* h, uint64_t now_ns) {
   uint64_t cap = h->lease_cap_ns.load(std::memory_order_acquire);
   return cap != 0 && now_ns > cap;
 }
+
+// The host's clocks, read together: CLOCK_MONOTONIC (leases), CLOCK_BOOTTIME (also counts the
+// time the host was suspended) and CLOCK_REALTIME (stepped by NTP/PTP or a guest agent after a
+// VM was stopped or migrated). Retried until BOOTTIME moved less than 1 ms across the read, so a
+// preemption in the middle does not look like a pause.
+struct HostClocks {
+  uint64_t monotonic_ns = 0, boottime_ns = 0, realtime_ns = 0;
+};
+HostClocks read_host_clocks();
+
+// Lease caps are CLOCK_MONOTONIC instants, and on Linux that clock stands still while the host is
+// suspended, and in a VM that the hypervisor stopped (stop/cont, the stun of a live migration)
+// the guest's clocks may stand still too: after the resume a cap taken before still looks valid
+// for as long as the pause lasted, while writers on other hosts already returned on their bound.
+// Fed readings in time order (the owner's fence loop, every few ms), the detector answers how much
+// time MONOTONIC missed since the previous reading: BOOTTIME's or REALTIME's advance beyond
+// MONOTONIC's, when above `threshold_ns` (else 0). A wall clock stepped forward by an operator
+// reads as a pause too: the cost is one renewal, never a stale page. A wall clock stepped back is
+// ignored. A pause whose clocks all stood still and whose wall clock is slewed back into step, not
+// stepped, is invisible here (docs/coherence.md, "The fence").
+class ClockPauseDetector {
+ public:
+  static constexpr uint64_t kDefaultThresholdNs = 5'000'000;  // 5 ms: far above sampling noise
+  explicit ClockPauseDetector(uint64_t threshold_ns = kDefaultThresholdNs)
+      : threshold_ns_(threshold_ns) {}
+  uint64_t missed_ns(const HostClocks& now);
+
+ private:
+  uint64_t threshold_ns_;
+  HostClocks last_{};
+  bool primed_ = false;
+};
 
 // What a peer on another host reads of a segment's header to judge the exporter's word (verbs: one
 // RDMA READ of the 40 bytes at offset 40, after the batch's data ops).

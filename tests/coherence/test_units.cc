@@ -452,7 +452,28 @@ BOOST_AUTO_TEST_CASE(out_of_order_numbers_fill_the_gap) {
   BOOST_TEST(l.standing(0, {7, 12}) == Standing::Current);
   BOOST_TEST(l.view(0).covered == 12u);
   BOOST_TEST(l.view(0).above == 0u);
-  BOOST_TEST(l.standing(0, {7, 3}) == Standing::Unknown);  // a counter that went back
+  BOOST_TEST(l.standing(0, {7, 3}) == Standing::Current);  // an old reading: 1..3 are held
+}
+
+// Issue 29, path 3: under write load the invalidations numbered after a renewal read the counter
+// arrive before it checks its ledger; `covered` passes the reading. Within one incarnation that is
+// Current — answering Unknown made the home catch up (bump every page it holds) spuriously.
+BOOST_AUTO_TEST_CASE(numbers_applied_after_the_reading_leave_the_home_current) {
+  OriginLedger l(1);
+  l.cover(0, {7, 10});
+  const IssuedNumber read{7, 11};  // the renewal read 11 ...
+  l.applied(0, {7, 11});           // ... then 11, 12 and 13 arrived before it checked
+  l.applied(0, {7, 12});
+  l.applied(0, {7, 13});
+  BOOST_TEST(l.view(0).covered == 13u);
+  BOOST_TEST(l.standing(0, read) == Standing::Current);
+  // Out of order past the reading: still Current (everything up to 11 is held) ...
+  l.applied(0, {7, 15});
+  BOOST_TEST(l.standing(0, {7, 12}) == Standing::Current);
+  // ... while a gap at or below the reading is not.
+  BOOST_TEST(l.standing(0, {7, 15}) == Standing::Behind);
+  // Another incarnation is still Unknown, whatever its number.
+  BOOST_TEST(l.standing(0, {8, 3}) == Standing::Unknown);
 }
 
 BOOST_AUTO_TEST_CASE(a_gap_is_closed_by_a_catch_up_and_late_numbers_only_ack) {
