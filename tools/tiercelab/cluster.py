@@ -996,13 +996,22 @@ def _wait_states(pids_of, want, what, timeout):
 
 def signal_proc(d, name, proc, sig):
     """Sends STOP, CONT, KILL or TERM to one process of a node: memd, or httpd with all its
-    children (the whole instance: STOP freezes the children too, KILL kills them). Returns once
-    the signal has taken effect: every process stopped (STOP), running again (CONT), gone (KILL),
-    or gone within 15 s (TERM)."""
+    children (the whole instance: STOP freezes the children too, KILL kills them); "all": every
+    process of the node that runs (PROCS: httpd first, as a host loss would take them at once).
+    Returns once the signal has taken effect: every process stopped (STOP), running again (CONT),
+    gone (KILL), or gone within 15 s (TERM)."""
+    if proc == "all":
+        d, st = _up_state(d)
+        n = _node(st, name)
+        running = [p for p in sorted(PROCS, key=lambda p: p != "httpd")
+                   if n.get(p) and procs.members(n[p])]
+        if not running:
+            raise ClusterError(f"{name}: no process of it is running")
+        return [pid for p in running for pid in signal_proc(d, name, p, sig)]
     d, st = _up_state(d)
     n = _node(st, name)
     if proc not in PROCS:
-        raise ClusterError(f"the process must be memd or httpd, not {proc}")
+        raise ClusterError(f"the process must be {', '.join(PROCS)} or all, not {proc}")
     sig = sig.upper()
     if sig not in SIGNALS:
         raise ClusterError(f"the signal must be one of {', '.join(SIGNALS)}, not {sig}")
