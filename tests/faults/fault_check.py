@@ -137,7 +137,9 @@ FAULTED = {
     "rolling_restart": [(0, 10, {"app1"}), (20, 30, {"app2"})],
 }
 # Defaults of the extra variants (an option given on the command line wins).
-_OPEN_LOOP = {"rate": 150.0, "write_ratio": 0.02, "readers": 16, "writers": 8}
+# The fault at 10 s: the cache needs ~8 s to warm up at this rate (the baseline of
+# --min-healthy-ratio is the second half of the before window).
+_OPEN_LOOP = {"rate": 150.0, "write_ratio": 0.02, "readers": 16, "writers": 8, "fault_at": 10.0}
 EXTRA_DEFAULTS = {
     "app1_memd_down30": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
     "app2_memd_down30": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
@@ -145,8 +147,8 @@ EXTRA_DEFAULTS = {
     "rolling_restart": dict(_OPEN_LOOP, fault_for=40.0, after=8.0),
     "node_added": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
 }
-CLOSED_LOOP = {"rate": None, "write_ratio": 0.1, "readers": 8, "writers": 2, "fault_for": 4.0,
-               "after": 8.0}
+CLOSED_LOOP = {"rate": None, "write_ratio": 0.1, "readers": 8, "writers": 2, "fault_at": 4.0,
+               "fault_for": 4.0, "after": 8.0}
 
 
 def commands_at(cmds, t0):
@@ -521,7 +523,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--variant", choices=list(VARIANTS) + ["mixed"])
     ap.add_argument("--transport", choices=["tcp", "shm"], default="shm")
-    ap.add_argument("--fault-at", type=float, default=4.0, help="seconds into the run (default 4)")
+    ap.add_argument("--fault-at", type=float, help="seconds into the run (default 4; the extra variants 10)")
     ap.add_argument("--fault-for", type=float, help="seconds until the heal (default 4; the extra "
                                                     "variants: EXTRA_DEFAULTS)")
     ap.add_argument("--after", type=float, help="seconds the run goes on after the heal (default 8)")
