@@ -585,7 +585,7 @@ def main():
             setattr(a, k, CLOSED_LOOP[k])
     if a.period is None:
         a.period = a.fault_for + a.after
-    if a.period < a.fault_for + 3:
+    if a.cycles > 1 and a.period < a.fault_for + 3:
         ap.error("--period must leave 3 s of recovery after each heal")
     names = ORDER if a.variant == "mixed" else [a.variant]
     if a.netns:
