@@ -377,7 +377,7 @@ def build_timeline(r, samples, res):
         healthy = sorted(h for h in per_home if h not in faulted)
         spared = sorted(h for h in per_home if h not in hit_homes)
         x = secs.get(k, {})
-        row = {"t": k, "faulted": sorted(faulted), "healthy": healthy,
+        row = {"t": k, "scraped_at_s": round(samples[k + 1][0], 2), "faulted": sorted(faulted), "healthy": healthy,
                "healthy_lookups": total(healthy, "lookups"), "healthy_hits": total(healthy, "hits"),
                "spared_lookups": total(spared, "lookups"), "spared_hits": total(spared, "hits"),
                "lookups": total(per_home, "lookups"), "hits": total(per_home, "hits"),
@@ -458,6 +458,8 @@ def print_timeline(rows, wsum, checks):
     for x in rows:
         p99 = "-" if not x["writes_ok"] else f"{x['write_p99_ms']:.0f}"
         miss = f"  ({x['proxies_missing']} proxy not scraped)" if x["proxies_missing"] else ""
+        if x["scraped_at_s"] > x["t"] + 1.5:
+            miss += f"  (scraped late, at {x['scraped_at_s']:.1f} s)"
         print(f"  {x['t']:>3} {','.join(x['faulted']) or '-':9} {x['healthy_hits']:>10}/{x['healthy_lookups']:<10} "
               f"{fmt_ratio(x['healthy_ratio'])} {x['hits']:>8}/{x['lookups']:<8} {fmt_ratio(x['ratio'])} "
               f"{x['unverifiable']:>7} {x['reads']:>5} {x['stale_reads']:>5} {x['writes']:>6} {p99:>10}{miss}")
