@@ -9,7 +9,16 @@ tierce-cluster down (always) and a check that nothing of the cluster is left (pr
                  [--fault-at 4] [--fault-for 4] [--after 8] [--cycles 1] [--period S]
                  [--min-checked N] [--readers 8] [--writers 2] [--hot 100] [--seed 1]
                  [--app-links direct|relay] [--max-error-ratio R] [--budget S] [--json FILE] [--keep]
+                 [--rate OPS_PER_S | --closed-loop] [--write-ratio R] [--min-healthy-ratio R]
   fault_check.py --list
+
+Every run prints a per-second timeline: both proxies' per-home counters (/rcache-metrics,
+tierce_rcache_home_*_total) scraped every second, the hit ratio of the pages homed at the healthy
+app nodes (those the fault does not hit: FAULTED) and of all, with tierce-check --timeline's reads,
+stale reads and writes; per window the same and the update latency p50/p99. --min-healthy-ratio R
+fails the run when, from 2 x lease after a fault began until it ended, the healthy homes' hit
+ratio is below R x its value before the fault. The extra variants (EXTRA, issue 29) run open loop
+(tierce-check --rate) with the fault at 10 s; see tests/faults/README.md.
 
 --netns: the cluster across network namespaces (tierce-cluster up --netns: every node and MariaDB
 with its own address, memd between nodes over tcp, --transport tcp only). The fault commands are
