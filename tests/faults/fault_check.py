@@ -236,6 +236,9 @@ class Round:
             self.ranges.setdefault(f"recovery-{name}", []).append((start + length, start + length + 3))
             t = start + length + 3
         self.duration = f + (a.cycles - 1) * period + length + a.after
+        # The second half of "before": the cache warm, the cold start's slow first updates
+        # (PHP, MariaDB) out: the baseline of the hit ratio and of the update latency.
+        self.ranges["warm"] = [(f / 2, f)]
         self.ranges["after"].append((t, self.duration))
         self.d = d
 
@@ -411,7 +414,7 @@ def window_summary(r, rows, res):
     fault of the round hits) and of all, the stale reads, the update latency p50/p99."""
     wins = {w["name"]: w for w in (res or {}).get("windows", [])}
     out = {}
-    for name in ("before", "fault", "recovery", "after"):
+    for name in ("before", "warm", "fault", "recovery", "after"):
         sel = [x for x in rows if in_ranges(x["t"], r.ranges.get(name, []))]
         w = wins.get(name)
         if not sel and not w:
@@ -758,7 +761,7 @@ def summarize(a, rounds, problems, elapsed):
           f"writes ok {tot['writes_ok']}, errors {tot['errors']} (ratio "
           f"{0 if not tot['ops'] else tot['errors'] / tot['ops']:.4f}; not explained by the fault "
           f"{c_errors} of {c_ops}, ratio {c_ratio:.4f}, allowed {a.max_error_ratio:g})")
-    for name in ("before", "fault", "recovery", "after"):
+    for name in ("before", "warm", "fault", "recovery", "after"):
         x = win.get(name)
         if x:
             lat = x["write_latency_ms"]
