@@ -95,6 +95,15 @@ struct ArenaCounters {
   static constexpr size_t kLatencyBuckets = 8 * 40;
   std::atomic<uint64_t> latency[kLatencyBuckets];
   CoopCounters coop;
+  // Per home (the app node a page is homed at, by its index in the topology's node list; nodes
+  // from kHomeCounters on are not counted): lookups of the cache (every request that consulted
+  // it), hits among them, and unverifiable ones (the home's version could not be read or it was
+  // not vouching: forwarded, fail closed). The module's to count, like hits.
+  struct Home {
+    std::atomic<uint64_t> lookups, hits, unverifiable;
+  };
+  static constexpr size_t kHomeCounters = 64;
+  Home home[kHomeCounters];
 };
 
 struct ArenaStats {

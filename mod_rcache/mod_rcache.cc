@@ -440,6 +440,7 @@ struct RequestCtx {
   Mode mode = Mode::None;
   std::string base;  // base key
   uint64_t base_hash = 0;
+  uint32_t home = UINT32_MAX;  // the page's home (index in g.topo.nodes) once it was looked up
 };
 
 // The request's cache key (coherence/key.h): scheme as httpd sees it (mod_ssl, or the scheme of
@@ -728,6 +729,16 @@ void count(std::atomic<uint64_t> co::ArenaCounters::*m) {
   if (g.arena) (g.arena->counters().*m).fetch_add(1, std::memory_order_relaxed);
 }
 
+// Per-home accounting (tierce_rcache_home_*_total): the page's home is that of its base key, as
+// mod_appversion registers it (Tierce-Key is the base key's hash).
+uint32_t home_index(uint64_t base_hash) {
+  return uint32_t(&g.topo.home_of(base_hash) - g.topo.nodes.data());
+}
+void count_home(uint32_t home, std::atomic<uint64_t> co::ArenaCounters::Home::*m) {
+  if (g.arena && home < co::ArenaCounters::kHomeCounters)
+    (g.arena->counters().home[home].*m).fetch_add(1, std::memory_order_relaxed);
+}
+
 ap_filter_rec_t* g_out_filter = nullptr;  // RCACHE_OUT's registration (register_hooks)
 
 // Where a hit's body enters the output chain: the filter right after this request's RCACHE_OUT,
@@ -806,6 +817,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
       return DECLINED;
     case co::Verdict::Unverifiable:
       count(&co::ArenaCounters::version_failures);
+      count_home(ctx->home, &co::ArenaCounters::Home::unverifiable);
       if (from_peer) g.arena->counters().coop.remote_unverifiable.fetch_add(1, std::memory_order_relaxed);
       if (!res.reader_error.empty())
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0024: version read at %s: %s", home,
@@ -903,7 +915,12 @@ int rcache_handler(request_rec* r) {
   ctx->base_hash = co::hash64(ctx->base);
 
   if (action == rc::RequestAction::Lookup) {
-    if (lookup_and_adapt(r, ctx, pol) == OK) return OK;
+    ctx->home = home_index(ctx->base_hash);
+    count_home(ctx->home, &co::ArenaCounters::Home::lookups);
+    if (lookup_and_adapt(r, ctx, pol) == OK) {  // served from the cache: a hit
+      count_home(ctx->home, &co::ArenaCounters::Home::hits);
+      return OK;
+    }
   } else {
     count(&co::ArenaCounters::misses);
   }
@@ -1106,7 +1123,13 @@ int rcache_status_page(request_rec* r, bool metrics) {
     for (size_t i = 0; i < g.topo.nodes.size(); ++i) {
       if (g.topo.nodes[i].role != co::Role::App) continue;
       int hs = g.home_state ? g.home_state[i].load(std::memory_order_relaxed) : 0;
-      s.homes.push_back({g.topo.nodes[i].name, hs == 1 ? "ok" : hs == 2 ? "failed" : "unknown"});
+      rc::HomeReach h{g.topo.nodes[i].name, hs == 1 ? "ok" : hs == 2 ? "failed" : "unknown"};
+      if (i < co::ArenaCounters::kHomeCounters) {
+        h.lookups = ld(c.home[i].lookups);
+        h.hits = ld(c.home[i].hits);
+        h.unverifiable = ld(c.home[i].unverifiable);
+      }
+      s.homes.push_back(std::move(h));
     }
     if (g.coop != co::CoopScheme::Off) {
       const co::CoopCounters& k = c.coop;

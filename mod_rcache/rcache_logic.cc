@@ -484,7 +484,12 @@ std::string render_status_auto(const StatusSnapshot& s) {
   kv("VersionCheckP50us", us(s.p50_ns));
   kv("VersionCheckP90us", us(s.p90_ns));
   kv("VersionCheckP99us", us(s.p99_ns));
-  for (const auto& h : s.homes) kv("Home-" + h.name, h.state);
+  for (const auto& h : s.homes) {
+    kv("Home-" + h.name, h.state);
+    kv("Home-" + h.name + "-Lookups", n(h.lookups));
+    kv("Home-" + h.name + "-Hits", n(h.hits));
+    kv("Home-" + h.name + "-Unverifiable", n(h.unverifiable));
+  }
   if (s.coop.scheme != "off") {
     kv("coop_scheme", s.coop.scheme);
     for (const auto& [k, v] : s.coop.counters) kv("coop_" + k, n(v));
@@ -532,10 +537,14 @@ std::string render_status_html(const StatusSnapshot& s) {
   row("Version check p99 (&micro;s)", us(s.p99_ns));
   o += "</table>\n";
   if (!s.homes.empty()) {
-    o += "<h2>Homes (as seen by this child)</h2>\n<table border=\"1\">\n";
+    o += "<h2>Homes (state as seen by this child; lookups of the pages homed there, all "
+         "children)</h2>\n<table border=\"1\">\n<tr><th>Home</th><th>State</th><th>Lookups</th>"
+         "<th>Hits</th><th>Unverifiable</th><th>Hit ratio</th></tr>\n";
     for (const auto& h : s.homes)
       o += "<tr><th align=\"left\">" + html_escape(h.name) + "</th><td>" + html_escape(h.state) +
-           "</td></tr>\n";
+           "</td><td align=\"right\">" + n(h.lookups) + "</td><td align=\"right\">" + n(h.hits) +
+           "</td><td align=\"right\">" + n(h.unverifiable) + "</td><td align=\"right\">" +
+           fmt_ratio(h.hits, h.lookups - std::min(h.hits, h.lookups)) + "</td></tr>\n";
     o += "</table>\n";
   }
   if (s.coop.scheme != "off") {
@@ -589,6 +598,21 @@ std::string render_metrics(const StatusSnapshot& s) {
   for (const auto& h : s.homes)
     m.gauge("tierce_rcache_home_up", "Whether this child's last contact with the home succeeded.",
             uint64_t(h.state == "ok" ? 1 : 0), {{"home", h.name}});
+  // Per home: the hit ratio of the pages homed at each app node (a dead home costs its own pages;
+  // docs/OPERATIONS.md). Families of their own: tierce_rcache_hits_total keeps no label.
+  for (const auto& h : s.homes)
+    m.counter("tierce_rcache_home_lookups_total",
+              "Cache lookups of pages homed at this app node (hits, misses, stale, unverifiable).",
+              h.lookups, {{"home", h.name}});
+  for (const auto& h : s.homes)
+    m.counter("tierce_rcache_home_hits_total",
+              "Lookups of pages homed at this app node served from the cache.", h.hits,
+              {{"home", h.name}});
+  for (const auto& h : s.homes)
+    m.counter("tierce_rcache_home_unverifiable_total",
+              "Lookups of pages homed at this app node whose version could not be read or was not "
+              "vouched for (forwarded, fail closed).",
+              h.unverifiable, {{"home", h.name}});
   if (s.coop.scheme != "off") {
     for (const auto& [k, v] : s.coop.counters) {
       if (k == "lookup_ns")

@@ -181,6 +181,9 @@ std::optional<uint64_t> parse_uint(std::string_view s, uint64_t lo, uint64_t hi)
 struct HomeReach {
   std::string name;
   std::string state;  // "ok", "failed", "unknown"
+  // The pages homed at this node, over all children (coherence::ArenaCounters::Home): lookups,
+  // hits, and unverifiable lookups (forwarded, fail closed).
+  uint64_t lookups = 0, hits = 0, unverifiable = 0;
 };
 // The cooperative cache's counters (coherence::CoopCounters), by name, when RCacheCoop is on.
 struct CoopSnapshot {

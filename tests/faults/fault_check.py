@@ -9,7 +9,16 @@ tierce-cluster down (always) and a check that nothing of the cluster is left (pr
                  [--fault-at 4] [--fault-for 4] [--after 8] [--cycles 1] [--period S]
                  [--min-checked N] [--readers 8] [--writers 2] [--hot 100] [--seed 1]
                  [--app-links direct|relay] [--max-error-ratio R] [--budget S] [--json FILE] [--keep]
+                 [--rate OPS_PER_S | --closed-loop] [--write-ratio R] [--min-healthy-ratio R]
   fault_check.py --list
+
+Every run prints a per-second timeline: both proxies' per-home counters (/rcache-metrics,
+tierce_rcache_home_*_total) scraped every second, the hit ratio of the pages homed at the healthy
+app nodes (those the fault does not hit: FAULTED) and of all, with tierce-check --timeline's reads,
+stale reads and writes; per window the same and the update latency p50/p99. --min-healthy-ratio R
+fails the run when, from 2 x lease after a fault began until it ended, the healthy homes' hit
+ratio is below R x its value before the fault. The extra variants (EXTRA, issue 29) run open loop
+(tierce-check --rate) with the fault at 10 s; see tests/faults/README.md.
 
 --netns: the cluster across network namespaces (tierce-cluster up --netns: every node and MariaDB
 with its own address, memd between nodes over tcp, --transport tcp only). The fault commands are
@@ -31,14 +40,18 @@ so the allowance does not depend on how many operations this machine manages in 
 Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
 """
 import argparse
+import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
@@ -89,7 +102,72 @@ VARIANTS = {
     "partition_one_way": ("h", ["link app1 app2 cut --one-way"], ["link app1 app2 heal --one-way"], True, False,
                           "what app1 sends to app2 is lost, the other way works; nothing should fail"),
 }
-ORDER = list(VARIANTS)
+ORDER = list(VARIANTS)  # "mixed" goes through these, one per cycle
+
+# The graceful-degradation variants (issue 29): longer outages, a whole node lost, every process
+# restarted in turn, a node added. Not in "mixed" (a host loss is not healed, the others take tens
+# of seconds). Same tuple as VARIANTS; a command may be (seconds after the fault began, command)
+# and a command may chain tierce-cluster calls with " && ". Their timing and load defaults are in
+# EXTRA_DEFAULTS (open loop: --rate; see the README for the choice).
+EXTRA = {
+    "app1_memd_down30": ("i", ["signal app1 memd KILL"], ["restart-proc app1 memd"], False, False,
+                         "the writing node's memd dead for 30 s, then restarted: the pages homed at "
+                         "app1 fail closed; app2's should stay cached once a memd crash is not a "
+                         "writer loss (issue 29 Part 1)"),
+    "app2_memd_down30": ("j", ["signal app2 memd KILL"], ["restart-proc app2 memd"], False, False,
+                         "a remote home's memd dead for 30 s, then restarted: app1's pages should "
+                         "stay cached (issue 29 Part 1)"),
+    "app2_host_loss": ("k", ["signal app2 all KILL"], [], False, True,
+                       "every process of app2 (httpd, memd, and its tierce-writerd when the cluster "
+                       "runs one) killed and not restarted: a read the proxies balance to app2 fails "
+                       "until they mark it out (retry=1 s), and again at each retry; app1's pages stay "
+                       "cached only once a lost node can be dropped (issue 29 Part 2)"),
+    "rolling_restart": ("l", [(0, "signal app1 memd TERM && restart-proc app1 memd"),
+                              (10, "signal app1 httpd TERM && restart-proc app1 httpd"),
+                              (20, "signal app2 memd TERM && restart-proc app2 memd"),
+                              (30, "signal app2 httpd TERM && restart-proc app2 httpd")], [], False, True,
+                        "every memd and httpd of the app nodes restarted in turn, one step every 10 s: "
+                        "while app1's httpd restarts every write is refused"),
+    "node_added": ("m", ["add-node app3"], [], False, True,
+                   "app3 added to the topology (tierce-cluster add-node: new topology, app3 started, "
+                   "then every other memd, httpd and proxy restarted with it, one at a time): requests "
+                   "to a process being restarted may fail"),
+}
+VARIANTS.update(EXTRA)
+# Per variant: the homes a fault hits, as (from, to, homes) in seconds after it began ("end": until
+# the fault's end). The other app nodes are the HEALTHY homes of the timeline. Default: none.
+FAULTED = {
+    "app1_memd_kill": [(0, "end", {"app1"})], "app1_memd_stop": [(0, "end", {"app1"})],
+    "app2_memd_kill": [(0, "end", {"app2"})], "app2_memd_stop": [(0, "end", {"app2"})],
+    "slow_home": [(0, "end", {"app2"})], "partition": [(0, "end", {"app2"})],
+    "partition_one_way": [(0, "end", {"app2"})],
+    "app1_memd_down30": [(0, "end", {"app1"})], "app2_memd_down30": [(0, "end", {"app2"})],
+    "app2_host_loss": [(0, "end", {"app2"})],
+    "rolling_restart": [(0, 10, {"app1"}), (20, 30, {"app2"})],
+}
+# Defaults of the extra variants (an option given on the command line wins).
+# The fault at 10 s: the cache needs ~8 s to warm up at this rate (the baseline of
+# --min-healthy-ratio is the second half of the before window).
+_OPEN_LOOP = {"rate": 150.0, "write_ratio": 0.02, "readers": 16, "writers": 8, "fault_at": 10.0}
+EXTRA_DEFAULTS = {
+    "app1_memd_down30": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
+    "app2_memd_down30": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
+    "app2_host_loss": dict(_OPEN_LOOP, fault_for=20.0, after=0.0),
+    "rolling_restart": dict(_OPEN_LOOP, fault_for=40.0, after=8.0),
+    "node_added": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
+}
+CLOSED_LOOP = {"rate": None, "write_ratio": 0.1, "readers": 8, "writers": 2, "fault_at": 4.0,
+               "fault_for": 4.0, "after": 8.0}
+
+
+def commands_at(cmds, t0):
+    """[(time, command)] of a VARIANTS command list whose offsets count from t0."""
+    return [(t0 + c[0], c[1]) if isinstance(c, tuple) else (t0, c) for c in cmds]
+
+
+def shell_of(cmd, d):
+    """The --during shell command of a tierce-cluster command (chained with ' && ')."""
+    return " && ".join(f"{CLUSTER} {c.strip()} --dir {d}" for c in cmd.split("&&"))
 
 
 class Terminated(Exception):
@@ -136,6 +214,9 @@ class Round:
     def __init__(self, a, d, cycle0):
         self.events, self.ranges = [], {"before": [], "fault": [], "recovery": [], "after": []}
         self.variants = []
+        self.faulted = []  # (from, to, homes hit) in seconds of the run
+        self.faults = []   # (from, to) of each fault
+        self.timeline = None  # the proxies' scrapes (Scraper) and the checker's seconds, once run
         f, length, period = a.fault_at, a.fault_for, a.period
         t = 0.0
         for k in range(a.cycles):
@@ -143,10 +224,10 @@ class Round:
             self.variants.append(name)
             _, fault, heal, _, _, _ = VARIANTS[name]
             start = f + k * period
-            for c in fault:
-                self.events.append((start, c))
-            for c in heal:
-                self.events.append((start + length, c))
+            self.events += commands_at(fault, start) + commands_at(heal, start + length)
+            for lo, hi, homes in FAULTED.get(name, []):
+                self.faulted.append((start + lo, start + length if hi == "end" else start + hi, homes))
+            self.faults.append((start, start + length))
             self.ranges["before" if k == 0 else "after"].append((t, start))
             self.ranges["fault"].append((start, start + length))
             self.ranges["recovery"].append((start + length, start + length + 3))
@@ -155,6 +236,9 @@ class Round:
             self.ranges.setdefault(f"recovery-{name}", []).append((start + length, start + length + 3))
             t = start + length + 3
         self.duration = f + (a.cycles - 1) * period + length + a.after
+        # The second half of "before": the cache warm, the cold start's slow first updates
+        # (PHP, MariaDB) out: the baseline of the hit ratio and of the update latency.
+        self.ranges["warm"] = [(f / 2, f)]
         self.ranges["after"].append((t, self.duration))
         self.d = d
 
@@ -164,7 +248,9 @@ class Round:
                 "--duration", f"{self.duration:g}", "--no-pace", "--readers", str(a.readers),
                 "--writers", str(a.writers), "--hot", str(a.hot), "--seed", str(a.seed),
                 "--timeout", str(a.request_timeout), "--max-error-ratio", "1",  # counted per window here
-                "--json", result]
+                "--write-ratio", f"{a.write_ratio:g}", "--timeline", "--json", result]
+        if a.rate:
+            argv += ["--rate", f"{a.rate:g}"]  # open loop
         if a.coop != "off":
             argv += ["--site", SITE]  # both proxies then share cache keys (and copies)
         for name, rs in self.ranges.items():
@@ -172,23 +258,77 @@ class Round:
                 if hi > lo:
                     argv += ["--window", f"{name}={lo:g}-{hi:g}"]
         for at, cmd in self.events:
-            argv += ["--during", f"{CLUSTER} {cmd} --dir {self.d}@{at:g}"]
+            argv += ["--during", f"{shell_of(cmd, self.d)}@{at:g}"]
         return argv
 
 
-def run_checker(a, argv, budget):
+HOME_RE = re.compile(r'^tierce_rcache_home_(lookups|hits|unverifiable)_total\{home="([^"]*)"\} (\S+)$')
+
+
+def scrape(url, timeout=0.8):
+    """{(kind, home): value} of a proxy's per-home counters (/rcache-metrics), None when it does
+    not answer (down, restarting)."""
+    u = urllib.parse.urlsplit(url)
+    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+    try:
+        c.request("GET", "/rcache-metrics")
+        r = c.getresponse()
+        text = r.read().decode("utf-8", "replace")
+        if r.status != 200:
+            return None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        c.close()
+    out = {}
+    for line in text.splitlines():
+        m = HOME_RE.match(line)
+        if m:
+            out[(m.group(1), m.group(2))] = float(m.group(3))
+    return out
+
+
+class Scraper(threading.Thread):
+    """Scrapes every proxy's per-home counters once a second from t0 (the checker's start) until
+    stopped: samples[k] = (seconds since t0, [counters or None per proxy])."""
+
+    def __init__(self, urls, t0):
+        super().__init__(daemon=True)
+        self.urls, self.t0, self.samples = urls, t0, []
+        self.done = threading.Event()
+
+    def run(self):
+        k = 0
+        while True:
+            wait = self.t0 + k - time.monotonic()
+            if wait > 0 and self.done.wait(wait):
+                break
+            if self.done.is_set():
+                break
+            at = time.monotonic() - self.t0
+            self.samples.append((at, [scrape(u) for u in self.urls]))
+            k += 1
+
+
+def proxy_urls(d):
+    return [n["url"] for n in tcluster.load_state(d)["nodes"] if n["role"] == "proxy"]
+
+
+def run_checker(a, argv, budget, scraper_urls=None):
     """tierce-check in its own session (a timeout kills its --during children too); returns
-    (exit code or None when it was killed, result dict or None)."""
+    (exit code or None when it was killed, result dict or None, the proxies' scrapes)."""
     result = argv[argv.index("--json") + 1]
     say("running: " + " ".join(f"'{x}'" if " " in x else x for x in argv))
     p = subprocess.Popen(argv, start_new_session=True)
+    scr = Scraper(scraper_urls or [], time.monotonic())
+    scr.start()
     try:
         rc = p.wait(timeout=budget)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         say(f"tierce-check did not finish within its budget of {budget:.0f} s: killed")
-        return None, None
+        return None, None, scr.samples
     except BaseException:
         try:
             os.killpg(p.pid, signal.SIGKILL)
@@ -196,12 +336,156 @@ def run_checker(a, argv, budget):
             pass
         p.wait()
         raise
+    finally:
+        scr.done.set()
+        scr.join()
     try:
         with open(result) as f:
-            return rc, json.load(f)
+            return rc, json.load(f), scr.samples
     except (OSError, ValueError) as e:
         say(f"no checker result in {result}: {e}")
-        return rc, None
+        return rc, None, scr.samples
+
+
+def lease_s(d):
+    """[coherence] lease_ms of the cluster's topology, in seconds (1 s when it says nothing)."""
+    try:
+        with open(os.path.join(d, "cluster.toml")) as f:
+            m = re.search(r"^lease_ms\s*=\s*(\d+)", f.read(), re.M)
+    except OSError:
+        m = None
+    return int(m.group(1)) / 1000 if m else 1.0
+
+
+def ratio(hits, lookups):
+    return hits / lookups if lookups else None
+
+
+def build_timeline(r, samples, res):
+    """Per second k (from the proxies' scrape at ~k s to the one at ~k+1 s; a proxy that did not
+    answer either time is left out of that second and counted in proxies_missing, a restarted one
+    reads as a counter reset): lookups and hits of the pages homed at the HEALTHY app nodes (those
+    no fault hits during that second), of those at the SPARED ones (no fault of the round hits
+    them at all: what the windows compare), and of all, with the checker's reads, stale reads and
+    writes of that second (tierce-check --timeline)."""
+    secs = {x["t"]: x for x in (res or {}).get("timeline", [])}
+    hit_homes = set().union(*[h for _, _, h in r.faulted]) if r.faulted else set()
+    rows = []
+    for k in range(len(samples) - 1):
+        prev, cur = samples[k][1], samples[k + 1][1]
+        per_home, missing = {}, 0
+        for p, c in zip(prev, cur):
+            if p is None or c is None:
+                missing += 1
+                continue
+            for (kind, home), v in c.items():
+                b = p.get((kind, home), 0.0)
+                per_home.setdefault(home, {"lookups": 0.0, "hits": 0.0, "unverifiable": 0.0})[kind] += \
+                    v - b if v >= b else v
+        faulted = set().union(*[h for lo, hi, h in r.faulted if lo < k + 1 and hi > k]) if r.faulted else set()
+
+        def total(homes, kind):
+            return int(sum(per_home[h][kind] for h in homes))
+        healthy = sorted(h for h in per_home if h not in faulted)
+        spared = sorted(h for h in per_home if h not in hit_homes)
+        x = secs.get(k, {})
+        row = {"t": k, "scraped_at_s": round(samples[k + 1][0], 2), "faulted": sorted(faulted), "healthy": healthy,
+               "healthy_lookups": total(healthy, "lookups"), "healthy_hits": total(healthy, "hits"),
+               "spared_lookups": total(spared, "lookups"), "spared_hits": total(spared, "hits"),
+               "lookups": total(per_home, "lookups"), "hits": total(per_home, "hits"),
+               "unverifiable": total(per_home, "unverifiable"), "proxies_missing": missing,
+               "reads": x.get("reads", 0), "stale_reads": x.get("stale_reads", 0),
+               "writes": x.get("writes", 0), "writes_ok": x.get("writes_ok", 0), "errors": x.get("errors", 0),
+               "write_p50_ms": x.get("write_latency_ms", {}).get("p50"),
+               "write_p99_ms": x.get("write_latency_ms", {}).get("p99")}
+        row["healthy_ratio"] = ratio(row["healthy_hits"], row["healthy_lookups"])
+        row["ratio"] = ratio(row["hits"], row["lookups"])
+        rows.append(row)
+    return rows
+
+
+def in_ranges(t, ranges):
+    """Second [t, t+1) lies in one of the ranges."""
+    return any(lo <= t and t + 1 <= hi + 1e-9 for lo, hi in ranges)
+
+
+def window_summary(r, rows, res):
+    """Per window (before / fault / recovery / after): the hit ratio of the spared homes (those no
+    fault of the round hits) and of all, the stale reads, the update latency p50/p99."""
+    wins = {w["name"]: w for w in (res or {}).get("windows", [])}
+    out = {}
+    for name in ("before", "warm", "fault", "recovery", "after"):
+        sel = [x for x in rows if in_ranges(x["t"], r.ranges.get(name, []))]
+        w = wins.get(name)
+        if not sel and not w:
+            continue
+        sh, sl = sum(x["spared_hits"] for x in sel), sum(x["spared_lookups"] for x in sel)
+        hh, hl = sum(x["healthy_hits"] for x in sel), sum(x["healthy_lookups"] for x in sel)
+        ah, al = sum(x["hits"] for x in sel), sum(x["lookups"] for x in sel)
+        lat = (w or {}).get("write_latency_ms", {})
+        out[name] = {"seconds": len(sel), "spared_hits": sh, "spared_lookups": sl, "spared_ratio": ratio(sh, sl),
+                     "healthy_hits": hh, "healthy_lookups": hl, "healthy_ratio": ratio(hh, hl),
+                     "hits": ah, "lookups": al, "ratio": ratio(ah, al),
+                     "stale_reads": (w or {}).get("stale_reads", 0), "checked_reads": (w or {}).get("checked_reads", 0),
+                     "update_p50_ms": lat.get("p50"), "update_p99_ms": lat.get("p99")}
+    return out
+
+
+def healthy_checks(a, r, rows, lease):
+    """Per fault of the round: the healthy homes' hit ratio from 2 x lease after it began until it
+    ended, against the spared homes' ratio before the first fault (the second half of the before
+    window: the first seconds warm the cache up); and the longest run of seconds in which no
+    lookup at all was a hit (from the fault's start to 3 s after its end)."""
+    out = []
+    before = [x for x in rows if a.fault_at / 2 <= x["t"] and x["t"] + 1 <= a.fault_at + 1e-9]
+    spared_any = any(x["spared_lookups"] for x in rows)
+    if spared_any:
+        base = ratio(sum(x["spared_hits"] for x in before), sum(x["spared_lookups"] for x in before))
+    else:  # every home is hit at some point (rolling restart): all homes before the fault
+        base = ratio(sum(x["hits"] for x in before), sum(x["lookups"] for x in before))
+    for start, end in r.faults:
+        sel = [x for x in rows if in_ranges(x["t"], [(start + 2 * lease, end)])]
+        hh, hl = sum(x["healthy_hits"] for x in sel), sum(x["healthy_lookups"] for x in sel)
+        run = longest = 0
+        for x in rows:
+            if start <= x["t"] < end + 3:
+                run = run + 1 if x["lookups"] and not x["hits"] else 0
+                longest = max(longest, run)
+        c = {"from_s": start + 2 * lease, "to_s": end, "baseline_ratio": base, "healthy_hits": hh,
+             "healthy_lookups": hl, "healthy_ratio": ratio(hh, hl), "longest_zero_hit_run_s": longest}
+        c["relative"] = (c["healthy_ratio"] / base) if base and c["healthy_ratio"] is not None else None
+        out.append(c)
+    return out
+
+
+def fmt_ratio(x):
+    return "   -  " if x is None else f"{x:6.3f}"
+
+
+def print_timeline(rows, wsum, checks):
+    print("  per second (hit ratio of the pages homed at the healthy nodes / of all; stale reads by "
+          "the second the read started):")
+    print(f"  {'t':>3} {'faulted':9} {'healthy hits/lookups':>21} {'ratio':>6} {'all hits/lookups':>17} "
+          f"{'ratio':>6} {'unverif':>7} {'reads':>5} {'stale':>5} {'writes':>6} {'upd p99 ms':>10}")
+    for x in rows:
+        p99 = "-" if not x["writes_ok"] else f"{x['write_p99_ms']:.0f}"
+        miss = f"  ({x['proxies_missing']} proxy not scraped)" if x["proxies_missing"] else ""
+        if x["scraped_at_s"] > x["t"] + 1.5:
+            miss += f"  (scraped late, at {x['scraped_at_s']:.1f} s)"
+        print(f"  {x['t']:>3} {','.join(x['faulted']) or '-':9} {x['healthy_hits']:>10}/{x['healthy_lookups']:<10} "
+              f"{fmt_ratio(x['healthy_ratio'])} {x['hits']:>8}/{x['lookups']:<8} {fmt_ratio(x['ratio'])} "
+              f"{x['unverifiable']:>7} {x['reads']:>5} {x['stale_reads']:>5} {x['writes']:>6} {p99:>10}{miss}")
+    for name, w in wsum.items():
+        p50 = "-" if w["update_p50_ms"] is None else f"{w['update_p50_ms']:.1f}"
+        p99 = "-" if w["update_p99_ms"] is None else f"{w['update_p99_ms']:.1f}"
+        print(f"  window {name:9} {w['seconds']:>3} s: spared homes hit ratio {fmt_ratio(w['spared_ratio'])}, "
+              f"all {fmt_ratio(w['ratio'])}, stale {w['stale_reads']} of {w['checked_reads']} checked, "
+              f"update p50 {p50} ms p99 {p99} ms")
+    for c in checks:
+        print(f"  healthy homes {c['from_s']:g}-{c['to_s']:g} s: hit ratio {fmt_ratio(c['healthy_ratio'])} "
+              f"({c['healthy_hits']}/{c['healthy_lookups']}), before {fmt_ratio(c['baseline_ratio'])}, "
+              f"relative {fmt_ratio(c['relative'])}; longest run with no hit at all "
+              f"{c['longest_zero_hit_run_s']} s")
 
 
 def leftovers(d, st):
@@ -251,18 +535,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--checker", help="the tierce-check executable")
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--variant", choices=ORDER + ["mixed"])
+    ap.add_argument("--variant", choices=list(VARIANTS) + ["mixed"])
     ap.add_argument("--transport", choices=["tcp", "shm"], default="shm")
-    ap.add_argument("--fault-at", type=float, default=4.0, help="seconds into the run (default 4)")
-    ap.add_argument("--fault-for", type=float, default=4.0, help="seconds until the heal (default 4)")
-    ap.add_argument("--after", type=float, default=8.0, help="seconds the run goes on after the heal")
+    ap.add_argument("--fault-at", type=float, help="seconds into the run (default 4; the extra variants 10)")
+    ap.add_argument("--fault-for", type=float, help="seconds until the heal (default 4; the extra "
+                                                    "variants: EXTRA_DEFAULTS)")
+    ap.add_argument("--after", type=float, help="seconds the run goes on after the heal (default 8)")
     ap.add_argument("--cycles", type=int, default=1, help="faults per round")
     ap.add_argument("--period", type=float, help="seconds from one fault to the next (default "
                                                  "fault-for + after)")
     ap.add_argument("--min-checked", type=int, default=0, help="rounds until this many reads were checked")
     ap.add_argument("--max-rounds", type=int, default=100)
-    ap.add_argument("--readers", type=int, default=8)
-    ap.add_argument("--writers", type=int, default=2)
+    ap.add_argument("--readers", type=int, help="reader threads (default 8; open loop 16)")
+    ap.add_argument("--writers", type=int, help="writer threads (default 2; open loop 8)")
+    ap.add_argument("--rate", type=float, help="open loop: tierce-check --rate, operations per second "
+                                               "(default: closed loop --no-pace; the extra variants 150)")
+    ap.add_argument("--closed-loop", action="store_true", help="no --rate even for the extra variants")
+    ap.add_argument("--write-ratio", type=float, help="tierce-check --write-ratio (default 0.1; open "
+                                                      "loop 0.02)")
+    ap.add_argument("--min-healthy-ratio", type=float,
+                    help="fail when, from 2 x lease after a fault began until it ended, the hit ratio "
+                         "of the pages homed at the healthy nodes is below this times its value "
+                         "before the fault (issue 29: 0.9); default off")
     ap.add_argument("--hot", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--request-timeout", type=float, default=30.0,
@@ -284,17 +578,28 @@ def main():
     ap.add_argument("--list", action="store_true", help="list the variants and exit")
     a = ap.parse_args()
     if a.list:
+        # The extra variants are marked "+" (soak.sh and "mixed" leave them out).
         for name, (letter, fault, heal, relay, may_fail, why) in VARIANTS.items():
-            print(f"{letter:3} {name:18} {'; '.join(fault)} -> {'; '.join(heal)}  "
+            cmds = lambda cs: "; ".join(c if isinstance(c, str) else f"@+{c[0]}s {c[1]}" for c in cs)  # noqa: E731
+            print(f"{'+' if name in EXTRA else letter:3} {name:18} {cmds(fault)} -> {cmds(heal) or '(not healed)'}  "
                   f"({'errors expected while down' if may_fail else 'no errors expected'}"
                   f"{', relays' if relay else ''}): {why}")
         return 0
     if not a.checker or not a.variant:
         ap.error("--checker and --variant are required")
     a.build = os.path.abspath(a.build)
+    defaults = dict(EXTRA_DEFAULTS.get(a.variant, CLOSED_LOOP))
+    if a.closed_loop:
+        defaults["rate"] = None
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    for k in ("readers", "writers", "write_ratio"):  # closed loop unless given
+        if getattr(a, k) is None:
+            setattr(a, k, CLOSED_LOOP[k])
     if a.period is None:
         a.period = a.fault_for + a.after
-    if a.period < a.fault_for + 3:
+    if a.cycles > 1 and a.period < a.fault_for + 3:
         ap.error("--period must leave 3 s of recovery after each heal")
     names = ORDER if a.variant == "mixed" else [a.variant]
     if a.netns:
@@ -342,7 +647,10 @@ def main():
             cycle0 += a.cycles
             result = os.path.join(d, f"tierce-check-{len(rounds) + 1}.json")
             budget = a.budget or r.duration + 3 * a.request_timeout + 30
-            crc, res = run_checker(a, r.argv(a, result), budget)
+            crc, res, samples = run_checker(a, r.argv(a, result), budget, proxy_urls(d))
+            rows = build_timeline(r, samples, res)
+            r.timeline = {"seconds": rows, "windows": window_summary(r, rows, res),
+                          "healthy": healthy_checks(a, r, rows, lease_s(d))}
             rounds.append((r, crc, res))
             if crc is None:
                 problems.append(f"round {len(rounds)}: tierce-check hung (killed after {budget:.0f} s)")
@@ -410,7 +718,7 @@ def summarize(a, rounds, problems, elapsed):
     for x in win.values():
         lat = x.pop("lat")
         x["write_latency_ms"] = {"p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": max(lat) if lat else 0.0}
-    names = sorted({v for r, _, _ in rounds for v in r.variants}, key=ORDER.index) or \
+    names = sorted({v for r, _, _ in rounds for v in r.variants}, key=list(VARIANTS).index) or \
         (ORDER if a.variant == "mixed" else [a.variant])
     # Errors the fault does not explain: every window but the fault and recovery windows of the
     # variants that take down what serves the requests.
@@ -421,12 +729,29 @@ def summarize(a, rounds, problems, elapsed):
     if c_ratio > a.max_error_ratio:
         problems.append(f"{c_errors} errors of {c_ops} operations the fault does not explain "
                         f"(ratio {c_ratio:.4f} > {a.max_error_ratio:g})")
+    timelines = [r.timeline for r, _, _ in rounds if r.timeline]
+    if a.min_healthy_ratio is not None:
+        for i, t in enumerate(timelines):
+            for c in t["healthy"]:
+                what = f"round {i + 1}: healthy homes {c['from_s']:g}-{c['to_s']:g} s"
+                if c["relative"] is None:
+                    problems.append(f"{what}: no ratio to compare (hits/lookups {c['healthy_hits']}/"
+                                    f"{c['healthy_lookups']}, before {c['baseline_ratio']})")
+                elif c["relative"] < a.min_healthy_ratio:
+                    problems.append(f"{what}: hit ratio {c['healthy_ratio']:.3f} is {c['relative']:.2f} x "
+                                    f"its {c['baseline_ratio']:.3f} before the fault "
+                                    f"(< --min-healthy-ratio {a.min_healthy_ratio:g})")
     s = {"variant": a.variant, "letters": [VARIANTS[n][0] for n in names], "transport": a.transport,
          "app_links": a.app_links, "rounds": len(rounds), "cycles_per_round": a.cycles,
          "max_error_ratio": a.max_error_ratio, "elapsed_s": round(elapsed, 1), **tot,
          "error_ratio": (tot["errors"] / tot["ops"]) if tot["ops"] else None,
          "counted_errors": c_errors, "counted_ops": c_ops, "counted_error_ratio": c_ratio, "windows": win,
-         "problems": problems}
+         "load": {"rate": a.rate, "write_ratio": a.write_ratio, "readers": a.readers, "writers": a.writers,
+                  "late": sum((res or {}).get("rate", {}).get("late", 0) for _, _, res in rounds),
+                  "max_lag_ms": max([(res or {}).get("rate", {}).get("max_lag_ms", 0) for _, _, res in rounds]
+                                    or [0])},
+         "fault_at": a.fault_at, "fault_for": a.fault_for, "after": a.after,
+         "min_healthy_ratio": a.min_healthy_ratio, "timeline": timelines, "problems": problems}
     if tot["stale_reads"] and not any("stale" in p for p in problems):
         problems.append(f"{tot['stale_reads']} stale read(s)")
     s["pass"] = not problems and bool(rounds) and tot["stale_reads"] == 0
@@ -436,13 +761,21 @@ def summarize(a, rounds, problems, elapsed):
           f"writes ok {tot['writes_ok']}, errors {tot['errors']} (ratio "
           f"{0 if not tot['ops'] else tot['errors'] / tot['ops']:.4f}; not explained by the fault "
           f"{c_errors} of {c_ops}, ratio {c_ratio:.4f}, allowed {a.max_error_ratio:g})")
-    for name in ("before", "fault", "recovery", "after"):
+    for name in ("before", "warm", "fault", "recovery", "after"):
         x = win.get(name)
         if x:
             lat = x["write_latency_ms"]
             print(f"  {name:9} checked reads {x['checked_reads']:>7}  stale {x['stale_reads']:>4}  writes ok "
                   f"{x['writes_ok']:>5} of {x['writes']:>5}  update latency p50 {lat['p50']:8.1f} ms  "
                   f"p99 {lat['p99']:8.1f} ms  max {lat['max']:8.1f} ms  errors {x['errors']}")
+    ld = s["load"]
+    print(f"  load: {'open loop ' + format(ld['rate'], 'g') + ' ops/s' if ld['rate'] else 'closed loop (--no-pace)'}, "
+          f"write ratio {ld['write_ratio']:g}, {ld['readers']} readers, {ld['writers']} writers"
+          + (f"; {ld['late']} operations started > 50 ms late (max lag {ld['max_lag_ms']:.0f} ms)" if ld["rate"] else ""))
+    for i, t in enumerate(timelines[:3]):
+        if len(timelines) > 1:
+            print(f"  round {i + 1}:")
+        print_timeline(t["seconds"], t["windows"], t["healthy"])
     for p in problems:
         print(f"  FAILED: {p}")
     return s

@@ -14,6 +14,13 @@ reads, errors), the total stale reads must all fall in window stale, the "both" 
 the sum of slow and stale, every window's checked reads <= its reads, and the per-window write
 latencies must be listed in the JSON. Bad --window arguments exit 2.
 
+Then --rate (open loop) and --timeline against a fresh fake app, 5 s at 100 ops/s (write ratio
+0.1) with ONE writer: while updates take 300 ms ([2, 4) s) that writer falls behind its schedule
+(10 writes/s due, ~3/s possible), so the writes due then must show latencies well above 300 ms
+(measured from the scheduled time, not from when the writer got to them) and be counted late,
+while the reads keep their 90 per second in every second of the timeline (their schedule does not
+wait for the writes).
+
   window_selftest.py --checker PATH
 Exit 0 passed, 1 failed.
 """
@@ -161,10 +168,44 @@ def main():
         # --no-pace: the 300 ms writes did not hold the readers back.
         need(w["slow"]["reads"] > 20 * w["slow"]["writes"],
              f"slow: {w['slow']['reads']} reads for {w['slow']['writes']} writes (readers were paced?)")
+    # --rate + --timeline: open loop.
+    st2 = State()
+    srv2 = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(st2))
+    srv2.daemon_threads = True
+    threading.Thread(target=srv2.serve_forever, daemon=True).start()
+    url2 = f"http://127.0.0.1:{srv2.server_address[1]}/"
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        argv = [a.checker, "--proxy", url2, "--app", url2, "--readers", "4", "--writers", "1", "--hot", "10",
+                "--timeout", "5", "--duration", "5", "--rate", "100", "--write-ratio", "0.1", "--timeline",
+                "--json", out, "--quiet"]
+        print("== " + " ".join(argv), flush=True)
+        rc2 = subprocess.run(argv, timeout=120).returncode
+        try:
+            with open(out) as f:
+                res2 = json.load(f)
+        except (OSError, ValueError):
+            res2 = {}
+            failures.append(f"--rate run: exit {rc2}, no result")
+    srv2.shutdown()
+    tl = res2.get("timeline", [])
+    print(json.dumps({"rate": res2.get("rate"), "timeline": tl}, indent=1))
+    need(len(tl) >= 5, f"--timeline: {len(tl)} seconds (want 5)")
+    if len(tl) >= 5:
+        for x in tl[:5]:
+            need(85 <= x["reads"] <= 95, f"--rate: second {x['t']}: {x['reads']} reads (want ~90: open loop)")
+        need(tl[0]["writes"] >= 8 and tl[0]["write_latency_ms"]["p99"] < 200,
+             f"--rate: second 0: {tl[0]['writes']} writes, p99 {tl[0]['write_latency_ms']['p99']} ms")
+        worst = max(tl[2]["write_latency_ms"]["p50"], tl[3]["write_latency_ms"]["p50"])
+        need(worst > 600, f"--rate: seconds 2-3: write p50 at most {worst} ms (want > 600: the backlog "
+                          "behind the one writer, measured from the scheduled times)")
+    need((res2.get("rate") or {}).get("late", 0) > 5, f"--rate: late operations {res2.get('rate')}")
+    need(res2.get("reads", 0) + res2.get("writes", 0) <= 505, f"--rate: {res2.get('reads')} reads + "
+         f"{res2.get('writes')} writes in 5 s at 100/s")
     for f in failures:
         print(f"FAIL: {f}")
     if not failures:
-        print("PASS: tierce-check --window self-test")
+        print("PASS: tierce-check --window, --rate and --timeline self-test")
     return 1 if failures else 0
 
 

@@ -571,6 +571,9 @@ def test_modules(build, d, exporter, textdir):
                                                     "tierce_rcache_misses_total",
                                                     "tierce_rcache_stores_total"))
         reg0 = value(av0, "tierce_appversion_registrations_total", node=app_node) or 0
+        # Per home (one app node: every page is homed at it): lookups and hits of its pages.
+        hl0, hh0 = (value(rc0, n, home=app_node) or 0 for n in ("tierce_rcache_home_lookups_total",
+                                                                 "tierce_rcache_home_hits_total"))
         status, _, _ = http_get(proxy, page)
         check(status == 200, f"GET {page} through the proxy: {status}")
         check(rc("tierce_rcache_misses_total") == m0 + 1, "the first GET is not one miss")
@@ -580,6 +583,10 @@ def test_modules(build, d, exporter, textdir):
         status, _, _ = http_get(proxy, page)
         check(status == 200, f"GET {page} again: {status}")
         check(rc("tierce_rcache_hits_total") == h0 + 1, "the second GET is not one hit")
+        check(rc("tierce_rcache_home_lookups_total", home=app_node) == hl0 + 2,
+              f"the two GETs are not two lookups of pages homed at {app_node}")
+        check(rc("tierce_rcache_home_hits_total", home=app_node) == hh0 + 1,
+              f"the second GET is not one hit of a page homed at {app_node}")
         check(rc("tierce_rcache_version_check_seconds_count") >= 1,
               "the hit's version check is not counted in the summary")
         # 2. appversion: an update invalidates (acknowledged by the home), the next GET is stale.
@@ -601,7 +608,7 @@ def test_modules(build, d, exporter, textdir):
               "the GET after the bid is not one stale reject")
         print("modules: /appversion-metrics and /rcache-metrics pass promtool and the client "
               "parser (Content-Type 0.0.4); a miss, a store, a hit, a registration, an "
-              "acknowledged invalidation and the stale reject after it are counted")
+              "acknowledged invalidation and the stale reject after it are counted (also per home)")
     finally:
         if up:
             r = subprocess.run([CLUSTER, "down", "--dir", cd], capture_output=True, text=True)

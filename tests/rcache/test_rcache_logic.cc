@@ -484,7 +484,7 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   s.p50_ns = 12000;
   s.p99_ns = 50000;
   s.latency_count = 5;
-  s.homes = {{"app1", "ok"}, {"app<2>", "failed"}};
+  s.homes = {{"app1", "ok", 10, 9, 0}, {"app<2>", "failed", 6, 1, 4}};
   std::string a = render_status_auto(s);
   BOOST_TEST(a.find("Hits: 3\n") != std::string::npos);
   BOOST_TEST(a.find("Invalidations: 2\n") != std::string::npos);
@@ -513,6 +513,20 @@ BOOST_AUTO_TEST_CASE(status_renderers) {
   BOOST_TEST(m.find("tierce_rcache_version_check_seconds_count 5") != std::string::npos);
   BOOST_TEST(m.find("tierce_rcache_home_up{home=\"app1\"} 1") != std::string::npos);
   BOOST_TEST(m.find("tierce_rcache_home_up{home=\"app<2>\"} 0") != std::string::npos);
+  // Per home: one family each, a sample per app node (the hit ratio of the pages homed there).
+  BOOST_TEST(m.find("# TYPE tierce_rcache_home_lookups_total counter\n"
+                    "tierce_rcache_home_lookups_total{home=\"app1\"} 10\n"
+                    "tierce_rcache_home_lookups_total{home=\"app<2>\"} 6\n") != std::string::npos,
+             m);
+  BOOST_TEST(m.find("tierce_rcache_home_hits_total{home=\"app1\"} 9\n"
+                    "tierce_rcache_home_hits_total{home=\"app<2>\"} 1\n") != std::string::npos,
+             m);
+  BOOST_TEST(
+      m.find("tierce_rcache_home_unverifiable_total{home=\"app<2>\"} 4\n") != std::string::npos, m);
+  BOOST_TEST(a.find("Home-app1: ok\nHome-app1-Lookups: 10\nHome-app1-Hits: 9\n"
+                    "Home-app1-Unverifiable: 0\n") != std::string::npos,
+             a);
+  BOOST_TEST(h.find(">0.1667<") != std::string::npos, h);  // app<2>: 1 hit of 6 lookups
   BOOST_TEST(m.find("coop") == std::string::npos);  // no [coop]: no coop families
   // With [coop]: lookup_ns is a counter of seconds (promtool refuses a counter without _total
   // and a unit other than the base one), the misses one family each, labelled by reason.

@@ -57,6 +57,7 @@ const char* kUsage =
     "                    [--during \"SHELL COMMAND\"@SECONDS]... [--max-error-ratio 0.01]\n"
     "                    [--timeout 10] [--direct] [--json FILE] [--quiet]\n"
     "                    [--window NAME=FROM-TO]... [--no-pace] [--site HOST[:PORT]] [--strict]\n"
+    "                    [--rate OPS_PER_S] [--timeline]\n"
     "Readers GET item.php / category.php / user.php through the proxies (--direct: the app nodes);\n"
     "writers POST bid.php / edit.php to the app nodes. A read showing an entity version older than\n"
     "one whose update returned before the read started is a STALE READ.\n"
@@ -70,6 +71,14 @@ const char* kUsage =
     "and errors of the operations that started in it, printed and in --json \"windows\".\n"
     "--no-pace: readers and writers each go as fast as they can (--write-ratio only decides whether\n"
     "there are readers and writers at all): a stalled write path (a fault) does not hold reads back.\n"
+    "--rate R: open loop: operations are issued on a schedule, R per second in all (reads\n"
+    "R x (1 - write ratio), writes R x write ratio, each role's schedule shared by its threads),\n"
+    "not when the previous one returned; latencies are measured from the scheduled time (so a\n"
+    "stall shows as the queue it causes). Operations that start > 50 ms after their time are\n"
+    "counted as late: many means the threads or the machine could not keep the rate. Implies\n"
+    "--no-pace.\n"
+    "--timeline: per-second counts (by the second the operation started or was scheduled) in\n"
+    "--json \"timeline\": reads, stale reads, writes, their latency p50/p99, errors.\n"
     "--site: the Host header of reads through the proxies (default: each proxy's own address). Give\n"
     "the site name the proxies share, as a load balancer in front of them forwards it: the proxies\n"
     "then share cache keys (RCacheCoop).\n"
@@ -165,6 +174,8 @@ struct Options {
   std::string json_path, cluster_path;
   bool quiet = false, direct = false, pace = true;
   bool strict = false;  // read-read inversions fail the run
+  std::optional<double> rate;  // --rate: open loop, operations per second in all
+  bool timeline = false;
   double max_error_ratio = 0.01;
   double timeout = 10;
   std::string cache = "unknown";
@@ -260,6 +271,11 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--direct") o.direct = true;
     else if (a == "--no-pace") o.pace = false;
     else if (a == "--strict") o.strict = true;
+    else if (a == "--rate") {
+      o.rate = to_d(a, val(), 0.01, 1e6);
+      o.pace = false;
+    } else if (a == "--timeline")
+      o.timeline = true;
     else if (a == "--max-error-ratio") o.max_error_ratio = to_d(a, val(), 0, 1);
     else if (a == "--timeout") o.timeout = to_d(a, val(), 0.01, 3600);
     else usage_error("unknown argument '" + a + "'");
@@ -375,8 +391,37 @@ struct Shared {
   std::atomic<long long> r_started{0}, w_started{0}, r_done{0}, w_done{0}, errors{0};
   std::atomic<bool> stop{false};
   std::atomic<int> readers_left{0}, writers_left{0};
-  bool record_ops = false;  // --window given: keep an OpRec per operation
+  bool record_ops = false;  // --window or --timeline given: keep an OpRec per operation
+  // --rate: the n-th read (write) is due at t0 + n * interval; 0 = closed loop.
+  int64_t read_interval_ns = 0, write_interval_ns = 0;
+  std::atomic<long long> r_ticket{0}, w_ticket{0};
+  std::atomic<long long> late{0};   // operations that started > kLateNs after their time
+  std::atomic<int64_t> max_lag{0};  // ns
 };
+constexpr int64_t kLateNs = 50'000'000;
+
+// --rate: takes the next slot of the role's schedule and sleeps until it is due. Returns the
+// scheduled time, or 0 when the run ends first. Closed loop (no --rate): now.
+int64_t next_slot(Shared& sh, bool writer) {
+  const int64_t interval = writer ? sh.write_interval_ns : sh.read_interval_ns;
+  if (interval == 0) return now_ns();
+  long long k = (writer ? sh.w_ticket : sh.r_ticket).fetch_add(1);
+  int64_t due = sh.t0 + k * interval;
+  if (sh.stop_at && due >= sh.stop_at) return 0;
+  for (;;) {
+    if (sh.stop.load()) return 0;
+    int64_t now = now_ns();
+    if (now >= due) {
+      int64_t lag = now - due;
+      if (lag > kLateNs) sh.late++;
+      int64_t m = sh.max_lag.load();
+      while (lag > m && !sh.max_lag.compare_exchange_weak(m, lag)) {
+      }
+      return due;
+    }
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<int64_t>(due - now, 50'000'000)));
+  }
+}
 
 double rel_s(const Shared& sh, int64_t t) { return double(t - sh.t0) / 1e9; }
 
@@ -442,12 +487,16 @@ void reader(Shared& sh, int idx, ThreadOut& out) {
     std::string path = std::string(kTypeNames[type]) + ".php?id=" + std::to_string(id);
     ErrKind kind;
     std::string err;
+    // --rate: latency from the scheduled time; the stale check keeps the real start (a write that
+    // returned between the two is not one the read must see).
+    int64_t t_sched = next_slot(sh, false);
+    if (t_sched == 0) break;
     out.reads_total++;
     int64_t t_start = now_ns();
     bool ok = conns[t]->request("GET", path, "", "", resp, kind, err);
     int64_t t_end = now_ns();
     sh.r_done++;
-    if (sh.record_ops) out.ops.push_back({t_start, t_end, false, false});
+    if (sh.record_ops) out.ops.push_back({t_sched, t_end, false, false});
     if (!ok) {
       note_error(sh, out, false, err_kind_name(kind), sh.read_targets[t].text, "GET " + path + ": " + err);
       if (kind == ErrKind::Connect) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -469,7 +518,7 @@ void reader(Shared& sh, int idx, ThreadOut& out) {
     }
     out.reads_ok++;
     if (sh.record_ops) out.ops.back().ok = true;
-    out.read_lat_ms.push_back(double(t_end - t_start) / 1e6);
+    out.read_lat_ms.push_back(double(t_end - t_sched) / 1e6);
     bool xc = false, hit = false;
     for (const auto& [hk, hv] : resp.headers) {
       if (hk.rfind("x-cache", 0) == 0 || hk.rfind("x-rcache", 0) == 0) {
@@ -527,8 +576,9 @@ void writer(Shared& sh, int idx, ThreadOut& out) {
     std::string what = "POST " + path + " " + body;
     ErrKind kind;
     std::string err;
+    int64_t t_start = next_slot(sh, true);  // --rate: the scheduled time (latency from it)
+    if (t_start == 0) break;
     out.writes_total++;
-    int64_t t_start = now_ns();
     bool ok = conns[t]->request("POST", path, body, "application/x-www-form-urlencoded", resp, kind, err);
     int64_t t_ret = now_ns();
     sh.w_done++;
@@ -655,7 +705,7 @@ int main(int argc, char** argv) {
 
   Shared sh;
   sh.opt = &opt;
-  sh.record_ops = !opt.windows.empty();
+  sh.record_ops = !opt.windows.empty() || opt.timeline;
   std::string err;
   for (const auto& s : opt.proxies) {
     Url u;
@@ -718,6 +768,15 @@ int main(int argc, char** argv) {
                  sh.hot_cats.size());
   }
 
+  if (opt.rate) {
+    double rr = opt.readers ? *opt.rate * (opt.writers ? 1 - opt.write_ratio : 1) : 0;
+    double wr = opt.writers ? *opt.rate * (opt.readers ? opt.write_ratio : 1) : 0;
+    sh.read_interval_ns = rr > 0 ? std::max<int64_t>(1, int64_t(1e9 / rr)) : 0;
+    sh.write_interval_ns = wr > 0 ? std::max<int64_t>(1, int64_t(1e9 / wr)) : 0;
+    if (!opt.quiet)
+      std::fprintf(stderr, "tierce-check: open loop, %.1f reads/s and %.1f writes/s scheduled\n",
+                   rr, wr);
+  }
   sh.t0 = now_ns();
   if (opt.duration) sh.stop_at = sh.t0 + int64_t(*opt.duration * 1e9);
   sh.readers_left = opt.readers;
@@ -888,6 +947,34 @@ int main(int argc, char** argv) {
     }
   }
 
+  // --timeline: the same per second of the run.
+  struct SecondStats {
+    long long reads = 0, reads_ok = 0, stale = 0, writes = 0, writes_ok = 0, errors = 0;
+    std::vector<double> wlat;
+  };
+  std::vector<SecondStats> seconds;
+  if (opt.timeline) {
+    auto at = [&](int64_t t) -> SecondStats& {
+      double x = std::max(0.0, rel_s(sh, t));
+      size_t i = size_t(x);
+      if (seconds.size() <= i) seconds.resize(i + 1);
+      return seconds[i];
+    };
+    for (const OpRec& op : ops) {
+      SecondStats& ss = at(op.t_start);
+      (op.write ? ss.writes : ss.reads)++;
+      if (!op.ok)
+        ss.errors++;
+      else if (op.write) {
+        ss.writes_ok++;
+        ss.wlat.push_back(double(op.t_end - op.t_start) / 1e6);
+      } else {
+        ss.reads_ok++;
+      }
+    }
+    for (const auto& [t, target] : stale_pages) at(t).stale++;
+  }
+
   long long read_errors = 0, write_errors = 0;
   for (auto& [k, v] : rerr) read_errors += v;
   for (auto& [k, v] : werr) write_errors += v;
@@ -940,6 +1027,11 @@ int main(int argc, char** argv) {
     std::printf("  X-Cache header  on %lld reads, HIT on %lld (%.3f of the successful reads)\n", xc_seen, xc_hits,
                 reads_ok ? double(xc_hits) / double(reads_ok) : 0.0);
   std::printf("  connections     %llu opened\n", (unsigned long long)connects);
+  if (opt.rate)
+    std::printf(
+        "  open loop       %.1f ops/s scheduled; %lld started > %.0f ms late (max lag %.1f ms)%s\n",
+        *opt.rate, sh.late.load(), double(kLateNs) / 1e6, double(sh.max_lag.load()) / 1e6,
+        sh.late.load() ? ": the threads (or the machine) did not keep the rate" : "");
   for (auto& d : opt.during)
     std::printf("  during          '%s'@%g: %s\n", d.command.c_str(), d.at_s,
                 d.started ? ("ran " + fmt("%.1f", d.start_s) + "-" + fmt("%.1f", d.end_s) + " s, exit " + std::to_string(d.exit_status)).c_str()
@@ -1073,6 +1165,23 @@ int main(int argc, char** argv) {
       return s + "}";
     };
     j << ",\n  \"read_errors\": " << emap(rerr) << ",\n  \"write_errors\": " << emap(werr);
+    if (opt.rate)
+      j << ",\n  \"rate\": {\"ops_per_s\": " << *opt.rate << ", \"late\": " << sh.late.load()
+        << ", \"late_ms\": " << double(kLateNs) / 1e6
+        << ", \"max_lag_ms\": " << double(sh.max_lag.load()) / 1e6 << "}";
+    if (opt.timeline) {
+      j << ",\n  \"timeline\": [";
+      for (size_t i = 0; i < seconds.size(); ++i) {
+        SecondStats& ss = seconds[i];
+        std::vector<double> tmp = ss.wlat;
+        j << (i ? "," : "") << "\n    {\"t\": " << i << ", \"reads\": " << ss.reads
+          << ", \"reads_ok\": " << ss.reads_ok << ", \"stale_reads\": " << ss.stale
+          << ", \"writes\": " << ss.writes << ", \"writes_ok\": " << ss.writes_ok
+          << ", \"errors\": " << ss.errors << ", \"write_latency_ms\": {\"p50\": " << pct(tmp, 0.5)
+          << ", \"p99\": " << pct(tmp, 0.99) << "}}";
+      }
+      j << "]";
+    }
     j << ",\n  \"during\": [";
     for (size_t i = 0; i < opt.during.size(); ++i) {
       auto& d = opt.during[i];

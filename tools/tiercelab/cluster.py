@@ -1061,13 +1061,22 @@ def _wait_states(pids_of, want, what, timeout):
 
 def signal_proc(d, name, proc, sig):
     """Sends STOP, CONT, KILL or TERM to one process of a node: memd, or httpd with all its
-    children (the whole instance: STOP freezes the children too, KILL kills them). Returns once
-    the signal has taken effect: every process stopped (STOP), running again (CONT), gone (KILL),
-    or gone within 15 s (TERM)."""
+    children (the whole instance: STOP freezes the children too, KILL kills them); "all": every
+    process of the node that runs (PROCS: httpd first, as a host loss would take them at once).
+    Returns once the signal has taken effect: every process stopped (STOP), running again (CONT),
+    gone (KILL), or gone within 15 s (TERM)."""
+    if proc == "all":
+        d, st = _up_state(d)
+        n = _node(st, name)
+        running = [p for p in sorted(PROCS, key=lambda p: p != "httpd")
+                   if n.get(p) and procs.members(n[p])]
+        if not running:
+            raise ClusterError(f"{name}: no process of it is running")
+        return [pid for p in running for pid in signal_proc(d, name, p, sig)]
     d, st = _up_state(d)
     n = _node(st, name)
     if proc not in PROCS:
-        raise ClusterError(f"the process must be memd, writer or httpd, not {proc}")
+        raise ClusterError(f"the process must be {', '.join(PROCS)} or all, not {proc}")
     sig = sig.upper()
     if sig not in SIGNALS:
         raise ClusterError(f"the signal must be one of {', '.join(SIGNALS)}, not {sig}")
@@ -1255,6 +1264,84 @@ def membership(d, name, action):
     _note_fault(d, st, {"node": name, "membership": action})
     log(f"node-{action} {name}: " + "; ".join(answers))
     return answers
+
+
+def add_node(d, name, timeout=60.0):
+    """Adds app node `name` to a running cluster (docs/coherence.md "Topology": every node must
+    run from the same topology file, its digest travels in every message): writes the new shared
+    topology (the node after the last app node), starts the new node's memd and httpd with it,
+    then restarts every other app node's memd and httpd (TERM, then start; one node at a time,
+    each ready before the next) and every proxy's httpd (its balancer gains the new node; its
+    arena starts empty) with the new file. Until the last process runs the new file, nodes of
+    the two files refuse each other's registrations, reads and invalidations (fail closed: misses,
+    and updates that wait the fence bound). Returns the state."""
+    d, st = _up_state(d)
+    opts = st["options"]
+    if any(n["name"] == name for n in st["nodes"]):
+        raise ClusterError(f"a node {name} exists already")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,30}", name):
+        raise ClusterError(f"not a node name: {name!r}")
+    if opts["cache"] != "tierce":
+        raise ClusterError("add-node needs --cache tierce")
+    if st.get("netns") or st.get("relays"):
+        raise ClusterError("add-node: not with --netns or --app-links relay (their per-node topology "
+                           "files and relays are not rewritten)")
+    t0 = time.monotonic()
+    port, memd_port, writer_port = procs.free_ports(3)
+    nd = os.path.join(d, "nodes", name)
+    sock = os.path.join(d, "run", f"{name}-memd.sock")
+    n = {"name": name, "role": "app", "dir": nd, "port": port, "memd_port": memd_port,
+         "url": f"http://127.0.0.1:{port}/", "conf": os.path.join(nd, "conf", "httpd.conf"),
+         "memd_conf": os.path.join(nd, "memd.toml"), "memd_ready": os.path.join(nd, "run", "memd.ready"),
+         "memd_uris": [f"tcp://127.0.0.1:{memd_port}", f"shm://{sock}"],
+         "segment_prefix": f"/tierce.{st['name']}.{name}", "memd": None, "httpd": None, "load": [],
+         "writer_port": writer_port, "writer_conf": os.path.join(nd, "writer.toml"),
+         "writer_ready": os.path.join(nd, "run", "writer.ready"), "writer": None,
+         "writer_uris": [f"tcp://127.0.0.1:{writer_port}",
+                         f"shm://{os.path.join(d, 'run', name + '-writer.sock')}"]}
+    last_app = max(i for i, x in enumerate(st["nodes"]) if x["role"] == "app")
+    st["nodes"].insert(last_app + 1, n)
+    for sub in ("run", "logs"):
+        os.makedirs(os.path.join(nd, sub), exist_ok=True)
+    write_topology(st)
+    for x in st["nodes"]:
+        node_conf(st, x)  # the proxies' balancer lists the new node
+    save_state(d, st)
+    deadline = time.monotonic() + timeout
+    start_writer(st, n, deadline)
+    start_memd(st, n, deadline)
+    save_state(d, st)
+    start_httpd(st, n)
+    save_state(d, st)
+    node_ready(st, n, deadline)
+    log(f"{name} started with the new topology ({time.monotonic() - t0:.1f} s)")
+    others = [x for x in st["nodes"] if x["role"] == "app" and x is not n]
+    proxies = [x for x in st["nodes"] if x["role"] == "proxy"]
+    for x in others + proxies:
+        deadline = time.monotonic() + timeout
+        which = (("writer", "memd", "httpd") if x.get("writer_conf") else ("memd", "httpd")) \
+            if x["role"] == "app" else ("httpd",)
+        for proc in which:
+            procs.stop([x.get(proc)], signal.SIGTERM, deadline=15)
+            if proc == "writer":
+                start_writer(st, x, deadline)
+                save_state(d, st)
+            elif proc == "memd":
+                start_memd(st, x, deadline)
+                save_state(d, st)
+                wait_until(f"{x['name']}/memd ready file", lambda: os.path.exists(x["memd_ready"]), deadline,
+                           [x["memd"]], [x["memd"]["log"]])
+            else:
+                start_httpd(st, x)
+                save_state(d, st)
+                wait_until(f"{x['name']} to answer GET /index.php with 200",
+                           lambda: node_get(x, "/index.php")[0] == 200, deadline, [x["httpd"]],
+                           [x["httpd"]["error_log"], x["httpd"]["log"]])
+        log(f"{x['name']}: {' and '.join(which)} restarted with the new topology "
+            f"({time.monotonic() - t0:.1f} s)")
+    _note_fault(d, st, {"node": name, "added": True})
+    log(f"{name} added: every node runs the new topology ({time.monotonic() - t0:.1f} s)")
+    return st
 
 
 def status(d=DEFAULT_DIR, out=sys.stdout):
