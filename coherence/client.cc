@@ -2,6 +2,7 @@
 #include "coherence/client.h"
 
 #include <array>
+#include <stdexcept>
 #include <thread>
 
 #include "coherence/invalidation.h"
@@ -116,8 +117,13 @@ RegisterResult ClusterClient::register_page(const std::string& home, uint64_t ke
 
 InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string& self,
                                             std::span<const uint64_t> deps, Scheme scheme,
-                                            const PendingMark& mark) {
+                                            const PendingMark& mark,
+                                            std::chrono::milliseconds give_up_after) {
   using Clock = InvalidationRound::Clock;
+  if (give_up_after.count() > 0 && mark.op == MarkOp::None)
+    throw std::invalid_argument(
+        "ClusterClient::invalidate: give_up_after is only for pending marks (a plain "
+        "invalidation returns when every home acknowledged or after the fence bound)");
   const NodeInfo& origin = topo_.node(self);
   if (origin.role != Role::App)
     throw TopologyError(topo_.path + ": node " + self + " is not an app node: it cannot write");
@@ -139,13 +145,19 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
   // this invalidation, so after the bound an unconfirmed home is fenced.
   out.number = writer.issue();
   const auto fence_at = Clock::now() + std::chrono::milliseconds(topo_.coherence.fence_bound_ms());
-  round.number(out.number, fence_at);
-  if (!round.run()) {
-    // Never earlier than the bound: the homes not confirmed may still vouch until then.
-    std::this_thread::sleep_until(fence_at);
-  }
+  // Giving up early: the rounds (their sends, connects and reads) end at stop_at, not at the bound.
+  const bool may_give_up = give_up_after.count() > 0 && Clock::now() + give_up_after < fence_at;
+  const auto stop_at = may_give_up ? Clock::now() + give_up_after : fence_at;
+  round.number(out.number, stop_at);
+  bool settled = round.run();
   out.acked = round.acked();
-  out.fenced = round.unsettled_homes();
+  if (!settled && may_give_up) {
+    out.gave_up_on = round.unsettled_homes();
+  } else {
+    // Never earlier than the bound: the homes not confirmed may still vouch until then.
+    if (!settled) std::this_thread::sleep_until(fence_at);
+    out.fenced = round.unsettled_homes();
+  }
   out.rounds = round.rounds();
   out.elapsed = Clock::now() - t0;
   return out;

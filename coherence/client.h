@@ -31,9 +31,13 @@ struct InvalidateOutcome {
   std::vector<std::string> acked;    // homes that acknowledged it (applied it)
   std::vector<std::string> fenced;   // homes that did not within the fence bound: they cannot
                                      // vouch for their tables any more (why, in words)
+  // With give_up_after: the homes that had not acknowledged when the invalidation gave up, before
+  // the fence bound (why, in words). They MAY STILL VOUCH for pages that miss it.
+  std::vector<std::string> gave_up_on;
   size_t rounds = 0;                 // send rounds (1 when every home answered the first)
   std::chrono::nanoseconds elapsed{0};
-  bool complete() const { return fenced.empty(); }  // every home acknowledged
+  bool gave_up() const { return !gave_up_on.empty(); }
+  bool complete() const { return fenced.empty() && gave_up_on.empty(); }  // every home acked
 };
 
 class ClusterClient {
@@ -65,9 +69,15 @@ class ClusterClient {
   // earlier, whatever fails. Scheme InvalidateAll ignores `deps`.
   // `mark` (the linearizable mode, docs/coherence.md "Pending marks"): Pend before the write's
   // commit, Release of the same token after it; it travels in every round of this invalidation.
+  // `give_up_after` (> 0; only with a mark): return once every home acknowledged or that long
+  // after the numbering, whichever comes first — NOT the fence bound: the homes left are in
+  // `gave_up_on` and may still vouch for pages that miss this invalidation. For a round that
+  // covers no change of the database: a Pend whose COMMIT is then not sent (the write is refused),
+  // or the Release of such a Pend. Throws std::invalid_argument without a mark.
   InvalidateOutcome invalidate(WriterLog& writer, const std::string& self,
                                std::span<const uint64_t> deps, Scheme scheme,
-                               const PendingMark& mark = {});
+                               const PendingMark& mark = {},
+                               std::chrono::milliseconds give_up_after = {});
 
   // ---- the cooperative cache (coop_cache.h): a proxy's directory part and arena ----------------
   // One one-sided read of the bucket of `key_hash` in `proxy`'s directory (memd [coop], region

@@ -21,6 +21,8 @@ extern "C" {
 #include "zend_weakrefs.h"
 }
 
+#include <syslog.h>
+
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -51,6 +53,10 @@ sd::Schema g_schema;                      // tierce.schema (MINIT)
 std::string g_schema_error;
 zend_class_entry* g_exception_ce = nullptr;
 bool g_in_apache = false;                 // sapi apache2handler: notes through apache_note()
+// The observed call whose Pend did not reach every home (observer_begin sets it, execute_internal
+// runs refuse() instead of the call). The code of the TierceException it raises:
+zend_execute_data* g_refused_call = nullptr;
+constexpr zend_long kRefusedCode = 101;
 
 // Compiled SQL by text (prepared statements, texts without literals), and by shape
 // (sqldeps/shape.h) for query() texts with inlined values: a text with literals is never kept
@@ -107,15 +113,21 @@ struct Locks {
 // ---- the engine as the tracker's MarkSink ---------------------------------------------------------
 
 struct EngineMarks : tp::MarkSink {
-  bool pend(const tp::NameSet& names, uint64_t token, uint32_t ttl_ms, std::string& error,
-            uint64_t& micros) override {
-    tp::RoundResult r = g_engine->pend(names.names(), names.all(), token, ttl_ms);
+  bool pend(const tp::NameSet& names, uint64_t token, uint32_t ttl_ms, uint32_t timeout_ms,
+            std::string& error, uint64_t& micros) override {
+    tp::RoundResult r = g_engine->pend(names.names(), names.all(), token, ttl_ms,
+                                       std::chrono::milliseconds(timeout_ms));
     micros = r.micros;
-    if (!r.sent) error = r.error;
-    return r.sent;
+    if (!r.sent)
+      error = "not sent: " + r.error;
+    else if (!r.complete)
+      error = "not acknowledged by " + r.error;
+    return r.sent && r.complete;
   }
-  bool release(const tp::NameSet& names, uint64_t token, std::string& error) override {
-    tp::RoundResult r = g_engine->release(names.names(), names.all(), token);
+  bool release(const tp::NameSet& names, uint64_t token, uint32_t give_up_ms,
+               std::string& error) override {
+    tp::RoundResult r =
+        g_engine->release(names.names(), names.all(), token, std::chrono::milliseconds(give_up_ms));
     if (!r.sent) error = r.error;
     return r.sent;
   }
@@ -503,7 +515,92 @@ void observer_begin(zend_execute_data* ex) {
   g_counters.observe_ns += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());
+  if (ticket.refused) g_refused_call = ex;  // execute_internal runs refuse() instead of the call
   push_ticket(std::move(ticket));
+}
+
+// ---- refused writes (linearizable mode)
+// ------------------------------------------------------------
+
+// Calls `method` on `obj` (or function `fn` with obj as its argument) quietly: no warning shown,
+// an exception it throws is dropped. Returns false when it failed or threw.
+bool call_quietly(zend_object* obj, const char* method, const char* fn, zval* ret) {
+  zval self, name;
+  ZVAL_OBJ(&self, obj);
+  ZVAL_STRING(&name, fn ? fn : method);
+  int saved_reporting = EG(error_reporting);
+  EG(error_reporting) = 0;
+  zend_object* pending = EG(exception);  // none in practice: the call was not made yet
+  bool ok = (fn ? call_user_function(nullptr, nullptr, &name, ret, 1, &self)
+                : call_user_function(nullptr, &self, &name, ret, 0, nullptr)) == SUCCESS;
+  EG(error_reporting) = saved_reporting;
+  zval_ptr_dtor(&name);
+  if (EG(exception) && EG(exception) != pending) {
+    zend_clear_exception();
+    ok = false;
+  }
+  return ok && Z_TYPE_P(ret) != IS_FALSE && Z_TYPE_P(ret) != IS_UNDEF;
+}
+
+zend_class_entry* class_named(const char* lower_name) {
+  return static_cast<zend_class_entry*>(
+      zend_hash_str_find_ptr(CG(class_table), lower_name, strlen(lower_name)));
+}
+
+// Rolls back `conn`'s open transaction (mysqli or PDO) through the observed API, so the tracker
+// follows. False when it could not.
+bool rollback_connection(zend_object* conn) {
+  zval ret;
+  ZVAL_UNDEF(&ret);
+  bool ok = false;
+  if (zend_class_entry* pdo = class_named("pdo"); pdo && instanceof_function(conn->ce, pdo)) {
+    if (call_quietly(conn, "inTransaction", nullptr, &ret) && zend_is_true(&ret)) {
+      zval_ptr_dtor(&ret);
+      ZVAL_UNDEF(&ret);
+      ok = call_quietly(conn, "rollBack", nullptr, &ret);
+    } else {
+      ok = Z_TYPE(ret) != IS_UNDEF;  // none open: nothing to roll back
+    }
+  } else if (zend_class_entry* my = class_named("mysqli");
+             my && instanceof_function(conn->ce, my)) {
+    ok = call_quietly(conn, nullptr, "mysqli_rollback", &ret);
+  }
+  zval_ptr_dtor(&ret);
+  return ok;
+}
+
+// Instead of a call whose Pend did not reach every home: the call does not run; an open
+// transaction is rolled back (its row locks go now, not when the connection closes); the app
+// gets a TierceException. The marks are released in observer_end (tracker after()).
+void refuse(zend_execute_data* ex) {
+  if (g_req.tickets.empty()) return;
+  tp::RequestTracker::Ticket& t = g_req.tickets.back();
+  std::string msg = t.refusal;
+  if (t.rollback) {
+    const HookSpec* hs = hook_of(ex->func);
+    uint32_t first = 1;
+    zend_object* conn = hs && hs->hook != Hook::Execute ? subject(ex, *hs, first) : nullptr;
+    if (conn && rollback_connection(conn))
+      msg += "; the transaction was rolled back";
+    else
+      msg += "; the transaction could NOT be rolled back here: roll it back (it holds its locks)";
+  }
+  php_log_err_with_severity(msg.c_str(), LOG_WARNING);
+  zend_throw_exception_ex(g_exception_ce, kRefusedCode, "%s", msg.c_str());
+}
+
+void (*g_prev_execute_internal)(zend_execute_data*, zval*) = nullptr;
+
+void tierce_execute_internal(zend_execute_data* ex, zval* rv) {
+  if (UNEXPECTED(g_refused_call != nullptr) && g_refused_call == ex) {
+    g_refused_call = nullptr;
+    refuse(ex);
+    return;
+  }
+  if (g_prev_execute_internal)
+    g_prev_execute_internal(ex, rv);
+  else
+    ex->func->internal_function.handler(ex, rv);
 }
 
 // One fetched row (an array with column-name keys) of a locking read: its values are facts.
@@ -813,6 +910,7 @@ PHP_FUNCTION(tierce_status) {
   add_assoc_long(&c, "pend_us", k.pend_us);
   add_assoc_long(&c, "releases", k.releases);
   add_assoc_long(&c, "release_failures", k.release_failures);
+  add_assoc_long(&c, "writes_refused", k.writes_refused);
   add_assoc_long(&c, "observed", k.observed);
   add_assoc_long(&c, "observe_ns", k.observe_ns);
   add_assoc_long(&c, "compiled_cached", g_compiled.map.size());
@@ -868,6 +966,7 @@ PHP_INI_BEGIN()
   PHP_INI_ENTRY("tierce.auto", "0", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.linearizable", "0", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.pending_ttl_ms", "30000", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.pend_timeout_ms", "200", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.topology", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.node", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.schema", "", PHP_INI_SYSTEM, nullptr)
@@ -914,11 +1013,17 @@ static PHP_MINIT_FUNCTION(tierce) {
                        "outside httpd are unavailable", g_engine_error.c_str());
     }
   }
+  if (g_engine) {  // linearizable mode may refuse calls: run them through execute_internal
+    g_prev_execute_internal = zend_execute_internal;
+    zend_execute_internal = tierce_execute_internal;
+  }
   return SUCCESS;
 }
 
 static PHP_MSHUTDOWN_FUNCTION(tierce) {
   UNREGISTER_INI_ENTRIES();
+  if (zend_execute_internal == tierce_execute_internal)
+    zend_execute_internal = g_prev_execute_internal;
   g_engine.reset();
   return SUCCESS;
 }
@@ -935,12 +1040,15 @@ static PHP_RINIT_FUNCTION(tierce) {
   if (s.linearizable) s.auto_mode = true;
   zend_long ttl = INI_INT(const_cast<char*>("tierce.pending_ttl_ms"));
   s.pending_ttl_ms = static_cast<uint32_t>(ttl < 1 ? 30000 : ttl > 600000 ? 600000 : ttl);
+  zend_long pt = INI_INT(const_cast<char*>("tierce.pend_timeout_ms"));
+  s.pend_timeout_ms = static_cast<uint32_t>(pt < 1 ? 200 : pt > 60000 ? 60000 : pt);
   g_req.tracker = std::make_unique<tp::RequestTracker>(
       s, g_counters, g_engine ? &g_engine_marks : nullptr, warn);
   g_req.tracker->start_request();
   zend_hash_init(&g_req.stmts, 8, nullptr, stmt_dtor, 0);
   g_req.stmts_init = true;
   g_req.tickets.clear();
+  g_refused_call = nullptr;
   g_req.published_depends = g_req.published_invalidates = 0;
   g_req.published_all = g_req.published_nocache = false;
   g_req.active = true;
