@@ -61,7 +61,10 @@ struct Counters {
            conservative = 0, uncacheable_reads = 0, invalidate_all = 0, commits = 0, rollbacks = 0,
            pends = 0, pend_failures = 0, pend_us = 0, releases = 0, release_failures = 0,
            observe_ns = 0, observed = 0,
-           writes_refused = 0;  // linearizable: a Pend did not reach every home in time
+           writes_refused = 0,  // linearizable: a Pend did not reach every home in time
+      // the database server check (db_check.h): servers checked, checks whose queries both
+      // failed, their time, requests made uncacheable because a server may not be the primary
+      db_checks = 0, db_check_failures = 0, db_check_us = 0, db_not_primary = 0;
 };
 
 // Where pending marks go (the Engine; a recorder in tests).
@@ -131,6 +134,12 @@ class RequestTracker {
   void add_depends(std::string_view name) { depends_.add(name); }
   void add_invalidates(std::string_view name) { invalidates_.add(name); }
   void invalidate_all() { invalidates_.set_all(); }
+  // The page must not be cached (whatever the mode): `reason` says why (tierce-nocache).
+  void make_uncacheable(std::string_view reason) {
+    if (uncacheable_) return;
+    uncacheable_ = true;
+    uncacheable_reason_ = reason;
+  }
 
   const NameSet& depends() const { return depends_; }
   const NameSet& invalidates() const { return invalidates_; }

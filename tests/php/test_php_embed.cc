@@ -684,3 +684,59 @@ BOOST_AUTO_TEST_CASE(linearizable_write_commits_and_invalidates_with_every_home_
   BOOST_REQUIRE(v);
   BOOST_TEST(*v != r.version);  // the page rendered before is invalidated
 }
+
+BOOST_AUTO_TEST_CASE(a_read_only_database_is_warned_once_and_its_pages_are_not_cached) {
+  // Renders must read the primary (docs/coherence.md, "What the database must give"). A server
+  // with @@read_only ON is a replica: pages that used it are not cached (tierce-nocache), in
+  // explicit and automatic mode, through mysqli and PDO; PHPEXT0201 is logged once per process.
+  BOOST_REQUIRE(g_env->sql("SET GLOBAL read_only = 1") == 0);
+  struct Restore {
+    ~Restore() { g_env->sql("SET GLOBAL read_only = 0"); }
+  } restore;
+  const std::string read = "$db->query('SELECT name FROM items WHERE id = 1')->fetch_all();\n";
+  json a = g_env->status_after(std::string(kConnect) + read + "tierce_depends('item:1');\n");
+  BOOST_TEST(a["request"]["uncacheable"].get<bool>());  // explicit mode too
+  BOOST_TEST(a["request"]["uncacheable_reason"].get<std::string>().rfind("PHPEXT0201", 0) == 0,
+             a["request"]["uncacheable_reason"]);
+  BOOST_REQUIRE(a["db_warnings"].size() == 1u);
+  BOOST_TEST_MESSAGE(a["db_warnings"][0].get<std::string>());
+  BOOST_TEST(a["db_warnings"][0].get<std::string>().rfind("PHPEXT0201", 0) == 0);
+  json b = g_env->status_after(
+      std::string(kPdo) + "$pdo->query('SELECT name FROM items WHERE id = 2')->fetchAll();\n",
+      kAuto);
+  BOOST_TEST(b["request"]["uncacheable"].get<bool>());
+  json c = g_env->status_after(std::string(kConnect) + read, kAuto);
+  BOOST_TEST(c["request"]["uncacheable"].get<bool>());
+  BOOST_TEST(c["db_warnings"].size() == 1u);  // once per process, not per request
+  BOOST_TEST(c["counters"]["db_not_primary"].get<int>() >= 3);
+  // tierce.db_check = 0: the operator says every read goes to the primary
+  json d = g_env->status_after(std::string(kConnect) + read, {{"tierce.db_check", "0"}});
+  BOOST_TEST(!d["request"]["uncacheable"].get<bool>());
+  // the primary again: cached as before (a new connection is checked again)
+  BOOST_REQUIRE(g_env->sql("SET GLOBAL read_only = 0") == 0);
+  json e = g_env->status_after(std::string(kConnect) + read, kAuto);
+  BOOST_TEST(!e["request"]["uncacheable"].get<bool>(), e["request"]["uncacheable_reason"]);
+  BOOST_TEST(e["counters"]["db_checks"].get<int>() >= 4);
+  BOOST_TEST(e["counters"]["db_check_failures"].get<int>() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(the_server_check_does_not_disturb_the_app) {
+  // The check's queries run before the app's first call on a connection, quietly: with strict
+  // error reporting, an unbuffered first query, insert_id and affected_rows are the app's own.
+  std::string out = g_env->php(
+      std::string(kConnect) +
+          "$r = $db->query('SELECT id FROM items ORDER BY id', MYSQLI_USE_RESULT);\n"
+          "$n = 0; while ($r->fetch_row()) $n++; $r->free();\n"
+          "echo 'rows=', $n, \"\\n\";\n"
+          "$db->query(\"INSERT INTO bids (item_id, amount) VALUES (1, 5)\");\n"
+          "echo 'insert_id=', $db->insert_id > 0 ? 'set' : 'zero', \"\\n\";\n"
+          "echo 'affected=', $db->affected_rows, \"\\n\";\n"
+          "$pdo = new PDO('mysql:dbname=t', 'root', '', [PDO::ATTR_ERRMODE => "
+          "PDO::ERRMODE_EXCEPTION, PDO::MYSQL_ATTR_USE_BUFFERED_QUERY => false]);\n"
+          "echo 'pdo_rows=', count($pdo->query('SELECT id FROM items')->fetchAll()), \"\\n\";\n",
+      kAuto);
+  BOOST_TEST(field(out, "rows") == "7", out);
+  BOOST_TEST(field(out, "insert_id") == "set", out);
+  BOOST_TEST(field(out, "affected") == "1", out);
+  BOOST_TEST(field(out, "pdo_rows") == "7", out);
+}
