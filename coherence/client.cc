@@ -3,6 +3,7 @@
 
 #include <array>
 #include <map>
+#include <stdexcept>
 #include <thread>
 
 #include "coherence/invalidation.h"
@@ -179,8 +180,13 @@ bool ClusterClient::own_writer_exported(WriterLog& writer, const std::string& se
 
 InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string& self,
                                             std::span<const uint64_t> deps, Scheme scheme,
-                                            const PendingMark& mark) {
+                                            const PendingMark& mark,
+                                            std::chrono::milliseconds give_up_after) {
   using Clock = InvalidationRound::Clock;
+  if (give_up_after.count() > 0 && mark.op == MarkOp::None)
+    throw std::invalid_argument(
+        "ClusterClient::invalidate: give_up_after is only for pending marks (a plain "
+        "invalidation returns when every home acknowledged or after the fence bound)");
   const NodeInfo& origin = topo_.node(self);
   if (origin.role != Role::App)
     throw TopologyError(topo_.path + ": node " + self + " is not an app node: it cannot write");
@@ -229,8 +235,12 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
   for (size_t i = 0; i < pools.size(); ++i)
     if (idle[i]) round.adopt(*pools[i], std::move(idle[i]));
   const auto fence_at = numbered + bound;
-  round.number(out.number, fence_at);
-  round.at_checkpoint(numbered + bound / 2, [&](NodePool& p) {
+  // Giving up early (a Pend whose COMMIT is then not sent): the rounds end at stop_at, not at the
+  // bound; such a round marks nothing (it may end before half the bound).
+  const bool may_give_up = give_up_after.count() > 0 && numbered + give_up_after < fence_at;
+  const auto stop_at = may_give_up ? numbered + give_up_after : fence_at;
+  round.number(out.number, stop_at);
+  if (!may_give_up) round.at_checkpoint(numbered + bound / 2, [&](NodePool& p) {
     size_t i = index.at(&p);
     uint64_t before = writer.skip_word(i);
     uint64_t m = writer.mark_skip(i);
@@ -246,11 +256,17 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
                      "clears the mark, once it answers again)");
     }
   });
-  if (!round.run()) {
-    // Never earlier than the bound: the homes not confirmed may still vouch until then.
-    std::this_thread::sleep_until(fence_at);
-  }
+  const bool settled = round.run();
   out.acked = round.acked();
+  if (!settled && may_give_up) {
+    out.gave_up_on = round.unsettled_homes();
+    for (auto& h : round.unsettled_homes(true)) out.gave_up_on.push_back(h);
+    out.rounds = round.rounds();
+    out.elapsed = Clock::now() - t0;
+    return out;
+  }
+  // Never earlier than the bound: the homes not confirmed may still vouch until then.
+  if (!settled) std::this_thread::sleep_until(fence_at);
   out.fenced = round.unsettled_homes();
   out.unconfirmed = round.unsettled_homes(true);
   if (!out.unconfirmed.empty() && ctx_.log) {

@@ -39,9 +39,16 @@ struct InvalidateOutcome {
                                      // region since the bound or longer (they cannot vouch)
   std::vector<std::string> marked;   // homes this invalidation marked (not acknowledged by half
                                      // the bound)
+  // With give_up_after: the homes that had not acknowledged when the invalidation gave up, before
+  // the fence bound (why, in words). They MAY STILL VOUCH for pages that miss it.
+  std::vector<std::string> gave_up_on;
   size_t rounds = 0;                 // send rounds (1 when every home answered the first)
   std::chrono::nanoseconds elapsed{0};
-  bool complete() const { return fenced.empty() && unconfirmed.empty() && skipped.empty(); }
+  bool gave_up() const { return !gave_up_on.empty(); }
+  // Every home acknowledged, or was skipped (a skipped home vouches for nothing until it holds
+  // this invalidation; like a home that missed a Pend and caught up, it holds no mark of it:
+  // docs/coherence.md "Pending marks", "Under faults").
+  bool complete() const { return fenced.empty() && gave_up_on.empty() && unconfirmed.empty(); }
 };
 
 class ClusterClient {
@@ -81,9 +88,15 @@ class ClusterClient {
   // SKIP MARKS (docs/coherence.md): a home marked in `writer` since at least the bound is not
   // waited for (reported in `skipped`); a home that has not acknowledged by half the bound is
   // marked (then waited for until the bound, as any other).
+  // `give_up_after` (> 0; only with a mark): return once every home acknowledged or that long
+  // after the numbering, whichever comes first — NOT the fence bound: the homes left are in
+  // `gave_up_on` and may still vouch for pages that miss this invalidation. For a round that
+  // covers no change of the database: a Pend whose COMMIT is then not sent (the write is refused),
+  // or the Release of such a Pend. Throws std::invalid_argument without a mark.
   InvalidateOutcome invalidate(WriterLog& writer, const std::string& self,
                                std::span<const uint64_t> deps, Scheme scheme,
-                               const PendingMark& mark = {});
+                               const PendingMark& mark = {},
+                               std::chrono::milliseconds give_up_after = {});
 
   // ---- the cooperative cache (coop_cache.h): a proxy's directory part and arena ----------------
   // One one-sided read of the bucket of `key_hash` in `proxy`'s directory (memd [coop], region

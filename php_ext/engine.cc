@@ -57,7 +57,7 @@ co::ClusterClient& Engine::client() {
 }
 
 RoundResult Engine::round(const std::vector<std::string>& names, bool all,
-                          const co::PendingMark& mark) {
+                          const co::PendingMark& mark, std::chrono::milliseconds give_up_after) {
   RoundResult r;
   std::vector<uint64_t> deps;
   deps.reserve(names.size());
@@ -71,12 +71,15 @@ RoundResult Engine::round(const std::vector<std::string>& names, bool all,
   }
   if (scheme == co::Scheme::InvalidateAll) deps.clear();
   try {
-    co::InvalidateOutcome o = client().invalidate(*writer_, node_, deps, scheme, mark);
+    co::InvalidateOutcome o =
+        client().invalidate(*writer_, node_, deps, scheme, mark, give_up_after);
     r.sent = true;
     r.complete = o.complete();
+    r.gave_up = o.gave_up();
     r.micros = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(o.elapsed).count());
     for (const std::string& f : o.fenced) r.error += (r.error.empty() ? "" : "; ") + f;
+    for (const std::string& f : o.gave_up_on) r.error += (r.error.empty() ? "" : "; ") + f;
   } catch (const std::exception& e) {
     r.error = e.what();
   }
@@ -84,16 +87,17 @@ RoundResult Engine::round(const std::vector<std::string>& names, bool all,
 }
 
 RoundResult Engine::pend(const std::vector<std::string>& names, bool all, uint64_t token,
-                         uint32_t ttl_ms) {
-  return round(names, all, co::PendingMark{co::MarkOp::Pend, token, ttl_ms});
+                         uint32_t ttl_ms, std::chrono::milliseconds timeout) {
+  return round(names, all, co::PendingMark{co::MarkOp::Pend, token, ttl_ms}, timeout);
 }
 
-RoundResult Engine::release(const std::vector<std::string>& names, bool all, uint64_t token) {
-  return round(names, all, co::PendingMark{co::MarkOp::Release, token, 0});
+RoundResult Engine::release(const std::vector<std::string>& names, bool all, uint64_t token,
+                            std::chrono::milliseconds give_up_after) {
+  return round(names, all, co::PendingMark{co::MarkOp::Release, token, 0}, give_up_after);
 }
 
 RoundResult Engine::invalidate(const std::vector<std::string>& names, bool all) {
-  return round(names, all, co::PendingMark{});
+  return round(names, all, co::PendingMark{}, {});
 }
 
 }  // namespace tierce::php

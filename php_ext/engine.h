@@ -7,6 +7,7 @@
 // httpd parent, which reads the topology and its secret as root; children inherit them). The
 // node's writer counter is the same shared segment mod_appversion and memd map.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,9 +22,10 @@ namespace tierce::php {
 // What one round cost and whether every home applied it.
 struct RoundResult {
   bool sent = false;       // numbered and sent (false: no cluster configured, or it failed early)
-  bool complete = false;   // every home acknowledged (else: some were relied on as fenced)
+  bool complete = false;   // every home acknowledged (else: fenced after the bound, or given up)
+  bool gave_up = false;    // returned at give_up_after, before the bound, without every home
   uint64_t micros = 0;
-  std::string error;       // why not sent / which homes were fenced, in words
+  std::string error;  // why not sent / which homes were fenced or not reached, in words
 };
 
 class Engine {
@@ -37,14 +39,19 @@ class Engine {
   const cluster::Topology& topology() const { return topo_; }
 
   // names empty + all: everything. Same names/token/ttl as coherence::PendingMark.
-  RoundResult pend(const std::vector<std::string>& names, bool all, uint64_t token,
-                   uint32_t ttl_ms);
-  RoundResult release(const std::vector<std::string>& names, bool all, uint64_t token);
+  // pend gives up after `timeout` (ClusterClient::invalidate's give_up_after): a Pend is made
+  // before the COMMIT, and a COMMIT whose Pend did not reach every home is not sent.
+  RoundResult pend(const std::vector<std::string>& names, bool all, uint64_t token, uint32_t ttl_ms,
+                   std::chrono::milliseconds timeout);
+  // `give_up_after` zero: the rule (every home, or the bound) — the Release after a commit.
+  // Nonzero: the Release of a Pend whose COMMIT was not sent (nothing to wait for).
+  RoundResult release(const std::vector<std::string>& names, bool all, uint64_t token,
+                      std::chrono::milliseconds give_up_after = {});
   RoundResult invalidate(const std::vector<std::string>& names, bool all);
 
  private:
   RoundResult round(const std::vector<std::string>& names, bool all,
-                    const coherence::PendingMark& mark);
+                    const coherence::PendingMark& mark, std::chrono::milliseconds give_up_after);
   coherence::ClusterClient& client();
 
   cluster::Topology topo_;

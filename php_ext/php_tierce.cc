@@ -21,15 +21,20 @@ extern "C" {
 #include "zend_weakrefs.h"
 }
 
+#include <syslog.h>
+
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "dlm/client.h"
+#include "php_ext/db_check.h"
 #include "php_ext/engine.h"
 #include "php_ext/tracker.h"
 #include "sqldeps/deps.h"
@@ -51,6 +56,10 @@ sd::Schema g_schema;                      // tierce.schema (MINIT)
 std::string g_schema_error;
 zend_class_entry* g_exception_ce = nullptr;
 bool g_in_apache = false;                 // sapi apache2handler: notes through apache_note()
+// The observed call whose Pend did not reach every home (observer_begin sets it, execute_internal
+// runs refuse() instead of the call). The code of the TierceException it raises:
+zend_execute_data* g_refused_call = nullptr;
+constexpr zend_long kRefusedCode = 101;
 
 // Compiled SQL by text (prepared statements, texts without literals), and by shape
 // (sqldeps/shape.h) for query() texts with inlined values: a text with literals is never kept
@@ -107,15 +116,21 @@ struct Locks {
 // ---- the engine as the tracker's MarkSink ---------------------------------------------------------
 
 struct EngineMarks : tp::MarkSink {
-  bool pend(const tp::NameSet& names, uint64_t token, uint32_t ttl_ms, std::string& error,
-            uint64_t& micros) override {
-    tp::RoundResult r = g_engine->pend(names.names(), names.all(), token, ttl_ms);
+  bool pend(const tp::NameSet& names, uint64_t token, uint32_t ttl_ms, uint32_t timeout_ms,
+            std::string& error, uint64_t& micros) override {
+    tp::RoundResult r = g_engine->pend(names.names(), names.all(), token, ttl_ms,
+                                       std::chrono::milliseconds(timeout_ms));
     micros = r.micros;
-    if (!r.sent) error = r.error;
-    return r.sent;
+    if (!r.sent)
+      error = "not sent: " + r.error;
+    else if (!r.complete)
+      error = "not acknowledged by " + r.error;
+    return r.sent && r.complete;
   }
-  bool release(const tp::NameSet& names, uint64_t token, std::string& error) override {
-    tp::RoundResult r = g_engine->release(names.names(), names.all(), token);
+  bool release(const tp::NameSet& names, uint64_t token, uint32_t give_up_ms,
+               std::string& error) override {
+    tp::RoundResult r =
+        g_engine->release(names.names(), names.all(), token, std::chrono::milliseconds(give_up_ms));
     if (!r.sent) error = r.error;
     return r.sent;
   }
@@ -142,11 +157,18 @@ struct StmtInfo {  // a statement object, or a result object (compiled null)
   }
 };
 
+// A database connection object of this request: whether its server was checked (db_check.h).
+struct ConnInfo {
+  bool checked = false;
+  std::vector<tp::DbFinding> findings;
+};
+
 struct Request {
   bool active = false;
   std::unique_ptr<tp::RequestTracker> tracker;
   HashTable stmts;                           // weak: statement object -> StmtInfo*
   bool stmts_init = false;
+  HashTable conns;                                  // weak: connection object -> ConnInfo*
   std::vector<tp::RequestTracker::Ticket> tickets;  // one per observed call in progress
   size_t published_depends = 0, published_invalidates = 0;  // names already in the notes
   bool published_all = false, published_nocache = false;
@@ -155,6 +177,30 @@ struct Request {
 void warn(const std::string& msg) { php_error_docref(nullptr, E_WARNING, "%s", msg.c_str()); }
 
 void stmt_dtor(zval* zv) { delete static_cast<StmtInfo*>(Z_PTR_P(zv)); }
+void conn_dtor(zval* zv) {
+  delete static_cast<ConnInfo*>(Z_PTR_P(zv));
+}
+
+ConnInfo* conn_info(zend_object* obj) {
+  if (!g_req.stmts_init) return nullptr;
+  zval* zv = zend_hash_index_find(&g_req.conns, zend_object_to_weakref_key(obj));
+  if (zv) return static_cast<ConnInfo*>(Z_PTR_P(zv));
+  auto* info = new ConnInfo();
+  zend_weakrefs_hash_add_ptr(&g_req.conns, obj, info);
+  return info;
+}
+
+// Unregisters every weak entry of `t` (the objects outlive the table), then destroys it.
+void drop_weak_table(HashTable* t) {
+  std::vector<zend_object*> objs;
+  zend_ulong key;
+  ZEND_HASH_FOREACH_NUM_KEY(t, key) {
+    objs.push_back(zend_weakref_key_to_object(key));
+  }
+  ZEND_HASH_FOREACH_END();
+  for (zend_object* o : objs) zend_weakrefs_hash_del(t, o);
+  zend_hash_destroy(t);
+}
 
 StmtInfo* stmt_info(zend_object* obj, bool create) {
   if (!g_req.stmts_init) return nullptr;
@@ -370,9 +416,218 @@ bool string_arg(zend_execute_data* ex, uint32_t n, std::string_view& out) {
 
 void push_ticket(tp::RequestTracker::Ticket t) { g_req.tickets.push_back(std::move(t)); }
 
+// Calls method `name` of `obj`, or function `name` when obj is null, with `args`, quietly: no
+// warning shown, an exception it throws is dropped (the app's own call comes next and meets the
+// same state). False when it failed, threw or returned false.
+bool call_quietly(zend_object* obj, const char* name, std::span<zval> args, zval* ret) {
+  zval self, fn;
+  if (obj) ZVAL_OBJ(&self, obj);
+  ZVAL_STRING(&fn, name);
+  int saved_reporting = EG(error_reporting);
+  EG(error_reporting) = 0;
+  zend_object* pending = EG(exception);  // none in practice: checked by the callers
+  bool ok = call_user_function(nullptr, obj ? &self : nullptr, &fn, ret,
+                               static_cast<uint32_t>(args.size()), args.data()) == SUCCESS;
+  EG(error_reporting) = saved_reporting;
+  zval_ptr_dtor(&fn);
+  if (EG(exception) && EG(exception) != pending) {
+    zend_clear_exception();
+    ok = false;
+  }
+  return ok && Z_TYPE_P(ret) != IS_FALSE && Z_TYPE_P(ret) != IS_UNDEF;
+}
+
+bool is_a(zend_object* obj, const char* lower_class) {
+  auto* ce = static_cast<zend_class_entry*>(
+      zend_hash_str_find_ptr(CG(class_table), lower_class, strlen(lower_class)));
+  return ce && instanceof_function(obj->ce, ce);
+}
+
+// ---- the database server check (db_check.h)
+// ----------------------------------------------------------
+
+struct DbCheck {
+  bool enabled = true;   // tierce.db_check (this request)
+  bool running = false;  // its own queries are under way: the observers ignore them
+  // mysqli connections by "host|server version|thread id" (a persistent connection is checked
+  // once, not in every request that uses it): what was found. Bounded.
+  std::unordered_map<std::string, std::vector<tp::DbFinding>> by_connection;
+  std::set<std::string> warned;       // "id server": logged once per process
+  std::vector<std::string> warnings;  // the lines logged (tierce_status()["db_warnings"])
+} g_db;
+
+// Runs `sql` on `conn` (mysqli or PDO) quietly; its rows as strings. False when it failed.
+bool fetch_rows(zend_object* conn, bool pdo, const char* sql,
+                std::vector<std::vector<std::string>>& rows) {
+  zval q, res, all, arg[2];
+  ZVAL_UNDEF(&res);
+  ZVAL_UNDEF(&all);
+  ZVAL_STRING(&q, sql);
+  bool ok;
+  if (pdo) {
+    ok = call_quietly(conn, "query", {&q, 1}, &res) && Z_TYPE(res) == IS_OBJECT;
+    if (ok) {
+      ZVAL_LONG(&arg[0], 3);  // PDO::FETCH_NUM
+      ok = call_quietly(Z_OBJ(res), "fetchAll", {arg, 1}, &all);
+    }
+  } else {
+    ZVAL_OBJ(&arg[0], conn);
+    ZVAL_COPY_VALUE(&arg[1], &q);
+    ok = call_quietly(nullptr, "mysqli_query", {arg, 2}, &res) && Z_TYPE(res) == IS_OBJECT;
+    if (ok) {
+      ZVAL_COPY_VALUE(&arg[0], &res);
+      ZVAL_LONG(&arg[1], 2);  // MYSQLI_NUM
+      ok = call_quietly(nullptr, "mysqli_fetch_all", {arg, 2}, &all);
+    }
+  }
+  if (ok && Z_TYPE(all) == IS_ARRAY) {
+    zval* row;
+    ZEND_HASH_FOREACH_VAL(Z_ARRVAL(all), row) {
+      if (Z_TYPE_P(row) != IS_ARRAY) continue;
+      std::vector<std::string>& r = rows.emplace_back();
+      zval* v;
+      ZEND_HASH_FOREACH_VAL(Z_ARRVAL_P(row), v) {
+        zend_string* str = zval_get_string(v);
+        r.emplace_back(ZSTR_VAL(str), ZSTR_LEN(str));
+        zend_string_release(str);
+      }
+      ZEND_HASH_FOREACH_END();
+    }
+    ZEND_HASH_FOREACH_END();
+  }
+  zval_ptr_dtor(&q);
+  zval_ptr_dtor(&res);
+  zval_ptr_dtor(&all);
+  return ok;
+}
+
+// A string a call returns (quietly), "" when it fails.
+std::string string_of_call(zend_object* obj, const char* name, std::span<zval> args) {
+  zval ret;
+  ZVAL_UNDEF(&ret);
+  std::string out;
+  if (call_quietly(obj, name, args, &ret) && Z_TYPE(ret) != IS_NULL) {
+    zend_string* str = zval_get_string(&ret);
+    out.assign(ZSTR_VAL(str), ZSTR_LEN(str));
+    zend_string_release(str);
+  }
+  zval_ptr_dtor(&ret);
+  return out;
+}
+
+// The findings of `conn`'s server: from the process's memory for a mysqli connection seen before
+// (same host, version, thread id), else from its two queries. Never fails the app's call: a query
+// that fails leaves nothing found (counted as db_check_failures).
+std::vector<tp::DbFinding> judge_connection(zend_object* conn, bool pdo, std::string& server) {
+  tp::ServerFacts facts;
+  std::string key;
+  zval a[1];
+  if (pdo) {
+    ZVAL_LONG(&a[0], 4);  // PDO::ATTR_SERVER_VERSION (the handshake's)
+    facts.handshake_version = string_of_call(conn, "getAttribute", {a, 1});
+    ZVAL_LONG(&a[0], 7);  // PDO::ATTR_CONNECTION_STATUS (host info, no query)
+    server = string_of_call(conn, "getAttribute", {a, 1});
+  } else {
+    ZVAL_OBJ(&a[0], conn);
+    facts.handshake_version = string_of_call(nullptr, "mysqli_get_server_info", {a, 1});
+    server = string_of_call(nullptr, "mysqli_get_host_info", {a, 1});
+    std::string thread = string_of_call(nullptr, "mysqli_thread_id", {a, 1});
+    if (!thread.empty() && thread != "0")
+      key = server + "|" + facts.handshake_version + "|" + thread;
+  }
+  server += (server.empty() ? "" : ", ") + facts.handshake_version;
+  if (!key.empty())
+    if (auto it = g_db.by_connection.find(key); it != g_db.by_connection.end()) return it->second;
+  std::vector<std::vector<std::string>> rows;
+  bool probed = fetch_rows(conn, pdo, tp::kProxyProbeSql, rows);
+  if (probed && !rows.empty() && !rows[0].empty()) facts.probe_comment = rows[0][0];
+  rows.clear();
+  bool read = fetch_rows(conn, pdo, tp::kVariablesSql, rows);
+  for (const auto& r : rows) {
+    if (r.size() < 2) continue;
+    std::string name = r[0];
+    for (char& ch : name) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+    facts.variables[name] = r[1];
+  }
+  if (!probed && !read) {
+    g_counters.db_check_failures++;
+    return {};
+  }
+  g_counters.db_checks++;
+  std::vector<tp::DbFinding> found = tp::judge(facts);
+  if (!key.empty()) {
+    if (g_db.by_connection.size() >= 4096) g_db.by_connection.clear();
+    g_db.by_connection.emplace(key, found);
+  }
+  for (tp::DbFinding f : found) {
+    std::string id(tp::id_of(f));
+    if (!g_db.warned.insert(id + " " + server).second) continue;
+    std::string msg = id + " " + tp::describe(f, facts) + " (" + server +
+                      "). Tierce needs the pages it caches to be rendered from the primary "
+                      "(docs/coherence.md, \"What the database must give\"): pages that use this "
+                      "connection are not cached. Set tierce.db_check = 0 only if every read "
+                      "really goes to the primary. Logged once per process.";
+    php_log_err_with_severity(msg.c_str(), LOG_WARNING);
+    g_db.warnings.push_back(msg);
+  }
+  return found;
+}
+
+// On a connection's first observed call in this request: checks its server (once) and, when it may
+// not be the primary, makes the page uncacheable (a page cached from a replica's old rows would
+// stay stale until the next write of its names, long after the replica caught up).
+void check_connection(zend_object* conn) {
+  ConnInfo* info = conn_info(conn);
+  if (!info || info->checked) return;
+  info->checked = true;
+  bool pdo = is_a(conn, "pdo");
+  if (!pdo && !is_a(conn, "mysqli")) return;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string server;
+  g_db.running = true;
+  info->findings = judge_connection(conn, pdo, server);
+  g_db.running = false;
+  g_counters.db_check_us += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  if (info->findings.empty() || !g_req.tracker) return;
+  g_counters.db_not_primary++;
+  g_req.tracker->make_uncacheable(std::string(tp::id_of(info->findings.front())) +
+                                  " the database may not be the primary");
+  publish();
+}
+
+// The connection object a call runs on, for the hooks that have one.
+zend_object* connection_of(zend_execute_data* ex, const HookSpec& h) {
+  uint32_t first = 1;
+  switch (h.hook) {
+    case Hook::Query:
+    case Hook::ExecuteQuery:
+    case Hook::Prepare:
+    case Hook::Begin:
+    case Hook::Commit:
+    case Hook::Rollback:
+    case Hook::Autocommit:
+    case Hook::PdoSetAttribute:
+      return subject(ex, h, first);
+    case Hook::StmtConstruct: {
+      zval* link = arg(ex, 1);
+      return link && Z_TYPE_P(link) == IS_OBJECT ? Z_OBJ_P(link) : nullptr;
+    }
+    default:
+      return nullptr;
+  }
+}
+
 void observer_begin(zend_execute_data* ex) {
   const HookSpec* hs = hook_of(ex->func);
   tp::RequestTracker::Ticket none;
+  if (g_db.running) {  // the server check's own queries: not the app's
+    push_ticket(std::move(none));
+    return;
+  }
+  if (hs && g_req.active && g_req.tracker && g_db.enabled && !EG(exception))
+    if (zend_object* c = connection_of(ex, *hs)) check_connection(c);
   if (!hs || !g_req.active || !g_req.tracker ||
       !g_req.tracker->settings().auto_mode) {  // explicit mode: nothing to derive
     push_ticket(std::move(none));
@@ -503,7 +758,68 @@ void observer_begin(zend_execute_data* ex) {
   g_counters.observe_ns += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());
+  if (ticket.refused) g_refused_call = ex;  // execute_internal runs refuse() instead of the call
   push_ticket(std::move(ticket));
+}
+
+// ---- refused writes (linearizable mode)
+// ------------------------------------------------------------
+
+// Rolls back `conn`'s open transaction (mysqli or PDO) through the observed API, so the tracker
+// follows. False when it could not.
+bool rollback_connection(zend_object* conn) {
+  zval ret;
+  ZVAL_UNDEF(&ret);
+  bool ok = false;
+  if (is_a(conn, "pdo")) {
+    if (call_quietly(conn, "inTransaction", {}, &ret) && zend_is_true(&ret)) {
+      zval_ptr_dtor(&ret);
+      ZVAL_UNDEF(&ret);
+      ok = call_quietly(conn, "rollBack", {}, &ret);
+    } else {
+      ok = Z_TYPE(ret) != IS_UNDEF;  // none open: nothing to roll back
+    }
+  } else if (is_a(conn, "mysqli")) {
+    zval link;
+    ZVAL_OBJ(&link, conn);
+    ok = call_quietly(nullptr, "mysqli_rollback", {&link, 1}, &ret);
+  }
+  zval_ptr_dtor(&ret);
+  return ok;
+}
+
+// Instead of a call whose Pend did not reach every home: the call does not run; an open
+// transaction is rolled back (its row locks go now, not when the connection closes); the app
+// gets a TierceException. The marks are released in observer_end (tracker after()).
+void refuse(zend_execute_data* ex) {
+  if (g_req.tickets.empty()) return;
+  tp::RequestTracker::Ticket& t = g_req.tickets.back();
+  std::string msg = t.refusal;
+  if (t.rollback) {
+    const HookSpec* hs = hook_of(ex->func);
+    uint32_t first = 1;
+    zend_object* conn = hs && hs->hook != Hook::Execute ? subject(ex, *hs, first) : nullptr;
+    if (conn && rollback_connection(conn))
+      msg += "; the transaction was rolled back";
+    else
+      msg += "; the transaction could NOT be rolled back here: roll it back (it holds its locks)";
+  }
+  php_log_err_with_severity(msg.c_str(), LOG_WARNING);
+  zend_throw_exception_ex(g_exception_ce, kRefusedCode, "%s", msg.c_str());
+}
+
+void (*g_prev_execute_internal)(zend_execute_data*, zval*) = nullptr;
+
+void tierce_execute_internal(zend_execute_data* ex, zval* rv) {
+  if (UNEXPECTED(g_refused_call != nullptr) && g_refused_call == ex) {
+    g_refused_call = nullptr;
+    refuse(ex);
+    return;
+  }
+  if (g_prev_execute_internal)
+    g_prev_execute_internal(ex, rv);
+  else
+    ex->func->internal_function.handler(ex, rv);
 }
 
 // One fetched row (an array with column-name keys) of a locking read: its values are facts.
@@ -579,6 +895,7 @@ void observer_end(zend_execute_data* ex, zval* retval) {
   if (g_req.tickets.empty()) return;
   tp::RequestTracker::Ticket ticket = std::move(g_req.tickets.back());
   g_req.tickets.pop_back();
+  if (g_db.running) return;
   if (!g_req.active || !g_req.tracker || !g_req.tracker->settings().auto_mode) return;
   bool ok = retval && !EG(exception) && Z_TYPE_P(retval) != IS_FALSE;
   const HookSpec* hs = hook_of(ex->func);
@@ -813,11 +1130,20 @@ PHP_FUNCTION(tierce_status) {
   add_assoc_long(&c, "pend_us", k.pend_us);
   add_assoc_long(&c, "releases", k.releases);
   add_assoc_long(&c, "release_failures", k.release_failures);
+  add_assoc_long(&c, "writes_refused", k.writes_refused);
+  add_assoc_long(&c, "db_checks", k.db_checks);
+  add_assoc_long(&c, "db_check_failures", k.db_check_failures);
+  add_assoc_long(&c, "db_check_us", k.db_check_us);
+  add_assoc_long(&c, "db_not_primary", k.db_not_primary);
   add_assoc_long(&c, "observed", k.observed);
   add_assoc_long(&c, "observe_ns", k.observe_ns);
   add_assoc_long(&c, "compiled_cached", g_compiled.map.size());
   add_assoc_long(&c, "shapes_cached", g_compiled.shapes.size());
   add_assoc_zval(return_value, "counters", &c);
+  zval dbw;
+  array_init(&dbw);
+  for (const std::string& w : g_db.warnings) add_next_index_stringl(&dbw, w.data(), w.size());
+  add_assoc_zval(return_value, "db_warnings", &dbw);
   zval r;
   array_init(&r);
   if (tp::RequestTracker* t = tracker()) {
@@ -868,6 +1194,8 @@ PHP_INI_BEGIN()
   PHP_INI_ENTRY("tierce.auto", "0", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.linearizable", "0", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.pending_ttl_ms", "30000", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.pend_timeout_ms", "200", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.db_check", "1", PHP_INI_PERDIR | PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.topology", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.node", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.schema", "", PHP_INI_SYSTEM, nullptr)
@@ -914,11 +1242,17 @@ static PHP_MINIT_FUNCTION(tierce) {
                        "outside httpd are unavailable", g_engine_error.c_str());
     }
   }
+  if (g_engine) {  // linearizable mode may refuse calls: run them through execute_internal
+    g_prev_execute_internal = zend_execute_internal;
+    zend_execute_internal = tierce_execute_internal;
+  }
   return SUCCESS;
 }
 
 static PHP_MSHUTDOWN_FUNCTION(tierce) {
   UNREGISTER_INI_ENTRIES();
+  if (zend_execute_internal == tierce_execute_internal)
+    zend_execute_internal = g_prev_execute_internal;
   g_engine.reset();
   return SUCCESS;
 }
@@ -935,12 +1269,17 @@ static PHP_RINIT_FUNCTION(tierce) {
   if (s.linearizable) s.auto_mode = true;
   zend_long ttl = INI_INT(const_cast<char*>("tierce.pending_ttl_ms"));
   s.pending_ttl_ms = static_cast<uint32_t>(ttl < 1 ? 30000 : ttl > 600000 ? 600000 : ttl);
+  zend_long pt = INI_INT(const_cast<char*>("tierce.pend_timeout_ms"));
+  s.pend_timeout_ms = static_cast<uint32_t>(pt < 1 ? 200 : pt > 60000 ? 60000 : pt);
   g_req.tracker = std::make_unique<tp::RequestTracker>(
       s, g_counters, g_engine ? &g_engine_marks : nullptr, warn);
   g_req.tracker->start_request();
   zend_hash_init(&g_req.stmts, 8, nullptr, stmt_dtor, 0);
+  zend_hash_init(&g_req.conns, 4, nullptr, conn_dtor, 0);
   g_req.stmts_init = true;
+  g_db.enabled = INI_BOOL(const_cast<char*>("tierce.db_check"));
   g_req.tickets.clear();
+  g_refused_call = nullptr;
   g_req.published_depends = g_req.published_invalidates = 0;
   g_req.published_all = g_req.published_nocache = false;
   g_req.active = true;
@@ -964,13 +1303,8 @@ static PHP_RSHUTDOWN_FUNCTION(tierce) {
   }
   g_locks.held.clear();
   if (g_req.stmts_init) {
-    // Unregister every weak entry before the table goes (the objects outlive this call).
-    std::vector<zend_object*> objs;
-    zend_ulong key;
-    ZEND_HASH_FOREACH_NUM_KEY(&g_req.stmts, key) { objs.push_back(zend_weakref_key_to_object(key)); }
-    ZEND_HASH_FOREACH_END();
-    for (zend_object* o : objs) zend_weakrefs_hash_del(&g_req.stmts, o);
-    zend_hash_destroy(&g_req.stmts);
+    drop_weak_table(&g_req.stmts);
+    drop_weak_table(&g_req.conns);
     g_req.stmts_init = false;
   }
   g_req.tickets.clear();

@@ -119,6 +119,7 @@ void RequestTracker::end_request() {
 }
 
 void RequestTracker::commit_prepare(Ticket& t, Conn& c) {
+  if (t.refused) return;  // the call does not run: nothing more to commit
   t.commit_names.add_all(c.pending);
   c.pending.clear();
   c.end_txn();
@@ -131,23 +132,62 @@ void RequestTracker::commit_prepare(Ticket& t, Conn& c) {
   }
   std::string error;
   uint64_t us = 0;
-  uint64_t token = fresh_token();
-  if (marks_->pend(t.commit_names, token, s_.pending_ttl_ms, error, us)) {
-    t.token = token;
+  // One token per call: a second commit point of the same call (multi_query) marks again with it,
+  // so that one Release lifts every mark of the call.
+  if (t.token == 0) t.token = fresh_token();
+  if (marks_->pend(t.commit_names, t.token, s_.pending_ttl_ms, s_.pend_timeout_ms, error, us)) {
     counters_.pends++;
     counters_.pend_us += us;
-  } else {
-    counters_.pend_failures++;
-    if (warn_) warn_("tierce: could not mark writes pending before the commit (" + error +
-                     "): they are invalidated after it only");
+    return;
   }
+  // Not every home holds the mark: committing now would let a home that missed it validate or
+  // register a page without the write while another serves one with it (the inversion this mode
+  // exists to close). Waiting for the fence bound instead would hold the transaction's row locks
+  // for it. So the commit is refused: the call does not run. The homes that did acknowledge hold
+  // marks of t.token: after() releases them.
+  counters_.pend_failures++;
+  counters_.writes_refused++;
+  t.refused = true;
+  t.refusal =
+      "PHPEXT0101 linearizable mode: write refused before its commit: its pending mark "
+      "did not reach every home within tierce.pend_timeout_ms = " +
+      std::to_string(s_.pend_timeout_ms) + " (" + error + "); nothing was committed";
+}
+
+RequestTracker::Before RequestTracker::before(const Conn& c) const {
+  Before b;
+  b.in_txn = c.in_txn;
+  b.autocommit = c.autocommit;
+  if (s_.linearizable) b.pending = c.pending;
+  return b;
+}
+
+void RequestTracker::refuse_restore(Ticket& t, Conn& c, Before& b) {
+  // Nothing of the call ran (not even its statements before the commit point): the connection is
+  // as it was, its open transaction (if any) still holds its writes and locks until rolled back.
+  c.in_txn = b.in_txn;
+  c.autocommit = b.autocommit;
+  c.pending = std::move(b.pending);
+  c.end_txn();  // facts recorded meanwhile are dropped (fewer facts is conservative)
+  t.rollback = b.in_txn;
+  t.written.clear();
+  t.unkeyed.clear();
+  t.locked.clear();
+  t.forget_facts = true;
+}
+
+void RequestTracker::rollback_prepare(Ticket& t, Conn& c) {
+  t.rolled_back.add_all(c.pending);
+  c.pending.clear();
+  c.end_txn();
 }
 
 void RequestTracker::committed(Ticket& t) {
   if (t.commit_names.empty()) return;
   if (t.token != 0) {
     std::string error;
-    if (marks_ && marks_->release(t.commit_names, t.token, error)) {
+    // After a commit: the rule (every home applied it, or the fence bound passed).
+    if (marks_ && marks_->release(t.commit_names, t.token, 0, error)) {
       counters_.releases++;
       return;  // the release is the final invalidation (bump + log at every home)
     }
@@ -166,7 +206,8 @@ RequestTracker::Ticket RequestTracker::before_statement(ConnId id, const sd::Com
   t.conn = id;
   t.what = Ticket::What::Statement;
   Conn& c = conn(id);
-  for (size_t si = 0; si < compiled.statements.size(); ++si) {
+  Before b = before(c);
+  for (size_t si = 0; si < compiled.statements.size() && !t.refused; ++si) {
     const sd::Statement& st = compiled.statements[si];
     counters_.statements++;
     switch (st.precision) {
@@ -187,8 +228,7 @@ RequestTracker::Ticket RequestTracker::before_statement(ConnId id, const sd::Com
         counters_.commits++;
         continue;
       case sd::Kind::Rollback:
-        c.pending.clear();
-        c.end_txn();
+        rollback_prepare(t, c);
         c.in_txn = !c.autocommit;
         counters_.rollbacks++;
         continue;
@@ -251,6 +291,7 @@ RequestTracker::Ticket RequestTracker::before_statement(ConnId id, const sd::Com
       }
     }
   }
+  if (t.refused) refuse_restore(t, c, b);
   return t;
 }
 
@@ -260,9 +301,11 @@ RequestTracker::Ticket RequestTracker::before_commit(ConnId id) {
   t.conn = id;
   t.what = Ticket::What::Commit;
   Conn& c = conn(id);
+  Before b = before(c);
   commit_prepare(t, c);
   c.in_txn = !c.autocommit;
   counters_.commits++;
+  if (t.refused) refuse_restore(t, c, b);
   return t;
 }
 
@@ -272,9 +315,11 @@ RequestTracker::Ticket RequestTracker::before_begin(ConnId id) {
   t.conn = id;
   t.what = Ticket::What::Begin;
   Conn& c = conn(id);
+  Before b = before(c);
   if (c.in_txn && !c.pending.empty()) commit_prepare(t, c);
   c.end_txn();
   c.in_txn = true;
+  if (t.refused) refuse_restore(t, c, b);
   return t;
 }
 
@@ -284,8 +329,7 @@ RequestTracker::Ticket RequestTracker::before_rollback(ConnId id) {
   t.conn = id;
   t.what = Ticket::What::Rollback;
   Conn& c = conn(id);
-  c.pending.clear();
-  c.end_txn();
+  rollback_prepare(t, c);
   c.in_txn = !c.autocommit;
   counters_.rollbacks++;
   return t;
@@ -297,6 +341,7 @@ RequestTracker::Ticket RequestTracker::before_autocommit(ConnId id, bool on) {
   t.conn = id;
   t.what = Ticket::What::Commit;
   Conn& c = conn(id);
+  Before b = before(c);
   if (on && !c.autocommit) {
     commit_prepare(t, c);
     c.in_txn = false;
@@ -304,15 +349,41 @@ RequestTracker::Ticket RequestTracker::before_autocommit(ConnId id, bool on) {
   c.end_txn();
   c.autocommit = on;
   if (!on) c.in_txn = true;
+  if (t.refused) refuse_restore(t, c, b);
   return t;
 }
 
 void RequestTracker::after(Ticket& t, bool ok) {
   if (!t.active) return;
   t.active = false;
+  if (t.refused) {
+    // The call did not run: no fact changed, nothing was committed, nothing to invalidate. The
+    // homes that acknowledged the Pend hold marks of the token: lift them now, without waiting for
+    // the others (they never got the Pend, or get it late and expire it after
+    // tierce.pending_ttl_ms, which counts as one more invalidation: safe).
+    std::string error;
+    if (t.token != 0 && marks_) {
+      if (marks_->release(t.commit_names, t.token, s_.pend_timeout_ms, error)) {
+        counters_.releases++;
+      } else {
+        counters_.release_failures++;
+        if (warn_)
+          warn_("PHPEXT0102 could not release the pending marks of a refused write (" + error +
+                "): the homes expire them after tierce.pending_ttl_ms");
+      }
+    }
+    return;
+  }
   // The facts follow the rows this call changed: only if it succeeded (a failed UPDATE left the
   // row as it was; when unsure, forget).
   auto it = conns_.find(t.conn);
+  if (it != conns_.end() && !ok && !t.rolled_back.empty()) {
+    // A ROLLBACK that failed may have left the transaction open (say a refused write's rollback,
+    // or commands out of sync): its writes stay pending, so that a later COMMIT pends and
+    // invalidates them, or the end of the request does.
+    it->second.pending.add_all(t.rolled_back);
+    it->second.in_txn = true;
+  }
   if (it != conns_.end()) {
     Facts& f = it->second.facts;
     if (!ok || t.forget_facts) {

@@ -5,7 +5,9 @@
 //     per connection: autocommit statements at once, transactions at COMMIT, dropped at ROLLBACK;
 //   - in linearizable mode, a write's names are marked *pending* at every home before the
 //     statement (autocommit) or the COMMIT is sent, and released after it returned
-//     (docs/php_extension.md, "Linearizable mode").
+//     (docs/php_extension.md, "Linearizable mode"). A Pend that does not reach every home within
+//     tierce.pend_timeout_ms refuses the call: the ticket says so, the glue does not run it (and
+//     rolls the transaction back), and the marks already placed are released.
 // Connections are identified by an opaque id the glue chooses (the connection object).
 #pragma once
 #include <cstdint>
@@ -48,23 +50,36 @@ struct Settings {
   bool auto_mode = false;     // tierce.auto: derive dependencies from SQL
   bool linearizable = false;  // tierce.linearizable: pending marks around commits
   uint32_t pending_ttl_ms = 30000;
+  // How long a Pend may wait for the homes' acknowledgements before the write is refused (well
+  // below the fence bound: a COMMIT waits for it with the transaction's row locks held).
+  uint32_t pend_timeout_ms = 200;
 };
 
 // Process-wide counters (tierce_status()["counters"]).
 struct Counters {
   uint64_t statements = 0, reads = 0, writes = 0, neutral = 0, exact = 0, table_level = 0,
-           conservative = 0, uncacheable_reads = 0, invalidate_all = 0, commits = 0,
-           rollbacks = 0, pends = 0, pend_failures = 0, pend_us = 0, releases = 0,
-           release_failures = 0, observe_ns = 0, observed = 0;
+           conservative = 0, uncacheable_reads = 0, invalidate_all = 0, commits = 0, rollbacks = 0,
+           pends = 0, pend_failures = 0, pend_us = 0, releases = 0, release_failures = 0,
+           observe_ns = 0, observed = 0,
+           writes_refused = 0,  // linearizable: a Pend did not reach every home in time
+      // the database server check (db_check.h): servers checked, checks whose queries both
+      // failed, their time, requests made uncacheable because a server may not be the primary
+      db_checks = 0, db_check_failures = 0, db_check_us = 0, db_not_primary = 0;
 };
 
-// Where pending marks go (the Engine; a recorder in tests). Both block until every home
-// applied the round (or is fenced). Return false with `error` set when the round was not sent.
+// Where pending marks go (the Engine; a recorder in tests).
+//   pend: true when EVERY home acknowledged the Pend within `timeout_ms`; false (with `error`:
+//     which homes, why) when the round was not sent or gave up on some home — the caller then
+//     does not commit. Never waits for the fence bound.
+//   release: `give_up_ms` 0 after a commit: until every home applied it or the fence bound (the
+//     rule); nonzero for the marks of a refused commit (nothing was committed: nothing to wait
+//     for). False with `error` set when the round was not sent.
 struct MarkSink {
   virtual ~MarkSink() = default;
-  virtual bool pend(const NameSet& names, uint64_t token, uint32_t ttl_ms, std::string& error,
-                    uint64_t& micros) = 0;
-  virtual bool release(const NameSet& names, uint64_t token, std::string& error) = 0;
+  virtual bool pend(const NameSet& names, uint64_t token, uint32_t ttl_ms, uint32_t timeout_ms,
+                    std::string& error, uint64_t& micros) = 0;
+  virtual bool release(const NameSet& names, uint64_t token, uint32_t give_up_ms,
+                       std::string& error) = 0;
 };
 
 class RequestTracker {
@@ -88,6 +103,12 @@ class RequestTracker {
     enum class What : uint8_t { None, Statement, Commit, Rollback, Begin } what = What::None;
     NameSet commit_names;  // names committed by this call (released/invalidated in after)
     uint64_t token = 0;    // nonzero: marked pending before the call
+    // Linearizable mode: a Pend did not reach every home. The call must NOT run (the glue skips
+    // it and raises `refusal`); the tracker's connection state is as before the call.
+    bool refused = false;
+    std::string refusal;    // what to tell the app (with its log id)
+    bool rollback = false;  // the connection has a transaction open: roll it back (its locks)
+    NameSet rolled_back;    // a ROLLBACK's names: pending again if it failed (state unknown)
     // Locking reads keyed by a primary key in an open transaction: their result rows become
     // facts (record_fact); the glue keeps these with the result until it is fetched.
     std::vector<sqldeps::LockedRow> locked;
@@ -113,6 +134,12 @@ class RequestTracker {
   void add_depends(std::string_view name) { depends_.add(name); }
   void add_invalidates(std::string_view name) { invalidates_.add(name); }
   void invalidate_all() { invalidates_.set_all(); }
+  // The page must not be cached (whatever the mode): `reason` says why (tierce-nocache).
+  void make_uncacheable(std::string_view reason) {
+    if (uncacheable_) return;
+    uncacheable_ = true;
+    uncacheable_reason_ = reason;
+  }
 
   const NameSet& depends() const { return depends_; }
   const NameSet& invalidates() const { return invalidates_; }
@@ -143,6 +170,15 @@ class RequestTracker {
   };
   Conn& conn(ConnId id) { return conns_[id]; }
   void commit_prepare(Ticket& t, Conn& c);  // moves c.pending into t, pends when linearizable
+  // The connection as a call found it: a refused call did not run, so it goes back to this.
+  struct Before {
+    bool in_txn = false, autocommit = true;
+    NameSet pending;  // kept only in linearizable mode (the only one that refuses)
+  };
+  Before before(const Conn& c) const;
+  // A refused ticket: `c` back to `b`; the glue rolls back an open transaction (t.rollback).
+  void refuse_restore(Ticket& t, Conn& c, Before& b);
+  void rollback_prepare(Ticket& t, Conn& c);  // moves c.pending into t.rolled_back
   void committed(Ticket& t);
 
   Settings s_;

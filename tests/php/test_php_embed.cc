@@ -153,6 +153,17 @@ struct Env {
   int sql(const std::string& q) const {
     return run_cmd({"mariadb", "--no-defaults", "-S", db_sock, "-uroot", "-e", q}, dir / "sql.log");
   }
+  // The first value `q` returns (database t), "" when it fails.
+  std::string sql_value(const std::string& q) const {
+    std::string out = dir / "sql-value.out";
+    ::unlink(out.c_str());
+    if (run_cmd({"mariadb", "--no-defaults", "-S", db_sock, "-uroot", "-N", "-B", "t", "-e", q},
+                out) != 0)
+      return "";
+    std::string v = tierce_test::read_file(out);
+    while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+    return v;
+  }
 
   void start_homes() {
     secret = tierce_test::make_secret(dir);
@@ -160,7 +171,7 @@ struct Env {
     for (size_t i = 0; i < names.size(); ++i)
       tcp.push_back("tcp://127.0.0.1:" + std::to_string(free_port()));
     std::string t = "[cluster]\nname = \"php\"\nsecret_file = \"" + secret +
-                    "\"\ntransport = \"tcp\"\nversion_slots = 4096\n[coherence]\nlease_ms = 300\n"
+                    "\"\ntransport = \"tcp\"\nversion_slots = 4096\n[coherence]\nlease_ms = 1000\n"
                     "clock_skew_ms = 20\n";
     for (size_t i = 0; i < names.size(); ++i)
       t += "[[node]]\nname = \"" + names[i] + "\"\nrole = \"app\"\nmemd = [\"" + tcp[i] +
@@ -555,4 +566,177 @@ BOOST_AUTO_TEST_CASE(observer_cost_per_query) {
   double ns = s["counters"]["observe_ns"].get<double>() / std::max(1, s["counters"]["observed"].get<int>());
   BOOST_TEST_MESSAGE("extension cost per observed call: " << ns << " ns");
   BOOST_TEST(s["counters"]["observed"].get<int>() >= 4000);
+}
+
+namespace {
+// app2's memd frozen (SIGSTOP) for the scope: a home that does not answer. Continued and vouching
+// again at the end, for the tests after.
+struct HomeFrozen {
+  HomeFrozen() { g_env->memd[1].signal(SIGSTOP); }
+  ~HomeFrozen() {
+    g_env->memd[1].signal(SIGCONT);
+    auto cl = g_env->client();
+    eventually([&] { return cl.read_seq("app1") && cl.read_seq("app2"); }, 10s);
+  }
+};
+
+std::string field(const std::string& out, const std::string& name) {  // "name=value\n"
+  size_t p = out.find(name + "=");
+  if (p == std::string::npos) return "";
+  p += name.size() + 1;
+  return out.substr(p, out.find('\n', p) - p);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(linearizable_write_refused_fast_while_a_home_is_unreachable) {
+  // Before: a COMMIT (or an autocommit write) whose Pend could not reach app2 waited the whole
+  // fence bound (1.02 s here) with the transaction's row locks held, then committed. Now the Pend
+  // gives up after tierce.pend_timeout_ms, the write is refused with a TierceException, nothing
+  // is committed and the transaction is rolled back (its row locks are free at once).
+  const std::string p3 = g_env->sql_value("SELECT price FROM items WHERE id = 3");
+  const std::string p4 = g_env->sql_value("SELECT price FROM items WHERE id = 4");
+  const std::string p5 = g_env->sql_value("SELECT price FROM items WHERE id = 5");
+  BOOST_REQUIRE(!p3.empty());
+  std::string other_update = "mariadb --no-defaults -S " + g_env->db_sock +
+                             " -uroot t -N -e 'SET SESSION innodb_lock_wait_timeout = 1; "
+                             "UPDATE items SET name = name WHERE id = 3; SELECT 42' 2>&1";
+  std::string out;
+  json s;
+  {
+    HomeFrozen frozen;
+    s = g_env->status_after(
+        std::string(kConnect) + kPdo +
+            "$t = microtime(true);\n"
+            "$db->begin_transaction();\n"
+            "$db->query('UPDATE items SET price = 1000 WHERE id = 3');\n"
+            "try { $db->commit(); echo \"commit=committed\\n\"; }\n"
+            "catch (TierceException $e) { echo 'commit=refused ', $e->getCode(), ' ', "
+            "$e->getMessage(), \"\\n\"; }\n"
+            "echo 'commit_ms=', round((microtime(true) - $t) * 1000), \"\\n\";\n"
+            "$o = microtime(true);\n"
+            "echo 'other=', trim(shell_exec(" +
+            json(other_update).dump() +
+            ")), \"\\n\";\n"
+            "echo 'other_ms=', round((microtime(true) - $o) * 1000), \"\\n\";\n"
+            "$t = microtime(true);\n"
+            "try { $db->query('UPDATE items SET price = 1001 WHERE id = 4'); echo "
+            "\"auto=committed\\n\"; }\n"
+            "catch (TierceException $e) { echo 'auto=refused ', $e->getMessage(), \"\\n\"; }\n"
+            "echo 'auto_ms=', round((microtime(true) - $t) * 1000), \"\\n\";\n"
+            "$pdo->beginTransaction();\n"
+            "$pdo->exec('UPDATE items SET price = 1002 WHERE id = 5');\n"
+            "try { $pdo->commit(); echo \"pdo=committed\\n\"; }\n"
+            "catch (TierceException $e) { echo 'pdo=refused ', $e->getMessage(), \"\\n\"; }\n"
+            "echo 'pdo_in_transaction=', var_export($pdo->inTransaction(), true), \"\\n\";\n"
+            "$db->begin_transaction(); $db->query('SELECT 1'); $db->commit();\n"  // still usable
+            "echo \"usable=yes\\n\";\n",
+        {{"tierce.linearizable", "1"},
+         {"tierce.pend_timeout_ms", "100"},
+         {"tierce.pending_ttl_ms", "1500"}});
+    out = g_out;
+  }
+  BOOST_TEST_MESSAGE(out);
+  BOOST_TEST(field(out, "commit").rfind("refused 101 PHPEXT0101", 0) == 0, field(out, "commit"));
+  BOOST_TEST(field(out, "commit").find("rolled back") != std::string::npos);
+  BOOST_TEST(field(out, "commit").find("app2") != std::string::npos);
+  // Well under the bound (1020 ms): the Pend's 100 ms, the rollback, the Release's 100 ms.
+  BOOST_TEST(std::stoi("0" + field(out, "commit_ms")) < 700);
+  // The row lock is not held: another connection updates the row at once.
+  BOOST_TEST(field(out, "other") == "42", field(out, "other"));
+  BOOST_TEST(std::stoi("0" + field(out, "other_ms")) < 900);
+  BOOST_TEST(field(out, "auto").rfind("refused PHPEXT0101", 0) == 0, field(out, "auto"));
+  BOOST_TEST(std::stoi("0" + field(out, "auto_ms")) < 700);
+  BOOST_TEST(field(out, "pdo").rfind("refused PHPEXT0101", 0) == 0, field(out, "pdo"));
+  BOOST_TEST(field(out, "pdo_in_transaction") == "false");
+  BOOST_TEST(field(out, "usable") == "yes");
+  // Nothing was committed.
+  BOOST_TEST(g_env->sql_value("SELECT price FROM items WHERE id = 3") == p3);
+  BOOST_TEST(g_env->sql_value("SELECT price FROM items WHERE id = 4") == p4);
+  BOOST_TEST(g_env->sql_value("SELECT price FROM items WHERE id = 5") == p5);
+  BOOST_TEST(s["counters"]["writes_refused"].get<int>() >= 3);
+  BOOST_TEST(s["request"]["invalidates"].empty());  // nothing committed: nothing to invalidate
+  BOOST_TEST(s["request"]["open_transactions"].get<int>() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(linearizable_write_commits_and_invalidates_with_every_home_up) {
+  auto cl = g_env->client();
+  uint64_t key = 0x13572468ace0bdf1ULL;
+  std::string home = cl.topology().home_of(key).name;
+  std::vector<uint64_t> deps{dependency_hash("row:items:6")};
+  RegisterResult r;
+  // (a mark of the refused write above may linger at app2 until its ttl: 1.5 s)
+  BOOST_REQUIRE(eventually(
+      [&] {
+        auto seq = cl.read_seq(home);
+        if (!seq) return false;
+        r = cl.register_page(home, key, *seq, deps);
+        return r.cacheable();
+      },
+      10s));
+  std::string out = g_env->php(std::string(kConnect) +
+                                   "$db->begin_transaction();\n"
+                                   "$db->query('UPDATE items SET price = 606 WHERE id = 6');\n"
+                                   "$db->commit(); echo \"committed\\n\";\n",
+                               {{"tierce.linearizable", "1"}, {"tierce.pend_timeout_ms", "100"}});
+  BOOST_TEST(out.find("committed") != std::string::npos, out);
+  BOOST_TEST(g_env->sql_value("SELECT price FROM items WHERE id = 6") == "606");
+  auto v = cl.read_version(home, r.slot);
+  BOOST_REQUIRE(v);
+  BOOST_TEST(*v != r.version);  // the page rendered before is invalidated
+}
+
+BOOST_AUTO_TEST_CASE(a_read_only_database_is_warned_once_and_its_pages_are_not_cached) {
+  // Renders must read the primary (docs/coherence.md, "What the database must give"). A server
+  // with @@read_only ON is a replica: pages that used it are not cached (tierce-nocache), in
+  // explicit and automatic mode, through mysqli and PDO; PHPEXT0201 is logged once per process.
+  BOOST_REQUIRE(g_env->sql("SET GLOBAL read_only = 1") == 0);
+  struct Restore {
+    ~Restore() { g_env->sql("SET GLOBAL read_only = 0"); }
+  } restore;
+  const std::string read = "$db->query('SELECT name FROM items WHERE id = 1')->fetch_all();\n";
+  json a = g_env->status_after(std::string(kConnect) + read + "tierce_depends('item:1');\n");
+  BOOST_TEST(a["request"]["uncacheable"].get<bool>());  // explicit mode too
+  BOOST_TEST(a["request"]["uncacheable_reason"].get<std::string>().rfind("PHPEXT0201", 0) == 0,
+             a["request"]["uncacheable_reason"]);
+  BOOST_REQUIRE(a["db_warnings"].size() == 1u);
+  BOOST_TEST_MESSAGE(a["db_warnings"][0].get<std::string>());
+  BOOST_TEST(a["db_warnings"][0].get<std::string>().rfind("PHPEXT0201", 0) == 0);
+  json b = g_env->status_after(
+      std::string(kPdo) + "$pdo->query('SELECT name FROM items WHERE id = 2')->fetchAll();\n",
+      kAuto);
+  BOOST_TEST(b["request"]["uncacheable"].get<bool>());
+  json c = g_env->status_after(std::string(kConnect) + read, kAuto);
+  BOOST_TEST(c["request"]["uncacheable"].get<bool>());
+  BOOST_TEST(c["db_warnings"].size() == 1u);  // once per process, not per request
+  BOOST_TEST(c["counters"]["db_not_primary"].get<int>() >= 3);
+  // tierce.db_check = 0: the operator says every read goes to the primary
+  json d = g_env->status_after(std::string(kConnect) + read, {{"tierce.db_check", "0"}});
+  BOOST_TEST(!d["request"]["uncacheable"].get<bool>());
+  // the primary again: cached as before (a new connection is checked again)
+  BOOST_REQUIRE(g_env->sql("SET GLOBAL read_only = 0") == 0);
+  json e = g_env->status_after(std::string(kConnect) + read, kAuto);
+  BOOST_TEST(!e["request"]["uncacheable"].get<bool>(), e["request"]["uncacheable_reason"]);
+  BOOST_TEST(e["counters"]["db_checks"].get<int>() >= 4);
+  BOOST_TEST(e["counters"]["db_check_failures"].get<int>() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(the_server_check_does_not_disturb_the_app) {
+  // The check's queries run before the app's first call on a connection, quietly: with strict
+  // error reporting, an unbuffered first query, insert_id and affected_rows are the app's own.
+  std::string out = g_env->php(
+      std::string(kConnect) +
+          "$r = $db->query('SELECT id FROM items ORDER BY id', MYSQLI_USE_RESULT);\n"
+          "$n = 0; while ($r->fetch_row()) $n++; $r->free();\n"
+          "echo 'rows=', $n, \"\\n\";\n"
+          "$db->query(\"INSERT INTO bids (item_id, amount) VALUES (1, 5)\");\n"
+          "echo 'insert_id=', $db->insert_id > 0 ? 'set' : 'zero', \"\\n\";\n"
+          "echo 'affected=', $db->affected_rows, \"\\n\";\n"
+          "$pdo = new PDO('mysql:dbname=t', 'root', '', [PDO::ATTR_ERRMODE => "
+          "PDO::ERRMODE_EXCEPTION, PDO::MYSQL_ATTR_USE_BUFFERED_QUERY => false]);\n"
+          "echo 'pdo_rows=', count($pdo->query('SELECT id FROM items')->fetchAll()), \"\\n\";\n",
+      kAuto);
+  BOOST_TEST(field(out, "rows") == "7", out);
+  BOOST_TEST(field(out, "insert_id") == "set", out);
+  BOOST_TEST(field(out, "affected") == "1", out);
+  BOOST_TEST(field(out, "pdo_rows") == "7", out);
 }

@@ -5,6 +5,8 @@
 #define BOOST_TEST_MODULE php_tracker
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+
 #include "php_ext/tracker.h"
 
 using namespace tierce::php;
@@ -18,20 +20,22 @@ struct Recorder : MarkSink {
     std::vector<std::string> names;
     bool all;
     uint64_t token;
+    uint32_t ms;  // pend: its timeout; release: give_up_ms (0 = the rule)
   };
   std::vector<Call> calls;
-  bool fail = false;
-  bool pend(const NameSet& n, uint64_t token, uint32_t, std::string& error, uint64_t& us) override {
+  bool fail = false;  // a pend does not reach every home (some homes may hold the mark)
+  bool pend(const NameSet& n, uint64_t token, uint32_t, uint32_t timeout_ms, std::string& error,
+            uint64_t& us) override {
+    calls.push_back({true, n.names(), n.all(), token, timeout_ms});
     if (fail) {
-      error = "homes unreachable";
+      error = "app2 (sent, not acknowledged)";
       return false;
     }
     us = 7;
-    calls.push_back({true, n.names(), n.all(), token});
     return true;
   }
-  bool release(const NameSet& n, uint64_t token, std::string&) override {
-    calls.push_back({false, n.names(), n.all(), token});
+  bool release(const NameSet& n, uint64_t token, uint32_t give_up_ms, std::string&) override {
+    calls.push_back({false, n.names(), n.all(), token, give_up_ms});
     return true;
   }
 };
@@ -183,13 +187,140 @@ BOOST_FIXTURE_TEST_CASE(linearizable_pends_before_and_releases_after, Fixture) {
   BOOST_TEST(counters.releases == 2u);
 }
 
-BOOST_FIXTURE_TEST_CASE(linearizable_without_homes_falls_back_with_a_warning, Fixture) {
+BOOST_FIXTURE_TEST_CASE(linearizable_pend_waits_the_pend_timeout_release_the_rule, Fixture) {
+  RequestTracker t = make(true);
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 3");
+  BOOST_REQUIRE(rec.calls.size() == 2u);
+  BOOST_TEST(rec.calls[0].ms == Settings{}.pend_timeout_ms);  // the Pend gives up after it
+  BOOST_TEST(rec.calls[1].ms == 0u);  // the Release after a commit: every home or the bound
+  BOOST_TEST(counters.writes_refused == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(linearizable_autocommit_write_refused_when_a_pend_misses_a_home, Fixture) {
+  // Before: the statement ran after a Pend that did not reach every home (invalidated after the
+  // commit only), or after the whole fence bound. Now it does not run at all.
   RequestTracker t = make(true);
   rec.fail = true;
-  run(t, 1, "UPDATE items SET price = 1 WHERE id = 3");
-  BOOST_TEST(has(t.invalidates(), "row:items:3"));  // invalidated after the commit instead
-  BOOST_TEST(counters.pend_failures == 1u);
-  BOOST_TEST(warnings.size() == 1u);
+  sd::Compiled c = sd::compile("UPDATE items SET price = 1 WHERE id = 3", schema);
+  RequestTracker::Ticket k = t.before_statement(1, c, {});
+  BOOST_TEST(k.refused);
+  BOOST_TEST(!k.rollback);  // autocommit: nothing open to roll back
+  BOOST_TEST(k.refusal.find("PHPEXT0101") != std::string::npos, k.refusal);
+  BOOST_TEST(k.refusal.find("app2") != std::string::npos, k.refusal);
+  t.after(k, false);  // the glue skipped the call (an exception: not ok)
+  // the marks the homes that acknowledged hold are released, without waiting for the bound
+  BOOST_REQUIRE(rec.calls.size() == 2u);
+  BOOST_TEST(!rec.calls[1].pend);
+  BOOST_TEST(rec.calls[1].token == rec.calls[0].token);
+  BOOST_TEST(rec.calls[1].ms == Settings{}.pend_timeout_ms);
+  BOOST_TEST(t.invalidates().empty());  // nothing was committed: nothing to invalidate
+  BOOST_TEST(t.open_transactions() == 0u);
+  BOOST_TEST(counters.writes_refused == 1u);
+  BOOST_TEST(counters.pends == 0u);
+  t.end_request();
+  BOOST_TEST(t.invalidates().empty());
+}
+
+BOOST_FIXTURE_TEST_CASE(linearizable_commit_refused_then_rolled_back, Fixture) {
+  RequestTracker t = make(true);
+  run(t, 1, "BEGIN");
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 4");
+  rec.fail = true;
+  RequestTracker::Ticket cm = t.before_commit(1);
+  BOOST_TEST(cm.refused);
+  BOOST_TEST(cm.rollback);  // the transaction is open and holds its row locks
+  // the connection is as before the COMMIT: its transaction still open with its writes
+  BOOST_TEST(t.open_transactions() == 1u);
+  // the glue rolls it back (an observed call) ...
+  RequestTracker::Ticket rb = t.before_rollback(1);
+  t.after(rb, true);
+  BOOST_TEST(t.open_transactions() == 0u);
+  // ... and the COMMIT's call ends with its exception: the marks are released
+  t.after(cm, false);
+  BOOST_REQUIRE(rec.calls.size() == 2u);
+  BOOST_TEST(!rec.calls[1].pend);
+  BOOST_TEST(rec.calls[1].ms > 0u);
+  BOOST_TEST(t.invalidates().empty());
+  // the homes are back: the next transaction commits as before
+  rec.fail = false;
+  run(t, 1, "BEGIN");
+  run(t, 1, "UPDATE items SET price = 2 WHERE id = 5");
+  run(t, 1, "COMMIT");
+  BOOST_REQUIRE(rec.calls.size() == 4u);
+  BOOST_TEST(rec.calls[3].ms == 0u);
+  BOOST_TEST(counters.writes_refused == 1u);
+  BOOST_TEST(counters.pends == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(refused_commit_whose_rollback_fails_stays_pending, Fixture) {
+  // A refused COMMIT whose rollback failed leaves the transaction open: a later COMMIT must pend
+  // its writes again (else they would commit without any invalidation), the end of the request
+  // invalidates them.
+  RequestTracker t = make(true);
+  run(t, 1, "BEGIN");
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 4");
+  rec.fail = true;
+  RequestTracker::Ticket cm = t.before_commit(1);
+  BOOST_REQUIRE(cm.refused);
+  RequestTracker::Ticket rb = t.before_rollback(1);
+  t.after(rb, false);
+  t.after(cm, false);
+  BOOST_TEST(t.open_transactions() == 1u);
+  rec.fail = false;
+  size_t before = rec.calls.size();
+  run(t, 1, "COMMIT");
+  BOOST_REQUIRE(rec.calls.size() == before + 2);
+  BOOST_TEST(rec.calls[before].pend);
+  const auto& names = rec.calls[before].names;
+  BOOST_TEST((std::find(names.begin(), names.end(), "row:items:4") != names.end()));
+}
+
+BOOST_FIXTURE_TEST_CASE(refused_autocommit_on_leaves_autocommit_off, Fixture) {
+  // autocommit(true) commits the open transaction: refused, the call did not run, so the
+  // connection is still in autocommit-off mode (its next write is in a transaction).
+  RequestTracker t = make(true);
+  RequestTracker::Ticket off = t.before_autocommit(1, false);
+  t.after(off, true);
+  run(t, 1, "UPDATE items SET price = 1 WHERE id = 4");
+  rec.fail = true;
+  RequestTracker::Ticket on = t.before_autocommit(1, true);
+  BOOST_TEST(on.refused);
+  BOOST_TEST(on.rollback);
+  t.after(on, false);
+  RequestTracker::Ticket rb = t.before_rollback(1);
+  t.after(rb, true);
+  rec.fail = false;
+  size_t before = rec.calls.size();
+  run(t, 1, "UPDATE items SET price = 2 WHERE id = 5");
+  BOOST_TEST(rec.calls.size() == before);  // not committed by itself: autocommit is still off
+  BOOST_TEST(t.open_transactions() == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(refused_multi_statement_runs_nothing, Fixture) {
+  // One call, two commit points: the second one's Pend fails: the whole call is refused (nothing
+  // of it runs), one token covers both Pends and is released once.
+  struct FailSecond : Recorder {
+    bool pend(const NameSet& n, uint64_t token, uint32_t ttl, uint32_t timeout_ms,
+              std::string& error, uint64_t& us) override {
+      fail = !calls.empty();
+      return Recorder::pend(n, token, ttl, timeout_ms, error, us);
+    }
+  } rec2;
+  Settings s;
+  s.auto_mode = s.linearizable = true;
+  RequestTracker u(s, counters, &rec2, nullptr);
+  u.start_request();
+  sd::Compiled c = sd::compile(
+      "UPDATE items SET price = 1 WHERE id = 4; UPDATE items SET price = 1 WHERE id = 5", schema);
+  RequestTracker::Ticket k = u.before_statement(1, c, {});
+  BOOST_TEST(k.refused);
+  BOOST_REQUIRE(rec2.calls.size() == 2u);
+  BOOST_TEST(rec2.calls[0].token == rec2.calls[1].token);
+  u.after(k, false);
+  BOOST_REQUIRE(rec2.calls.size() == 3u);
+  BOOST_TEST(!rec2.calls[2].pend);
+  BOOST_TEST(rec2.calls[2].token == rec2.calls[0].token);
+  BOOST_TEST(u.invalidates().empty());
 }
 
 BOOST_FIXTURE_TEST_CASE(explicit_mode_derives_nothing, Fixture) {
