@@ -105,12 +105,27 @@ struct OneHome {
     o.log = [](fabric::LogLevel, std::string_view) {};
     return std::make_unique<fabric::Server>(o);
   }
+  // app2's writer segment, created before the topology file exists: its digest is stamped at the
+  // first issue(), once the file is written.
+  std::shared_ptr<fabric::SharedSegment> w2_segment() {
+    w2 = std::make_unique<WriterLog>(prefix + ".app2" + kWriterSuffix, digest_of_this_topology());
+    return w2->segment();
+  }
+  uint64_t digest_of_this_topology() const {
+    // The digest covers the cluster name, version_slots, [coherence] and the app nodes' names,
+    // not their addresses: the same text with any address gives it.
+    std::string t = "[cluster]\nname = \"t\"\nsecret_file = \"" + secret +
+                    "\"\ntransport = \"tcp\"\nversion_slots = 4096\n"
+                    "[coherence]\nlease_ms = 3000\nclock_skew_ms = 20\n";
+    for (const char* n : {"app1", "app2"})
+      t += std::string("[[node]]\nname = \"") + n + "\"\nrole = \"app\"\nmemd = [\"tcp://127.0.0.1:1\"]\n" +
+           "segment_prefix = \"" + prefix + "." + n + "\"\n";
+    return Topology::parse(t, "digest").coherence_digest();
+  }
   OneHome() {
     s1 = server(secret);
     s2 = server(secret);
-    w2 = std::make_unique<WriterLog>(prefix + ".app2" + kWriterSuffix);
-    w2->issue();
-    s2->export_region(kWriterRegion, w2->segment());
+    s2->export_region(kWriterRegion, w2_segment());
     std::string t = "[cluster]\nname = \"t\"\nsecret_file = \"" + secret +
                     "\"\ntransport = \"tcp\"\nversion_slots = 4096\n"
                     "[coherence]\nlease_ms = 3000\nclock_skew_ms = 20\n";
@@ -118,6 +133,8 @@ struct OneHome {
       t += std::string("[[node]]\nname = \"") + n + "\"\nrole = \"app\"\nmemd = [\"" +
            s->bound_uris().at(0) + "\"]\nsegment_prefix = \"" + prefix + "." + n + "\"\n";
     write_file(dir / "cluster.toml", t);
+    // app2 numbers under this topology (its digest goes into the region before the number).
+    w2->issue();
     HomeServiceOptions o;
     o.host_clocks = [this] {
       auto c = fabric::read_host_clocks();

@@ -116,6 +116,10 @@ struct Homes {
            homes[i].uri + "\"]\nsegment_prefix = \"" + prefix + ".app" + std::to_string(i + 1) +
            "\"\n";
     write_file(topo_path, t);
+    // Homes of this topology (acks header), as HomeService writes it: the writer counts on the
+    // fences of the silent ones (a home of another digest would be "unconfirmed", not fenced).
+    const uint64_t digest = Topology::load(topo_path).coherence_digest();
+    for (auto& h : homes) word_at(h.acks->data(), kAcksDigestOffset).store(digest);
   }
   ~Homes() {
     gate.release();
@@ -143,7 +147,10 @@ std::chrono::milliseconds ms_since(std::chrono::steady_clock::time_point t0) {
 void check_overshoot(size_t silent, std::chrono::milliseconds op_timeout) {
   Homes hs(silent);
   auto cl = hs.client(op_timeout);
-  WriterLog w(hs.prefix + ".app1" + kWriterSuffix);
+  WriterLog w(hs.prefix + ".app1" + kWriterSuffix, cl.topology().coherence_digest());
+  // app1's writer region, exported where the topology says (its memd): the writer checks that the
+  // homes read the segment it numbers in (COH0109), or no fence would cover it.
+  hs.homes[0].server->export_region(kWriterRegion, w.segment());
   // The first update connects to every home (the silent ones only freeze once a message
   // arrives, so their handshakes and lookups succeed) and pools the connections.
   auto warm = cl.invalidate(w, "app1", {}, Scheme::InvalidateAll);
