@@ -125,6 +125,10 @@ EXTRA = {
                        "runs one) killed and not restarted: a read the proxies balance to app2 fails "
                        "until they mark it out (retry=1 s), and again at each retry; app1's pages stay "
                        "cached only once a lost node can be dropped (issue 29 Part 2)"),
+    "app2_host_loss_node_out": ("k'", ["signal app2 all KILL", (1, "node-out app2")], [], False, True,
+                                "app2 lost as above, then taken out of app1's fence by the operator's "
+                                "command 1 s later (tierce-cluster node-out): app1's pages must stay "
+                                "cached from then on (docs/coherence.md \"Taking a lost node out\")"),
     "rolling_restart": ("l", [(0, "signal app1 memd TERM && restart-proc app1 memd"),
                               (10, "signal app1 httpd TERM && restart-proc app1 httpd"),
                               (20, "signal app2 memd TERM && restart-proc app2 memd"),
@@ -145,7 +149,7 @@ FAULTED = {
     "slow_home": [(0, "end", {"app2"})], "partition": [(0, "end", {"app2"})],
     "partition_one_way": [(0, "end", {"app2"})],
     "app1_memd_down30": [(0, "end", {"app1"})], "app2_memd_down30": [(0, "end", {"app2"})],
-    "app2_host_loss": [(0, "end", {"app2"})],
+    "app2_host_loss": [(0, "end", {"app2"})], "app2_host_loss_node_out": [(0, "end", {"app2"})],
     "rolling_restart": [(0, 10, {"app1"}), (20, 30, {"app2"})],
 }
 # Defaults of the extra variants (an option given on the command line wins).
@@ -156,6 +160,7 @@ EXTRA_DEFAULTS = {
     "app1_memd_down30": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
     "app2_memd_down30": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
     "app2_host_loss": dict(_OPEN_LOOP, fault_for=20.0, after=0.0),
+    "app2_host_loss_node_out": dict(_OPEN_LOOP, fault_for=20.0, after=0.0),
     "rolling_restart": dict(_OPEN_LOOP, fault_for=40.0, after=8.0),
     "node_added": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
 }
