@@ -6,21 +6,23 @@
 //   secret_file = "/etc/tierce/secret"  # the fabric secret (>= 16 bytes, not world-readable)
 //   transport = "shm"                   # auto | tcp | shm | verbs: how peers reach memd
 //   version_slots = 262144              # slots of each app node's version table
-//   op_timeout_ms = 50                  # default deadline of one version read (modules may override)
+//   op_timeout_ms = 50                  # default deadline of one version read (modules may
+//   override)
 //
 //   [coherence]                         # optional: what every node must agree on for page caches
 //   scheme = "dependency-lists"         # dependency-lists | invalidate-all: one per cluster
 //   lease_ms = 1000                     # a home vouches for its version table this long after it
-//                                       # last proved it holds every invalidation issued (the fence)
+//                                       # last proved it holds every invalidation issued (the
+//                                       fence)
 //   clock_skew_ms = 50                  # bound on the clock difference between hosts (and drift
 //                                       # over a lease); an update waits at most lease + skew
 //
 //   [dlm]                               # optional: the lock manager (docs/dlm.md)
 //   algorithm = "ncosed"                # ncosed | dqnl | srsl (the baselines, for comparison)
-//   transport = "shm"                   # how lockds reach each other (default: [cluster] transport)
-//   heartbeat_ms = 100                  # lockd -> lockd heartbeat period
-//   lease_ms = 1000                     # a node silent this long is dead: its locks are released
-//   lock_slots = 65536                  # lock words each lockd's home table holds
+//   transport = "shm"                   # how lockds reach each other (default: [cluster]
+//   transport) heartbeat_ms = 100                  # lockd -> lockd heartbeat period lease_ms =
+//   1000                     # a node silent this long is dead: its locks are released lock_slots =
+//   65536                  # lock words each lockd's home table holds
 //
 //   [[node]]                            # one per node, any order; names unique
 //   name = "app1"

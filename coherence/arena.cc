@@ -60,8 +60,9 @@ namespace tierce::coherence {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x4e52414352454954ull;  // "TIERCARN" little-endian
-constexpr uint32_t kArenaLayout = 4;  // 2: + counters expired, lock_timeouts; 3: entry checksum,
-                                      // coop counters; 4: + counter tag_mismatches, per-home counters
+constexpr uint32_t kArenaLayout =
+    4;  // 2: + counters expired, lock_timeouts; 3: entry checksum,
+        // coop counters; 4: + counter tag_mismatches, per-home counters
 constexpr uint32_t kEntryMagic = 0x52544e45u;  // "ENTR"
 constexpr uint32_t kPadMagic = 0x47444150u;    // "PADG": skipped gap up to the ring's end
 constexpr uint64_t kAlign = 64;

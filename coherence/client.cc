@@ -166,8 +166,8 @@ bool ClusterClient::own_writer_exported(WriterLog& writer, const std::string& se
                  "COH0109 this process numbers its invalidations in " + writer.name() +
                      " (incarnation " + to_hex(mine) + "), but node " + self +
                      "'s writer region as the homes read it is another one (incarnation " +
-                     to_hex(r->issued.incarnation) +
-                     "): a cloned node, or a host that is not " + self +
+                     to_hex(r->issued.incarnation) + "): a cloned node, or a host that is not " +
+                     self +
                      " using its name? No home's fence covers these updates: each needs every "
                      "home's acknowledgement (COH0108 when one does not come)");
       own_state_ = OwnWriter::Other;
@@ -240,22 +240,23 @@ InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string
   const bool may_give_up = give_up_after.count() > 0 && numbered + give_up_after < fence_at;
   const auto stop_at = may_give_up ? numbered + give_up_after : fence_at;
   round.number(out.number, stop_at);
-  if (!may_give_up) round.at_checkpoint(numbered + bound / 2, [&](NodePool& p) {
-    size_t i = index.at(&p);
-    uint64_t before = writer.skip_word(i);
-    uint64_t m = writer.mark_skip(i);
-    if (m != 0 && before == 0) {
-      out.marked.push_back(p.info->name);
-      if (ctx_.log)
-        ctx_.log(fabric::LogLevel::Warn,
-                 "COH0107 home " + p.info->name + " did not acknowledge invalidation " +
-                     std::to_string(out.number.number) + " of " + self + " within " +
-                     std::to_string(bound.count() / 2) +
-                     " ms: marked in the writer region; from one fence bound on, updates of this "
-                     "node stop waiting for it (it cannot vouch until the node's writer agent "
-                     "clears the mark, once it answers again)");
-    }
-  });
+  if (!may_give_up)
+    round.at_checkpoint(numbered + bound / 2, [&](NodePool& p) {
+      size_t i = index.at(&p);
+      uint64_t before = writer.skip_word(i);
+      uint64_t m = writer.mark_skip(i);
+      if (m != 0 && before == 0) {
+        out.marked.push_back(p.info->name);
+        if (ctx_.log)
+          ctx_.log(fabric::LogLevel::Warn,
+                   "COH0107 home " + p.info->name + " did not acknowledge invalidation " +
+                       std::to_string(out.number.number) + " of " + self + " within " +
+                       std::to_string(bound.count() / 2) +
+                       " ms: marked in the writer region; from one fence bound on, updates of this "
+                       "node stop waiting for it (it cannot vouch until the node's writer agent "
+                       "clears the mark, once it answers again)");
+      }
+    });
   const bool settled = round.run();
   out.acked = round.acked();
   if (!settled && may_give_up) {

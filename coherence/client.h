@@ -7,10 +7,10 @@
 // for an operation. Never share a ClusterClient across fork(): make one per child (child_init).
 #pragma once
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
@@ -35,10 +35,10 @@ struct InvalidateOutcome {
                                      // vouch for their tables any more (why, in words)
   std::vector<std::string> unconfirmed;  // homes of another topology (their acks header says)
                                          // that did not acknowledge: NOT covered by a fence
-  std::vector<std::string> skipped;  // homes not waited for: marked unreachable in the writer
-                                     // region since the bound or longer (they cannot vouch)
-  std::vector<std::string> marked;   // homes this invalidation marked (not acknowledged by half
-                                     // the bound)
+  std::vector<std::string> skipped;      // homes not waited for: marked unreachable in the writer
+                                         // region since the bound or longer (they cannot vouch)
+  std::vector<std::string> marked;       // homes this invalidation marked (not acknowledged by half
+                                         // the bound)
   // With give_up_after: the homes that had not acknowledged when the invalidation gave up, before
   // the fence bound (why, in words). They MAY STILL VOUCH for pages that miss it.
   std::vector<std::string> gave_up_on;

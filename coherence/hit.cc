@@ -28,7 +28,8 @@ std::string_view to_string(StaleCause c) {
     case StaleCause::None: return "none";
     case StaleCause::VersionChanged: return "version changed";
     case StaleCause::Expired: return "expired";
-    case StaleCause::TagMismatch: return "tag not of the key";
+    case StaleCause::TagMismatch:
+      return "tag not of the key";
   }
   return "?";
 }
@@ -37,14 +38,19 @@ std::ostream& operator<<(std::ostream& o, StaleCause c) { return o << to_string(
 
 std::string_view to_string(TagBinding b) {
   switch (b) {
-    case TagBinding::Bound: return "bound";
-    case TagBinding::OtherHome: return "home of another key";
-    case TagBinding::OtherSlot: return "slot of another key";
+    case TagBinding::Bound:
+      return "bound";
+    case TagBinding::OtherHome:
+      return "home of another key";
+    case TagBinding::OtherSlot:
+      return "slot of another key";
   }
   return "?";
 }
 
-std::ostream& operator<<(std::ostream& o, TagBinding b) { return o << to_string(b); }
+std::ostream& operator<<(std::ostream& o, TagBinding b) {
+  return o << to_string(b);
+}
 
 TagBinding tag_binding(const Tag& tag, const Topology& topo, uint64_t key_hash) {
   const NodeInfo& home = topo.home_of(key_hash);

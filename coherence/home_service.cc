@@ -106,8 +106,9 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
                     return std::vector<uint8_t>{};
                   });
   out_.assign(origins_.size(), false);
-  server_.on_call(kMembershipService,
-                  [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return on_membership(b); });
+  server_.on_call(kMembershipService, [this](const fabric::PeerInfo&, std::span<const uint8_t> b) {
+    return on_membership(b);
+  });
   server_.on_call(kStatusService, [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = status_text();
     return std::vector<uint8_t>(s.begin(), s.end());
@@ -190,9 +191,7 @@ bool HomeService::renew_once() {
     out = out_;
   }
   std::string failure;
-  auto failed = [&](const std::string& why) {
-    failure += (failure.empty() ? "" : "; ") + why;
-  };
+  auto failed = [&](const std::string& why) { failure += (failure.empty() ? "" : "; ") + why; };
   for (size_t i = 0; i < origins_.size(); ++i) {
     if (out[i]) continue;  // taken out by an operator: not read, not waited for
     std::optional<WriterReading> r;
@@ -387,9 +386,11 @@ std::string HomeService::take_out(const std::string& node) {
     log_(fabric::LogLevel::Warn,
          "COH0224 home " + node_ + ": node " + node +
              " taken OUT of the fence by an operator: its writer counter is no longer read, and "
-             "this home vouches without it. Safe only while " + node +
+             "this home vouches without it. Safe only while " +
+             node +
              " cannot write (host off, or cut off from the database); take it back in with "
-             "\"in " + node + "\" before it writes again");
+             "\"in " +
+             node + "\" before it writes again");
   return "";
 }
 
@@ -424,7 +425,8 @@ std::vector<uint8_t> HomeService::on_membership(std::span<const uint8_t> body) {
   else if (text.rfind("in ", 0) == 0)
     why = take_in(text.substr(3));
   else if (!text.empty())
-    why = "unknown request \"" + text.substr(0, 64) + "\": send \"out NODE\", \"in NODE\" or nothing";
+    why =
+        "unknown request \"" + text.substr(0, 64) + "\": send \"out NODE\", \"in NODE\" or nothing";
   std::string reply = why.empty() ? "out:" : "error: " + why + "\nout:";
   for (const auto& n : taken_out()) reply += " " + n;
   reply += "\n";
@@ -432,13 +434,15 @@ std::vector<uint8_t> HomeService::on_membership(std::span<const uint8_t> body) {
 }
 
 void HomeService::keeper_loop() {
-  const auto period = std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
+  const auto period =
+      std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
   for (;;) {
     try {
       std::lock_guard lk(keeper_mu_);
       keeper_->pass();
     } catch (const std::exception& e) {
-      if (log_) log_(fabric::LogLevel::Warn, std::string("COH0222 skip-mark pass failed: ") + e.what());
+      if (log_)
+        log_(fabric::LogLevel::Warn, std::string("COH0222 skip-mark pass failed: ") + e.what());
     }
     std::unique_lock lk(fence_mu_);
     if (fence_cv_.wait_for(lk, period, [&] { return stopping_; })) return;
@@ -546,24 +550,22 @@ std::string HomeService::status_text() const {
   HomeStats s = state_->stats();
   FenceStatus f = fence();
   std::ostringstream o;
-  o << "node " << node_ << "\nincarnation " << versions_->incarnation() << "\nseq "
-    << state_->seq() << "\nslots " << state_->slots() << "\nscheme "
-    << to_string(topo_.coherence.scheme) << "\ndigest " << to_hex(digest_) << "\nkeys " << s.keys
-    << "\ndependencies " << s.dependencies << "\nregistrations " << s.registrations
-    << "\nrefused_race " << s.refused_race << "\nrefused_log " << s.refused_log
-    << "\nrefused_other " << s.refused_other << "\ninvalidations " << s.invalidations
-    << "\nkeys_bumped " << s.keys_bumped << "\nslots_bumped " << s.slots_bumped
-    << "\nevictions " << s.evictions << "\npending_marks " << s.pending_marks
-    << "\npend_applied " << s.pend_applied << "\nreleased " << s.released << "\nexpired "
-    << s.expired << "\nrefused_pending " << s.refused_pending << "\npend_overflows "
-    << s.pend_overflows << "\nacks_sent " << acks_sent_.load()
-    << "\nduplicate_invalidations " << duplicates_.load() << "\nrefused_topology "
-    << refused_topology_.load() << "\nforeign_invalidations " << foreign_invalidations_.load()
-    << "\nunknown_origin " << unknown_origin_.load()
-    << "\nbad_messages " << bad_messages_.load() << "\nfence_vouching " << (f.vouching ? 1 : 0)
-    << "\nfence_ms_left " << f.vouch_ms_left << "\nfence_renewals " << f.renewals
-    << "\nfence_catch_ups " << f.catch_ups << "\nfence_failed_renewals " << f.failed_renewals
-    << "\nfence_gap_waits " << f.gap_waits << "\n";
+  o << "node " << node_ << "\nincarnation " << versions_->incarnation() << "\nseq " << state_->seq()
+    << "\nslots " << state_->slots() << "\nscheme " << to_string(topo_.coherence.scheme)
+    << "\ndigest " << to_hex(digest_) << "\nkeys " << s.keys << "\ndependencies " << s.dependencies
+    << "\nregistrations " << s.registrations << "\nrefused_race " << s.refused_race
+    << "\nrefused_log " << s.refused_log << "\nrefused_other " << s.refused_other
+    << "\ninvalidations " << s.invalidations << "\nkeys_bumped " << s.keys_bumped
+    << "\nslots_bumped " << s.slots_bumped << "\nevictions " << s.evictions << "\npending_marks "
+    << s.pending_marks << "\npend_applied " << s.pend_applied << "\nreleased " << s.released
+    << "\nexpired " << s.expired << "\nrefused_pending " << s.refused_pending << "\npend_overflows "
+    << s.pend_overflows << "\nacks_sent " << acks_sent_.load() << "\nduplicate_invalidations "
+    << duplicates_.load() << "\nrefused_topology " << refused_topology_.load()
+    << "\nforeign_invalidations " << foreign_invalidations_.load() << "\nunknown_origin "
+    << unknown_origin_.load() << "\nbad_messages " << bad_messages_.load() << "\nfence_vouching "
+    << (f.vouching ? 1 : 0) << "\nfence_ms_left " << f.vouch_ms_left << "\nfence_renewals "
+    << f.renewals << "\nfence_catch_ups " << f.catch_ups << "\nfence_failed_renewals "
+    << f.failed_renewals << "\nfence_gap_waits " << f.gap_waits << "\n";
   {
     SkipMarkStats k = skip_marks();
     o << "skip_marks_held " << k.held << "\nskip_marks_cleared " << k.cleared << "\n";

@@ -130,7 +130,7 @@ class HomeService {
 
   std::mutex renew_mu_;  // one renewal at a time
   mutable std::mutex out_mu_;  // out_
-  std::vector<bool> out_;  // per origin: taken out of the fence by an operator
+  std::vector<bool> out_;      // per origin: taken out of the fence by an operator
   mutable std::mutex fence_mu_;
   std::condition_variable fence_cv_;
   bool stopping_ = false;
@@ -139,8 +139,8 @@ class HomeService {
   std::thread fence_thread_;
 
   mutable std::mutex keeper_mu_;  // keeper_'s stats, read by status pages
-  std::atomic<uint64_t> acks_sent_{0}, bad_messages_{0}, refused_topology_{0},
-      duplicates_{0}, unknown_origin_{0}, foreign_invalidations_{0};
+  std::atomic<uint64_t> acks_sent_{0}, bad_messages_{0}, refused_topology_{0}, duplicates_{0},
+      unknown_origin_{0}, foreign_invalidations_{0};
 };
 
 }  // namespace tierce::coherence

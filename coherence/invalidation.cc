@@ -110,7 +110,8 @@ size_t InvalidationRound::unsettled() const {
 std::vector<std::string> InvalidationRound::unsettled_homes(bool foreign) const {
   std::vector<std::string> v;
   for (const auto& h : homes_)
-    if (!h.done && (h.foreign || require_acks_) == foreign) v.push_back(h.pool->info->name + " (" + h.why + ")");
+    if (!h.done && (h.foreign || require_acks_) == foreign)
+      v.push_back(h.pool->info->name + " (" + h.why + ")");
   return v;
 }
 

@@ -79,7 +79,9 @@ inline constexpr uint64_t kWriterHeaderBytes = 64;
 inline constexpr uint64_t kWriterBytes = 4096;
 inline constexpr uint64_t kMaxSkipHomes = (kWriterBytes - kWriterHeaderBytes) / 8;  // 504
 inline constexpr uint64_t kSkipPending = 1;
-inline constexpr uint64_t skip_offset(uint64_t home) { return kWriterHeaderBytes + 8 * home; }
+inline constexpr uint64_t skip_offset(uint64_t home) {
+  return kWriterHeaderBytes + 8 * home;
+}
 
 // Region names in memd's directory.
 inline constexpr const char* kVersionsRegion = "versions";

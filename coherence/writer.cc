@@ -30,14 +30,19 @@ IssuedNumber read_writer_words(const void* data) {
 
 std::string_view to_string(SkipState s) {
   switch (s) {
-    case SkipState::None: return "none";
-    case SkipState::Pending: return "pending";
-    case SkipState::Since: return "since";
+    case SkipState::None:
+      return "none";
+    case SkipState::Pending:
+      return "pending";
+    case SkipState::Since:
+      return "since";
   }
   return "?";
 }
 
-std::ostream& operator<<(std::ostream& o, SkipState s) { return o << to_string(s); }
+std::ostream& operator<<(std::ostream& o, SkipState s) {
+  return o << to_string(s);
+}
 
 WriterReading parse_writer_reading(const uint64_t* w, size_t n, size_t home) {
   WriterReading r;

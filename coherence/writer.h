@@ -20,8 +20,8 @@
 #include <memory>
 #include <mutex>
 #include <ostream>
-#include <string_view>
 #include <string>
+#include <string_view>
 
 #include "coherence/layout.h"
 #include "fabric/segment.h"

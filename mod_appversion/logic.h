@@ -127,8 +127,8 @@ struct Counters {
                                                   // did not acknowledge (it was fenced instead)
   std::atomic<uint64_t> acks_received{0};         // homes that acknowledged
   std::atomic<uint64_t> homes_fenced{0};          // homes relied on as fenced
-  std::atomic<uint64_t> homes_skipped{0};   // homes not waited for (skip mark since the bound)
-  std::atomic<uint64_t> homes_marked{0};    // skip marks this node's updates set
+  std::atomic<uint64_t> homes_skipped{0};  // homes not waited for (skip mark since the bound)
+  std::atomic<uint64_t> homes_marked{0};   // skip marks this node's updates set
   std::atomic<uint64_t> invalidations_unconfirmed{0};  // a home of another topology did not ack
   std::atomic<uint64_t> second_invalidations{0};  // sent again after the script ended
   std::atomic<uint64_t> aborted_responses{0};     // PHP aborted after output: cut, tag withdrawn

@@ -591,8 +591,7 @@ void invalidate(request_rec* r, const std::string& list, const char* why, bool a
     std::string skipped;
     for (const auto& m : o.skipped) skipped += " " + m;
     std::string msg = "APPVER0008 " + what + " acknowledged by " + std::to_string(o.acked.size()) +
-                      " of " + std::to_string(o.homes) + " homes in " + std::to_string(us) +
-                      " us" +
+                      " of " + std::to_string(o.homes) + " homes in " + std::to_string(us) + " us" +
                       (skipped.empty() ? "" : "; not waited for (skip marks):" + skipped);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "%s", msg.c_str());
   }

@@ -535,11 +535,12 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
     std::string hint;
     if (edit_distance(k.str(), "memd") <= 2) hint = "; did you mean [memd]?";
     if (edit_distance(k.str(), "region") <= 2) hint = "; did you mean [[region]]?";
-    c.problem(k.source(),
-              "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
-                  (v.is_table() ? "]" : "'") + hint +
-                  " (memd knows [memd], [[region]], [coherence], [writer], [pool] and [coop]; every key "
-                  "belongs under one of them)");
+    c.problem(
+        k.source(),
+        "unknown " + std::string(v.is_table() ? "table [" : "key '") + std::string(k.str()) +
+            (v.is_table() ? "]" : "'") + hint +
+            " (memd knows [memd], [[region]], [coherence], [writer], [pool] and [coop]; every key "
+            "belongs under one of them)");
   }
   if (const toml::node* m = root.get("memd")) {
     if (const toml::table* t = m->as_table())

@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "coherence/client.h"
-#include "coherence/layout.h"
 #include "coherence/key.h"
+#include "coherence/layout.h"
 #include "coherence/skip_keeper.h"
 #include "coherence/topology.h"
 #include "coherence/writer.h"
@@ -54,7 +54,9 @@ WriterRole::~WriterRole() {
   }
 }
 
-const std::string& WriterRole::segment_name() const { return writer_->name(); }
+const std::string& WriterRole::segment_name() const {
+  return writer_->name();
+}
 
 void WriterRole::loop() {
   for (;;) {
@@ -70,7 +72,8 @@ void WriterRole::loop() {
       std::lock_guard lk(mu_);
       keeper_->pass();
     } catch (const std::exception& e) {
-      if (log_) log_(fabric::LogLevel::Warn, std::string("COH0222 skip-mark pass failed: ") + e.what());
+      if (log_)
+        log_(fabric::LogLevel::Warn, std::string("COH0222 skip-mark pass failed: ") + e.what());
     }
     std::unique_lock lk(stop_mu_);
     if (stop_cv_.wait_for(lk, period_, [&] { return stopping_; })) return;

@@ -304,9 +304,11 @@ BOOST_AUTO_TEST_CASE(writer_table_is_read_and_checked) {
   expect_error(with_memd("") + "[writer]\n", {"[writer] topology is required"});
   expect_error(with_memd("") + "[writer]\ntopology = \"/t.toml\"\nfoo = 1\n", {"foo"});
   // Never in the home's memd: the agent must outlive its crashes.
-  expect_error(with_memd("") + "[coherence]\ntopology = \"/t.toml\"\n[writer]\ntopology = \"/t.toml\"\n",
-               {"[writer] and [coherence] in one memd", "second memd"});
-  expect_error(with_memd("") +
-                   "[[region]]\nname = \"writer\"\nsegment = \"/x\"\n[writer]\ntopology = \"/t.toml\"\n",
-               {"[writer] exports region \"writer\" itself"});
+  expect_error(
+      with_memd("") + "[coherence]\ntopology = \"/t.toml\"\n[writer]\ntopology = \"/t.toml\"\n",
+      {"[writer] and [coherence] in one memd", "second memd"});
+  expect_error(
+      with_memd("") +
+          "[[region]]\nname = \"writer\"\nsegment = \"/x\"\n[writer]\ntopology = \"/t.toml\"\n",
+      {"[writer] exports region \"writer\" itself"});
 }

@@ -79,10 +79,11 @@ struct Cluster {
                         "ack_slots = " + std::to_string(opts.ack_slots) + "\n";
       write_file(dir / (names[i] + ".toml"), cfg);
       write_file(dir / (names[i] + "-writer.toml"),
-                 "[memd]\nnode = \"" + names[i] + "\"\nlisten = [\"" + wtcp[i] + "\", \"" + wshm[i] +
-                     "\"]\nsecret_file = \"" + secret + "\"\nready_file = \"" + dir.path() + "/" +
-                     names[i] + "-writer.ready\"\nlog_level = \"warn\"\n[writer]\ntopology = \"" +
-                     topo_path + "\"\n");
+                 "[memd]\nnode = \"" + names[i] + "\"\nlisten = [\"" + wtcp[i] + "\", \"" +
+                     wshm[i] + "\"]\nsecret_file = \"" + secret + "\"\nready_file = \"" +
+                     dir.path() + "/" + names[i] +
+                     "-writer.ready\"\nlog_level = \"warn\"\n[writer]\ntopology = \"" + topo_path +
+                     "\"\n");
     }
     for (size_t i = 0; i < names.size(); ++i) {
       if (opts.writer_agents) start_writer_agent(i);
@@ -160,7 +161,8 @@ struct Cluster {
   }
   // What app `node`'s httpd numbers its invalidations with.
   WriterLog writer(const std::string& node) const {
-    return WriterLog(prefix + "." + node + kWriterSuffix, Topology::load(topo_path).coherence_digest());
+    return WriterLog(prefix + "." + node + kWriterSuffix,
+                     Topology::load(topo_path).coherence_digest());
   }
   // A home vouches when its sequence can be read (a fenced table refuses every read).
   bool both_vouch(std::chrono::milliseconds limit = 5s) const {
@@ -738,7 +740,8 @@ BOOST_AUTO_TEST_CASE(updates_stop_waiting_for_a_marked_home_which_catches_up_bef
     auto v = proxy.read_version("app2", reg.slot);
     if (!v) continue;
     ++served;
-    BOOST_REQUIRE_MESSAGE(*v != reg.version, "app2 validated a page whose invalidation was skipped");
+    BOOST_REQUIRE_MESSAGE(*v != reg.version,
+                          "app2 validated a page whose invalidation was skipped");
   }
   BOOST_TEST(served > 0);  // the mark was cleared and app2 vouches again
   BOOST_TEST(c.stat(1, "fence_catch_ups") >= 2u);

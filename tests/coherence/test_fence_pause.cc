@@ -118,8 +118,9 @@ struct OneHome {
                     "\"\ntransport = \"tcp\"\nversion_slots = 4096\n"
                     "[coherence]\nlease_ms = 3000\nclock_skew_ms = 20\n";
     for (const char* n : {"app1", "app2"})
-      t += std::string("[[node]]\nname = \"") + n + "\"\nrole = \"app\"\nmemd = [\"tcp://127.0.0.1:1\"]\n" +
-           "segment_prefix = \"" + prefix + "." + n + "\"\n";
+      t += std::string("[[node]]\nname = \"") + n +
+           "\"\nrole = \"app\"\nmemd = [\"tcp://127.0.0.1:1\"]\n" + "segment_prefix = \"" + prefix +
+           "." + n + "\"\n";
     return Topology::parse(t, "digest").coherence_digest();
   }
   OneHome() {
@@ -148,14 +149,15 @@ struct OneHome {
     home.reset();
     s1->stop();
     s2->stop();
-    for (const char* n : {".app1", ".app2"}) fabric::SharedSegment::unlink(prefix + n + kWriterSuffix);
+    for (const char* n : {".app1", ".app2"})
+      fabric::SharedSegment::unlink(prefix + n + kWriterSuffix);
   }
   ClusterClient proxy() const {
     ClientTuning t;
     t.op_timeout = 200ms;
     t.retry_after = 0ms;
-    return ClusterClient(Topology::load(dir / "cluster.toml"), fabric::Secret::from_file(secret),
-                         t, nullptr);
+    return ClusterClient(Topology::load(dir / "cluster.toml"), fabric::Secret::from_file(secret), t,
+                         nullptr);
   }
 };
 
@@ -176,7 +178,8 @@ BOOST_AUTO_TEST_CASE(a_home_whose_monotonic_clock_missed_a_pause_stops_vouching)
   auto t0 = std::chrono::steady_clock::now();
   h.boot_ahead_ns += 1000 * kMs;
   bool fenced = eventually([&] { return !h.home->fence().vouching; }, 1s);
-  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   BOOST_TEST_MESSAGE("fenced " << took.count() << " ms after the pause was injected");
   BOOST_TEST(fenced, "the home kept vouching on a cap taken before the pause");
   BOOST_TEST(h.home->fence().pauses == 1u);

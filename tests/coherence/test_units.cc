@@ -7,8 +7,8 @@
 
 #include <cstring>
 #include <map>
-#include <set>
 #include <ostream>
+#include <set>
 #include <vector>
 
 #include "coherence/home.h"
@@ -549,7 +549,7 @@ BOOST_AUTO_TEST_CASE(the_digest_goes_before_the_number_and_skip_marks_are_set_da
     uint64_t m = writer.mark_skip(1);
     BOOST_TEST(skip_state(m) == SkipState::Since);
     BOOST_TEST(m >= before);
-    BOOST_TEST(reader.reading(1).skip == m);  // the home of index 1 sees it in its reading
+    BOOST_TEST(reader.reading(1).skip == m);   // the home of index 1 sees it in its reading
     BOOST_TEST(reader.reading(0).skip == 0u);  // another home does not
     BOOST_TEST(writer.mark_skip(1) == m);      // marked already: unchanged
     BOOST_TEST(!writer.clear_skip(1, m + 1));  // another mark than the one seen: kept
