@@ -390,18 +390,22 @@ void parse_regions(Checker& c, const toml::node& n, Config& cfg) {
   }
 }
 
+// The topology file a role ([coherence], [writer]) needs: its path, or nullopt (a problem noted).
+std::optional<std::string> required_topology(Checker& c, const toml::table& t, const std::string& W) {
+  auto topo = c.path(t, W, "topology", "\"/etc/tierce/cluster.toml\"");
+  if (!topo && !t.get("topology"))
+    c.problem(t.source(), W + " topology is required: the cluster topology file, e.g. "
+                              "topology = \"/etc/tierce/cluster.toml\"");
+  return topo;
+}
+
 // [coherence] topology = "cluster.toml": this memd is its app node's home (versions, acks,
 // dependency index). The topology itself is read (and checked) when memd starts.
 void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
   const std::string W = "[coherence]";
   c.only_known_keys(t, W, {"topology", "max_keys", "log_entries", "ack_slots", "pending_marks"});
-  auto topo = c.path(t, W, "topology", "\"/etc/tierce/cluster.toml\"");
-  if (!topo) {
-    if (!t.get("topology"))
-      c.problem(t.source(), W + " topology is required: the cluster topology file, e.g. "
-                                "topology = \"/etc/tierce/cluster.toml\"");
-    return;
-  }
+  auto topo = required_topology(c, t, W);
+  if (!topo) return;
   cfg.coherence.enabled = true;
   cfg.coherence.topology = *topo;
   if (auto v = c.integer(t, W, "max_keys", 16, 1L << 30, 1L << 20)) cfg.coherence.max_keys = size_t(*v);
@@ -416,13 +420,8 @@ void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
 void parse_writer_table(Checker& c, const toml::table& t, Config& cfg) {
   const std::string W = "[writer]";
   c.only_known_keys(t, W, {"topology"});
-  auto topo = c.path(t, W, "topology", "\"/etc/tierce/cluster.toml\"");
-  if (!topo) {
-    if (!t.get("topology"))
-      c.problem(t.source(), W + " topology is required: the cluster topology file, e.g. "
-                                "topology = \"/etc/tierce/cluster.toml\"");
-    return;
-  }
+  auto topo = required_topology(c, t, W);
+  if (!topo) return;
   cfg.writer.enabled = true;
   cfg.writer.topology = *topo;
   if (cfg.coherence.enabled)

@@ -1108,6 +1108,26 @@ def signal_proc(d, name, proc, sig):
     return pids
 
 
+def start_proc_ready(d, st, n, proc, deadline):
+    """Starts one process of node n (writer, memd or httpd) with its ports and configuration,
+    records it, and waits until it is ready: the writer agent's or memd's ready file; httpd
+    answering GET /index.php with 200."""
+    if proc == "writer":
+        start_writer(st, n, deadline)  # waits for its ready file itself
+        save_state(d, st)
+    elif proc == "memd":
+        start_memd(st, n, deadline)
+        save_state(d, st)
+        wait_until(f"{n['name']}/memd ready file", lambda: os.path.exists(n["memd_ready"]), deadline,
+                   [n["memd"]], [n["memd"]["log"]])
+    else:
+        start_httpd(st, n)
+        save_state(d, st)
+        wait_until(f"{n['name']} to answer GET /index.php with 200",
+                   lambda: node_get(n, "/index.php")[0] == 200, deadline, [n["httpd"]],
+                   [n["httpd"]["error_log"], n["httpd"]["log"]])
+
+
 def restart_proc(d, name, which, timeout=60.0):
     """Starts one process of a node again (memd, httpd, or both: memd first) with its ports and
     configuration, after it was killed; one still running is SIGKILLed first. Waits until it is
@@ -1131,20 +1151,7 @@ def restart_proc(d, name, which, timeout=60.0):
             log(f"{rec['name']} still running: SIGKILL first")
             procs.signal_instance(rec, signal.SIGKILL)
             procs.stop([rec], signal.SIGKILL, deadline=5)
-        if proc == "writer":
-            start_writer(st, n, deadline)
-            save_state(d, st)
-        elif proc == "memd":
-            start_memd(st, n, deadline)
-            save_state(d, st)
-            wait_until(f"{n['name']}/memd ready file", lambda: os.path.exists(n["memd_ready"]), deadline,
-                       [n["memd"]], [n["memd"]["log"]])
-        else:
-            start_httpd(st, n)
-            save_state(d, st)
-            wait_until(f"{n['name']} to answer GET /index.php with 200",
-                       lambda: node_get(n, "/index.php")[0] == 200, deadline, [n["httpd"]],
-                       [n["httpd"]["error_log"], n["httpd"]["log"]])
+        start_proc_ready(d, st, n, proc, deadline)
     _note_fault(d, st, {"node": name, "restart": wanted})
     log(f"{name}: restarted " + ", ".join(f"{p} (pid {n[p]['pid']})" for p in wanted))
     return st
@@ -1323,20 +1330,7 @@ def add_node(d, name, timeout=60.0):
             if x["role"] == "app" else ("httpd",)
         for proc in which:
             procs.stop([x.get(proc)], signal.SIGTERM, deadline=15)
-            if proc == "writer":
-                start_writer(st, x, deadline)
-                save_state(d, st)
-            elif proc == "memd":
-                start_memd(st, x, deadline)
-                save_state(d, st)
-                wait_until(f"{x['name']}/memd ready file", lambda: os.path.exists(x["memd_ready"]), deadline,
-                           [x["memd"]], [x["memd"]["log"]])
-            else:
-                start_httpd(st, x)
-                save_state(d, st)
-                wait_until(f"{x['name']} to answer GET /index.php with 200",
-                           lambda: node_get(x, "/index.php")[0] == 200, deadline, [x["httpd"]],
-                           [x["httpd"]["error_log"], x["httpd"]["log"]])
+            start_proc_ready(d, st, x, proc, deadline)
         log(f"{x['name']}: {' and '.join(which)} restarted with the new topology "
             f"({time.monotonic() - t0:.1f} s)")
     _note_fault(d, st, {"node": name, "added": True})
