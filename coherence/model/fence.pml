@@ -10,17 +10,22 @@
  *
  * Time: a global discrete clock rt (real time, and the clock of every node but H's), and H's
  * own clock hc. hc stands still while H's host is paused (a VM stop: CLOCK_MONOTONIC does not
- * advance), and may lag rt by up to SKEW ticks otherwise (rate drift over the run).
+ * advance), and may lag rt by up to DRIFT ticks otherwise (rate drift over the run).
  *
- * Compile-time parameters (spin -a -DNAME=VALUE; give the same flags to spin -t for a trail):
+ * Compile-time parameters (spin -a -DNAME=VALUE; give the same flags to spin -t for a trail;
+ * check.sh has the configurations that are verified):
  *   LEASE  the fence lease in ticks (default 2); the grace is LEASE/2
  *   SKEW   clock_skew in ticks (default 1); BOUND = LEASE + SKEW unless given
- *   TMAX   the last tick (default 9): time stops there, the runs are bounded
- *   W0N, W1N  updates by W0 and W1, one after the other (default 2 and 1)
- *   NR     reads by the reader (default 2)
- *   LOSS   1: invalidations may be lost, one-sided reads of a writer region may fail (default 1)
- *   CRASH  1: H may crash once and restart as a new incarnation (default 1)
- *   PAUSE  1: H's host may be paused once (default 1)
+ *   TMAX   the last tick (default 6): time stops there, the runs are bounded
+ *   W0N, W1N  updates by W0 and W1, each one after the other (default 2 and 0; at most 3)
+ *   NR     reads by the reader (default 1)
+ *   DUP    1: an invalidation may be delivered twice (default 0). Loss and delay are always on:
+ *          a message is delivered at any later time, or never (lost)
+ *   MARKERS  bit w set: writer node w may set a skip mark (default 3: both)
+ *   STEADY 1: the run starts with H vouching and the page registered and cached (default 1)
+ *   DRIFT  how far H's clock may lag real time, pauses aside (default 0; at most SKEW)
+ *   CRASH  1: H may crash once and restart as a new incarnation (default 0)
+ *   PAUSE  1: H's host may be paused once (default 0)
  *   TOPO   1: W1 is a node added to the topology that H does not know (H does not read its
  *          counter, W1's digest differs); W0 runs H's topology or the new one (either)
  *   CHECK_P1, CHECK_P2  which property's assertion is checked (default: both)
@@ -39,7 +44,8 @@
  *   -DNO_UNCONFIRMED      the new home logic, but a writer whose topology differs from H's
  *                         returns after the bound without H's ack as confirmed.
  *   -DNO_LEASE_WAIT       a restarted home does not wait out its predecessor's lease.
- *   -DBOUND=LEASE         the bound without the clock skew.
+ *   -DBOUND=LEASE         the bound without the clock skew (with DRIFT=1).
+ *   -DMARK_UNCHECKED      writers exclude a marked home, but the home's renewal ignores marks.
  */
 
 #ifndef LEASE
@@ -52,20 +58,20 @@
 #define BOUND (LEASE + SKEW)
 #endif
 #ifndef DRIFT
-#define DRIFT SKEW
+#define DRIFT 0
 #endif
 #define GRACE (LEASE / 2)
 #ifndef TMAX
-#define TMAX 9
+#define TMAX 6
 #endif
 #ifndef W0N
 #define W0N 2
 #endif
 #ifndef W1N
-#define W1N 1
+#define W1N 0
 #endif
 #ifndef NR
-#define NR 2
+#define NR 1
 #endif
 #ifndef DUP
 #define DUP 0
@@ -74,16 +80,19 @@
 #define MARKERS 3
 #endif
 #ifndef CRASH
-#define CRASH 1
+#define CRASH 0
 #endif
 #ifndef PAUSE
-#define PAUSE 1
+#define PAUSE 0
 #endif
 #ifndef TOPO
 #define TOPO 0
 #endif
 #ifndef STEADY
 #define STEADY 1
+#endif
+#if W0N > 3 || W1N > 3
+#error "at most 3 updates per writer (numbers are bits 1..3 of a byte)"
 #endif
 #if !defined(CHECK_P1) && !defined(CHECK_P2)
 #define CHECK_P1
@@ -177,8 +186,8 @@ byte ctinc, ctslot; /* its tag */
 byte retv;          /* highest version of an update whose response returned (confirmed) */
 byte got[NW];       /* P2: numbers this incarnation of H applied or covered by a catch-up */
 bool caught[NW];    /* P2: this incarnation of H made a catch-up that covered a reading of w */
-hidden byte dn;     /* scratch (set and used within one atomic step) */
-hidden byte unk, beh, just, need;
+byte dn;            /* scratch: set, used and reset to 0 within one atomic step */
+byte unk, beh, just, need; /* scratch, likewise */
 
 #ifdef PAUSE_UNCHECKED
 #define VOUCH(c, pc) ((c) > hc)
@@ -192,7 +201,12 @@ hidden byte unk, beh, just, need;
 #define MAY_MARK(w) (MARKS && SAME(w) && (MARKERS & BIT(w)))
 #define EXCLUDED(w) (MAY_MARK(w) && skipw[w] >= 2 && rt >= skipw[w] - 2 + BOUND)
 /* The renewal's reading of a writer region that makes the origin not current. */
-#define NOT_CURRENT(w) ((MARKS && skipw[w] != 0) || (!OLD_TOPO && wnew[w] && ctr[w] > 0))
+#ifdef MARK_UNCHECKED
+#define MARK_SEEN(w) 0
+#else
+#define MARK_SEEN(w) (MARKS && skipw[w] != 0)
+#endif
+#define NOT_CURRENT(w) (MARK_SEEN(w) || (!OLD_TOPO && wnew[w] && ctr[w] > 0))
 
 /* P1: a read that began after an update returned gets a page of at least its version. */
 #ifdef CHECK_P1
@@ -250,11 +264,13 @@ hidden byte unk, beh, just, need;
 #if OLD_TOPO
 #define HANDLE(w, n) \
   if \
-  :: wnew[w] -> skip /* another digest: dropped, not acknowledged (COH0206) */ \
+  :: wnew[w] -> /* another digest: dropped, not acknowledged (COH0206) */ \
+     printf("MSC: t%d H: drops W%d's #%d (another topology digest)\n", rt, w, n) \
   :: !wnew[w] && !known[w] -> APPLY /* unknown origin: applied, not acknowledged */ \
   :: !wnew[w] && known[w] -> \
      if \
-     :: NEEDED(w, n) -> APPLY; LEDGER_APPLIED(w, n); got[w] = got[w] | BIT(n) \
+     :: NEEDED(w, n) -> APPLY; LEDGER_APPLIED(w, n); got[w] = got[w] | BIT(n); \
+        printf("MSC: t%d H: applies W%d's #%d and acks (slot %d, seq %d)\n", rt, w, n, slot, seq) \
      :: else -> skip \
      fi; \
      acked[w] = acked[w] | BIT(n) \
@@ -265,11 +281,14 @@ hidden byte unk, beh, just, need;
   if \
   :: known[w] -> \
      if \
-     :: NEEDED(w, n) -> APPLY; LEDGER_APPLIED(w, n); got[w] = got[w] | BIT(n) \
-     :: else -> skip /* held already (a resent round, or covered by a catch-up) */ \
+     :: NEEDED(w, n) -> APPLY; LEDGER_APPLIED(w, n); got[w] = got[w] | BIT(n); \
+        printf("MSC: t%d H: applies W%d's #%d and acks (slot %d, seq %d)\n", rt, w, n, slot, seq) \
+     :: else -> /* held already (a resent round, or covered by a catch-up) */ \
+        printf("MSC: t%d H: holds W%d's #%d already: acks\n", rt, w, n) \
      fi; \
      acked[w] = acked[w] | BIT(n) \
-  :: else -> APPLY; acked[w] = acked[w] | BIT(n) \
+  :: else -> APPLY; acked[w] = acked[w] | BIT(n); \
+     printf("MSC: t%d H: applies W%d's #%d (origin not in its topology) and acks\n", rt, w, n) \
   fi
 #endif
 
@@ -318,7 +337,7 @@ hidden byte unk, beh, just, need;
 proctype Home() {
 end:
   do
-  /* ---- the fence (HomeService::renew_once), one step per reading ---- */
+  /* ---- the fence (HomeService::renew_once) ---- */
   /* Note t_req, read every origin's region (one step: see README.md, readings taken at once
    * are the earliest, the hardest case), then check the standing (a later step: invalidations
    * arrive in between, and the grace runs). A reading that fails (unreachable) leaves the cap
@@ -328,8 +347,11 @@ end:
        treq = hc; rpc = pauses; rph = 1;
        READ_ORIGIN(0);
        READ_ORIGIN(1);
+       printf("MSC: t%d H: renewal, t_req %d (its clock), reads W0 %d, W1 %d (W1 in its topology: %d)\n",
+              rt, treq, rd[0], rd[1], known[1]);
        if
-       :: rph == 0 -> RESET_RENEWAL /* not current: renewal failed, the cap is not moved */
+       :: rph == 0 -> RESET_RENEWAL; /* not current: renewal failed, the cap is not moved */
+          printf("MSC: t%d H: renewal fails: a skip mark for H, or another digest\n", rt)
        :: else -> skip
        fi
      }
@@ -340,6 +362,8 @@ end:
        beh = BEHIND(0) || BEHIND(1);
        if
        :: unk || beh -> /* catch-up: first reading / new incarnation, or numbers not arrived */
+          printf("MSC: t%d H: CATCH-UP (unknown %d, behind %d; read W0 %d, W1 %d; covered W0 %d, W1 %d)\n",
+                 rt, unk, beh, rd[0], rd[1], cov[0], cov[1]);
 #ifdef CHECK_P2
           just = JUSTIFIED(0) || JUSTIFIED(1);
           assert(just);
@@ -356,6 +380,8 @@ end:
        :: else -> skip /* current */
        fi;
        SET_CAP;
+       printf("MSC: t%d H: cap %d (its clock now %d; t_req after pause %d of %d)\n", rt, cap, hc,
+              rpc, pauses);
        unk = 0; beh = 0; just = 0;
        RESET_RENEWAL
      }
@@ -363,18 +389,22 @@ end:
   :: DELIVER(0)
   :: DELIVER(1)
   /* ---- crash and restart ---- */
-  :: atomic { CRASH && ncrash == 0 && hst == UP -> hst = DEAD; ncrash++; RESET_RENEWAL }
+  :: atomic { CRASH && ncrash == 0 && hst == UP -> hst = DEAD; ncrash++; RESET_RENEWAL;
+              printf("MSC: t%d H: CRASH (cap %d)\n", rt, cap) }
   :: atomic {
        hst == DEAD && (!LEASE_WAIT || hc >= cap) -> /* COH0205: the predecessor's lease ran out */
        oinc = hinc; oslot = slot; ocap = cap; opc = cappc;
        hinc++; slot = 0; seq = 0; reg = 0; cap = 0; cappc = pauses; /* fenced from birth */
        tracked[0] = 0; cov[0] = 0; above[0] = 0; nabove[0] = 0; got[0] = 0; caught[0] = 0;
        tracked[1] = 0; cov[1] = 0; above[1] = 0; nabove[1] = 0; got[1] = 0; caught[1] = 0;
-       hst = UP
+       hst = UP;
+       printf("MSC: t%d H: restarted, incarnation %d, fenced\n", rt, hinc)
      }
   /* ---- pause (VM stop: its clock stands still) and resume ---- */
-  :: atomic { PAUSE && pauses == 0 && hst == UP -> hst = PAUSED }
-  :: atomic { hst == PAUSED -> hst = UP; pauses++ }
+  :: atomic { PAUSE && pauses == 0 && hst == UP -> hst = PAUSED;
+              printf("MSC: t%d H: PAUSED (its clock stops at %d)\n", rt, hc) }
+  :: atomic { hst == PAUSED -> hst = UP; pauses++;
+              printf("MSC: t%d H: resumed (its clock %d, cap %d)\n", rt, hc, cap) }
   od
 }
 
@@ -399,16 +429,22 @@ proctype Writer(byte w; byte nw) {
        if
        :: EXCLUDED(w) -> excl = 1  /* marked since m, now >= m + bound: not sent, not awaited */
        :: else -> inflight[w] = inflight[w] | BIT(n)
-       fi
+       fi;
+       printf("MSC: t%d W%d: COMMIT v%d, numbered #%d, sent to H unless excluded (%d)\n", rt, w,
+              v, n, excl)
      }
      do
-     :: excl -> RETURN_CONFIRMED(v); break
-     :: atomic { !excl && (acked[w] & BIT(n)) -> RETURN_CONFIRMED(v); break }
+     :: atomic { excl -> RETURN_CONFIRMED(v);
+                 printf("MSC: t%d W%d: update v%d RETURNS (H excluded)\n", rt, w, v); break }
+     :: atomic { !excl && (acked[w] & BIT(n)) -> RETURN_CONFIRMED(v);
+                 printf("MSC: t%d W%d: update v%d RETURNS (H acked)\n", rt, w, v); break }
      :: atomic {
           !excl && !(acked[w] & BIT(n)) && rt >= tn + BOUND ->
           if
-          :: SAME(w) || !UNCONFIRMED -> RETURN_CONFIRMED(v) /* H is fenced by now */
-          :: else -> skip /* H of another digest did not ack: reported unconfirmed */
+          :: SAME(w) || !UNCONFIRMED -> RETURN_CONFIRMED(v); /* H is fenced by now */
+             printf("MSC: t%d W%d: update v%d RETURNS at the bound (H not acked)\n", rt, w, v)
+          :: else -> /* H of another digest did not ack: reported unconfirmed */
+             printf("MSC: t%d W%d: update v%d returns UNCONFIRMED\n", rt, w, v)
           fi;
           break
         }
@@ -418,10 +454,13 @@ proctype Writer(byte w; byte nw) {
                  :: skipw[w] == 0 -> skipw[w] = PENDING /* CAS(0 -> PENDING) */
                  :: else -> skip                         /* marked already */
                  fi }
-        if
-        :: skipw[w] == PENDING -> skipw[w] = rt + 2     /* then store(now) */
-        :: else -> skip
-        fi
+        atomic {
+          if
+          :: skipw[w] == PENDING -> skipw[w] = rt + 2;    /* then store(now) */
+             printf("MSC: t%d W%d: skip mark for H set (since %d)\n", rt, w, rt)
+          :: else -> skip
+          fi
+        }
      od;
      atomic { k++; n = 0; tn = 0; v = 0; excl = 0; marked = 0 }
   :: k == nw -> break
@@ -432,7 +471,8 @@ proctype Writer(byte w; byte nw) {
 proctype Agent(byte w) {
 end:
   do
-  :: atomic { skipw[w] >= 2 && hst == UP -> skipw[w] = 0 }
+  :: atomic { skipw[w] >= 2 && hst == UP -> skipw[w] = 0;
+              printf("MSC: t%d W%d's agent: H answers, mark cleared\n", rt, w) }
   od
 }
 
@@ -449,8 +489,11 @@ proctype Reader() {
        need = retv;
        if
        :: cvalid && hst != PAUSED && ctinc == hinc && VOUCHING && ctslot == slot ->
+          printf("MSC: t%d reader: HIT, page v%d (updates returned: up to v%d)\n", rt, cpv, need);
           ASSERT_P1(cpv, need) /* Hit */
        :: cvalid && hst != PAUSED && ctinc == oinc && VOUCH(ocap, opc) && ctslot == oslot ->
+          printf("MSC: t%d reader: HIT on the predecessor's table, page v%d (returned: v%d)\n",
+                 rt, cpv, need);
           ASSERT_P1(cpv, need) /* Hit on the predecessor's table (an shm mapper) */
        :: cvalid && hst != PAUSED &&
           ((ctinc == hinc && VOUCHING && ctslot != slot) ||
@@ -476,7 +519,8 @@ proctype Reader() {
         atomic {
           if
           :: ok && hst == UP && VOUCHING && hinc == sinc && seq == ss ->
-             reg = 1; cvalid = 1; cpv = pv; ctinc = sinc; ctslot = slot
+             reg = 1; cvalid = 1; cpv = pv; ctinc = sinc; ctslot = slot;
+             printf("MSC: t%d reader: rendered v%d, registered and stored (slot %d)\n", rt, pv, slot)
           :: else -> skip
           fi;
           k++; pv = 0; ss = 0; sinc = 0; miss = 0; ok = 0
@@ -491,9 +535,11 @@ proctype Clock() {
   do
   :: atomic {
        rt < TMAX -> rt++;
+       printf("MSC: ---- tick: t%d\n", rt);
        if
        :: hst != PAUSED -> hc++
-       :: hst != PAUSED && drift < DRIFT -> drift++ /* H's clock a little slow */
+       :: hst != PAUSED && drift < DRIFT -> drift++; /* H's clock a little slow */
+          printf("MSC: t%d H's clock lags: %d\n", rt, hc)
        :: hst == PAUSED -> skip                    /* paused: its clock stands still */
        fi
      }
