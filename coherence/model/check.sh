@@ -67,7 +67,7 @@ command -v "$PAN_CC" >/dev/null 2>&1 ||
 #          H re-admitted), two reads (registration races), up to t=6
 #   two    W0 and W1 update once each (W0 may mark H), one read, up to t=5
 #   crash  H crashes and restarts (a new incarnation waits out the predecessor's lease), W0
-#          updates twice, one read, up to t=6
+#          updates twice, two reads (a page registered with the new incarnation), up to t=6
 #   pause  H's host paused once (its clock stands still), W0 updates twice, one read, up to t=6
 #   topo   W1 is a node H's topology does not list (its digest differs); W0 runs H's topology or
 #          the new one; one update each, one read, up to t=5
@@ -85,13 +85,13 @@ case "$prop" in
     configs=(
       "marks|-DW0N=2 -DW1N=0 -DNR=2 -DTMAX=6 -DCRASH=0 -DPAUSE=0 -DDRIFT=0|24"
       "two|-DW0N=1 -DW1N=1 -DNR=1 -DTMAX=5 -DMARKERS=1 -DCRASH=0 -DPAUSE=0 -DDRIFT=0|24"
-      "crash|-DW0N=2 -DW1N=0 -DNR=1 -DTMAX=6 -DCRASH=1 -DPAUSE=0 -DDRIFT=0|24"
+      "crash|-DW0N=2 -DW1N=0 -DNR=2 -DTMAX=6 -DCRASH=1 -DPAUSE=0 -DDRIFT=0|24"
       "pause|-DW0N=2 -DW1N=0 -DNR=1 -DTMAX=6 -DCRASH=0 -DPAUSE=1 -DDRIFT=0|25"
       "topo|-DTOPO=1 -DW0N=1 -DW1N=1 -DNR=1 -DTMAX=5 -DCRASH=0 -DPAUSE=0 -DDRIFT=0|24"
       "drift|-DW0N=2 -DW1N=0 -DNR=1 -DTMAX=6 -DCRASH=0 -DPAUSE=0 -DDRIFT=1|24"
       "fresh|-DSTEADY=0 -DDUP=1 -DW0N=2 -DW1N=0 -DNR=2 -DTMAX=6 -DCRASH=0 -DPAUSE=0 -DDRIFT=0|24"
     )
-    [ "$full" = 1 ] && configs+=("faults|-DW0N=2 -DW1N=0 -DNR=1 -DTMAX=6 -DCRASH=1 -DPAUSE=1 -DDRIFT=0|27") ;;
+    [ "$full" = 1 ] && configs+=("faults|-DW0N=2 -DW1N=0 -DNR=1 -DTMAX=6 -DCRASH=1 -DPAUSE=1 -DDRIFT=0|26") ;;
   p2)
     flagdef="-DCHECK_P2"
     configs=(
@@ -103,7 +103,7 @@ case "$prop" in
       "drift|-DW0N=2 -DW1N=1 -DNR=0 -DTMAX=5 -DMARKERS=1 -DCRASH=0 -DPAUSE=0 -DDRIFT=1|24"
       "fresh|-DSTEADY=0 -DDUP=1 -DW0N=2 -DW1N=1 -DNR=0 -DTMAX=5 -DMARKERS=1 -DCRASH=0 -DPAUSE=0 -DDRIFT=0|24"
     )
-    [ "$full" = 1 ] && configs+=("faults|-DW0N=2 -DW1N=1 -DNR=0 -DTMAX=5 -DMARKERS=1 -DCRASH=1 -DPAUSE=1 -DDRIFT=0|27") ;;
+    [ "$full" = 1 ] && configs+=("faults|-DW0N=2 -DW1N=1 -DNR=0 -DTMAX=5 -DMARKERS=1 -DCRASH=1 -DPAUSE=1 -DDRIFT=0|26") ;;
   *) echo "check.sh: --prop p1|p2 is required" >&2; usage >&2; exit 2 ;;
 esac
 [ "$full" = 1 ] && memlim=8192

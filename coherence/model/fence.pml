@@ -132,6 +132,12 @@
 #define LEASE_WAIT 1
 #endif
 
+/* Reachability probes (README.md): -DPROBE=k makes branch k assert false. */
+#ifndef PROBE
+#define PROBE 0
+#endif
+#define PROBE_AT(k) assert(PROBE != k)
+
 #define NW 2          /* writer nodes */
 #define UP 0          /* H's states */
 #define PAUSED 1
@@ -184,6 +190,9 @@ byte ctinc, ctslot; /* its tag */
 
 /* ---- ghosts ---------------------------------------------------------------------------- */
 byte retv;          /* highest version of an update whose response returned (confirmed) */
+#if PROBE
+byte exclv;         /* probes: the version of an update that returned with H excluded */
+#endif
 byte got[NW];       /* P2: numbers this incarnation of H applied or covered by a catch-up */
 bool caught[NW];    /* P2: this incarnation of H made a catch-up that covered a reading of w */
 byte dn;            /* scratch: set, used and reset to 0 within one atomic step */
@@ -368,6 +377,12 @@ end:
           just = JUSTIFIED(0) || JUSTIFIED(1);
           assert(just);
 #endif
+#if PROBE
+          if
+          :: beh && !unk -> PROBE_AT(5) /* a catch-up on numbers not arrived within the grace */
+          :: else -> skip
+          fi;
+#endif
           APPLY; /* an invalidate-all made after the readings (logged: older renders refused) */
           if
           :: known[0] -> COVER(0, rd[0]); got[0] = got[0] | UPTO(rd[0]); caught[0] = 1
@@ -435,6 +450,9 @@ proctype Writer(byte w; byte nw) {
      }
      do
      :: atomic { excl -> RETURN_CONFIRMED(v);
+#if PROBE
+                 exclv = v;
+#endif
                  printf("MSC: t%d W%d: update v%d RETURNS (H excluded)\n", rt, w, v); break }
      :: atomic { !excl && (acked[w] & BIT(n)) -> RETURN_CONFIRMED(v);
                  printf("MSC: t%d W%d: update v%d RETURNS (H acked)\n", rt, w, v); break }
@@ -444,7 +462,8 @@ proctype Writer(byte w; byte nw) {
           :: SAME(w) || !UNCONFIRMED -> RETURN_CONFIRMED(v); /* H is fenced by now */
              printf("MSC: t%d W%d: update v%d RETURNS at the bound (H not acked)\n", rt, w, v)
           :: else -> /* H of another digest did not ack: reported unconfirmed */
-             printf("MSC: t%d W%d: update v%d returns UNCONFIRMED\n", rt, w, v)
+             printf("MSC: t%d W%d: update v%d returns UNCONFIRMED\n", rt, w, v);
+             PROBE_AT(7)
           fi;
           break
         }
@@ -490,6 +509,24 @@ proctype Reader() {
        if
        :: cvalid && hst != PAUSED && ctinc == hinc && VOUCHING && ctslot == slot ->
           printf("MSC: t%d reader: HIT, page v%d (updates returned: up to v%d)\n", rt, cpv, need);
+#if PROBE
+          if
+          :: need > 0 -> PROBE_AT(1) /* a hit that P1 constrains */
+          :: else -> skip
+          fi;
+          if
+          :: exclv > 0 && cpv >= exclv -> PROBE_AT(2) /* H re-admitted after an exclusion */
+          :: else -> skip
+          fi;
+          if
+          :: pauses > 0 -> PROBE_AT(3) /* a hit after H's pause */
+          :: else -> skip
+          fi;
+          if
+          :: hinc > 1 -> PROBE_AT(4) /* a hit on a restarted H */
+          :: else -> skip
+          fi;
+#endif
           ASSERT_P1(cpv, need) /* Hit */
        :: cvalid && hst != PAUSED && ctinc == oinc && VOUCH(ocap, opc) && ctslot == oslot ->
           printf("MSC: t%d reader: HIT on the predecessor's table, page v%d (returned: v%d)\n",
@@ -521,6 +558,9 @@ proctype Reader() {
           :: ok && hst == UP && VOUCHING && hinc == sinc && seq == ss ->
              reg = 1; cvalid = 1; cpv = pv; ctinc = sinc; ctslot = slot;
              printf("MSC: t%d reader: rendered v%d, registered and stored (slot %d)\n", rt, pv, slot)
+#if PROBE
+          :: ok && hst == UP && VOUCHING && hinc == sinc && seq != ss -> PROBE_AT(6) /* Race */
+#endif
           :: else -> skip
           fi;
           k++; pv = 0; ss = 0; sinc = 0; miss = 0; ok = 0
