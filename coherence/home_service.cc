@@ -176,6 +176,12 @@ void HomeService::catch_up(const std::vector<IssuedNumber>& readings, const std:
 
 bool HomeService::renew_once() {
   std::lock_guard renew(renew_mu_);
+  // The host's clocks with t_req: a pause between the reading and the raise of the cap (MONOTONIC
+  // stood still while BOOTTIME/REALTIME went on) must not yield a cap counted from a t_req that
+  // is older than it looks (found by the model, coherence/model: PAUSE_UNCHECKED).
+  auto clocks = [this] { return opts_.host_clocks ? opts_.host_clocks() : fabric::read_host_clocks(); };
+  fabric::ClockPauseDetector paused_since_req;
+  paused_since_req.missed_ns(clocks());
   const uint64_t t_req = fabric::monotonic_ns();
   if (writer_->remap_if_replaced() && exports_writer_) {
     server_.export_region(kWriterRegion, writer_->segment());
@@ -262,6 +268,9 @@ bool HomeService::renew_once() {
     if (fence_cv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return stopping_; }))
       return false;
   }
+  if (paused_since_req.missed_ns(clocks()) != 0)
+    return fail("this host was paused during the renewal (its monotonic clock missed time): "
+                "its readings may be older than they look");
   // Renewed: vouch until t_req + lease (t_req preceded every reading).
   const bool was = vouching_now();
   fabric::raise_lease_cap(versions_->header(), t_req + ms_to_ns(topo_.coherence.lease_ms));
