@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer configuration: clang, AddressSanitizer + UndefinedBehaviorSanitizer, libFuzzer
 # targets; builds into build-asan/ and runs the whole test suite there (fuzz run included),
-# except the spin model checks (dlm_model_*): they check dlm/model/*.pml with spin's own
+# except the spin model checks (dlm_model_*, coherence_model_*): they check dlm/model/*.pml and
+# coherence/model/fence.pml with spin's own
 # verifier, no Tierce code, so a sanitizer adds nothing; the release build runs them (~10 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +11,4 @@ CC=clang CXX=clang++ bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug \
   -DTIERCE_SANITIZE=ON -DTIERCE_FUZZ=ON "$@"
 cd build-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --output-on-failure -j 2 -E '^dlm_model_'
+ctest --output-on-failure -j 2 -E '^(dlm|coherence)_model_'
