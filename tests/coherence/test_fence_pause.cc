@@ -97,6 +97,11 @@ struct OneHome {
   std::unique_ptr<WriterLog> w2;
   std::unique_ptr<HomeService> home;
   std::atomic<uint64_t> boot_ahead_ns{0};  // added to BOOTTIME: the injected pause
+  // A pause inside one renewal made by `pausing_thread` (renew_now): from its second reading of
+  // the clocks on, BOOTTIME is 1 s ahead (the first one is taken with t_req). Other threads (the
+  // fence loop) see the clocks as they are.
+  std::atomic<std::thread::id> pausing_thread{};
+  std::atomic<int> pausing_reads{0};
 
   static std::unique_ptr<fabric::Server> server(const std::string& secret_path) {
     fabric::ServerOptions o;
@@ -140,6 +145,8 @@ struct OneHome {
     o.host_clocks = [this] {
       auto c = fabric::read_host_clocks();
       c.boottime_ns += boot_ahead_ns.load();
+      if (pausing_thread.load() == std::this_thread::get_id() && pausing_reads++ >= 1)
+        c.boottime_ns += 1000 * kMs;
       return c;
     };
     home = std::make_unique<HomeService>(*s1, Topology::load(dir / "cluster.toml"), "app1",
@@ -190,4 +197,21 @@ BOOST_AUTO_TEST_CASE(a_home_whose_monotonic_clock_missed_a_pause_stops_vouching)
   h.s2->export_region(kWriterRegion, h.w2->segment());
   BOOST_TEST(eventually([&] { return proxy.read_seq("app1").has_value(); }, 5s));
   BOOST_TEST(h.home->fence().pauses == 1u);
+}
+
+// The model's finding (coherence/model, PAUSE_UNCHECKED at t_req): a pause between a renewal's
+// reading and its raise of the cap must not give a cap counted from that (stale) reading. The
+// renewal itself compares the clocks it took with t_req with those just before the raise.
+BOOST_AUTO_TEST_CASE(a_renewal_during_which_the_host_was_paused_sets_no_cap) {
+  OneHome h;
+  auto proxy = h.proxy();
+  BOOST_REQUIRE_MESSAGE(eventually([&] { return proxy.read_seq("app1").has_value(); }, 5s),
+                        "the home did not start vouching");
+  BOOST_REQUIRE(h.home->renew_now());  // a renewal without a pause succeeds
+  h.pausing_thread = std::this_thread::get_id();
+  h.pausing_reads = 0;
+  BOOST_TEST(!h.home->renew_now(), "a renewal spanning a pause set a cap");
+  BOOST_TEST(h.pausing_reads.load() >= 2);
+  h.pausing_thread = std::thread::id{};
+  BOOST_TEST(h.home->renew_now());
 }
