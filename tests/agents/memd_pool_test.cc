@@ -487,7 +487,12 @@ BOOST_AUTO_TEST_CASE(pool_owner_loses_only_the_slabs_of_a_restarted_or_silent_do
     std::lock_guard lk(mu);
     BOOST_TEST_REQUIRE(lost.size() == 7u);
     BOOST_TEST(lost[0].first == 1u);
-    BOOST_TEST(lost[0].second.find("new incarnation") != std::string::npos, lost[0].second);
+    // Why: b's new incarnation, when it was back within lease - lease/4; if its restart took
+    // longer (an ASan build on a loaded machine: seen in CI), the owner dropped them for its
+    // silence first. Either way only b's slabs, all of them, with a reason that says which.
+    BOOST_TEST((lost[0].second.find("new incarnation") != std::string::npos ||
+                lost[0].second.find("no renewal answered") != std::string::npos),
+               lost[0].second);
   }
   BOOST_TEST(o->held().size() == 2u);
   BOOST_TEST(count_at(o->held(), 0) == 2u);
