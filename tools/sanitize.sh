@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/deps.sh
+t=$SECONDS
 CC=clang CXX=clang++ bash tools/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug \
   -DTIERCE_SANITIZE=ON -DTIERCE_FUZZ=ON "$@"
+echo "== sanitizer build: $((SECONDS - t)) s"
 cd build-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --output-on-failure -j 2 -E '^(dlm|coherence)_model_'

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/deps.sh
+t=$SECONDS
 bash tools/build.sh build
+echo "== build: $((SECONDS - t)) s"
 cd build
 ctest --output-on-failure -j 2 "$@"
