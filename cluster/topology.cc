@@ -67,6 +67,15 @@ bool valid_name(std::string_view s) {
   });
 }
 
+// "schema.table": two SQL identifiers of letters, digits and '_' (they are spliced into SQL).
+bool valid_sql_table(std::string_view s) {
+  auto dot = s.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot + 1 == s.size() || s.size() > 120) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+         }) && s.find('.', dot + 1) == std::string_view::npos;
+}
+
 }  // namespace
 
 Topology Topology::load(const std::string& path) {
@@ -91,7 +100,7 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
   }
   Reader r(origin);
   Topology t;
-  r.only(root, "topology", {"cluster", "coherence", "dlm", "node"});
+  r.only(root, "topology", {"cluster", "coherence", "arbiter", "dlm", "node"});
   const toml::table* c = root["cluster"].as_table();
   if (!c) throw TopologyError(origin + ": missing [cluster] table (name, secret_file, transport)");
   r.only(*c, "[cluster]",
@@ -129,6 +138,31 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
     if (auto v = r.integer(ct, "[coherence]", "clock_skew_ms", 0, 60000))
       t.coherence.clock_skew_ms = uint32_t(*v);
   }
+
+  if (const toml::node* an = root.get("arbiter")) {
+    if (!an->is_table()) r.fail(an, "[arbiter] must be a table");
+    const toml::table& at = *an->as_table();
+    r.only(at, "[arbiter]",
+           {"table", "host", "port", "socket", "user", "password_file", "drop_after_ms"});
+    auto table = r.str(at, "[arbiter]", "table");
+    if (!table || !valid_sql_table(*table))
+      r.fail(at.get("table") ? at.get("table") : an,
+             "[arbiter] table: required, \"schema.table\" (letters, digits, '_')");
+    t.arbiter.table = *table;
+    if (auto v = r.str(at, "[arbiter]", "host")) t.arbiter.host = *v;
+    if (auto v = r.integer(at, "[arbiter]", "port", 1, 65535)) t.arbiter.port = uint32_t(*v);
+    if (auto v = r.str(at, "[arbiter]", "socket")) t.arbiter.socket = *v;
+    if (auto v = r.str(at, "[arbiter]", "user")) t.arbiter.user = *v;
+    if (auto v = r.str(at, "[arbiter]", "password_file")) t.arbiter.password_file = *v;
+    if (auto v = r.integer(at, "[arbiter]", "drop_after_ms", 100, 3600000))
+      t.arbiter.drop_after_ms = uint32_t(*v);
+  }
+  if (t.arbiter.enabled() && t.arbiter_drop_after_ms() < 2 * t.coherence.lease_ms)
+    throw TopologyError(origin + ": [arbiter] drop_after_ms (" +
+                        std::to_string(t.arbiter.drop_after_ms) +
+                        ") must be at least 2 x [coherence] lease_ms (" +
+                        std::to_string(t.coherence.lease_ms) +
+                        "): a home would drop a node for one slow renewal");
 
   if (const toml::node* dn = root.get("dlm")) {
     if (!dn->is_table()) r.fail(dn, "[dlm] must be a table");
@@ -317,6 +351,9 @@ uint64_t Topology::coherence_digest() const {
                   std::to_string(coherence.lease_ms) + "|" +
                   std::to_string(coherence.clock_skew_ms);
   for (const auto& a : apps) s += "|" + a;
+  // Homes that drop lost nodes and homes that wait for them forever must not share a cluster,
+  // and the writers' check must name the table the homes bump.
+  if (arbiter.enabled()) s += "|arbiter|" + arbiter.table;
   return hash64(s);
 }
 
@@ -365,5 +402,15 @@ uint64_t Topology::dlm_digest() const {
 }
 
 fabric::Secret Topology::secret() const { return fabric::Secret::from_file(secret_file); }
+
+std::string ArbiterSettings::password() const {
+  if (password_file.empty()) return "";
+  std::ifstream f(password_file);
+  if (!f) throw TopologyError("[arbiter] password_file " + password_file + ": cannot read it");
+  std::string pw;
+  std::getline(f, pw);
+  while (!pw.empty() && (pw.back() == '\r' || pw.back() == ' ')) pw.pop_back();
+  return pw;
+}
 
 }  // namespace tierce::cluster

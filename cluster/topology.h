@@ -17,6 +17,17 @@
 //   clock_skew_ms = 50                  # bound on the clock difference between hosts (and drift
 //                                       # over a lease); an update waits at most lease + skew
 //
+//   [arbiter]                           # optional: the database drops a lost app node from the
+//                                       # fence (docs/coherence.md, "A lost node: the database
+//                                       # as the arbiter"); every app node's writes check its row
+//   table = "tierce.fence"              # schema.table on the application's MariaDB/MySQL server
+//   host = "127.0.0.1"                  # where the homes reach that server (or socket = "...")
+//   port = 3306
+//   user = "tierce_fence"               # needs SELECT, INSERT, UPDATE on table and table_track
+//   password_file = "/etc/tierce/arbiter-password"   # optional (not world-readable)
+//   drop_after_ms = 3000                # a home that cannot read an app node's writer counter
+//                                       # this long drops it (>= 2 x lease_ms)
+//
 //   [dlm]                               # optional: the lock manager (docs/dlm.md)
 //   algorithm = "ncosed"                # ncosed | dqnl | srsl (the baselines, for comparison)
 //   transport = "shm"                   # how lockds reach each other (default: [cluster]
@@ -79,6 +90,23 @@ struct CoherenceSettings {
   uint32_t fence_bound_ms() const { return lease_ms + clock_skew_ms; }
 };
 
+// The database as the fence's arbiter (issue 29 Part 2): a row per app node in `table`
+// (node, epoch, state in|out) that each write transaction of that node reads with a locking read;
+// a home that cannot read the node's writer counter for drop_after_ms bumps it to "out" first,
+// catches up, and vouches without it; the homes re-admit it together (`table`_track).
+struct ArbiterSettings {
+  std::string table;  // "schema.table"; empty: no arbiter (an operator takes lost nodes out)
+  std::string host = "127.0.0.1";
+  uint32_t port = 3306;
+  std::string socket;
+  std::string user = "tierce_fence";
+  std::string password_file;
+  uint32_t drop_after_ms = 0;  // 0: 3 x lease_ms
+  bool enabled() const { return !table.empty(); }
+  std::string track_table() const { return table + "_track"; }
+  std::string password() const;  // reads password_file ("" when none); throws TopologyError
+};
+
 enum class LockAlgorithm : uint8_t { NCoSED, DQNL, SRSL };
 std::string_view to_string(LockAlgorithm a);
 
@@ -98,6 +126,10 @@ struct Topology {
   uint64_t version_slots = 262144;
   uint32_t op_timeout_ms = 50;
   CoherenceSettings coherence;
+  ArbiterSettings arbiter;
+  uint32_t arbiter_drop_after_ms() const {
+    return arbiter.drop_after_ms ? arbiter.drop_after_ms : 3 * coherence.lease_ms;
+  }
   DlmSettings dlm;
   std::vector<NodeInfo> nodes;
 

@@ -199,6 +199,37 @@ BOOST_AUTO_TEST_CASE(coherence_settings_and_digest) {
   BOOST_TEST(err("[coherence]\nfence = 1\n").find("unknown key") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(arbiter_settings) {
+  auto t = Topology::parse(kTopo, "cluster.toml");
+  BOOST_TEST(!t.arbiter.enabled());
+  std::string with = std::string(kTopo) +
+                     "[arbiter]\ntable = \"tierce.fence\"\nport = 3307\nuser = \"f\"\n";
+  auto u = Topology::parse(with, "cluster.toml");
+  BOOST_TEST(u.arbiter.enabled());
+  BOOST_TEST(u.arbiter.table == "tierce.fence");
+  BOOST_TEST(u.arbiter.track_table() == "tierce.fence_track");
+  BOOST_TEST(u.arbiter.port == 3307u);
+  BOOST_TEST(u.arbiter_drop_after_ms() == 3000u);  // 3 x lease by default
+  BOOST_TEST(u.arbiter.password() == "");
+  // Homes that drop lost nodes and homes that do not must not share a cluster.
+  BOOST_TEST(u.coherence_digest() != t.coherence_digest());
+  auto err = [&](const std::string& extra) {
+    try {
+      Topology::parse(std::string(kTopo) + extra, "c.toml");
+    } catch (const TopologyError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  BOOST_TEST(err("[arbiter]\nport = 1\n").find("[arbiter] table") != std::string::npos);
+  BOOST_TEST(err("[arbiter]\ntable = \"fence\"\n").find("schema.table") != std::string::npos);
+  BOOST_TEST(err("[arbiter]\ntable = \"a.b; DROP\"\n").find("schema.table") != std::string::npos);
+  BOOST_TEST(err("[arbiter]\ntable = \"a.b\"\ndrop_after_ms = 1500\n").find("2 x") !=
+             std::string::npos);
+  BOOST_TEST(err("[arbiter]\ntable = \"a.b\"\npasswd = \"x\"\n").find("unknown key") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(protocol)
