@@ -120,8 +120,21 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
              std::to_string(opts_.ack_cells) + " ack cells, writer counter " + writer_->name() +
              "; fence lease " + std::to_string(topo_.coherence.lease_ms) + " ms, scheme " +
              std::string(to_string(topo_.coherence.scheme)));
+  arb_.assign(origins_.size(), ArbOrigin{});
+  if (opts_.arbiter) {
+    if (opts_.drop_after.count() <= 0)
+      opts_.drop_after = std::chrono::milliseconds(topo_.arbiter_drop_after_ms());
+    arb_probe_ = std::make_unique<ClusterClient>(topo_, secret_, t, log_);
+    if (log_)
+      log_(fabric::LogLevel::Info,
+           "COH0230 home " + node_ + ": the database is the fence's arbiter (" +
+               opts_.arbiter->describe() + "): an app node whose writer counter cannot be read for " +
+               std::to_string(opts_.drop_after.count()) +
+               " ms is dropped there (its writes refused) before this home vouches without it");
+  }
   fence_thread_ = std::thread([this] { fence_loop(); });
   keeper_thread_ = std::thread([this] { keeper_loop(); });
+  if (opts_.arbiter) arbiter_thread_ = std::thread([this] { arbiter_loop(); });
 }
 
 HomeService::~HomeService() {
@@ -132,6 +145,7 @@ HomeService::~HomeService() {
   fence_cv_.notify_all();
   if (fence_thread_.joinable()) fence_thread_.join();
   if (keeper_thread_.joinable()) keeper_thread_.join();
+  if (arbiter_thread_.joinable()) arbiter_thread_.join();
   for (const char* r : {kVersionsRegion, kAcksRegion, kWriterRegion}) {
     if (r == kWriterRegion && !exports_writer_) continue;
     try {
@@ -198,16 +212,51 @@ bool HomeService::renew_once() {
   }
   std::string failure;
   auto failed = [&](const std::string& why) { failure += (failure.empty() ? "" : "; ") + why; };
+  std::vector<ArbState> arb(origins_.size(), ArbState::Tracked);
+  if (opts_.arbiter) {
+    std::lock_guard lk(arb_mu_);
+    for (size_t i = 0; i < origins_.size(); ++i) arb[i] = arb_[i].state;
+  }
   for (size_t i = 0; i < origins_.size(); ++i) {
     if (out[i]) continue;  // taken out by an operator: not read, not waited for
+    // Dropped in the database, and caught up after the drop: its writes are refused there.
+    if (arb[i] == ArbState::Out) {
+      out[i] = true;
+      continue;
+    }
     std::optional<WriterReading> r;
     if (i == self_)
       r = writer_->reading(self_);
     else
       r = peers_->read_writer(origins_[i], self_);
-    if (!r) {
-      failed("cannot read " + origins_[i] + "'s writer counter");
+    if (!r && arb[i] == ArbState::Rejoining) {
+      // Not recorded in the database yet: it cannot be back in without this home, so losing it
+      // again only means it stays out.
+      out[i] = true;
+      std::lock_guard lk(arb_mu_);
+      arb_[i].state = ArbState::Out;
+      arb_[i].covered = false;
+      if (log_)
+        log_(fabric::LogLevel::Info, "COH0227 home " + node_ + ": " + origins_[i] +
+                                         "'s writer counter is unreadable again before it was "
+                                         "re-admitted: it stays out");
       continue;
+    }
+    if (!r) {
+      if (opts_.arbiter) {
+        std::lock_guard lk(arb_mu_);
+        if (arb_[i].unreadable_since_ns == 0) arb_[i].unreadable_since_ns = fabric::monotonic_ns();
+      }
+      failed("cannot read " + origins_[i] + "'s writer counter" +
+             (opts_.arbiter && i != self_
+                  ? " (the arbiter drops it " + std::to_string(opts_.drop_after.count()) +
+                        " ms after its first failed reading)"
+                  : ""));
+      continue;
+    }
+    if (opts_.arbiter) {
+      std::lock_guard lk(arb_mu_);
+      arb_[i].unreadable_since_ns = 0;
     }
     readings[i] = r->issued;
     // A writer that numbers under another topology does not send to the homes this one knows
@@ -280,6 +329,12 @@ bool HomeService::renew_once() {
     std::lock_guard lk(fence_mu_);
     ++fence_stats_.renewals;
     fence_stats_.last_failure.clear();
+  }
+  if (opts_.arbiter) {
+    // Every origin read above is covered now (the arbiter records only those in the database).
+    std::lock_guard lk(arb_mu_);
+    for (size_t i = 0; i < origins_.size(); ++i)
+      if (!out[i] && arb_[i].state == arb[i]) arb_[i].covered = true;
   }
   if (!was && log_)
     log_(fabric::LogLevel::Info, "COH0212 home " + node_ +
@@ -458,6 +513,209 @@ void HomeService::keeper_loop() {
   }
 }
 
+// ---- the arbiter (issue 29 Part 2; arbiter.h, docs/coherence.md) -------------------------------
+//
+// Runs beside the fence, every lease/4, never under renew_mu_ while it talks to the database
+// (a drop waits for the node's open transactions): it creates the rows, drops a node this home
+// could not read for drop_after (then catches up, under renew_mu_, before any renewal skips the
+// node), probes dropped nodes, and records in the database the nodes this home reads again — the
+// homes together re-admit a node, never the node itself.
+
+std::string_view to_string(ArbState s) {
+  switch (s) {
+    case ArbState::Tracked: return "tracked";
+    case ArbState::Out: return "out";
+    case ArbState::Rejoining: return "rejoining";
+  }
+  return "?";
+}
+
+void HomeService::drop_node(size_t i) {
+  const std::string& n = origins_[i];
+  const uint64_t epoch = opts_.arbiter->drop(n, node_);  // throws ArbiterError
+  // The bump committed: every write transaction of n committed before it or writes nothing.
+  // Catch up on the ones before it (their invalidations may never come), then stop reading n.
+  InvalidateResult r;
+  {
+    std::lock_guard renew(renew_mu_);
+    r = state_->invalidate({}, Scheme::InvalidateAll);
+    ledger_.forget(i);  // when it is read again, that first reading catches up
+    std::lock_guard lk(arb_mu_);
+    arb_[i] = ArbOrigin{};
+    arb_[i].state = ArbState::Out;
+    arb_[i].epoch = epoch;
+  }
+  {
+    std::lock_guard lk(fence_mu_);
+    ++fence_stats_.drops;
+    ++fence_stats_.catch_ups;
+  }
+  if (log_)
+    log_(fabric::LogLevel::Warn,
+         "COH0226 home " + node_ + " DROPPED app node " + n + " from the fence (epoch " +
+             std::to_string(epoch) + " in " + opts_.arbiter->describe() +
+             "): its writer counter was unreadable for " +
+             std::to_string(opts_.drop_after.count()) +
+             " ms; its writes are refused by the database until the homes re-admit it; caught "
+             "up (" + std::to_string(r.keys_bumped) +
+             " registered pages invalidated) and vouching without it");
+}
+
+void HomeService::arbiter_pass() {
+  Arbiter& db = *opts_.arbiter;
+  if (!arb_ensured_) {
+    db.ensure(origins_);
+    arb_ensured_ = true;
+  }
+  const auto rows = db.rows();
+  const uint64_t now = fabric::monotonic_ns();
+  const uint64_t drop_ns = uint64_t(opts_.drop_after.count()) * 1'000'000ull;
+  for (size_t i = 0; i < origins_.size(); ++i) {
+    const std::string& n = origins_[i];
+    auto it = rows.find(n);
+    if (it == rows.end()) {
+      arb_ensured_ = false;  // someone deleted it: create it again (out) on the next pass
+      continue;
+    }
+    const ArbiterRow& row = it->second;
+    ArbOrigin a;
+    {
+      std::lock_guard lk(arb_mu_);
+      a = arb_[i];
+    }
+    auto set = [&](auto&& f) {
+      std::lock_guard renew(renew_mu_);
+      std::lock_guard lk(arb_mu_);
+      f(arb_[i]);
+    };
+    // Records that this home reads n at the row's epoch (the renewal covered it); the row flips
+    // in when every home did.
+    auto record = [&] {
+      // Tracked BEFORE the database can count this home: from the moment the record commits the
+      // node may be in, so losing it again must end in a drop, not in a silent "stays out".
+      set([&](ArbOrigin& o) {
+        o.state = ArbState::Tracked;
+        o.tracked_epoch = row.epoch;
+      });
+      ArbiterRow after = db.track(n, node_, row.epoch, origins_);
+      set([&](ArbOrigin& o) { o.epoch = after.epoch; });
+      if (after.epoch != row.epoch) return;  // dropped again meanwhile: recorded next pass
+      if (after.in && !row.in) {
+        {
+          std::lock_guard lk(fence_mu_);
+          ++fence_stats_.admissions;
+        }
+        if (log_)
+          log_(fabric::LogLevel::Info, "COH0228 home " + node_ + ": app node " + n +
+                                           " RE-ADMITTED to the fence (epoch " +
+                                           std::to_string(after.epoch) +
+                                           "): every home reads its writer counter; its writes "
+                                           "are accepted again");
+      }
+    };
+    switch (a.state) {
+      case ArbState::Tracked:
+        if (i != self_ && a.unreadable_since_ns != 0 && now - a.unreadable_since_ns >= drop_ns) {
+          drop_node(i);
+        } else if (!row.in && a.unreadable_since_ns == 0 && a.covered &&
+                   a.tracked_epoch != row.epoch) {
+          record();  // another home dropped it (or it is new): this one reads it
+        } else if (a.epoch != row.epoch) {
+          set([&](ArbOrigin& o) { o.epoch = row.epoch; });
+        }
+        break;
+      case ArbState::Out:
+        if (row.in) {
+          // Not with this home's consent (an operator edited the row?): it may write, so it is
+          // read again — a renewal fails until it is readable, and it is dropped again if not.
+          set([&](ArbOrigin& o) {
+            o = ArbOrigin{};
+            o.epoch = row.epoch;
+            o.unreadable_since_ns = now;
+          });
+          if (log_)
+            log_(fabric::LogLevel::Error,
+                 "COH0231 home " + node_ + ": app node " + n + " is IN (epoch " +
+                     std::to_string(row.epoch) + ", by " + row.changed_by +
+                     ") although this home never recorded it: reading it again before vouching "
+                     "(only the homes re-admit a node; do not edit the arbiter's rows by hand)");
+          break;
+        }
+        if (row.epoch != a.epoch) set([&](ArbOrigin& o) { o.epoch = row.epoch; });
+        if (arb_probe_->read_writer(n, self_)) {
+          set([&](ArbOrigin& o) {
+            o.state = ArbState::Rejoining;
+            o.covered = false;
+          });
+          if (log_)
+            log_(fabric::LogLevel::Info,
+                 "COH0227 home " + node_ + ": app node " + n +
+                     "'s writer counter is readable again: reading it (a catch-up), then "
+                     "recording it in the database for re-admission");
+        }
+        break;
+      case ArbState::Rejoining:
+        if (row.in) {
+          set([&](ArbOrigin& o) {
+            o.state = ArbState::Tracked;
+            o.epoch = row.epoch;
+          });
+          break;
+        }
+        if (row.epoch != a.epoch) set([&](ArbOrigin& o) { o.epoch = row.epoch; });
+        if (a.covered) record();
+        break;
+    }
+  }
+}
+
+void HomeService::arbiter_pass_now() {
+  if (!opts_.arbiter) return;
+  arbiter_pass();
+}
+
+void HomeService::arbiter_loop() {
+  const auto period =
+      std::chrono::milliseconds(std::max<uint32_t>(topo_.coherence.lease_ms / 4, 1));
+  for (;;) {
+    std::string error;
+    try {
+      arbiter_pass();
+    } catch (const std::exception& e) {
+      error = e.what();
+      std::lock_guard lk(fence_mu_);
+      ++fence_stats_.arbiter_errors;
+    }
+    if (error != arb_last_error_ && log_) {
+      if (error.empty())
+        log_(fabric::LogLevel::Info,
+             "COH0229 home " + node_ + ": the fence's arbiter answers again (" +
+                 opts_.arbiter->describe() + ")");
+      else
+        log_(fabric::LogLevel::Warn,
+             "COH0229 home " + node_ + ": the fence's arbiter failed: " + error +
+                 " — a node this home cannot read is not dropped (this home stays fenced) until "
+                 "the database answers");
+    }
+    arb_last_error_ = error;
+    std::unique_lock lk(fence_mu_);
+    if (fence_cv_.wait_for(lk, period, [&] { return stopping_; })) return;
+  }
+}
+
+std::vector<ArbiterOriginStatus> HomeService::arbiter_status() const {
+  std::vector<ArbiterOriginStatus> v;
+  if (!opts_.arbiter) return v;
+  const uint64_t now = fabric::monotonic_ns();
+  std::lock_guard lk(arb_mu_);
+  for (size_t i = 0; i < origins_.size(); ++i) {
+    const ArbOrigin& a = arb_[i];
+    v.push_back({origins_[i], a.state, a.epoch, a.tracked_epoch,
+                 a.unreadable_since_ns ? int64_t((now - a.unreadable_since_ns) / 1'000'000) : 0});
+  }
+  return v;
+}
+
 SkipMarkStats HomeService::skip_marks() const {
   std::lock_guard lk(keeper_mu_);
   return keeper_->stats();
@@ -585,6 +843,13 @@ std::string HomeService::status_text() const {
     o << "nodes_out" << (out.empty() ? " -" : out) << "\n";
   }
   o << "fence_clock_pauses " << f.pauses << "\n";
+  if (opts_.arbiter) {
+    o << "arbiter " << opts_.arbiter->describe() << "\narbiter_drops " << f.drops
+      << "\narbiter_admissions " << f.admissions << "\narbiter_errors " << f.arbiter_errors << "\n";
+    for (const auto& a : arbiter_status())
+      o << "arbiter_node " << a.node << " state=" << to_string(a.state) << " epoch=" << a.epoch
+        << " tracked_epoch=" << a.tracked_epoch << " unreadable_ms=" << a.unreadable_ms << "\n";
+  }
   for (size_t i = 0; i < origins_.size(); ++i) {
     auto v = ledger_.view(i);
     o << "origin_" << origins_[i] << "_covered " << v.covered << "\norigin_" << origins_[i]
@@ -657,6 +922,19 @@ void HomeService::metrics(base::Metrics& m) const {
             "Pauses of this host's monotonic clock detected (suspend, stopped or migrated VM, "
             "wall clock stepped forward): the fence was dropped until the next renewal (COH0240).",
             f.pauses);
+  if (opts_.arbiter) {
+    m.counter("tierce_home_arbiter_drops_total",
+              "App nodes this home dropped from the fence in the database (COH0226).", f.drops);
+    m.counter("tierce_home_arbiter_admissions_total",
+              "App nodes re-admitted by this home's record (the last home to read them, COH0228).",
+              f.admissions);
+    m.counter("tierce_home_arbiter_errors_total", "Arbiter passes that failed (COH0229).",
+              f.arbiter_errors);
+    for (const auto& a : arbiter_status())
+      m.gauge("tierce_home_arbiter_node_out",
+              "1 while this home vouches without reading the app node (dropped in the database).",
+              uint64_t(a.state == ArbState::Out ? 1 : 0), {{"node", a.node}});
+  }
   for (size_t i = 0; i < origins_.size(); ++i) {
     auto v = ledger_.view(i);
     m.gauge("tierce_home_origin_covered", "Invalidation sequence acknowledged by each origin.",

@@ -32,6 +32,7 @@
 #include "coherence/ledger.h"
 #include "coherence/skip_keeper.h"
 #include "coherence/topology.h"
+#include "coherence/arbiter.h"
 #include "coherence/writer.h"
 #include "fabric/fabric.h"
 #include "fabric/segment.h"
@@ -49,6 +50,29 @@ struct HomeServiceOptions {
   // Where the fence reads the host's clocks to detect pauses (empty: fabric::read_host_clocks;
   // tests inject a pause here).
   std::function<fabric::HostClocks()> host_clocks;
+  // The database as the arbiter (topology [arbiter]; arbiter.h): drops app nodes this home
+  // cannot read for drop_after (0: the topology's) and re-admits them with the other homes.
+  // Null: no arbiter (a lost node fails every home closed until an operator takes it out).
+  std::shared_ptr<Arbiter> arbiter;
+  std::chrono::milliseconds drop_after{0};
+};
+
+// Where an app node stands in this home's fence under the arbiter.
+enum class ArbState : uint8_t {
+  Tracked,    // its counter is read at every renewal (it may write)
+  Out,        // dropped in the database (epoch `epoch`); this home caught up after the drop and
+              // vouches without reading it
+  Rejoining,  // out, but readable again: read at every renewal (the first reading catches up),
+              // not yet recorded in the database (losing it again just goes back to Out)
+};
+std::string_view to_string(ArbState s);
+
+struct ArbiterOriginStatus {
+  std::string node;
+  ArbState state = ArbState::Tracked;
+  uint64_t epoch = 0;          // the row's epoch as this home last saw it
+  uint64_t tracked_epoch = 0;  // the epoch this home recorded it reads the node at (0: none)
+  int64_t unreadable_ms = 0;   // how long its counter has been unreadable (0: read last time)
 };
 
 // What the fence looks like now (status page, tests).
@@ -57,6 +81,7 @@ struct FenceStatus {
   int64_t vouch_ms_left = 0;        // cap - now (negative: fenced for that long)
   uint64_t renewals = 0, catch_ups = 0, failed_renewals = 0, gap_waits = 0;
   uint64_t pauses = 0;              // clock pauses detected (the cap was dropped: COH0240)
+  uint64_t drops = 0, admissions = 0, arbiter_errors = 0;  // the arbiter (drops done here)
   std::string last_failure;         // why the last renewal failed ("" when none)
 };
 
@@ -87,6 +112,11 @@ class HomeService {
   std::string take_out(const std::string& node);
   std::string take_in(const std::string& node);
   std::vector<std::string> taken_out() const;
+
+  // The arbiter's view (empty without one).
+  std::vector<ArbiterOriginStatus> arbiter_status() const;
+  // One pass of the arbiter thread now (tests; the thread runs one every lease/4).
+  void arbiter_pass_now();
 
  private:
   void on_invalidate(std::span<const uint8_t> body);
@@ -127,6 +157,23 @@ class HomeService {
   std::unique_ptr<SkipMarkKeeper> keeper_;
   std::thread keeper_thread_;
   void keeper_loop();
+
+  // ---- the arbiter (null opts_.arbiter: unused) ----
+  struct ArbOrigin {
+    ArbState state = ArbState::Tracked;
+    uint64_t epoch = 0, tracked_epoch = 0;
+    uint64_t unreadable_since_ns = 0;  // first failed reading since the last good one (0: none)
+    bool covered = false;  // a renewal read and covered it since its last change of state
+  };
+  mutable std::mutex arb_mu_;      // arb_ (taken inside renew_mu_, never the other way round)
+  std::vector<ArbOrigin> arb_;
+  bool arb_ensured_ = false;       // arbiter thread only
+  std::string arb_last_error_;     // arbiter thread only: logged when it changes
+  std::unique_ptr<ClusterClient> arb_probe_;  // reads of dropped nodes' counters
+  std::thread arbiter_thread_;
+  void arbiter_loop();
+  void arbiter_pass();
+  void drop_node(size_t i);
 
   std::mutex renew_mu_;  // one renewal at a time
   mutable std::mutex out_mu_;  // out_

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <utility>
 
+#include "agents/memd/arbiter_db.h"
 #include "base/metrics.h"
 #include "coherence/layout.h"
 #include "fabric/errors.h"
@@ -180,6 +181,8 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
     ho.limits.max_pending_marks = cfg_.coherence.pending_marks;
     ho.ack_cells = uint32_t(cfg_.coherence.ack_slots);
     ho.exporter_lease = cfg_.lease;
+    if (topo.arbiter.enabled())  // the database drops lost app nodes (docs/coherence.md)
+      ho.arbiter = std::make_shared<MariaDbArbiter>(topo.arbiter);
     try {
       home_ = std::make_unique<coherence::HomeService>(*server_, std::move(topo), cfg_.node,
                                                        secret_, ho, log_);
