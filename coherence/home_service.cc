@@ -607,7 +607,7 @@ void HomeService::arbiter_pass() {
         }
         if (log_)
           log_(fabric::LogLevel::Info, "COH0228 home " + node_ + ": app node " + n +
-                                           " RE-ADMITTED to the fence (epoch " +
+                                           " ADMITTED to the fence (epoch " +
                                            std::to_string(after.epoch) +
                                            "): every home reads its writer counter; its writes "
                                            "are accepted again");

@@ -138,6 +138,17 @@ uint64_t MariaDbArbiter::drop(const std::string& node, const std::string& by) {
   std::lock_guard lk(mu_);
   try {
     exec("START TRANSACTION");
+    // A home whose own node is out drops nobody: when two app nodes lose each other (a partition
+    // between live nodes, both reaching the database), the first drop wins and the other side
+    // stays fenced instead of refusing every node's writes. (Two drops at once: InnoDB sees the
+    // deadlock of these share locks and rolls one back.)
+    auto me = query("SELECT state FROM " + s_.table + " WHERE node = " + quote(by) +
+                    " LOCK IN SHARE MODE");
+    if (me.empty() || me[0][0] != "in") {
+      rollback_quietly();
+      throw ArbiterError(describe() + ": " + by + " is " + (me.empty() ? "not in the table" : "out") +
+                         " itself: it drops no other node (a home whose node is in does)");
+    }
     // The X lock: waits for every transaction of `node` that read its row (S lock) to end.
     auto r = query("SELECT epoch FROM " + s_.table + " WHERE node = " + quote(node) + " FOR UPDATE");
     if (r.empty()) {

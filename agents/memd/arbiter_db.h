@@ -13,6 +13,7 @@ typedef struct st_mysql MYSQL;
 
 namespace tierce::memd {
 
+// drop(node, by) refuses while `by`'s own row is not "in" (see arbiter_db.cc).
 class MariaDbArbiter : public coherence::Arbiter {
  public:
   // `s`: the topology's [arbiter]; the password is read now (throws TopologyError).

@@ -109,6 +109,7 @@ function in_transaction(callable $fn, bool $read_only = false)
                 $db->begin_transaction(MYSQLI_TRANS_START_READ_ONLY | MYSQLI_TRANS_START_WITH_CONSISTENT_SNAPSHOT);
             } else {
                 $db->begin_transaction(MYSQLI_TRANS_START_READ_WRITE);
+                fence_check($db);
             }
             $result = $fn($db);
             $db->commit();
@@ -132,6 +133,34 @@ function in_transaction(callable $fn, bool $read_only = false)
             }
             throw $e;
         }
+    }
+}
+
+// The fence's arbiter (docs/coherence.md, "A lost node: the database as the arbiter"): the first
+// statement of every read-write transaction is a locking read of this node's row in
+// TIERCE_FENCE_TABLE, held until COMMIT; the transaction writes only while the row says "in". A
+// home that drops this node (it could not read its writer counter) waits for this transaction or
+// makes it see "out". Nothing to do without a table, or when the tierce PHP extension is loaded
+// (it does the same before the first write of each transaction).
+function fence_check(mysqli $db): void
+{
+    $table = tierce_env('TIERCE_FENCE_TABLE', '');
+    if ($table === '' || extension_loaded('tierce')) {
+        return;
+    }
+    if (!preg_match('/^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$/', $table)) {
+        $db->rollback();
+        fail(500, "TIERCE_FENCE_TABLE must be schema.table, not '" . substr($table, 0, 64) . "'");
+    }
+    $node = tierce_env('TIERCE_NODE', '');
+    $row = query_row($db, "SELECT state, epoch FROM $table WHERE node = ? LOCK IN SHARE MODE", 's', $node);
+    if ($row === null || $row['state'] !== 'in') {
+        $db->rollback();
+        $why = $row === null ? "has no row in $table (the homes create it)"
+                             : "is OUT of the cache fence (epoch {$row['epoch']})";
+        error_log("tierce sample: app node '$node' $why: its writes are refused until every home reads "
+                  . "its writer counter again and re-admits it (docs/coherence.md)");
+        fail(503, "writes refused: app node '$node' $why");
     }
 }
 

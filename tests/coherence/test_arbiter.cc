@@ -283,6 +283,26 @@ BOOST_AUTO_TEST_CASE(a_node_cut_off_from_one_home_is_dropped_and_readmitted_only
   BOOST_TEST(std::stoull(c.status(0).at("arbiter_admissions")) == admissions + 1);
 }
 
+BOOST_AUTO_TEST_CASE(two_live_nodes_that_lose_each_other_drop_one_not_both) {
+  Cluster c;
+  auto cl = c.client();
+  BOOST_TEST_REQUIRE(c.settled(cl));
+  // Both writer agents gone: each home reads its own counter but not the other's (a partition
+  // between two live nodes that both reach the database).
+  c.writer[0].kill_now();
+  c.writer[1].kill_now();
+  auto out = [&] { return int(c.db.row("app1").rfind("out", 0) == 0) + int(c.db.row("app2").rfind("out", 0) == 0); };
+  BOOST_TEST_REQUIRE(eventually([&] { return out() >= 1; }, 10s), c.log(0) << c.log(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * kDropAfterMs));
+  BOOST_TEST(out() == 1, "rows: app1 " << c.db.row("app1") << ", app2 " << c.db.row("app2"));
+  const size_t winner = c.db.row("app1").rfind("in", 0) == 0 ? 0 : 1;
+  BOOST_TEST_MESSAGE("app" << winner + 1 << " dropped the other");
+  // The winner vouches without the loser; the loser cannot read the winner, which still writes.
+  BOOST_TEST(eventually([&] { return c.vouches(cl, c.names[winner]); }, 5s));
+  BOOST_TEST(!c.vouches(cl, c.names[1 - winner]));
+  BOOST_TEST(c.status(1 - winner).at("arbiter_errors") != "0");  // it tried, and was refused
+}
+
 BOOST_AUTO_TEST_CASE(a_drop_waits_for_the_lost_nodes_open_write_transaction) {
   Cluster c;
   auto cl = c.client();
@@ -344,6 +364,15 @@ BOOST_AUTO_TEST_CASE(the_arbiter_in_the_database_alone) {
   BOOST_TEST(!a.track("n1", "n1", 1, homes).in);  // one home of two
   BOOST_TEST(!a.track("n1", "n1", 1, homes).in);  // again: still one
   BOOST_TEST(a.track("n1", "n2", 1, homes).in);   // the last: admitted
+  // A home whose own node is out drops nobody (n2 is out: never admitted).
+  try {
+    a.drop("n1", "n2");
+    BOOST_ERROR("n2, out itself, dropped n1");
+  } catch (const ArbiterError& e) {
+    BOOST_TEST(std::string(e.what()).find("n2 is out itself") != std::string::npos, e.what());
+  }
+  BOOST_TEST(a.track("n2", "n1", 1, homes).in == false);
+  BOOST_TEST(a.track("n2", "n2", 1, homes).in);
   BOOST_TEST(a.drop("n1", "n2") == 2u);
   auto r = a.rows().at("n1");
   BOOST_TEST((!r.in && r.epoch == 2u && r.changed_by == "n2"));
@@ -368,7 +397,7 @@ BOOST_AUTO_TEST_CASE(the_arbiter_in_the_database_alone) {
     BOOST_TEST(std::string(e.what()).find("Lock wait timeout") != std::string::npos, e.what());
   }
   BOOST_TEST(holder.wait_exit(10s) == 0);
-  BOOST_TEST(a.drop("n2", "n1") == 2u);  // the connection was re-opened
+  BOOST_TEST(a.drop("n2", "n1") == 2u);  // the connection was re-opened after the timeout
   // A missing row and an unreachable server are errors, not hangs.
   BOOST_CHECK_THROW(a.drop("nosuch", "n1"), ArbiterError);
   cluster::ArbiterSettings bad = s;

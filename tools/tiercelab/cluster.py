@@ -75,7 +75,11 @@ DEFAULTS = {
     "coop_pool_slabs": 16,      # mtacc/hybcc: RCacheCoopPoolSlabs (slabs of 1 MiB per httpd child)
     "php": "explicit",          # explicit | auto | linearizable (the tierce PHP extension)
     "netns": False,             # every node (and MariaDB) in its own network namespace
+    "arbiter": False,           # [arbiter]: the database drops lost app nodes (docs/coherence.md)
 }
+# The arbiter's table and user (--arbiter): a schema of its own beside the application's.
+ARBITER_TABLE, ARBITER_USER = "tierce.fence", "tierce_fence"
+ARBITER_DROP_AFTER_MS = 3000  # 3 x the lease of the clusters written here
 # netns mode: every node has its own address, so the ports are fixed.
 NETNS_PORTS = {"httpd": 8000, "memd": 7000, "writer": 7050, "mariadb": 3306,
                "relay": 7400, "writer_relay": 7450}  # relays: + peer's index
@@ -252,9 +256,36 @@ def start_mariadb(d, st, deadline):
     if m.get("netns"):  # the app nodes connect from their own addresses on the cluster's subnet
         sql += (f" CREATE USER '{DB_USER}'@'{m['subnet']}' IDENTIFIED BY '{DB_PASSWORD}';"
                 f" GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'{m['subnet']}';")
+    if st["options"].get("arbiter"):
+        # The homes' user manages the arbiter's tables; the application only reads its rows (the
+        # locking read of every write transaction: sample/php/lib.php, the PHP extension).
+        schema = ARBITER_TABLE.split(".")[0]
+        pw = m["arbiter_password"]
+        hosts = ["127.0.0.1", "localhost"] + ([m["subnet"]] if m.get("netns") else [])
+        sql += f" CREATE DATABASE {schema};"
+        for h in hosts:
+            sql += (f" CREATE USER '{ARBITER_USER}'@'{h}' IDENTIFIED BY '{pw}';"
+                    f" GRANT SELECT, INSERT, UPDATE, CREATE ON {schema}.* TO '{ARBITER_USER}'@'{h}';"
+                    f" GRANT SELECT ON {schema}.* TO '{DB_USER}'@'{h}';")
     r = subprocess.run(client + ["-e", sql], capture_output=True, text=True)
     if r.returncode != 0:
         raise ClusterError(f"creating the database and user failed: {r.stderr.strip()}")
+
+
+def arbiter_rows(st):
+    """{node: (state, epoch, changed_by, changed_at)} of the arbiter's table ({} when unreadable)."""
+    m = st["mariadb"]
+    r = subprocess.run(["mariadb", "--no-defaults", "-S", m["socket"], "-uroot", "-N", "-B", "-e",
+                        f"SELECT node, state, epoch, changed_by, changed_at FROM {ARBITER_TABLE}"],
+                       capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        return {}
+    rows = {}
+    for line in r.stdout.splitlines():
+        f = line.split("\t")
+        if len(f) == 5:
+            rows[f[0]] = (f[1], int(f[2]), f[3], f[4])
+    return rows
 
 
 def load_data(st, opts):
@@ -303,6 +334,7 @@ def node_conf(st, n):
         "NODE": n["name"], "DOCROOT": n.get("docroot", st["docroot"]), "APP_WORKERS": opts["app_workers"],
         "DB_HOST": m["host"], "DB_PORT": m["port"], "DB_USER": DB_USER, "DB_PASSWORD": DB_PASSWORD,
         "DB_NAME": DB_NAME, "TOPOLOGY": node_topology(st, n), "SCHEME": opts["scheme"],
+        "FENCE_TABLE": ARBITER_TABLE if opts.get("arbiter") else "",
         "MEMCACHED": opts["memcached"] or "127.0.0.1:0",  # used only inside <IfDefine MOD_CACHE_MEMCACHED>
         "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
         "RCACHE_MODULE": os.path.join(opts["build"], "mod_rcache", "mod_rcache.so"),
@@ -401,6 +433,12 @@ def write_topology(st):
            f"transport = {toml_str('tcp' if ns else o['transport'])}", "version_slots = 262144", "",
            "[coherence]  # one scheme per cluster; the fence (docs/coherence.md)",
            f"scheme = {toml_str(o['scheme'])}", "lease_ms = 1000", "clock_skew_ms = 50", ""]
+    if o.get("arbiter"):
+        m = st["mariadb"]
+        out += ["[arbiter]  # the database drops lost app nodes (docs/coherence.md)",
+                f"table = {toml_str(ARBITER_TABLE)}", f"host = {toml_str(m['host'])}", f"port = {m['port']}",
+                f"user = {toml_str(ARBITER_USER)}", f"password_file = {toml_str(m['arbiter_password_file'])}",
+                f"drop_after_ms = {ARBITER_DROP_AFTER_MS}", ""]
     for n in st["nodes"]:
         out += ["[[node]]", f"name = {toml_str(n['name'])}", f"role = {toml_str(n['role'])}",
                 "memd = [" + ", ".join(toml_str(u) for u in n["memd_uris"]
@@ -753,6 +791,8 @@ def up(d=DEFAULT_DIR, **kw):
         raise ClusterError(f"--coop must be off, bcc, ccwr, mtacc or hybcc, not {opts['coop']}")
     if opts["coop"] != "off" and opts["cache"] != "tierce":
         raise ClusterError("--coop needs --cache tierce (cooperative caching is mod_rcache's)")
+    if opts["arbiter"] and opts["cache"] != "tierce":
+        raise ClusterError("--arbiter needs --cache tierce (it is the homes' fence)")
     if opts["transport"] not in ("tcp", "shm"):
         raise ClusterError("--transport must be tcp or shm")
     if opts["scheme"] not in ("dependency-lists", "invalidate-all"):
@@ -803,7 +843,9 @@ def up(d=DEFAULT_DIR, **kw):
           "mariadb": {"dir": os.path.join(d, "mariadb"), "host": "127.0.0.1", "port": ports[0],
                       "user": DB_USER, "password": DB_PASSWORD, "database": DB_NAME,
                       "socket": os.path.join(d, "mariadb", "run", "mysqld.sock"),
-                      "error_log": os.path.join(d, "mariadb", "run", "error.log")},
+                      "error_log": os.path.join(d, "mariadb", "run", "error.log"),
+                      "arbiter_password": os.urandom(12).hex(),
+                      "arbiter_password_file": os.path.join(d, "arbiter-password")},
           "nodes": []}
     os.makedirs(os.path.join(d, "run"), exist_ok=True)
     i = 1
@@ -871,6 +913,10 @@ def up(d=DEFAULT_DIR, **kw):
         with open(st["secret_file"], "wb") as f:
             os.fchmod(f.fileno(), 0o600)
             f.write(base64.b64encode(os.urandom(32)) + b"\n")
+        if opts["arbiter"]:
+            with open(st["mariadb"]["arbiter_password_file"], "w") as f:
+                os.fchmod(f.fileno(), 0o600)
+                f.write(st["mariadb"]["arbiter_password"] + "\n")
         shutil.copytree(os.path.join(REPO, "sample", "php"), st["docroot"])
         for root, dirs, files in os.walk(st["docroot"]):
             os.chmod(root, 0o755)
@@ -919,6 +965,10 @@ def up(d=DEFAULT_DIR, **kw):
         for n in proxies:  # through every proxy, each app answers (balancer)
             for _ in apps:
                 node_ready(st, n, deadline)
+        if opts["arbiter"]:  # writes are refused until the homes admitted every app node
+            wait_until("the homes to admit every app node in " + ARBITER_TABLE,
+                       lambda: all(r.get(n["name"], ("",))[0] == "in" for n in apps for r in [arbiter_rows(st)]),
+                       deadline, [n["memd"] for n in apps], [n["memd"]["log"] for n in apps])
         st["state"] = "up"
         save_state(d, st)
         log(f"up: {napp} app + {nproxy} proxy nodes, cache={opts['cache']}; "
