@@ -139,8 +139,23 @@ EXTRA = {
                    "app3 added to the topology (tierce-cluster add-node: new topology, app3 started, "
                    "then every other memd, httpd and proxy restarted with it, one at a time): requests "
                    "to a process being restarted may fail"),
+    "app2_host_loss_arbiter": ("k\"", ["signal app2 all KILL"], [], False, True,
+                               "app2 lost as above, in a cluster whose database is the fence's arbiter "
+                               "(tierce-cluster up --arbiter): app1 drops app2 there after 3 leases "
+                               "without its writer counter, catches up, and keeps its pages cached "
+                               "from then on without anyone's command (issue 29 Part 2)"),
+    "partition_arbiter": ("g\"", ["link app1 app2 cut"], ["link app1 app2 heal"], True, True,
+                          "app1 and app2 cut from each other (both reach the database and the "
+                          "proxies) with the arbiter: one of them drops the other (only a node that "
+                          "is in drops, so not both); the dropped node's writes are refused (503) "
+                          "until the heal, when the homes re-admit it; after that nothing fails"),
 }
 VARIANTS.update(EXTRA)
+# Variants that need the arbiter (tierce-cluster up --arbiter; --arbiter runs any variant with it).
+ARBITER_VARIANTS = {"app2_host_loss_arbiter", "partition_arbiter"}
+# Where the healthy homes' window begins, in seconds after the fault (default 2 x lease): with the
+# arbiter, a lost node costs every home until it is dropped (drop_after_ms), then one lease.
+HEALTHY_FROM = {"app2_host_loss_arbiter": lambda lease, drop: drop + lease}
 # Per variant: the homes a fault hits, as (from, to, homes) in seconds after it began ("end": until
 # the fault's end). The other app nodes are the HEALTHY homes of the timeline. Default: none.
 FAULTED = {
@@ -150,6 +165,7 @@ FAULTED = {
     "partition_one_way": [(0, "end", {"app2"})],
     "app1_memd_down30": [(0, "end", {"app1"})], "app2_memd_down30": [(0, "end", {"app2"})],
     "app2_host_loss": [(0, "end", {"app2"})], "app2_host_loss_node_out": [(0, "end", {"app2"})],
+    "app2_host_loss_arbiter": [(0, "end", {"app2"})], "partition_arbiter": [(0, "end", {"app1", "app2"})],
     "rolling_restart": [(0, 10, {"app1"}), (20, 30, {"app2"})],
 }
 # Defaults of the extra variants (an option given on the command line wins).
@@ -161,6 +177,8 @@ EXTRA_DEFAULTS = {
     "app2_memd_down30": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
     "app2_host_loss": dict(_OPEN_LOOP, fault_for=20.0, after=0.0),
     "app2_host_loss_node_out": dict(_OPEN_LOOP, fault_for=20.0, after=0.0),
+    "app2_host_loss_arbiter": dict(_OPEN_LOOP, fault_for=20.0, after=0.0),
+    "partition_arbiter": dict(_OPEN_LOOP, fault_for=20.0, after=10.0),
     "rolling_restart": dict(_OPEN_LOOP, fault_for=40.0, after=8.0),
     "node_added": dict(_OPEN_LOOP, fault_for=30.0, after=8.0),
 }
@@ -379,6 +397,43 @@ def lease_s(d):
     return int(m.group(1)) / 1000 if m else 1.0
 
 
+def drop_after_s(d):
+    """[arbiter] drop_after_ms of the cluster's topology in seconds (3 leases when it says nothing)."""
+    try:
+        with open(os.path.join(d, "cluster.toml")) as f:
+            m = re.search(r"^drop_after_ms\s*=\s*(\d+)", f.read(), re.M)
+    except OSError:
+        m = None
+    return int(m.group(1)) / 1000 if m else 3 * lease_s(d)
+
+
+LOG_TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}) ")
+
+
+def drop_times(d, home="app1"):
+    """From `home`'s memd log: [(seconds from its first failed renewal to its drop, the drop line)]
+    for each drop (COH0226) — how long a lost node cost every page of that home."""
+    path = os.path.join(d, "nodes", home, "logs", "memd.log")
+    out, first_fail = [], None
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = LOG_TIME_RE.match(line)
+                if not m:
+                    continue
+                t = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) + float(m.group(1)[19:])
+                if (" COH0210 " in line or " COH0211 " in line) and first_fail is None:
+                    first_fail = t
+                elif " COH0226 " in line:
+                    out.append((t - first_fail if first_fail is not None else None, line.strip()))
+                    first_fail = None
+                elif " COH0212 " in line:
+                    first_fail = None
+    except OSError:
+        pass
+    return out
+
+
 def ratio(hits, lookups):
     return hits / lookups if lookups else None
 
@@ -453,7 +508,7 @@ def window_summary(r, rows, res):
     return out
 
 
-def healthy_checks(a, r, rows, lease):
+def healthy_checks(a, r, rows, lease, drop=None):
     """Per fault of the round: the healthy homes' hit ratio from 2 x lease after it began until it
     ended, against the spared homes' ratio before the first fault (the second half of the before
     window: the first seconds warm the cache up); and the longest run of seconds in which no
@@ -465,15 +520,17 @@ def healthy_checks(a, r, rows, lease):
         base = ratio(sum(x["spared_hits"] for x in before), sum(x["spared_lookups"] for x in before))
     else:  # every home is hit at some point (rolling restart): all homes before the fault
         base = ratio(sum(x["hits"] for x in before), sum(x["lookups"] for x in before))
-    for start, end in r.faults:
-        sel = [x for x in rows if in_ranges(x["t"], [(start + 2 * lease, end)])]
+    for (start, end), name in zip(r.faults, r.variants):
+        frm = start + (HEALTHY_FROM[name](lease, drop if drop else 3 * lease) if name in HEALTHY_FROM
+                       else 2 * lease)
+        sel = [x for x in rows if in_ranges(x["t"], [(frm, end)])]
         hh, hl = sum(x["healthy_hits"] for x in sel), sum(x["healthy_lookups"] for x in sel)
         run = longest = 0
         for x in rows:
             if start <= x["t"] < end + 3:
                 run = run + 1 if x["lookups"] and not x["hits"] else 0
                 longest = max(longest, run)
-        c = {"from_s": start + 2 * lease, "to_s": end, "baseline_ratio": base, "healthy_hits": hh,
+        c = {"from_s": frm, "to_s": end, "baseline_ratio": base, "healthy_hits": hh,
              "healthy_lookups": hl, "healthy_ratio": ratio(hh, hl), "longest_zero_hit_run_s": longest}
         c["relative"] = (c["healthy_ratio"] / base) if base and c["healthy_ratio"] is not None else None
         out.append(c)
@@ -542,6 +599,8 @@ def up(a, d):
         argv.append("--netns")
     if a.php != "explicit":
         argv += ["--php", a.php]
+    if a.arbiter:
+        argv.append("--arbiter")
     if a.coop in ("mtacc", "hybcc"):
         # Small arenas (and a low threshold) so that pages really go to the app nodes' pools.
         argv += ["--arena-size", "4M", "--coop-threshold", "2K"]
@@ -597,6 +656,9 @@ def main():
     ap.add_argument("--netns", action="store_true",
                     help="tierce-cluster up --netns: one network namespace per node; links cut by iptables")
     ap.add_argument("--keep", action="store_true", help="keep the state directory")
+    ap.add_argument("--arbiter", action="store_true",
+                    help="tierce-cluster up --arbiter: the database drops lost app nodes (the "
+                         "*_arbiter variants always run with it)")
     ap.add_argument("--list", action="store_true", help="list the variants and exit")
     a = ap.parse_args()
     if a.list:
@@ -624,6 +686,8 @@ def main():
     if a.cycles > 1 and a.period < a.fault_for + 3:
         ap.error("--period must leave 3 s of recovery after each heal")
     names = ORDER if a.variant == "mixed" else [a.variant]
+    if any(n in ARBITER_VARIANTS for n in names):
+        a.arbiter = True
     if a.netns:
         if a.transport != "tcp":
             ap.error("--netns: nodes reach each other over tcp only (--transport tcp)")
@@ -672,7 +736,7 @@ def main():
             crc, res, samples = run_checker(a, r.argv(a, result), budget, proxy_urls(d))
             rows = build_timeline(r, samples, res)
             r.timeline = {"seconds": rows, "windows": window_summary(r, rows, res),
-                          "healthy": healthy_checks(a, r, rows, lease_s(d))}
+                          "healthy": healthy_checks(a, r, rows, lease_s(d), drop_after_s(d))}
             rounds.append((r, crc, res))
             if crc is None:
                 problems.append(f"round {len(rounds)}: tierce-check hung (killed after {budget:.0f} s)")
@@ -704,7 +768,8 @@ def main():
         if left:
             problems.append("left after down: " + ", ".join(left))
 
-    summary = summarize(a, rounds, problems, time.monotonic() - t_start)
+    drops = drop_times(d) if a.arbiter else []
+    summary = summarize(a, rounds, problems, time.monotonic() - t_start, drops)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=2)
@@ -722,7 +787,7 @@ def main():
     return rc
 
 
-def summarize(a, rounds, problems, elapsed):
+def summarize(a, rounds, problems, elapsed, drops=()):
     """Sums the rounds; the fault window's write latency over all of them (raw values merged)."""
     tot = {k: 0 for k in ("reads", "checked_reads", "stale_reads", "writes_ok", "errors", "ops")}
     win = {}
@@ -757,6 +822,8 @@ def summarize(a, rounds, problems, elapsed):
     if c_ratio > a.max_error_ratio:
         problems.append(f"{c_errors} errors of {c_ops} operations the fault does not explain "
                         f"(ratio {c_ratio:.4f} > {a.max_error_ratio:g})")
+    if a.arbiter and any(n in HEALTHY_FROM for n in names) and not drops:
+        problems.append("the arbiter dropped no node (no COH0226 in app1's memd log)")
     timelines = [r.timeline for r, _, _ in rounds if r.timeline]
     if a.min_healthy_ratio is not None:
         for i, t in enumerate(timelines):
@@ -780,7 +847,8 @@ def summarize(a, rounds, problems, elapsed):
                   "max_lag_ms": max([(res or {}).get("rate", {}).get("max_lag_ms", 0) for _, _, res in rounds]
                                     or [0])},
          "fault_at": a.fault_at, "fault_for": a.fault_for, "after": a.after,
-         "min_healthy_ratio": a.min_healthy_ratio, "timeline": timelines, "problems": problems}
+         "min_healthy_ratio": a.min_healthy_ratio, "timeline": timelines, "problems": problems,
+         "arbiter": a.arbiter, "drops": [{"after_first_failed_renewal_s": t, "log": line} for t, line in drops]}
     if tot["stale_reads"] and not any("stale" in p for p in problems):
         problems.append(f"{tot['stale_reads']} stale read(s)")
     s["pass"] = not problems and bool(rounds) and tot["stale_reads"] == 0
@@ -792,6 +860,10 @@ def summarize(a, rounds, problems, elapsed):
           f"{c_errors} of {c_ops}, ratio {c_ratio:.4f}, allowed {a.max_error_ratio:g})")
     if reads_only:
         print(f"  writes refused while a home was unreachable (linearizable mode, expected): {refused}")
+    for t, line in drops:
+        print(f"  arbiter: app1 dropped a node {'?' if t is None else f'{t:.2f}'} s after its first failed "
+              f"renewal: {line[:160]}")
+
     for name in ("before", "warm", "fault", "recovery", "after"):
         x = win.get(name)
         if x:
