@@ -610,7 +610,7 @@ void HomeService::arbiter_pass() {
                                            " ADMITTED to the fence (epoch " +
                                            std::to_string(after.epoch) +
                                            "): every home reads its writer counter; its writes "
-                                           "are accepted again");
+                                           "are accepted");
       }
     };
     switch (a.state) {
