@@ -1422,6 +1422,11 @@ def status(d=DEFAULT_DIR, out=sys.stdout):
         if st.get("state") == "up" and len(there) != len(rec["namespaces"]):
             ok = False
     line(m.get("process"), f"{m['host']}:{m['port']}" + (f" netns {m['netns']}" if m.get("netns") else ""))
+    if o.get("arbiter") and m.get("process") and procs.alive(m["process"]):
+        rows = arbiter_rows(st)
+        print(f"  arbiter {ARBITER_TABLE}: " + (", ".join(
+            f"{n} {r[0]} epoch {r[1]} (by {r[2]} at {r[3]})" for n, r in sorted(rows.items())) or "unreadable"),
+            file=out)
     for r in st.get("relays", []):
         state = ""
         if r.get("process") and procs.alive(r["process"]):

@@ -70,6 +70,11 @@ def run(d, duration=15.0, exit_after_summary=False, **up_kw):
         m = st["mariadb"]
         print(f"  MariaDB      {m.get('host', '127.0.0.1')}:{m['port']} database {m.get('database', 'rubis')} "
               f"user {m.get('user', 'tierce')}")
+        if st["options"].get("arbiter"):
+            rows = cluster.arbiter_rows(st)
+            print(f"  arbiter      {cluster.ARBITER_TABLE}: " + (", ".join(
+                f"{n} {r[0]} (epoch {r[1]})" for n, r in sorted(rows.items())) or "unreadable")
+                  + "  (a lost app node is dropped there after 3 s: docs/coherence.md)")
         print(f"  try: curl -s {st['nodes'][-1]['url']}item.php?id=42 | grep tierce-data")
         ok = stale == 0 and rc_c == 0 and rc_d == 0
         if not ok:
