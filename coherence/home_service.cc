@@ -258,6 +258,13 @@ bool HomeService::renew_once() {
       std::lock_guard lk(arb_mu_);
       arb_[i].unreadable_since_ns = 0;
     }
+    // A dropped node on its way back is read only when its reading is clean: it cannot write
+    // (out in the database), so what would stop this home's fence only delays its re-admission.
+    if (arb[i] == ArbState::Rejoining &&
+        ((r->issued.number != 0 && r->digest != digest_) || r->skip != 0)) {
+      out[i] = true;
+      continue;
+    }
     readings[i] = r->issued;
     // A writer that numbers under another topology does not send to the homes this one knows
     // (or sends to homes this one does not know): this home cannot prove it holds its updates.
