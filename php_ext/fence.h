@@ -85,6 +85,8 @@ std::string fence_unfenceable(const FenceText& t, std::string_view node);
 std::string fence_commit_failed(std::string_view node, std::string_view error);
 // PHPEXT0306: tierce_fence_check() ran outside a transaction (its lock ended with it).
 std::string fence_outside_transaction(std::string_view node);
+// (PHPEXT0307, in the glue: a wrapped write left results to read; its COMMIT waits for the
+// connection's next call.)
 
 // A connection's fence state in this request (the glue keeps one per connection).
 struct FenceConn {

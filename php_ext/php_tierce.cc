@@ -8,8 +8,9 @@
 // procedural twins (query, real_query, multi_query, execute_query, prepare, stmt prepare /
 // bind_param / execute, begin_transaction, commit, rollback, autocommit), PDO (exec, query,
 // prepare, beginTransaction, commit, rollBack, setAttribute(ATTR_AUTOCOMMIT)) and PDOStatement
-// (bindValue, bindParam, execute). A statement object's SQL and bound parameters are kept in a
-// weak map (zend_weakrefs): the entry dies with the object.
+// (bindValue, bindParam, execute), and mysqli::change_user / refresh (the fence only). A
+// statement object's SQL and bound parameters are kept in a weak map (zend_weakrefs): the entry
+// dies with the object.
 //
 // With an [arbiter] in the topology, the same observers fence this node's writes (fence.h): a
 // locking read of the node's row in each write transaction before its first write, autocommit
@@ -992,16 +993,20 @@ void fence_end(FenceCall& call, bool ok, zval* retval) {
   FenceConnState& fc = fence_state(d);
   std::string commit_error;
   if (call.wrapped) {
+    // Admitted: COMMIT whatever the call's outcome, as autocommit would have. A statement that
+    // failed was rolled back by the server itself (statement-level), the ones before it in a
+    // multi-statement text stay; a call that threw after its statement succeeded (mysqli's
+    // MYSQLI_REPORT_INDEX) keeps its write. Refused: the READ ONLY transaction is rolled back.
     AppView view(d);
-    if (call.refused || !ok) {
-      nd_exec(d, "ROLLBACK");  // a failed one still ends with the connection (READ ONLY anyway)
+    if (call.refused) {
+      nd_exec(d, "ROLLBACK");
     } else if (!nd_ready(d)) {
       fc.commit_pending = true;  // a result still to be read (unbuffered RETURNING, async)
-      fence_warn("PHPEXT0305 app node " + g_fence.node +
+      fence_warn("PHPEXT0307 app node " + g_fence.node +
                  ": an autocommit write left results to read, so the fence's COMMIT after it "
                  "waits for the connection's next call (the write is not committed before)");
-    } else if (!nd_exec(d, "COMMIT")) {
-      commit_error = nd_error(d);
+    } else if (!nd_exec(d, "COMMIT") && ok) {
+      commit_error = nd_error(d);  // (a call that failed: the app knows already)
     }
     view.restore(d);
   }
@@ -1587,6 +1592,11 @@ PHP_FUNCTION(tierce_fence_check) {
   }
   auto t0 = std::chrono::steady_clock::now();
   FenceConnState& fc = fence_state(d);
+  if (fc.refused && (nd_status(d) & tp::kStatusInTrans)) {  // READ ONLY since: no write can pass
+    fence_warn(fc.refusal + " (this transaction was refused before and stays read-only: end it "
+                            "and check in the next one)");
+    RETURN_FALSE;
+  }
   AppView view(d);  // a query of the extension's: the app's last results stay its own
   tp::FenceVerdict v = fence_check(d);
   unsigned status = nd_status(d);

@@ -319,6 +319,14 @@ echo "error=", $db->error, "\n";
 echo "open=", $db->query("SELECT @@in_transaction")->fetch_row()[0], "\n";
 try { $pdo->exec("INSERT INTO items (id, name) VALUES (2, 'dup')"); echo "pdo=inserted\n"; }
 catch (PDOException $e) { echo "pdo=", $e->errorInfo[1], "\n"; }
+// as autocommit would: a multi-statement text whose second statement fails keeps its first
+try { $pdo->exec("UPDATE items SET price = 1502 WHERE id = 2; INSERT INTO items (id, name) VALUES (1, 'dup')"); }
+catch (PDOException $e) { echo "pdo_multi=", $e->errorInfo[1], "\n"; }
+// ... and a write that succeeded stays even when the driver throws after it (no index used)
+mysqli_report(MYSQLI_REPORT_ALL);
+try { $db->query("UPDATE items SET price = 1501 WHERE name = 'a'"); echo "index=quiet\n"; }
+catch (mysqli_sql_exception $e) { echo "index=", $e->getMessage(), "\n"; }
+mysqli_report(MYSQLI_REPORT_OFF);
 // nothing is left locked: another connection takes the row and app1's fence row at once
 echo "other=", other_sql("SET SESSION innodb_lock_wait_timeout = 1; " .
                          "UPDATE items SET name = name WHERE id = 1; " .
@@ -331,6 +339,10 @@ echo "other=", other_sql("SET SESSION innodb_lock_wait_timeout = 1; " .
   BOOST_TEST(field(out, "open") == "0");
   BOOST_TEST(field(out, "pdo") == "1062");
   BOOST_TEST(field(out, "other") == "free");
+  BOOST_TEST(field(out, "pdo_multi") == "1062");
+  BOOST_TEST(g_env->price(2) == "1502");
+  BOOST_TEST(field(out, "index").find("No index used") != std::string::npos, field(out, "index"));
+  BOOST_TEST(g_env->price(1) == "1501");
 }
 
 BOOST_AUTO_TEST_CASE(an_out_node_s_writes_are_refused) {
@@ -577,6 +589,16 @@ echo "out_bump=", other_sql($BUMP), "\n";
 $db->begin_transaction();
 echo "out=", var_export(tierce_fence_check($db), true), "\n";
 $db->rollback();
+// a transaction refused by the observer stays refused, even once the row says 'in' again
+mysqli_report(MYSQLI_REPORT_OFF);
+$db->begin_transaction();
+$db->query("UPDATE items SET price = 1202 WHERE id = 2");
+other_sql("UPDATE tierce.fence SET state = 'in' WHERE node = 'app1'");
+echo "refused_txn=", var_export(tierce_fence_check($db), true), "\n";
+$db->rollback();
+$db->begin_transaction();
+echo "next_txn=", var_export(tierce_fence_check($db), true), "\n";
+$db->rollback();
 )PHP");
   g_env->set_row("UPDATE tierce.fence SET state = 'in' WHERE node = 'app1'");
   BOOST_TEST(field(out, "in_txn") == "true");
@@ -585,11 +607,15 @@ $db->rollback();
   BOOST_TEST(field(out, "pdo") == "true");
   BOOST_TEST(field(out, "type").find("must be of type mysqli|PDO") != std::string::npos);
   BOOST_TEST(field(out, "out") == "false");
+  BOOST_TEST(field(out, "refused_txn") == "false");
+  BOOST_TEST(field(out, "next_txn") == "true");
   BOOST_TEST(g_env->price(1) == "1201");
   json w = json_field(out, "warnings");
-  BOOST_REQUIRE(w.size() == 2u);
+  BOOST_REQUIRE(w.size() == 4u);
   BOOST_TEST(w[0].get<std::string>().find("PHPEXT0306") != std::string::npos);
   BOOST_TEST(w[1].get<std::string>().find("PHPEXT0301 app node app1 is OUT") != std::string::npos);
+  BOOST_TEST(w[2].get<std::string>().find("PHPEXT0301 app node app1 is OUT") != std::string::npos);
+  BOOST_TEST(w[3].get<std::string>().find("stays read-only") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_session_reset_starts_over) {
