@@ -8,8 +8,14 @@
 // procedural twins (query, real_query, multi_query, execute_query, prepare, stmt prepare /
 // bind_param / execute, begin_transaction, commit, rollback, autocommit), PDO (exec, query,
 // prepare, beginTransaction, commit, rollBack, setAttribute(ATTR_AUTOCOMMIT)) and PDOStatement
-// (bindValue, bindParam, execute). A statement object's SQL and bound parameters are kept in a
-// weak map (zend_weakrefs): the entry dies with the object.
+// (bindValue, bindParam, execute), and mysqli::change_user / refresh (the fence only). A
+// statement object's SQL and bound parameters are kept in a weak map (zend_weakrefs): the entry
+// dies with the object.
+//
+// With an [arbiter] in the topology, the same observers fence this node's writes (fence.h): a
+// locking read of the node's row in each write transaction before its first write, autocommit
+// writes wrapped in a transaction with it, refused writes made to fail (docs/php_extension.md,
+// "The fence check"); tierce_fence_check() runs it on demand.
 extern "C" {
 #include "php.h"
 #include "SAPI.h"
@@ -19,6 +25,12 @@ extern "C" {
 #include "zend_interfaces.h"
 #include "zend_observer.h"
 #include "zend_weakrefs.h"
+// The fence check (fence.h) runs its queries through mysqlnd itself, under the connection of a
+// mysqli / mysqli_stmt / PDO / PDOStatement object: the layouts of PHP 8.2's mysqli, PDO and
+// mysqlnd (the extension is built against the same PHP).
+#include "ext/mysqli/php_mysqli_structs.h"
+#include "ext/mysqlnd/mysqlnd_connection.h"
+#include "ext/pdo/php_pdo_driver.h"
 }
 
 #include <syslog.h>
@@ -36,6 +48,7 @@ extern "C" {
 #include "dlm/client.h"
 #include "php_ext/db_check.h"
 #include "php_ext/engine.h"
+#include "php_ext/fence.h"
 #include "php_ext/tracker.h"
 #include "sqldeps/deps.h"
 #include "sqldeps/shape.h"
@@ -60,6 +73,14 @@ bool g_in_apache = false;                 // sapi apache2handler: notes through 
 // runs refuse() instead of the call). The code of the TierceException it raises:
 zend_execute_data* g_refused_call = nullptr;
 constexpr zend_long kRefusedCode = 101;
+
+// The fence (fence.h): on when the topology has an [arbiter] and tierce.node is one of its app
+// nodes (MINIT).
+struct FenceConfig {
+  bool enabled = false;
+  std::string table, node;
+  std::string error;  // tierce.topology set but not read: whether it has an arbiter is unknown
+} g_fence;
 
 // Compiled SQL by text (prepared statements, texts without literals), and by shape
 // (sqldeps/shape.h) for query() texts with inlined values: a text with literals is never kept
@@ -163,13 +184,39 @@ struct ConnInfo {
   std::vector<tp::DbFinding> findings;
 };
 
+// What the fence did before an observed call, for after it (fence_begin / fence_end).
+struct FenceCall {
+  MYSQLND_CONN_DATA* conn = nullptr;  // the call's connection, when the fence looks at it
+  bool wrapped = false;  // autocommit write: the fence opened the transaction; it ends it after
+  bool refused = false;  // the write is refused: its transaction is READ ONLY (the server fails it)
+  bool unrun = false;    // refused without running (execute_internal throws `message`)
+  bool ends_transaction = false;  // the call ends (or may end) the connection's transaction
+  zend_long code = 0;             // unrun: the TierceException's code (the log id's number)
+  std::string message;            // refused: the warning (after the call) or the exception
+};
+
+// One observed call in progress: the tracker's ticket and the fence's part.
+struct CallState {
+  tp::RequestTracker::Ticket ticket;
+  FenceCall fence;
+};
+
+// The fence's state of a connection in this request, by its mysqlnd connection.
+struct FenceConnState : tp::FenceConn {
+  bool commit_pending = false;  // a wrapped write's COMMIT could not be sent after it (results
+                                // still pending): sent before the connection's next call
+  std::string refusal;          // why its transaction was refused
+  zend_long refusal_code = 0;   // ... as a TierceException code
+};
+
 struct Request {
   bool active = false;
   std::unique_ptr<tp::RequestTracker> tracker;
   HashTable stmts;                           // weak: statement object -> StmtInfo*
   bool stmts_init = false;
   HashTable conns;                                  // weak: connection object -> ConnInfo*
-  std::vector<tp::RequestTracker::Ticket> tickets;  // one per observed call in progress
+  std::vector<CallState> tickets;                   // one per observed call in progress
+  std::unordered_map<const MYSQLND_CONN_DATA*, FenceConnState> fence;  // this request's
   size_t published_depends = 0, published_invalidates = 0;  // names already in the notes
   bool published_all = false, published_nocache = false;
 } g_req;
@@ -314,6 +361,7 @@ enum class Hook : uint8_t {
   PdoSetAttribute,
   GetResult,      // mysqli_stmt::get_result(): the result of a locking read carries its rows
   Fetch,          // mysqli_result / PDOStatement fetches: locked rows' values become facts
+  Session,        // mysqli::change_user / refresh: the server ends the open transaction (fence)
 };
 
 struct HookSpec {
@@ -368,6 +416,10 @@ const std::map<std::string, HookSpec>& hook_table() {
       {"mysqli_fetch_all", {Hook::Fetch, true}},
       {"pdostatement::fetch", {Hook::Fetch, false}},
       {"pdostatement::fetchall", {Hook::Fetch, false}},
+      {"mysqli::change_user", {Hook::Session, false}},
+      {"mysqli_change_user", {Hook::Session, true}},
+      {"mysqli::refresh", {Hook::Session, false}},
+      {"mysqli_refresh", {Hook::Session, true}},
   };
   return t;
 }
@@ -414,7 +466,7 @@ bool string_arg(zend_execute_data* ex, uint32_t n, std::string_view& out) {
   return true;
 }
 
-void push_ticket(tp::RequestTracker::Ticket t) { g_req.tickets.push_back(std::move(t)); }
+void push_call(CallState c) { g_req.tickets.push_back(std::move(c)); }
 
 // Calls method `name` of `obj`, or function `name` when obj is null, with `args`, quietly: no
 // warning shown, an exception it throws is dropped (the app's own call comes next and meets the
@@ -619,18 +671,385 @@ zend_object* connection_of(zend_execute_data* ex, const HookSpec& h) {
   }
 }
 
+// ---- the fence (fence.h)
+// ------------------------------------------------------------------------------------
+
+// Internal classes by lower-case name (they live as long as the process), null when not loaded.
+zend_class_entry* class_named(const char* lower) {
+  return static_cast<zend_class_entry*>(
+      zend_hash_str_find_ptr(CG(class_table), lower, strlen(lower)));
+}
+bool instance_of(zend_object* obj, const char* lower) {
+  zend_class_entry* ce = class_named(lower);
+  return ce && instanceof_function(obj->ce, ce);
+}
+
+// Whether pdo_mysql runs on mysqlnd (its handle's first member is then a MYSQLND*): its client
+// version says so. Asked once per process.
+bool pdo_mysql_on_mysqlnd(pdo_dbh_t* dbh) {
+  static int known = -1;
+  if (known >= 0) return known == 1;
+  zval v;
+  ZVAL_UNDEF(&v);
+  bool yes = false;
+  if (dbh->methods && dbh->methods->get_attribute &&
+      dbh->methods->get_attribute(dbh, PDO_ATTR_CLIENT_VERSION, &v) == 1 && Z_TYPE(v) == IS_STRING)
+    yes = strncmp(Z_STRVAL(v), "mysqlnd", 7) == 0;
+  zval_ptr_dtor(&v);
+  known = yes ? 1 : 0;
+  return yes;
+}
+
+MYSQLND_CONN_DATA* pdo_connection(pdo_dbh_t* dbh) {
+  if (!dbh || dbh->is_closed || !dbh->driver || !dbh->driver_data ||
+      dbh->driver->driver_name_len != 5 || memcmp(dbh->driver->driver_name, "mysql", 5) != 0)
+    return nullptr;  // not MariaDB/MySQL (sqlite, pgsql, ...): not fenced
+  if (!pdo_mysql_on_mysqlnd(dbh)) return nullptr;
+  MYSQLND* nd = *static_cast<MYSQLND**>(dbh->driver_data);  // pdo_mysql_db_handle::server
+  return nd ? nd->data : nullptr;
+}
+
+// The mysqlnd connection a mysqli, mysqli_stmt, PDO (mysql driver) or PDOStatement object works
+// on; null for other objects and for ones not connected / prepared / open.
+MYSQLND_CONN_DATA* mysqlnd_connection_of(zend_object* obj) {
+  if (!obj) return nullptr;
+  if (instance_of(obj, "mysqli") || instance_of(obj, "mysqli_stmt")) {
+    auto* m = reinterpret_cast<mysqli_object*>(reinterpret_cast<char*>(obj) -
+                                               XtOffsetOf(mysqli_object, zo));
+    auto* res = static_cast<MYSQLI_RESOURCE*>(m->ptr);
+    if (!res || res->status < MYSQLI_STATUS_VALID || !res->ptr) return nullptr;
+    if (instance_of(obj, "mysqli_stmt")) {
+      auto* st = static_cast<MY_STMT*>(res->ptr);
+      return st->stmt && st->stmt->data ? st->stmt->data->conn : nullptr;
+    }
+    auto* my = static_cast<MY_MYSQL*>(res->ptr);
+    return my->mysql ? my->mysql->data : nullptr;
+  }
+  if (instance_of(obj, "pdo")) return pdo_connection(php_pdo_dbh_fetch_inner(obj));
+  if (instance_of(obj, "pdostatement")) return pdo_connection(php_pdo_stmt_fetch_object(obj)->dbh);
+  return nullptr;
+}
+
+unsigned nd_status(MYSQLND_CONN_DATA* d) { return d->m->get_server_status(d); }
+bool nd_ready(MYSQLND_CONN_DATA* d) { return GET_CONNECTION_STATE(&d->state) == CONN_READY; }
+std::string nd_error(MYSQLND_CONN_DATA* d) {
+  return std::to_string(d->error_info->error_no) + ": " + d->error_info->error;
+}
+
+// Runs `sql` on the connection (a result set, if any, is read and dropped). False on error.
+bool nd_exec(MYSQLND_CONN_DATA* d, std::string_view sql) {
+  if (d->m->query(d, sql.data(), sql.size()) != PASS) return false;
+  if (d->m->get_field_count(d) > 0)
+    if (MYSQLND_RES* r = d->m->store_result(d)) r->m.free_result(r, false);
+  return true;
+}
+
+// Runs `sql` and reads its rows as text. False on error.
+bool nd_rows(MYSQLND_CONN_DATA* d, std::string_view sql,
+             std::vector<std::vector<std::string>>& rows) {
+  if (d->m->query(d, sql.data(), sql.size()) != PASS) return false;
+  MYSQLND_RES* r = d->m->store_result(d);
+  if (!r) return false;
+  for (;;) {
+    zval row;
+    ZVAL_UNDEF(&row);
+    r->m.fetch_into(r, MYSQLND_FETCH_NUM, &row ZEND_FILE_LINE_CC);
+    if (Z_TYPE(row) != IS_ARRAY) {
+      zval_ptr_dtor(&row);
+      break;
+    }
+    std::vector<std::string>& out = rows.emplace_back();
+    zval* v;
+    ZEND_HASH_FOREACH_VAL(Z_ARRVAL(row), v) {
+      if (Z_TYPE_P(v) == IS_NULL) {
+        out.emplace_back();
+        continue;
+      }
+      zend_string* str = zval_get_string(v);
+      out.emplace_back(ZSTR_VAL(str), ZSTR_LEN(str));
+      zend_string_release(str);
+    }
+    ZEND_HASH_FOREACH_END();
+    zval_ptr_dtor(&row);
+  }
+  r->m.free_result(r, false);
+  return true;
+}
+
+// What the app can read of its last call on a connection (affected rows, insert id, warnings,
+// info, error): kept across the fence's COMMIT / ROLLBACK after that call, which would replace it.
+struct AppView {
+  uint64_t affected_rows, last_insert_id;
+  unsigned warning_count, field_count, error_no;
+  enum_mysqlnd_query_type query_type;
+  std::string error, sqlstate;
+  MYSQLND_STRING message;
+
+  explicit AppView(MYSQLND_CONN_DATA* d)
+      : affected_rows(d->upsert_status->affected_rows),
+        last_insert_id(d->upsert_status->last_insert_id),
+        warning_count(d->upsert_status->warning_count),
+        field_count(d->field_count),
+        error_no(d->error_info->error_no),
+        query_type(d->last_query_type),
+        error(d->error_info->error),
+        sqlstate(d->error_info->sqlstate),
+        message(d->last_message) {
+    d->last_message = {nullptr, 0};  // out of mysqlnd's reach while the fence's query runs
+  }
+  void restore(MYSQLND_CONN_DATA* d) const {
+    d->upsert_status->affected_rows = affected_rows;
+    d->upsert_status->last_insert_id = last_insert_id;
+    d->upsert_status->warning_count = warning_count;  // server_status stays the newest
+    d->field_count = field_count;
+    d->last_query_type = query_type;
+    if (error_no)
+      d->error_info->m->set_client_error(d->error_info, error_no, sqlstate.c_str(), error.c_str());
+    else
+      d->error_info->m->reset(d->error_info);
+    // COMMIT and ROLLBACK answer without a message: the app's comes back. (Were there one, the
+    // app's would be dropped rather than freed with an allocator that is not ours to call.)
+    if (!d->last_message.s) d->last_message = message;
+  }
+};
+
+FenceConnState& fence_state(MYSQLND_CONN_DATA* d) {
+  FenceConnState& fc = g_req.fence[d];
+  if (fc.thread_id != d->thread_id) {  // another server connection behind a reused handle
+    fc = FenceConnState{};
+    fc.thread_id = d->thread_id;
+  }
+  return fc;
+}
+
+void add_us(uint64_t& counter, std::chrono::steady_clock::time_point t0) {
+  counter += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                       std::chrono::steady_clock::now() - t0)
+                                       .count());
+}
+
+// The locking read of this node's row, in the connection's transaction.
+tp::FenceVerdict fence_check(MYSQLND_CONN_DATA* d) {
+  g_counters.fence_checks++;
+  std::vector<std::vector<std::string>> rows;
+  if (!nd_rows(d, tp::fence_check_sql(g_fence.table, g_fence.node), rows)) {
+    g_counters.fence_check_failures++;
+    return tp::fence_failed(d->error_info->error_no, d->error_info->error);
+  }
+  return tp::fence_verdict(rows);
+}
+
+zend_long fence_code(const tp::FenceVerdict& v) {
+  switch (v.state) {
+    case tp::FenceVerdict::State::Out: return 301;
+    case tp::FenceVerdict::State::Missing: return 302;
+    default: return 303;
+  }
+}
+
+void fence_unrun(FenceCall& call, std::string message, zend_long code) {
+  call.unrun = true;
+  call.message = std::move(message);
+  call.code = code;
+  g_counters.fence_refused++;
+}
+
+// The check said no (before the call's first write): the write must not happen and the app must
+// see it fail. A plain write is left to the server: the transaction is rolled back (it wrote
+// nothing) and goes on READ ONLY, so this write and every later one of the transaction fail with
+// error 1792 and its COMMIT commits nothing. A statement that may commit by itself would end a
+// READ ONLY transaction and run outside it: it is not run at all (an explicit transaction still
+// goes on READ ONLY for the writes after it).
+void fence_refuse(MYSQLND_CONN_DATA* d, FenceConnState& fc, const tp::FenceText& t,
+                  const tp::FenceVerdict& v, FenceCall& call, bool wrapped) {
+  std::string msg = tp::fence_refusal(v, g_fence.node, g_fence.table);
+  zend_long code = fence_code(v);
+  bool rolled_back = nd_exec(d, "ROLLBACK");
+  if (wrapped && t.self_committing) {  // autocommit: nothing left open, the call is not run
+    fence_unrun(call, msg, code);
+    return;
+  }
+  bool read_only = rolled_back && nd_exec(d, "START TRANSACTION READ ONLY");
+  if (read_only && !wrapped) {
+    fc.refused = true;
+    fc.checked = false;
+    fc.refusal = msg;
+    fc.refusal_code = code;
+  }
+  if (!read_only) {
+    fence_unrun(call, msg + " (the transaction could not be made read-only: " + nd_error(d) + ")",
+                code);
+    return;
+  }
+  if (t.self_committing) {
+    fence_unrun(call, msg, code);
+    return;
+  }
+  g_counters.fence_refused++;
+  call.refused = true;
+  call.wrapped = wrapped;  // autocommit: the READ ONLY transaction is rolled back after the call
+  call.message = msg;
+}
+
+// Before an observed call on `obj`'s connection. `text` null: a call that sends no statement of
+// the app's but may end its transaction (begin/commit/rollback/autocommit/change_user).
+void fence_begin(zend_execute_data* ex, const HookSpec& h, zend_object* obj,
+                 const tp::FenceText* text, FenceCall& call) {
+  MYSQLND_CONN_DATA* d = mysqlnd_connection_of(obj);
+  if (!d) return;
+  auto t0 = std::chrono::steady_clock::now();
+  FenceConnState& fc = fence_state(d);
+  call.conn = d;
+  if (fc.commit_pending && nd_ready(d)) {
+    fc.commit_pending = false;
+    if (!nd_exec(d, "COMMIT")) {
+      std::string msg = tp::fence_commit_failed(g_fence.node, nd_error(d));
+      php_log_err_with_severity(msg.c_str(), LOG_WARNING);
+      warn(msg);
+    }
+  }
+  if (!text) {
+    call.ends_transaction = true;
+    add_us(g_counters.fence_us, t0);
+    return;
+  }
+  call.ends_transaction = text->ends_transaction;
+  if (!text->writes) return;  // reads are never checked
+  // PDO::exec reads every result of a multi-statement text: a COMMIT can follow it.
+  bool drains = h.hook == Hook::Query && !h.procedural && ex->func->common.function_name &&
+                zend_string_equals_literal_ci(ex->func->common.function_name, "exec");
+  unsigned status = nd_status(d);
+  tp::FenceStep step = tp::fence_plan(status, fc, *text, drains);
+  if (step == tp::FenceStep::CheckInTxn) {
+    tp::FenceVerdict v = fence_check(d);
+    unsigned after = nd_status(d);
+    if (!(after & tp::kStatusInTrans) && (after & tp::kStatusAutocommit)) {
+      // No transaction after all (an error had ended it where the status could not tell): the
+      // check ran alone and its lock is gone. Wrap the write instead.
+      fc.checked = fc.refused = false;
+      status = after;
+      step = tp::fence_plan(status, fc, *text, drains);
+    } else {
+      if (v.admitted())
+        fc.checked = true;
+      else
+        fence_refuse(d, fc, *text, v, call, false);
+      add_us(g_counters.fence_us, t0);
+      return;
+    }
+  }
+  switch (step) {
+    case tp::FenceStep::Refused:  // READ ONLY: the server refuses it
+      g_counters.fence_refused++;
+      break;
+    case tp::FenceStep::Pass:
+    case tp::FenceStep::CheckInTxn:
+      break;
+    case tp::FenceStep::RefuseUnrun:
+      if (!text->write_after_boundary && (status & tp::kStatusInTrans) && fc.refused)
+        fence_unrun(call, fc.refusal, fc.refusal_code);  // self-committing, refused transaction
+      else
+        fence_unrun(call, tp::fence_unfenceable(*text, g_fence.node), 304);
+      break;
+    case tp::FenceStep::Wrap: {
+      g_counters.fence_wraps++;
+      if (!nd_exec(d, "START TRANSACTION")) {
+        fence_unrun(call,
+                    tp::fence_refusal(tp::fence_failed(d->error_info->error_no,
+                                                       d->error_info->error),
+                                      g_fence.node, g_fence.table),
+                    303);
+        break;
+      }
+      tp::FenceVerdict v = fence_check(d);
+      if (v.admitted())
+        call.wrapped = true;
+      else
+        fence_refuse(d, fc, *text, v, call, true);
+      break;
+    }
+  }
+  add_us(g_counters.fence_us, t0);
+}
+
+// The operator's log line, and the app's warning (also when the call threw: a user error handler
+// is not called while an exception is pending, so the exception waits meanwhile; one the handler
+// throws comes first, with the call's as its previous).
+void fence_warn(const std::string& msg) {
+  php_log_err_with_severity(msg.c_str(), LOG_WARNING);
+  if (!EG(exception)) {
+    warn(msg);
+    return;
+  }
+  zend_exception_save();
+  warn(msg);
+  zend_exception_restore();
+}
+
+// After the call: the wrapped write's COMMIT (or ROLLBACK), the connection's state, the warning.
+void fence_end(FenceCall& call, bool ok, zval* retval) {
+  MYSQLND_CONN_DATA* d = call.conn;
+  auto t0 = std::chrono::steady_clock::now();
+  FenceConnState& fc = fence_state(d);
+  std::string commit_error;
+  if (call.wrapped) {
+    // Admitted: COMMIT whatever the call's outcome, as autocommit would have. A statement that
+    // failed was rolled back by the server itself (statement-level), the ones before it in a
+    // multi-statement text stay; a call that threw after its statement succeeded (mysqli's
+    // MYSQLI_REPORT_INDEX) keeps its write. Refused: the READ ONLY transaction is rolled back.
+    AppView view(d);
+    if (call.refused) {
+      nd_exec(d, "ROLLBACK");
+    } else if (!nd_ready(d)) {
+      fc.commit_pending = true;  // a result still to be read (unbuffered RETURNING, async)
+      fence_warn("PHPEXT0307 app node " + g_fence.node +
+                 ": an autocommit write left results to read, so the fence's COMMIT after it "
+                 "waits for the connection's next call (the write is not committed before)");
+    } else if (!nd_exec(d, "COMMIT") && ok) {
+      commit_error = nd_error(d);  // (a call that failed: the app knows already)
+    }
+    view.restore(d);
+  }
+  unsigned status = nd_status(d);
+  // (a call that was not run changed nothing)
+  if (!(status & tp::kStatusInTrans) || (call.ends_transaction && !call.unrun)) {
+    fc.checked = fc.refused = false;
+    fc.refusal.clear();
+  } else if (!ok && !call.unrun) {
+    // An error may have ended the transaction without a status to say so (deadlock, timeout):
+    // check again before the next write. A write refused as READ ONLY left it as it was.
+    fc.checked = false;
+    if (d->error_info->error_no != tp::kErrReadOnlyTransaction) fc.refused = false;
+  }
+  if (call.refused && !call.unrun) fence_warn(call.message);
+  if (!commit_error.empty()) {
+    std::string msg = tp::fence_commit_failed(g_fence.node, commit_error);
+    php_log_err_with_severity(msg.c_str(), LOG_WARNING);
+    if (!EG(exception)) {
+      if (retval) {  // the call's result is not the app's any more: it gets the exception
+        zval_ptr_dtor(retval);
+        ZVAL_NULL(retval);
+      }
+      zend_throw_exception_ex(g_exception_ce, 305, "%s", msg.c_str());
+    }
+  }
+  add_us(g_counters.fence_us, t0);
+}
+
 void observer_begin(zend_execute_data* ex) {
   const HookSpec* hs = hook_of(ex->func);
-  tp::RequestTracker::Ticket none;
+  CallState call;
   if (g_db.running) {  // the server check's own queries: not the app's
-    push_ticket(std::move(none));
+    push_call(std::move(call));
     return;
   }
   if (hs && g_req.active && g_req.tracker && g_db.enabled && !EG(exception))
     if (zend_object* c = connection_of(ex, *hs)) check_connection(c);
-  if (!hs || !g_req.active || !g_req.tracker ||
-      !g_req.tracker->settings().auto_mode) {  // explicit mode: nothing to derive
-    push_ticket(std::move(none));
+  // auto mode: names from SQL; the fence: this node's writes checked (both need the SQL texts)
+  bool track = hs && g_req.active && g_req.tracker && g_req.tracker->settings().auto_mode;
+  bool fence = hs && g_req.active && g_req.tracker && g_fence.enabled && !EG(exception);
+  if (!track && !fence) {  // explicit mode without a fence: nothing to do
+    push_call(std::move(call));
     return;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -639,6 +1058,13 @@ void observer_begin(zend_execute_data* ex) {
   zend_object* obj = subject(ex, h, first);
   tp::RequestTracker& tr = *g_req.tracker;
   tp::RequestTracker::Ticket ticket;
+  FenceCall& fc = call.fence;
+  std::chrono::nanoseconds fence_ns{0};  // the fence's queries: not the observer's own cost
+  auto fence_before = [&](const tp::FenceText* text) {
+    auto f0 = std::chrono::steady_clock::now();
+    fence_begin(ex, h, obj, text, fc);
+    fence_ns += std::chrono::steady_clock::now() - f0;
+  };
   if (obj) {
     switch (h.hook) {
       case Hook::Query:
@@ -647,6 +1073,12 @@ void observer_begin(zend_execute_data* ex) {
         if (!string_arg(ex, first, sql)) break;
         sd::Params p;
         std::shared_ptr<const sd::Compiled> c = g_compiled.get(sql, &p);
+        if (fence) {
+          tp::FenceText ft = tp::fence_text(*c);
+          fence_before(&ft);
+          if (fc.unrun) break;  // not run: nothing for the tracker
+        }
+        if (!track) break;
         if (h.hook == Hook::ExecuteQuery) params_from_array(arg(ex, first + 1), p);
         ticket = tr.before_statement(conn_id(obj), *c, p);
         break;
@@ -674,6 +1106,7 @@ void observer_begin(zend_execute_data* ex) {
         break;
       }
       case Hook::BindParam: {
+        if (!track) break;
         StmtInfo* s = stmt_info(obj, true);
         if (!s) break;
         s->clear_binds();
@@ -686,6 +1119,7 @@ void observer_begin(zend_execute_data* ex) {
         break;
       }
       case Hook::PdoBind: {
+        if (!track) break;
         StmtInfo* s = stmt_info(obj, true);
         zval* key = arg(ex, 1);
         zval* val = arg(ex, 2);
@@ -720,6 +1154,12 @@ void observer_begin(zend_execute_data* ex) {
           if (qs && Z_TYPE_P(qs) == IS_STRING)
             compiled = g_compiled.get(std::string_view(Z_STRVAL_P(qs), Z_STRLEN_P(qs)));
         }
+        if (fence) {
+          tp::FenceText ft = compiled ? tp::fence_text(*compiled) : tp::fence_text_unknown();
+          fence_before(&ft);
+          if (fc.unrun) break;
+        }
+        if (!track) break;
         if (!compiled) {
           // Not knowing what it runs: conservative.
           tr.invalidate_all();
@@ -733,12 +1173,20 @@ void observer_begin(zend_execute_data* ex) {
         ticket = tr.before_statement(conn, *compiled, p);
         break;
       }
-      case Hook::Begin: ticket = tr.before_begin(conn_id(obj)); break;
-      case Hook::Commit: ticket = tr.before_commit(conn_id(obj)); break;
-      case Hook::Rollback: ticket = tr.before_rollback(conn_id(obj)); break;
+      case Hook::Begin:
+      case Hook::Commit:
+      case Hook::Rollback:
+      case Hook::Session:
+        if (fence) fence_before(nullptr);  // the transaction ends (or may)
+        if (!track) break;
+        if (h.hook == Hook::Begin) ticket = tr.before_begin(conn_id(obj));
+        if (h.hook == Hook::Commit) ticket = tr.before_commit(conn_id(obj));
+        if (h.hook == Hook::Rollback) ticket = tr.before_rollback(conn_id(obj));
+        break;
       case Hook::Autocommit: {
+        if (fence) fence_before(nullptr);
         zval* on = arg(ex, first);
-        if (on) ticket = tr.before_autocommit(conn_id(obj), zend_is_true(on));
+        if (track && on) ticket = tr.before_autocommit(conn_id(obj), zend_is_true(on));
         break;
       }
       case Hook::GetResult:
@@ -748,18 +1196,25 @@ void observer_begin(zend_execute_data* ex) {
         zval* attr = arg(ex, 1);
         zval* val = arg(ex, 2);
         // PDO::ATTR_AUTOCOMMIT is 0.
-        if (attr && val && Z_TYPE_P(attr) == IS_LONG && Z_LVAL_P(attr) == 0)
-          ticket = tr.before_autocommit(conn_id(obj), zend_is_true(val));
+        if (attr && val && Z_TYPE_P(attr) == IS_LONG && Z_LVAL_P(attr) == 0) {
+          if (fence) fence_before(nullptr);
+          if (track) ticket = tr.before_autocommit(conn_id(obj), zend_is_true(val));
+        }
         break;
       }
     }
   }
-  g_counters.observed++;
-  g_counters.observe_ns += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count());
-  if (ticket.refused) g_refused_call = ex;  // execute_internal runs refuse() instead of the call
-  push_ticket(std::move(ticket));
+  if (track) {
+    g_counters.observed++;
+    g_counters.observe_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0 -
+                                                             fence_ns)
+            .count());
+  }
+  // execute_internal runs refuse() instead of the call
+  if (ticket.refused || fc.unrun) g_refused_call = ex;
+  call.ticket = std::move(ticket);
+  push_call(std::move(call));
 }
 
 // ---- refused writes (linearizable mode)
@@ -793,7 +1248,12 @@ bool rollback_connection(zend_object* conn) {
 // gets a TierceException. The marks are released in observer_end (tracker after()).
 void refuse(zend_execute_data* ex) {
   if (g_req.tickets.empty()) return;
-  tp::RequestTracker::Ticket& t = g_req.tickets.back();
+  if (const FenceCall& f = g_req.tickets.back().fence; f.unrun) {  // the fence refused it
+    php_log_err_with_severity(f.message.c_str(), LOG_WARNING);
+    zend_throw_exception_ex(g_exception_ce, f.code, "%s", f.message.c_str());
+    return;
+  }
+  tp::RequestTracker::Ticket& t = g_req.tickets.back().ticket;
   std::string msg = t.refusal;
   if (t.rollback) {
     const HookSpec* hs = hook_of(ex->func);
@@ -893,11 +1353,18 @@ void capture(zend_execute_data* ex, const HookSpec& h, zval* retval,
 
 void observer_end(zend_execute_data* ex, zval* retval) {
   if (g_req.tickets.empty()) return;
-  tp::RequestTracker::Ticket ticket = std::move(g_req.tickets.back());
+  CallState call = std::move(g_req.tickets.back());
   g_req.tickets.pop_back();
+  tp::RequestTracker::Ticket& ticket = call.ticket;
   if (g_db.running) return;
-  if (!g_req.active || !g_req.tracker || !g_req.tracker->settings().auto_mode) return;
   bool ok = retval && !EG(exception) && Z_TYPE_P(retval) != IS_FALSE;
+  // First the fence: a wrapped autocommit write commits here, before the tracker releases its
+  // pending marks (linearizable mode) or invalidates.
+  if (call.fence.conn) fence_end(call.fence, ok, retval);
+  if (!g_req.active || !g_req.tracker) return;
+  bool track = g_req.tracker->settings().auto_mode;
+  if (!track && !g_fence.enabled) return;
+  if (EG(exception)) ok = false;  // (fence_end may have thrown)
   const HookSpec* hs = hook_of(ex->func);
   if (hs && hs->hook == Hook::Prepare && ok && Z_TYPE_P(retval) == IS_OBJECT) {
     uint32_t first = 1;
@@ -910,6 +1377,7 @@ void observer_end(zend_execute_data* ex, zval* retval) {
       s->conn = conn ? conn_id(conn) : 0;
     }
   }
+  if (!track) return;
   if (hs && ok) capture(ex, *hs, retval, ticket);
   if (ticket.active) g_req.tracker->after(ticket, ok);
   publish();
@@ -1092,6 +1560,60 @@ PHP_FUNCTION(tierce_unlock) {
   RETURN_TRUE;
 }
 
+PHP_FUNCTION(tierce_fence_check) {
+  zend_object* obj;
+  ZEND_PARSE_PARAMETERS_START(1, 1)
+    Z_PARAM_OBJ(obj)
+  ZEND_PARSE_PARAMETERS_END();
+  bool pdo = instance_of(obj, "pdo");
+  if (!pdo && !instance_of(obj, "mysqli")) {
+    zend_argument_type_error(1, "must be of type mysqli|PDO, %s given", ZSTR_VAL(obj->ce->name));
+    RETURN_THROWS();
+  }
+  if (!g_fence.enabled) {
+    if (g_fence.error.empty()) RETURN_TRUE;  // no [arbiter]: nothing fences this node's writes
+    fence_warn("PHPEXT0303 tierce_fence_check(): the topology could not be read (" +
+               g_fence.error + "): whether this node's writes are fenced is unknown");
+    RETURN_FALSE;
+  }
+  if (pdo) {
+    pdo_dbh_t* dbh = php_pdo_dbh_fetch_inner(obj);
+    if (dbh->driver && (dbh->driver->driver_name_len != 5 ||
+                        memcmp(dbh->driver->driver_name, "mysql", 5) != 0)) {
+      zend_argument_value_error(1, "must be a MariaDB/MySQL connection (PDO driver mysql)");
+      RETURN_THROWS();
+    }
+  }
+  MYSQLND_CONN_DATA* d = mysqlnd_connection_of(obj);
+  if (!d) {
+    fence_warn(tp::fence_refusal(tp::fence_failed(0, "the connection is not open"), g_fence.node,
+                                 g_fence.table));
+    RETURN_FALSE;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  FenceConnState& fc = fence_state(d);
+  if (fc.refused && (nd_status(d) & tp::kStatusInTrans)) {  // READ ONLY since: no write can pass
+    fence_warn(fc.refusal + " (this transaction was refused before and stays read-only: end it "
+                            "and check in the next one)");
+    RETURN_FALSE;
+  }
+  AppView view(d);  // a query of the extension's: the app's last results stay its own
+  tp::FenceVerdict v = fence_check(d);
+  unsigned status = nd_status(d);
+  view.restore(d);
+  add_us(g_counters.fence_us, t0);
+  if (!v.admitted()) {
+    fence_warn(tp::fence_refusal(v, g_fence.node, g_fence.table));
+    RETURN_FALSE;
+  }
+  if (!(status & tp::kStatusInTrans)) {
+    fence_warn(tp::fence_outside_transaction(g_fence.node));
+    RETURN_FALSE;
+  }
+  fc.checked = true;  // the observer need not check this transaction again
+  RETURN_TRUE;
+}
+
 namespace {
 void add_names(zval* arr, const char* key, const tp::NameSet& s) {
   zval list;
@@ -1135,11 +1657,23 @@ PHP_FUNCTION(tierce_status) {
   add_assoc_long(&c, "db_check_failures", k.db_check_failures);
   add_assoc_long(&c, "db_check_us", k.db_check_us);
   add_assoc_long(&c, "db_not_primary", k.db_not_primary);
+  add_assoc_long(&c, "fence_checks", k.fence_checks);
+  add_assoc_long(&c, "fence_check_failures", k.fence_check_failures);
+  add_assoc_long(&c, "fence_refused", k.fence_refused);
+  add_assoc_long(&c, "fence_wraps", k.fence_wraps);
+  add_assoc_long(&c, "fence_us", k.fence_us);
   add_assoc_long(&c, "observed", k.observed);
   add_assoc_long(&c, "observe_ns", k.observe_ns);
   add_assoc_long(&c, "compiled_cached", g_compiled.map.size());
   add_assoc_long(&c, "shapes_cached", g_compiled.shapes.size());
   add_assoc_zval(return_value, "counters", &c);
+  zval fence;
+  array_init(&fence);
+  add_assoc_bool(&fence, "enabled", g_fence.enabled);
+  add_assoc_stringl(&fence, "table", g_fence.table.data(), g_fence.table.size());
+  add_assoc_stringl(&fence, "node", g_fence.node.data(), g_fence.node.size());
+  add_assoc_stringl(&fence, "error", g_fence.error.data(), g_fence.error.size());
+  add_assoc_zval(return_value, "fence", &fence);
   zval dbw;
   array_init(&dbw);
   for (const std::string& w : g_db.warnings) add_next_index_stringl(&dbw, w.data(), w.size());
@@ -1180,6 +1714,9 @@ ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_unlock, 0, 1, _IS_BOOL, 0
 ZEND_END_ARG_INFO()
 ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_status, 0, 0, IS_ARRAY, 0)
 ZEND_END_ARG_INFO()
+ZEND_BEGIN_ARG_WITH_RETURN_TYPE_INFO_EX(arginfo_tierce_fence_check, 0, 1, _IS_BOOL, 0)
+  ZEND_ARG_OBJ_TYPE_MASK(0, conn, mysqli|PDO, 0, NULL)
+ZEND_END_ARG_INFO()
 
 static const zend_function_entry tierce_functions[] = {
     PHP_FE(tierce_depends, arginfo_tierce_names)
@@ -1188,6 +1725,7 @@ static const zend_function_entry tierce_functions[] = {
     PHP_FE(tierce_trylock, arginfo_tierce_trylock)
     PHP_FE(tierce_unlock, arginfo_tierce_unlock)
     PHP_FE(tierce_status, arginfo_tierce_status)
+    PHP_FE(tierce_fence_check, arginfo_tierce_fence_check)
     PHP_FE_END};
 
 PHP_INI_BEGIN()
@@ -1242,7 +1780,24 @@ static PHP_MINIT_FUNCTION(tierce) {
                        "outside httpd are unavailable", g_engine_error.c_str());
     }
   }
-  if (g_engine) {  // linearizable mode may refuse calls: run them through execute_internal
+  if (topo && *topo) {  // the fence: on with an [arbiter] (fence.h)
+    try {
+      tierce::cluster::Topology t = tierce::cluster::Topology::load(topo);
+      if (t.arbiter.enabled()) {
+        const tierce::cluster::NodeInfo* self = node && *node ? t.find(node) : nullptr;
+        if (!self || self->role != tierce::cluster::Role::App)
+          throw std::runtime_error(std::string("tierce.node \"") + (node ? node : "") +
+                                   "\" is not an app node of " + topo);
+        g_fence.enabled = true;
+        g_fence.table = t.arbiter.table;
+        g_fence.node = node;
+      }
+    } catch (const std::exception& e) {
+      g_fence.error = e.what();
+    }
+  }
+  // Linearizable mode and the fence may refuse calls: run them through execute_internal.
+  if (g_engine || g_fence.enabled) {
     g_prev_execute_internal = zend_execute_internal;
     zend_execute_internal = tierce_execute_internal;
   }
@@ -1279,6 +1834,7 @@ static PHP_RINIT_FUNCTION(tierce) {
   g_req.stmts_init = true;
   g_db.enabled = INI_BOOL(const_cast<char*>("tierce.db_check"));
   g_req.tickets.clear();
+  g_req.fence.clear();
   g_refused_call = nullptr;
   g_req.published_depends = g_req.published_invalidates = 0;
   g_req.published_all = g_req.published_nocache = false;
@@ -1308,6 +1864,7 @@ static PHP_RSHUTDOWN_FUNCTION(tierce) {
     g_req.stmts_init = false;
   }
   g_req.tickets.clear();
+  g_req.fence.clear();
   g_req.active = false;
   return SUCCESS;
 }
@@ -1319,6 +1876,9 @@ static PHP_MINFO_FUNCTION(tierce) {
   php_info_print_table_row(2, "Cluster", g_engine ? g_engine->node().c_str()
                                                   : (g_engine_error.empty() ? "not configured"
                                                                             : g_engine_error.c_str()));
+  std::string fence = g_fence.enabled ? g_fence.table + " (node " + g_fence.node + ")"
+                                      : g_fence.error.empty() ? "no [arbiter]" : g_fence.error;
+  php_info_print_table_row(2, "Fence", fence.c_str());
   php_info_print_table_end();
   DISPLAY_INI_ENTRIES();
 }

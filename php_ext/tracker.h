@@ -64,7 +64,11 @@ struct Counters {
            writes_refused = 0,  // linearizable: a Pend did not reach every home in time
       // the database server check (db_check.h): servers checked, checks whose queries both
       // failed, their time, requests made uncacheable because a server may not be the primary
-      db_checks = 0, db_check_failures = 0, db_check_us = 0, db_not_primary = 0;
+      db_checks = 0, db_check_failures = 0, db_check_us = 0, db_not_primary = 0,
+      // the fence (fence.h): locking reads of this node's row, those that failed, writes and
+      // transactions refused, autocommit writes wrapped in a checked transaction, time spent in
+      // the fence's queries (BEGIN, check, COMMIT / ROLLBACK)
+      fence_checks = 0, fence_check_failures = 0, fence_refused = 0, fence_wraps = 0, fence_us = 0;
 };
 
 // Where pending marks go (the Engine; a recorder in tests).

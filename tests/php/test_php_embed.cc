@@ -21,6 +21,7 @@ extern "C" {
 
 #include <atomic>
 #include <map>
+#include <iostream>
 #include <thread>
 
 #include "coherence/client.h"
@@ -28,6 +29,7 @@ extern "C" {
 #include "coherence/layout.h"
 #include "coherence/protocol.h"
 #include "tests/agents/memd_test_util.h"
+#include "tests/php/php_test_util.h"
 
 using namespace std::chrono_literals;
 using namespace tierce::coherence;
@@ -37,6 +39,9 @@ using tierce_test::free_port;
 using tierce_test::TempDir;
 using tierce_test::write_file;
 using json = nlohmann::json;
+using php_test::run_cmd;
+using php_test::spawn;
+using php_test::tail_of;
 
 namespace {
 
@@ -46,42 +51,6 @@ size_t ub_write(const char* s, size_t n) {
   return n;
 }
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    tierce_test::die_with_parent(parent);
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> a;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execvp(a[0], a.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-std::string tail_of(const std::string& path) {
-  std::string t;
-  try {
-    t = tierce_test::read_file(path);
-  } catch (...) {
-    return "(no " + path + ")";
-  }
-  return t.size() > 3000 ? t.substr(t.size() - 3000) : t;
-}
-
-int run_cmd(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = spawn(argv, log);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 // The whole environment, once per process (PHP's embed SAPI starts once).
 struct Env {
   TempDir dir;
@@ -89,7 +58,7 @@ struct Env {
   std::string prefix = "/tierce.php" + std::to_string(::getpid());
   std::vector<std::string> names{"app1", "app2"};
   std::vector<std::string> tcp;
-  Child mariadb;
+  php_test::MariaDb mariadb;
   std::vector<Child> memd{2};
   Child lockd;
   std::string lock_sock;
@@ -128,42 +97,16 @@ struct Env {
       "NULL, PRIMARY KEY (id));\n";
 
   void start_mariadb() {
-    std::string base = dir / "db";
-    ::mkdir(base.c_str(), 0755);
-    std::string data = base + "/data";
-    // mariadbd runs as this (root) user: one that switches to `mysql` loses die_with_parent
-    // (the kernel clears the parent-death signal on a uid change) and would outlive a test that
-    // crashed.
-    db_sock = base + "/mysqld.sock";  // in a directory the mysql user may write
-    std::string log = dir / "mariadb.log";
-    BOOST_REQUIRE_MESSAGE(run_cmd({"mariadb-install-db", "--no-defaults", "--user=root",
-                                   "--datadir=" + data, "--auth-root-authentication-method=socket",
-                                   "--skip-test-db"}, log) == 0,
-                          "mariadb-install-db failed:\n" << tail_of(log));
-    mariadb = Child(spawn({"mariadbd", "--no-defaults", "--user=root", "--datadir=" + data,
-                           "--socket=" + db_sock, "--skip-networking", "--innodb-buffer-pool-size=64M",
-                           "--pid-file=" + base + "/mysqld.pid"}, log));
-    BOOST_REQUIRE_MESSAGE(eventually([&] { return sql("SELECT 1") == 0; }, 60s),
-                          "MariaDB did not start:\n" << tail_of(log) << tail_of(dir / "sql.log"));
+    mariadb.start(dir / "db", dir / "mariadb.log", dir / "sql.log");
+    db_sock = mariadb.socket();
     BOOST_REQUIRE(sql(std::string("CREATE DATABASE t; USE t; ") + kSchema +
                       "INSERT INTO items (id, name, category_id, price) VALUES (1,'a',1,10),"
                       "(2,'b',1,20),(3,'c',2,30),(4,'d',2,40),(5,'e',3,50),(6,'f',3,60),"
                       "(7,'g',3,70);") == 0);
   }
-  int sql(const std::string& q) const {
-    return run_cmd({"mariadb", "--no-defaults", "-S", db_sock, "-uroot", "-e", q}, dir / "sql.log");
-  }
+  int sql(const std::string& q) const { return mariadb.sql(q); }
   // The first value `q` returns (database t), "" when it fails.
-  std::string sql_value(const std::string& q) const {
-    std::string out = dir / "sql-value.out";
-    ::unlink(out.c_str());
-    if (run_cmd({"mariadb", "--no-defaults", "-S", db_sock, "-uroot", "-N", "-B", "t", "-e", q},
-                out) != 0)
-      return "";
-    std::string v = tierce_test::read_file(out);
-    while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
-    return v;
-  }
+  std::string sql_value(const std::string& q) const { return mariadb.sql_value(q); }
 
   void start_homes() {
     secret = tierce_test::make_secret(dir);
@@ -739,4 +682,38 @@ BOOST_AUTO_TEST_CASE(the_server_check_does_not_disturb_the_app) {
   BOOST_TEST(field(out, "insert_id") == "set", out);
   BOOST_TEST(field(out, "affected") == "1", out);
   BOOST_TEST(field(out, "pdo_rows") == "7", out);
+}
+
+BOOST_AUTO_TEST_CASE(without_an_arbiter_the_fence_sends_nothing) {
+  // This topology has no [arbiter]: writes go as they are, not one query more (the server's
+  // Questions counter: its SHOW, then 4 statements, then its SHOW), tierce_fence_check() answers
+  // true without asking.
+  std::string out = g_env->php(
+      std::string(kConnect) + kPdo +
+      "$q = function () use ($db) { return (int)$db->query(\"SHOW SESSION STATUS LIKE 'Questions'\")"
+      "->fetch_row()[1]; };\n"
+      "$q0 = $q(); $q1 = $q();\n"
+      "$db->query('UPDATE items SET price = price WHERE id = 1');\n"
+      "$db->begin_transaction(); $db->query('UPDATE items SET price = price WHERE id = 2');\n"
+      "echo 'check=', var_export(tierce_fence_check($db), true), \"\\n\";\n"
+      "$db->commit();\n"
+      "$q2 = $q();\n"
+      "echo 'extra=', ($q2 - $q1) - ($q1 - $q0) - 4, \"\\n\";\n"
+      "echo 'pdo_check=', var_export(tierce_fence_check($pdo), true), \"\\n\";\n"
+      "$n = 300; $t = microtime(true);\n"
+      "for ($i = 0; $i < $n; $i++) $db->query(\"UPDATE items SET price = $i WHERE id = 7\");\n"
+      "echo 'autocommit_us=', round((microtime(true) - $t) / $n * 1e6), \"\\n\";\n"
+      "$t = microtime(true);\n"
+      "for ($i = 0; $i < $n; $i++) { $db->begin_transaction(); $db->query(\"UPDATE items SET price = $i WHERE id = 7\"); $db->commit(); }\n"
+      "echo 'transaction_us=', round((microtime(true) - $t) / $n * 1e6), \"\\n\";\n"
+      "$s = tierce_status(); echo 'fence=', json_encode($s['fence']), ' ', "
+      "$s['counters']['fence_checks'] + $s['counters']['fence_wraps'], \"\\n\";\n");
+  BOOST_TEST(field(out, "check") == "true", out);
+  BOOST_TEST(field(out, "pdo_check") == "true");
+  BOOST_TEST(field(out, "extra") == "0", out);
+  BOOST_TEST(field(out, "fence").rfind("{\"enabled\":false", 0) == 0, field(out, "fence"));
+  BOOST_TEST(field(out, "fence").substr(field(out, "fence").rfind(' ') + 1) == "0");
+  // Reported (the same loops as php_fence's what_the_fence_costs, without a fence): a baseline
+  std::cout << "without a fence: autocommit write " << field(out, "autocommit_us")
+            << " us; BEGIN+write+COMMIT " << field(out, "transaction_us") << " us" << std::endl;
 }
