@@ -124,6 +124,9 @@ function in_transaction(callable $fn, bool $read_only = false)
                 usleep(1000 * $attempt);
                 continue;
             }
+            if ($code === 1792) { // a READ ONLY transaction: the tierce extension refused the write
+                fail(503, 'writes refused: this app node is out of the cache fence (PHPEXT0301 in the error log)');
+            }
             error_log('tierce sample: SQL error ' . $code . ': ' . $e->getMessage());
             fail($code === 1205 || $code === 1213 ? 503 : 500, 'database error ' . $code);
         } catch (Throwable $e) {
