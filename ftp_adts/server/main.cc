@@ -337,13 +337,6 @@ int run(const Options& o) {
   std::string host = bound.host();
   std::string where = (bound.family() == AF_INET6 ? "[" + host + "]" : host) + ":" +
                       std::to_string(bound.port());
-  if (!cfg.ready_file.empty()) {
-    try {
-      base::write_file_atomically(cfg.ready_file, std::to_string(bound.port()) + "\n");
-    } catch (const std::exception& e) {
-      return fail(kExitFailure, std::string("FTPD0013 cannot write the ready file: ") + e.what());
-    }
-  }
   log(fabric::LogLevel::Info, "FTPD0001 listening on " + where + ", " +
                                   std::to_string(cfg.workers) + " workers, max " +
                                   std::to_string(cfg.max_sessions) + " sessions");
@@ -360,6 +353,14 @@ int run(const Options& o) {
     log(fabric::LogLevel::Info, "FTPD0020 privilege separation off: not started as root (uid " +
                                     std::to_string(::geteuid()) +
                                     "); every session runs as this user");
+  // The ready file last: whoever waits on it finds the startup lines above already logged.
+  if (!cfg.ready_file.empty()) {
+    try {
+      base::write_file_atomically(cfg.ready_file, std::to_string(bound.port()) + "\n");
+    } catch (const std::exception& e) {
+      return fail(kExitFailure, std::string("FTPD0013 cannot write the ready file: ") + e.what());
+    }
+  }
   report.ready();
   base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
   MasterEnv env{&cfg, log, tls, xferlog.get(), &privsep, {}, {}, TIERCE_VERSION, where};
