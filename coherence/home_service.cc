@@ -263,6 +263,11 @@ bool HomeService::renew_once() {
     if (arb[i] == ArbState::Rejoining &&
         ((r->issued.number != 0 && r->digest != digest_) || r->skip != 0)) {
       out[i] = true;
+      // This renewal vouches without it: its record must wait for a clean reading after this
+      // one, or this cap could outlive the re-admission while its writers skip this home (found
+      // by the arbiter's model: coherence/model, DIRTY_RECORD).
+      std::lock_guard lk(arb_mu_);
+      arb_[i].covered = false;
       continue;
     }
     readings[i] = r->issued;
@@ -450,14 +455,30 @@ std::string HomeService::take_out(const std::string& node) {
   size_t i = origin_index(node);
   if (i == SIZE_MAX) return "no app node named \"" + node + "\" in " + topo_.path;
   if (i == self_) return "a home cannot take its own node out (stop this node instead)";
-  std::lock_guard lk(out_mu_);
-  if (out_[i]) return "";
-  out_[i] = true;
+  // A catch-up first, as after a drop: invalidations the node numbered before it was lost may
+  // never arrive (cut off, or it died between its COMMIT and sending them) while their updates
+  // returned at the fence bound; vouching without the node and without a catch-up would
+  // validate those pages again (found by the arbiter's model: coherence/model, OPERATOR=1).
+  InvalidateResult r;
+  {
+    std::lock_guard renew(renew_mu_);
+    std::lock_guard lk(out_mu_);
+    if (out_[i]) return "";
+    r = state_->invalidate({}, Scheme::InvalidateAll);
+    ledger_.forget(i);
+    out_[i] = true;
+  }
+  {
+    std::lock_guard lk(fence_mu_);
+    ++fence_stats_.catch_ups;
+  }
   if (log_)
     log_(fabric::LogLevel::Warn,
          "COH0224 home " + node_ + ": node " + node +
-             " taken OUT of the fence by an operator: its writer counter is no longer read, and "
-             "this home vouches without it. Safe only while " +
+             " taken OUT of the fence by an operator: caught up (" +
+             std::to_string(r.keys_bumped) +
+             " registered pages invalidated), its writer counter is no longer read, and this "
+             "home vouches without it. Safe only while " +
              node +
              " cannot write (host off, or cut off from the database); take it back in with "
              "\"in " +
@@ -600,10 +621,16 @@ void HomeService::arbiter_pass() {
     auto record = [&] {
       // Tracked BEFORE the database can count this home: from the moment the record commits the
       // node may be in, so losing it again must end in a drop, not in a silent "stays out".
+      // Only on a reading that still stands: a renewal since that vouched without n cleared
+      // `covered` (under renew_mu_, as here).
+      bool stands = false;
       set([&](ArbOrigin& o) {
+        if (o.state != a.state || !o.covered) return;
+        stands = true;
         o.state = ArbState::Tracked;
         o.tracked_epoch = row.epoch;
       });
+      if (!stands) return;
       ArbiterRow after = db.track(n, node_, row.epoch, origins_);
       set([&](ArbOrigin& o) { o.epoch = after.epoch; });
       if (after.epoch != row.epoch) return;  // dropped again meanwhile: recorded next pass

@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# check.sh -- verify the Promela model of the coherence fence (fence.pml) with spin. See README.md.
+# check.sh -- verify the Promela models of the coherence fence (fence.pml, and arbiter.pml: the
+# database as the arbiter of a lost node) with spin. See README.md.
 #
-#   check.sh --prop p1|p2 [--full] [--configs NAME,...] [--expect-violation] [--opt N]
-#            [--workdir DIR] [--keep] [-DNAME[=VALUE]...]
+#   check.sh [--model fence|arbiter] --prop PROP [--full] [--configs NAME,...] [--expect-violation]
+#            [--dfs] [--opt N] [--workdir DIR] [--keep] [-DNAME[=VALUE]...]
+#
+# --model picks the model (default fence). For arbiter.pml, --prop is one of
+#   p1       as below (the same property, asserted as an invariant of every state)
+#   out      a node that is out never commits a write
+#   drop     a home vouches without reading N only after a drop whose bump committed after every
+#            write of N that committed before it, followed by its own catch-up
+#   outdrop  out and drop together (the suite runs without renders)
+# and its suite of configurations is listed below (arbiter_configs).
 #
 # --prop picks the property whose assertion is compiled in (fence.pml: CHECK_P1, CHECK_P2):
 #   p1  no read that begins after an update's response returned is served an older version
@@ -23,11 +32,12 @@
 set -u -o pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-model="$here/fence.pml"
+mname=fence
 prop=""
 pick=""
 opt=2
 expect=0
+dfs=0
 keep=0
 full=0
 memlim=4096
@@ -38,10 +48,12 @@ usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; 
 
 while [ $# -gt 0 ]; do
   case "$1" in
+    --model) mname="$2"; shift ;;
     --prop) prop="$2"; shift ;;
     --configs) pick="$2"; shift ;;
     --opt) opt="$2"; shift ;;
     --expect-violation) expect=1 ;;
+    --dfs) dfs=1 ;;
     --workdir) workdir="$2"; shift ;;
     --keep) keep=1 ;;
     --full) full=1 ;;
@@ -79,6 +91,50 @@ command -v "$PAN_CC" >/dev/null 2>&1 ||
 # The p2 suite runs the same configurations without the reader (catch-ups do not depend on it),
 # and so can afford more updates.
 common="-DLEASE=2 -DSKEW=1"
+case "$mname" in
+  fence|arbiter) ;;
+  *) echo "check.sh: --model fence|arbiter" >&2; exit 2 ;;
+esac
+model="$here/$mname.pml"
+pml="$mname.pml"
+
+# The arbiter's configurations (arbiter.pml): N writes, homes H0 and H1 (both acknowledge and
+# register; PAGES: whose page, renewals and hits are modelled), LEASE=2, SKEW=1, the run starts
+# steady (row (0, in), both homes vouch until t=2, both pages v0 cached). The p1 suite renders
+# once (NR=1); the out/drop suites run the same configurations without the render.
+#   cut       N cut off from H0 (may heal: re-admission), 2 updates, H0's page, up to t=6
+#   crash     N cut off from H0, and N may crash (its open transaction aborted), 2 updates, t<=5
+#   two       N cut off from H0 and from H1 (no heal): H1 sees N out, both pages, 1 update, t<=4
+#   rereg     cut off from both, H0 may heal: H1 registers then loses N (must bump again), H1's
+#             page, 1 update, t<=4
+#   homecrash H0 may crash and restart (its registration stays in the track table), cut off from
+#             both, H1 may heal, H0's page, 1 update, t<=5
+#   marks     skip marks for H0 (a marked home re-tracking N), N cut off from H0, 2
+#             updates, H0's page, t<=4
+#   operator  no arbiter: an operator takes N out of each home once N crashed (with a catch-up),
+#             2 updates, H0's page, t<=5 (p1 only)
+arbiter_configs() {
+  local nr="$1"
+  configs=(
+    "cut|-DCUTS=1 -DPAGES=1 -DNWR=2 -DTMAX=6 $nr|24"
+    "crash|-DNCRASH=1 -DCUTS=1 -DPAGES=1 -DNWR=2 -DTMAX=5 $nr|24"
+    "two|-DCUTS=3 -DHEALS=0 -DPAGES=3 -DNWR=1 -DTMAX=4 $nr|24"
+    "rereg|-DCUTS=3 -DHEALS=1 -DPAGES=2 -DNWR=1 -DTMAX=4 $nr|24"
+    "homecrash|-DCRASH=1 -DCUTS=3 -DHEALS=2 -DPAGES=1 -DNWR=1 -DTMAX=5 $nr|24"
+    "marks|-DMARKS=1 -DCUTS=1 -DPAGES=1 -DNWR=2 -DTMAX=4 $nr|24"
+  )
+}
+
+if [ "$mname" = arbiter ]; then
+  case "$prop" in
+    p1) flagdef="-DCHECK_P1"; arbiter_configs "-DNR=1"
+        configs+=("operator|-DOPERATOR=2 -DNCRASH=1 -DCUTS=1 -DPAGES=1 -DNWR=2 -DTMAX=5 -DNR=1|24") ;;
+    out) flagdef="-DCHECK_OUT"; arbiter_configs "-DNR=0" ;;
+    drop) flagdef="-DCHECK_DROP"; arbiter_configs "-DNR=0" ;;
+    outdrop) flagdef="-DCHECK_OUT -DCHECK_DROP"; arbiter_configs "-DNR=0" ;;
+    *) echo "check.sh: --model arbiter --prop p1|out|drop|outdrop is required" >&2; exit 2 ;;
+  esac
+else
 case "$prop" in
   p1)
     flagdef="-DCHECK_P1"
@@ -106,6 +162,7 @@ case "$prop" in
     [ "$full" = 1 ] && configs+=("faults|-DW0N=2 -DW1N=1 -DNR=0 -DTMAX=5 -DMARKERS=1 -DCRASH=1 -DPAUSE=1 -DDRIFT=0|26") ;;
   *) echo "check.sh: --prop p1|p2 is required" >&2; usage >&2; exit 2 ;;
 esac
+fi
 [ "$full" = 1 ] && memlim=8192
 if [ -n "$pick" ]; then
   picked=()
@@ -138,9 +195,9 @@ merge_flags() {
 
 # The error trail: the model's events (its printf lines) and spin's verdict.
 trail_summary() {
-  echo "---- error trail (spin -t $1 fence.pml): events ----"
+  echo "---- error trail (spin -t $1 $pml): events ----"
   # shellcheck disable=SC2086
-  "$SPIN" -t -k fence.pml.trail $1 fence.pml 2>&1 |
+  "$SPIN" -t -k "$pml.trail" $1 "$pml" 2>&1 |
     awk '/MSC: / { sub(/^.*MSC: /, "  "); print; next }
          /assertion violated|^spin: / { sub(/^[ \t]+/, ""); print }' | head -n 200
   echo "---- (t = real time; H's own clock is given where it matters) ----"
@@ -154,14 +211,16 @@ for cfg in "${configs[@]}"; do
   IFS='|' read -r cname cflags hashw <<<"$cfg"
   flags=$(merge_flags "$cflags")
   run="$workdir/$prop-$cname"
-  rm -rf "$run"; mkdir -p "$run"; cp "$model" "$run/fence.pml"
+  [ "$mname" = fence ] || run="$workdir/$mname-$prop-$cname"
+  rm -rf "$run"; mkdir -p "$run"; cp "$model" "$run/$pml"
   (
     cd "$run" || exit 2
     # shellcheck disable=SC2086
-    "$SPIN" -a $flags fence.pml >spin.out 2>&1 || { cat spin.out >&2; exit 2; }
-    # A negative control searches breadth-first: its trail is a shortest one.
+    "$SPIN" -a $flags "$pml" >spin.out 2>&1 || { cat spin.out >&2; exit 2; }
+    # A negative control searches breadth-first (its trail is a shortest one) unless --dfs (a
+    # state space too large for the breadth-first search: the first trail found, not the shortest).
     bfs=""
-    [ "$expect" = 1 ] && bfs="-DBFS"
+    [ "$expect" = 1 ] && [ "$dfs" = 0 ] && bfs="-DBFS"
     # shellcheck disable=SC2086
     "$PAN_CC" -O"$opt" -w -DSAFETY -DCOLLAPSE $bfs -DMEMLIM=$memlim -o pan pan.c >cc.out 2>&1 ||
       { cat cc.out >&2; exit 2; }
@@ -197,10 +256,15 @@ for cfg in "${configs[@]}"; do
   fi
   grep -E '^pan:[0-9]+:' "$out" | head -3
   failed=1
-  # Which assertion: P1's is assert(cpv >= need), P2's assert(just).
-  case "$prop" in
-    p1) grep -qE 'assertion violated \(cpv>=need\)' "$out" && this=1 || this=0 ;;
-    p2) grep -qE 'assertion violated just' "$out" && this=1 || this=0 ;;
+  # Which assertion: P1's is assert(cpv >= need), P2's assert(just); arbiter.pml's P1 is
+  # assert(cpv[h] >= retv), OUT's assert(rin), DROP's assert(hcaught[h]).
+  case "$mname/$prop" in
+    fence/p1) grep -qE 'assertion violated \(cpv>=need\)' "$out" && this=1 || this=0 ;;
+    fence/p2) grep -qE 'assertion violated just' "$out" && this=1 || this=0 ;;
+    arbiter/p1) grep -qE 'assertion violated \(cpv\[[01]\]>=retv\)' "$out" && this=1 || this=0 ;;
+    arbiter/out) grep -qE 'assertion violated rin' "$out" && this=1 || this=0 ;;
+    arbiter/drop) grep -qE 'assertion violated hcaught\[h\]' "$out" && this=1 || this=0 ;;
+    arbiter/outdrop) grep -qE 'assertion violated (rin|hcaught\[h\])' "$out" && this=1 || this=0 ;;
   esac
   if [ "$expect" = 0 ] || [ "$found" = 0 ]; then
     (cd "$run" && trail_summary "$flags")
