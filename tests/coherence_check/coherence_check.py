@@ -18,7 +18,8 @@ and with --strict to list them among its failures.
 --netns brings the cluster up with `tierce-cluster up --netns`: every node and MariaDB in its own
 network namespace (separate hosts as far as the network goes, memd between nodes over tcp); the
 checker runs on the host and reaches the nodes at their addresses through the host veth pair.
-Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
+Exit 0 passed, 1 failed (a Tierce target not built fails too), 77 skipped (not root or a system
+package missing; on the CI machine, CI=true, that fails too: tools/tiercelab/prereq.py).
 """
 import argparse
 import json
@@ -31,6 +32,8 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+from tiercelab import prereq as tprereq  # noqa: E402
 CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
 
 
@@ -46,28 +49,21 @@ def say(msg):
     print(f"coherence_check: {msg}", flush=True)
 
 
-def skip_reason(a):
-    if os.geteuid() != 0:
-        return "needs root (private MariaDB and httpd as www-data)"
-    for exe in ("/usr/sbin/apache2", "/usr/sbin/mariadbd", "/usr/lib/apache2/modules/libphp8.2.so"):
-        if not os.path.exists(exe):
-            return f"{exe} missing (tools/deps.sh installs it)"
-    if not any(os.access(os.path.join(a.build, p), os.X_OK)
-               for p in ("sample/tierce-datagen", "sample/datagen/tierce-datagen")):
-        return f"tierce-datagen not built under {a.build}/sample"
-    if not os.access(a.checker, os.X_OK):
-        return f"checker {a.checker} not built"
-    if a.netns:
-        sys.path.insert(0, os.path.join(REPO, "tools"))
+def prerequisites(a):
+    """(why to skip, why to fail): tools/tiercelab/prereq.py's policy."""
+    why_skip = tprereq.system(root="private MariaDB and httpd as www-data",
+                              files=("/usr/sbin/apache2", "/usr/sbin/mariadbd",
+                                     "/usr/lib/apache2/modules/libphp8.2.so"))
+    if not why_skip and a.netns:
         from tiercelab import netns
         ok, why = netns.available()
         if not ok:
-            return f"--netns: {why}"
-    if a.cache == "tierce":
-        for p in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd"):
-            if not os.path.exists(os.path.join(a.build, p)):
-                return f"--cache tierce needs {os.path.join(a.build, p)} (not built yet)"
-    return None
+            why_skip = f"--netns: {why}"
+    paths = (("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd")
+             if a.cache == "tierce" else ())
+    why_fail = tprereq.targets(a.build, paths, executables=(a.checker,),
+                               alternatives=(("sample/tierce-datagen", "sample/datagen/tierce-datagen"),))
+    return why_skip, why_fail
 
 
 def run_checker(a, d):
@@ -179,10 +175,9 @@ def main():
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
 
-    why = skip_reason(a)
-    if why:
-        print(f"SKIP: {why}")
-        return 77
+    rc = tprereq.verdict(*prerequisites(a), must_run_in_ci=True)
+    if rc is not None:
+        return rc
 
     signal.signal(signal.SIGTERM, _term)
     d = tempfile.mkdtemp(prefix="tierce-cc.", dir="/tmp")

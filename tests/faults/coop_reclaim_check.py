@@ -26,6 +26,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+from tiercelab import prereq as tprereq  # noqa: E402
 CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
 SITE = "shop.test:80"
 LEASE_S = 2.0  # tools/tiercelab/cluster.py writes [pool] lease_ms = 2000
@@ -35,17 +37,13 @@ def say(msg):
     print(f"coop_reclaim_check: {msg}", flush=True)
 
 
-def skip_reason(a):
-    if os.geteuid() != 0:
-        return "needs root (tierce-cluster runs MariaDB and httpd as their users)"
-    for exe in ("/usr/sbin/apache2", "/usr/sbin/mariadbd"):
-        if not os.path.exists(exe):
-            return f"{exe} is not installed"
-    for p in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
-              "agents/memd/tierce-memd"):
-        if not os.path.exists(os.path.join(a.build, p)):
-            return f"{os.path.join(a.build, p)} is not built"
-    return None
+def prerequisites(a):
+    """(why to skip, why to fail): tools/tiercelab/prereq.py's policy."""
+    why_skip = tprereq.system(root="tierce-cluster runs MariaDB and httpd as their users",
+                              files=("/usr/sbin/apache2", "/usr/sbin/mariadbd"))
+    why_fail = tprereq.targets(a.build, ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
+                                         "agents/memd/tierce-memd"), executables=(a.checker,))
+    return why_skip, why_fail
 
 
 def pool_status(a, d, node):
@@ -90,10 +88,9 @@ def main():
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
-    why = skip_reason(a)
-    if why:
-        print(f"SKIP: {why}")
-        return 77
+    rc = tprereq.verdict(*prerequisites(a), must_run_in_ci=True)
+    if rc is not None:
+        return rc
     d = tempfile.mkdtemp(prefix="tierce-cr.", dir="/tmp")
     problems = []
     try:

@@ -40,7 +40,8 @@ linearizable, the writes of the fault and recovery windows of the variants that 
 unreachable from app1 (LINEARIZABLE_REFUSES) are not counted either: that mode refuses a write
 whose Pend does not reach every home in time (docs/php_extension.md). Counted per window,
 so the allowance does not depend on how many operations this machine manages in a run.
-Exit 0 passed, 1 failed, 77 skipped (not root or a prerequisite missing).
+Exit 0 passed, 1 failed (a Tierce target not built fails too), 77 skipped (not root or a system
+package missing; on the CI machine, CI=true, that fails too: tools/tiercelab/prereq.py).
 """
 import argparse
 import http.client
@@ -59,7 +60,7 @@ import urllib.parse
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
 sys.path.insert(0, os.path.join(REPO, "tools"))
-from tiercelab import cluster as tcluster, procs as tprocs  # noqa: E402
+from tiercelab import cluster as tcluster, procs as tprocs, prereq as tprereq  # noqa: E402
 
 # The error allowance: operations that failed although the fault does not explain it (none is
 # expected; a stray 5xx of a loaded 2-core machine should not fail the run).
@@ -222,22 +223,17 @@ def say(msg):
     print(f"fault_check: {msg}", flush=True)
 
 
-def skip_reason(a):
-    if os.geteuid() != 0:
-        return "needs root (private MariaDB and httpd as www-data, signals to them)"
-    for exe in ("/usr/sbin/apache2", "/usr/sbin/mariadbd", "/usr/lib/apache2/modules/libphp8.2.so"):
-        if not os.path.exists(exe):
-            return f"{exe} missing (tools/deps.sh installs it)"
-    if not any(os.access(os.path.join(a.build, p), os.X_OK)
-               for p in ("sample/tierce-datagen", "sample/datagen/tierce-datagen")):
-        return f"tierce-datagen not built under {a.build}/sample"
-    if not os.access(a.checker, os.X_OK):
-        return f"checker {a.checker} not built"
-    for p in ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd",
-              "tools/tierce-wanem/tierce-wanem"):
-        if not os.path.exists(os.path.join(a.build, p)):
-            return f"needs {os.path.join(a.build, p)} (not built yet)"
-    return None
+def prerequisites(a):
+    """(why to skip, why to fail): tools/tiercelab/prereq.py's policy."""
+    why_skip = tprereq.system(root="private MariaDB and httpd as www-data, signals to them",
+                              files=("/usr/sbin/apache2", "/usr/sbin/mariadbd",
+                                     "/usr/lib/apache2/modules/libphp8.2.so"))
+    why_fail = tprereq.targets(
+        a.build, ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
+                  "agents/memd/tierce-memd", "tools/tierce-wanem/tierce-wanem"),
+        executables=(a.checker,),
+        alternatives=(("sample/tierce-datagen", "sample/datagen/tierce-datagen"),))
+    return why_skip, why_fail
 
 
 def pct(values, p):
@@ -702,14 +698,14 @@ def main():
     if a.app_links == "direct" and any(VARIANTS[n][3] for n in names) and not a.netns:
         ap.error(f"{a.variant} needs --app-links relay")
 
-    why = skip_reason(a)
-    if not why and a.netns:
+    why_skip, why_fail = prerequisites(a)
+    if not why_skip and a.netns:
         from tiercelab import netns
         ok, why_not = netns.available()
-        why = None if ok else f"--netns: {why_not}"
-    if why:
-        print(f"SKIP: {why}")
-        return 77
+        why_skip = None if ok else f"--netns: {why_not}"
+    rc = tprereq.verdict(why_skip, why_fail, must_run_in_ci=True)
+    if rc is not None:
+        return rc
 
     signal.signal(signal.SIGTERM, _term)
     d = tempfile.mkdtemp(prefix="tierce-fc.", dir="/tmp")

@@ -1,0 +1,66 @@
+"""What a test needs before it runs, and what a lack of it means (the skip policy, docs/testing.md).
+
+- A missing system package or privilege (not root, no apache2, no namespaces): the test is
+  SKIPPED (exit 77, ctest's SKIP_RETURN_CODE) with the reason — except on the CI machine
+  (CI=true) for the tests that must run there (the `cluster` and `faults` labels): CI installs
+  every package and runs as root, so a skip there means the net went empty; they FAIL instead.
+- A missing Tierce target (a module, a daemon, a tool this build should have made): the test
+  FAILS (exit 1). A build regression must never turn a tier of tests into skips.
+
+    why_skip = prereq.system(root="httpd runs as www-data", files=["/usr/sbin/apache2"])
+    why_fail = prereq.targets(build, ["agents/memd/tierce-memd"], executables=["sample/tierce-datagen"])
+    rc = prereq.verdict(why_skip, why_fail, must_run_in_ci=True)
+    if rc is not None:
+        return rc
+"""
+import os
+
+SKIP = 77
+FAIL = 1
+
+
+def system(root=None, files=(), packages_hint="tools/deps.sh installs it"):
+    """The reason to skip, or None: `root` (why root is needed) when not root; a system file missing."""
+    if root and os.geteuid() != 0:
+        return f"needs root ({root})"
+    for f in files:
+        if not os.path.exists(f):
+            return f"{f} missing ({packages_hint})"
+    return None
+
+
+def targets(build, paths=(), executables=(), alternatives=()):
+    """The reason to FAIL, or None: a Tierce target missing under `build`. `paths` must exist,
+    `executables` must be executable, and of each tuple in `alternatives` one must be executable."""
+    for p in paths:
+        full = os.path.join(build, p)
+        if not os.path.exists(full):
+            return f"{full} is not built (a Tierce target: build everything first, cmake --build)"
+    for p in executables:
+        full = os.path.join(build, p) if not os.path.isabs(p) else p
+        if not os.access(full, os.X_OK):
+            return f"{full} is not built (a Tierce target: build everything first, cmake --build)"
+    for group in alternatives:
+        if not any(os.access(os.path.join(build, p), os.X_OK) for p in group):
+            return (f"none of {', '.join(os.path.join(build, p) for p in group)} is built "
+                    "(a Tierce target: build everything first, cmake --build)")
+    return None
+
+
+def in_ci():
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def verdict(why_skip=None, why_fail=None, must_run_in_ci=False):
+    """Prints the verdict and returns the exit code, or None when the test may run."""
+    if why_fail:
+        print(f"FAIL: {why_fail}", flush=True)
+        return FAIL
+    if why_skip:
+        if must_run_in_ci and in_ci():
+            print(f"FAIL: this test must run on the CI machine (CI=true), and would be skipped: "
+                  f"{why_skip}", flush=True)
+            return FAIL
+        print(f"SKIP: {why_skip}", flush=True)
+        return SKIP
+    return None
