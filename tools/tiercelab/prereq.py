@@ -30,16 +30,16 @@ def system(root=None, files=(), packages_hint="tools/deps.sh installs it"):
 
 
 def targets(build, paths=(), executables=(), alternatives=()):
-    """The reason to FAIL, or None: a Tierce target missing under `build`. `paths` must exist,
-    `executables` must be executable, and of each tuple in `alternatives` one must be executable."""
+    """The reason to FAIL, or None: a Tierce target missing. `paths` (under `build`) must exist,
+    `executables` (as given: absolute, or relative to the current directory) must be executable,
+    and of each tuple in `alternatives` (under `build`) one must be executable."""
     for p in paths:
         full = os.path.join(build, p)
         if not os.path.exists(full):
             return f"{full} is not built (a Tierce target: build everything first, cmake --build)"
     for p in executables:
-        full = os.path.join(build, p) if not os.path.isabs(p) else p
-        if not os.access(full, os.X_OK):
-            return f"{full} is not built (a Tierce target: build everything first, cmake --build)"
+        if not os.access(p, os.X_OK):
+            return f"{os.path.abspath(p)} is not built (a Tierce target: build everything first, cmake --build)"
     for group in alternatives:
         if not any(os.access(os.path.join(build, p), os.X_OK) for p in group):
             return (f"none of {', '.join(os.path.join(build, p) for p in group)} is built "
