@@ -1411,6 +1411,41 @@ std::string LockEngine::status_text() {
     << "/" << c.messages_out << ", stale " << c.stale_messages << ", malformed "
     << c.bad_messages << ", recoveries " << c.recoveries << ", renormalisations "
     << c.renormalisations << "\n";
+  // What a wedged lock needs to be understood from outside (a stress run dumps this when a
+  // worker hangs): every home lock that is not idle, every queue record, every local request
+  // (the first kDetail of each: a busy lockd has many).
+  constexpr size_t kDetail = 200;
+  size_t shown = 0, more = 0;
+  auto room = [&] { return ++shown <= kDetail || (++more, false); };
+  auto ticket = [](Ticket t) {
+    if (t == kFence) return std::string("FENCE");
+    return std::to_string(rank_of(t)) + ":" + std::to_string(t & ((1u << kSeqBits) - 1));
+  };
+  for (uint32_t s = 0; s < slots_.size(); ++s) {
+    const Word w = Word::decode(word_at(table_, uint64_t(s) * kSlotBytes).load());
+    if ((w.released && w.count == 0) || !room()) continue;
+    o << "lock \"" << slots_[s]->name << "\" slot " << s << " gen " << slots_[s]->gen
+      << ": tail " << ticket(w.tail) << (w.released ? " released" : " held") << " count "
+      << w.count << ", early recovered releases " << slots_[s]->early_recovered_rels << "\n";
+  }
+  shown = 0;
+  for (const auto& [key, rec] : records_)
+    if (room())
+      o << "record " << std::get<0>(key) << "/" << std::get<1>(key) << " ticket "
+      << ticket(rec->ticket) << " gen " << rec->gen << " request " << rec->request
+      << (rec->granted ? " granted" : "") << (rec->released ? " released" : "")
+      << (rec->publish_pending ? " publish-pending" : "") << " waiting " << rec->waiting.size()
+      << " rels " << rec->rels << (rec->has_succ ? " succ " + ticket(rec->succ) : "")
+      << " holders-outstanding " << rec->holders_outstanding << "\n";
+  shown = 0;
+  for (const auto& [id, r] : requests_) {
+    static const char* const kState[] = {"starting", "waiting", "held", "ghost"};
+    if (!room()) continue;
+    o << "request " << id << " \"" << r->name << "\" home " << r->home << "/" << r->slot
+      << " gen " << r->gen << " " << kState[int(r->state)] << (r->exclusive ? " X" : " S")
+      << " ticket " << ticket(r->ticket) << (r->recovered ? " recovered" : "") << "\n";
+  }
+  if (more) o << "(" << more << " more lock, record and request lines not shown)\n";
   return o.str();
 }
 

@@ -82,6 +82,8 @@ class Lockd final : public dlm::Network {
   dlm::LockEngine& engine() { return *engine_; }
   // Members currently up (this node included).
   size_t members_up() const;
+  // Silent for a whole lease (also counted from this lockd's start): its holds here may go.
+  bool member_dead(uint32_t rank) const;
   // Until when this node's lease on `home`'s locks holds, in steady-clock (CLOCK_MONOTONIC)
   // nanoseconds: 0 if it never had one; UINT64_MAX for this node itself (docs/dlm.md "Failures").
   uint64_t lease_until(uint32_t home) const;
@@ -142,7 +144,7 @@ class Lockd final : public dlm::Network {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> reloads_{0}, failed_reloads_{0};
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   bool recovery_needed_ = false;

@@ -25,6 +25,7 @@ Everything started is stopped, also on failure.
 """
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -200,6 +201,26 @@ class Run:
             time.sleep(0.005)
         return (time.monotonic() - t) * 1000
 
+    def revoked_by_lapse(self, w):
+        """Whether worker w's unlock failed because its lockd revoked the hold for a lease lapse
+        on the lock's home (LOCKD0209 naming that hold): what a safe lock manager must do when
+        its lockd went unanswered for lease - guard — on an overloaded machine (a loop with two
+        CPU hogs and two ASan runs on 2 cores) the holder's lockd lapsed while only the holder
+        was frozen. Not a failure of the step (nobody else entered, checked before); anything
+        else (a crash, an unlock refused without such a revocation) is."""
+        with open(os.path.join(self.dir, "worker%d.err" % w.slot)) as f:
+            m = re.search(r"unlock of hold (\d+): .*revoked", f.read())
+        if not m:
+            return False
+        with open(os.path.join(self.dir, w.node + ".log")) as f:
+            line = next((l for l in f if "LOCKD0209 hold %s " % m.group(1) in l), None)
+        if line and ("LOCKD0035" in line or "lapsed" in line or "no answer from it" in line
+                     or "is gone" in line):
+            self.log("the frozen holder's hold was revoked by its lockd (lease lapse under load), "
+                     "allowed: %s" % line.strip())
+            return True
+        return False
+
     def freeze_holder(self, state, lock, slot):
         lease = self.a.lease_ms / 1000
         holder = self.worker(self.nodes[1], state, slot, lock, 1,
@@ -222,7 +243,7 @@ class Run:
             raise SystemExit("FAIL: %d exclusive sections ran while the holder (%s) was frozen "
                              "inside its own" % (during, line))
         rc = holder.wait(timeout=30)
-        if rc != 0:
+        if rc != 0 and not self.revoked_by_lapse(holder):
             raise SystemExit("FAIL: the frozen holder exited %d after SIGCONT (see worker%d.err)"
                              % (rc, holder.slot))
         waited = self.progress(state, self.read_state(state)["sections"] - 1, 10,
@@ -445,6 +466,8 @@ class Run:
                 with open(os.path.join(self.dir, "worker%d.err" % w.slot)) as f:
                     err = f.read().strip()
                 failed.append("worker slot %d on %s exited %d: %s" % (w.slot, w.node, rc, err[-500:]))
+        if failed:  # a hang: what each lockd holds, while they still run
+            self.dump_status()
         # A clean stop of every lockd (SIGTERM): exit code 0, or it crashed / a sanitizer fired.
         for n, p in self.lockd.items():
             if p.poll() is None:
@@ -473,7 +496,6 @@ class Run:
                      "first: %s" % (len(notes), notes[0]))
         if failed:
             print("FAIL:\n  " + "\n  ".join(failed))
-            self.dump_status()
             print("logs in", self.dir)
             return 1
         print("PASS: %s over %s%s, %d nodes, %d workers per group x %d iterations, holder killed%s"
