@@ -556,8 +556,8 @@ void invalidate(request_rec* r, const std::string& list, const char* why, bool a
   if (!g_client || !g_runtime || !g_runtime->writer) {
     counters().invalidations_fenced.fetch_add(1, std::memory_order_relaxed);
     ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
-                  "APPVER0014 invalidation NOT sent: this child has no cluster client (see "
-                  "APPVER0005 at its start); proxies may serve stale pages for it: restart httpd");
+                  "APPVER0014 invalidation NOT sent: this child has no cluster client (see APPVER0005 "
+                  "at its start); proxies may serve stale pages for it: restart httpd");
     return;
   }
   co::InvalidateOutcome o = g_client->invalidate(*g_runtime->writer, g_runtime->node, deps, scheme);

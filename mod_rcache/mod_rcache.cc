@@ -470,10 +470,10 @@ int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
     return HTTP_INTERNAL_SERVER_ERROR;
   };
   if (!c->topology)
-    return fail("RCACHE0001: RCache On is used but RCacheTopology is not set: add "
+    return fail("RCACHE0001 RCache On is used but RCacheTopology is not set: add "
                 "'RCacheTopology /etc/tierce/cluster.toml' to the main server configuration");
   if (!c->node)
-    return fail("RCACHE0002: RCache On is used but RCacheNode is not set: add 'RCacheNode NAME' "
+    return fail("RCACHE0002 RCache On is used but RCacheNode is not set: add 'RCacheNode NAME' "
                 "naming this proxy's node in the topology file");
   g.topology_path = c->topology;
   g.node = c->node;
@@ -481,34 +481,34 @@ int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
     g.topo = co::Topology::load(g.topology_path);
     g.topo.require_app_nodes();
   } catch (const std::exception& e) {
-    return fail(std::string("RCACHE0003: RCacheTopology ") + g.topology_path +
+    return fail(std::string("RCACHE0003 RCacheTopology ") + g.topology_path +
                 ": cannot load the topology: " + e.what());
   }
   const co::NodeInfo* self = nullptr;
   for (const auto& n : g.topo.nodes)
     if (n.name == g.node) self = &n;
   if (!self)
-    return fail("RCACHE0004: RCacheNode " + g.node + ": no node of that name in " +
+    return fail("RCACHE0004 RCacheNode " + g.node + ": no node of that name in " +
                 g.topology_path + ": use one of its [[node]] names");
   if (self->segment_prefix.empty())
-    return fail("RCACHE0004: RCacheNode " + g.node + ": the node has no segment_prefix in " +
+    return fail("RCACHE0004 RCacheNode " + g.node + ": the node has no segment_prefix in " +
                 g.topology_path);
   bool has_app = false;
   for (const auto& n : g.topo.nodes)
     if (n.role == co::Role::App) has_app = true;
   if (!has_app)
-    return fail("RCACHE0005: RCacheTopology " + g.topology_path +
+    return fail("RCACHE0005 RCacheTopology " + g.topology_path +
                 ": the topology has no app node (role = \"app\"): nothing could prove a page current");
   try {
     g.secret = g.topo.secret();
   } catch (const std::exception& e) {
-    return fail("RCACHE0006: RCacheTopology " + g.topology_path +
+    return fail("RCACHE0006 RCacheTopology " + g.topology_path +
                 ": cannot read the fabric secret (secret_file): " + e.what());
   }
   g.size = c->size ? c->size : kDefaultSize;
   g.max_entry = c->max_entry ? c->max_entry : kDefaultMaxEntry;
   if (g.max_entry > g.size / 4)
-    return fail("RCACHE0007: RCacheMaxEntrySize " + std::to_string(g.max_entry) +
+    return fail("RCACHE0007 RCacheMaxEntrySize " + std::to_string(g.max_entry) +
                 " is more than RCacheSize/4 (" + std::to_string(g.size / 4) +
                 "): lower it or raise RCacheSize");
   g.version_timeout_ms =
@@ -517,7 +517,7 @@ int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
   g.segment = self->segment_prefix + ".arena";
   g.coop = c->coop >= 0 ? co::CoopScheme(c->coop) : co::CoopScheme::Off;
   if (g.coop != co::CoopScheme::Off && self->role != co::Role::Proxy)
-    return fail("RCACHE0012: RCacheCoop " + std::string(co::to_string(g.coop)) + ": node " +
+    return fail("RCACHE0012 RCacheCoop " + std::string(co::to_string(g.coop)) + ": node " +
                 g.node + " is not a proxy (role = \"proxy\") in " + g.topology_path +
                 ": the directory of shared copies is partitioned over the proxies; set its role "
                 "or use RCacheCoop Off");
@@ -539,12 +539,12 @@ int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
       for (const auto& n : g.topo.nodes)
         if (n.name == name) d = &n;
       if (!d || d->memd.empty())
-        return fail("RCACHE0015: RCacheCoopPool " + name + ": " +
+        return fail("RCACHE0015 RCacheCoopPool " + name + ": " +
                     (d ? "the node has no memd address" : "no node of that name") + " in " +
                     g.topology_path + ": name nodes whose memd has a [pool] section");
     }
   } else if (c->coop_pool) {
-    return fail("RCACHE0015: RCacheCoopPool is set but RCacheCoop " +
+    return fail("RCACHE0015 RCacheCoopPool is set but RCacheCoop " +
                 std::string(co::to_string(g.coop)) +
                 " uses no pool memory: use RCacheCoop MTACC or HYBCC, or remove it");
   }
@@ -583,7 +583,7 @@ void forget_previous_copies(server_rec* s) {
       else failed += (failed.empty() ? "" : ", ") + n.name;
     }
     ap_log_error(APLOG_MARK, failed.empty() ? APLOG_INFO : APLOG_WARNING, 0, s,
-                 "RCACHE0014: cooperative cache (RCacheCoop %s): %u copies of this node's previous "
+                 "RCACHE0014 cooperative cache (RCacheCoop %s): %u copies of this node's previous "
                  "arena dropped from the directory%s%s",
                  std::string(co::to_string(g.coop)).c_str(), dropped,
                  failed.empty() ? "" : "; not reached (their hints fail verification and are "
@@ -591,7 +591,7 @@ void forget_previous_copies(server_rec* s) {
                  failed.c_str());
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s,
-                 "RCACHE0014: cooperative cache: could not drop the previous arena's copies from "
+                 "RCACHE0037 cooperative cache: could not drop the previous arena's copies from "
                  "the directory: %s",
                  e.what());
   }
@@ -607,7 +607,7 @@ int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* 
     g.arena_creator = getpid();
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
-                 "RCACHE0008: cannot create the cache arena %s (%" APR_UINT64_T_FMT " bytes): %s: check /dev/shm "
+                 "RCACHE0008 cannot create the cache arena %s (%" APR_UINT64_T_FMT " bytes): %s: check /dev/shm "
                  "space and permissions, or lower RCacheSize",
                  g.segment.c_str(), (apr_uint64_t)g.size, e.what());
     return HTTP_INTERNAL_SERVER_ERROR;
@@ -615,7 +615,7 @@ int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* 
   apr_pool_cleanup_register(pconf, nullptr, parent_cleanup, apr_pool_cleanup_null);
   if (g.coop != co::CoopScheme::Off) forget_previous_copies(s);
   ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
-               "RCACHE0009: cache arena %s created: %" APR_UINT64_T_FMT " bytes, entries up to %" APR_UINT64_T_FMT " bytes; node "
+               "RCACHE0009 cache arena %s created: %" APR_UINT64_T_FMT " bytes, entries up to %" APR_UINT64_T_FMT " bytes; node "
                "%s, topology %s, version reads time out after %u ms",
                g.segment.c_str(), (apr_uint64_t)g.size,
                (apr_uint64_t)g.max_entry, g.node.c_str(),
@@ -650,12 +650,12 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
     server_rec* main = s;
     g.client = new co::ClusterClient(
         g.topo, g.secret, t, [main](tierce::fabric::LogLevel l, std::string_view line) {
-          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0010: coherence: %.*s",
+          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0010 coherence: %.*s",
                        int(line.size()), line.data());
         });
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_ERR, 0, s,
-                 "RCACHE0011: cannot set up the cluster client: %s: this child serves nothing "
+                 "RCACHE0011 cannot set up the cluster client: %s: this child serves nothing "
                  "from cache (every request is forwarded)",
                  e.what());
     g.client = nullptr;
@@ -680,7 +680,7 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
         server_rec* main = s;
         g.pool_owner = new co::PoolOwner(std::move(donors), po, [main](tierce::fabric::LogLevel l,
                                                                         std::string_view line) {
-          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0016: pool: %.*s",
+          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0016 pool: %.*s",
                        int(line.size()), line.data());
         });
         g.pool_store = new co::PoolStore(*g.pool_owner, *g.client, g.topo, std::move(indices),
@@ -695,7 +695,7 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
                                        g.pool_store, size_t(g.coop_threshold));
     } catch (const std::exception& e) {
       ap_log_error(APLOG_MARK, APLOG_ERR, 0, s,
-                   "RCACHE0013: cannot set up the cooperative cache: %s: this child caches "
+                   "RCACHE0013 cannot set up the cooperative cache: %s: this child caches "
                    "alone (RCacheCoop Off)",
                    e.what());
       delete g.pool_owner;
@@ -773,7 +773,7 @@ int serve_hit(request_rec* r, ap_filter_t* next, const co::CachedEntry& e,
   APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(r->connection->bucket_alloc));
   apr_status_t rv = ap_pass_brigade(next, bb);
   if (rv != APR_SUCCESS && !r->connection->aborted)
-    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, rv, r, "RCACHE0020: sending a cached page failed");
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, rv, r, "RCACHE0020 sending a cached page failed");
   return OK;
 }
 
@@ -808,10 +808,10 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
   switch (res.verdict) {
     case co::Verdict::Miss:
       if (!res.arena_error.empty())
-        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0022: arena lookup failed: %s",
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0022 arena lookup failed: %s",
                       res.arena_error.c_str());
       count(&co::ArenaCounters::misses);
-      ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0023: miss %s%s",
+      ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0023 miss %s%s",
                     co::to_hex(ctx->base_hash).c_str(),
                     res.erased_unservable ? " (an unservable entry was erased)" : "");
       return DECLINED;
@@ -820,10 +820,10 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
       count_home(ctx->home, &co::ArenaCounters::Home::unverifiable);
       if (from_peer) g.arena->counters().coop.remote_unverifiable.fetch_add(1, std::memory_order_relaxed);
       if (!res.reader_error.empty())
-        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0024: version read at %s: %s", home,
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0024 version read at %s: %s", home,
                       res.reader_error.c_str());
       ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
-                    "RCACHE0025: version of slot %" APR_UINT64_T_FMT " at home %s could not be read: forwarded "
+                    "RCACHE0025 version of slot %" APR_UINT64_T_FMT " at home %s could not be read: forwarded "
                     "(fail closed)",
                     (apr_uint64_t)res.entry->tag.slot, home);
       return DECLINED;
@@ -837,7 +837,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
         if (!from_peer && g.coop_cache) g.coop_cache->invalidate(res.key_hash, res.key);
         ap_log_rerror(
             APLOG_MARK, APLOG_WARNING, 0, r,
-            "RCACHE0036: %s entry of key %s tagged %s slot %" APR_UINT64_T_FMT
+            "RCACHE0036 %s entry of key %s tagged %s slot %" APR_UINT64_T_FMT
             ", which is not the key's (%s): erased, forwarded%s%s",
             from_peer ? "a peer's" : "an", co::to_hex(ctx->base_hash).c_str(), home,
             (apr_uint64_t)res.entry->tag.slot,
@@ -847,7 +847,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
       } else if (res.stale_cause == co::StaleCause::Expired) {
         count(&co::ArenaCounters::expired);
         ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
-                      "RCACHE0028: entry older than RCacheMaxAge %lld s, or stored in the future "
+                      "RCACHE0028 entry older than RCacheMaxAge %lld s, or stored in the future "
                       "(first stored %lld s ago): erased, forwarded",
                       (long long)pol.max_age_s,
                       (long long)((double(q.now_us) - double(res.entry->stored_at_us)) / 1e6));
@@ -860,7 +860,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
         else if (g.coop_cache)
           g.coop_cache->invalidate(res.key_hash, res.key);
         ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
-                      "RCACHE0026: stale entry (stored version %" APR_UINT64_T_FMT ", home %s has %" APR_UINT64_T_FMT "): erased, "
+                      "RCACHE0026 stale entry (stored version %" APR_UINT64_T_FMT ", home %s has %" APR_UINT64_T_FMT "): erased, "
                       "forwarded",
                       (apr_uint64_t)res.entry->tag.version, home, (apr_uint64_t)*res.home_version);
       }
@@ -873,7 +873,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
   if (!resp || !next) {
     count(&co::ArenaCounters::misses);
     ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
-                  "RCACHE0029: a current entry cannot be served (%s): forwarded",
+                  "RCACHE0029 a current entry cannot be served (%s): forwarded",
                   !resp ? "unreadable payload" : "RCACHE_OUT is not in the output filter chain");
     return DECLINED;
   }
@@ -883,7 +883,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
     g.arena->counters().coop.remote_hits.fetch_add(1, std::memory_order_relaxed);
     for (const auto& f : res.fetched) g.coop_cache->keep_fetched(f);
   }
-  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027: hit (version %" APR_UINT64_T_FMT " at %s%s%s)",
+  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027 hit (version %" APR_UINT64_T_FMT " at %s%s%s)",
                 (apr_uint64_t)*res.home_version, home, from_peer ? ", copy read from " : "",
                 from_peer ? res.peer.c_str() : "");
   return serve_hit(r, next, *res.entry, *resp);
@@ -905,7 +905,7 @@ int rcache_handler(request_rec* r) {
   facts.pragma = joined(r->headers_in, "Pragma");
   rc::RequestAction action = rc::decide_request(facts, pol);
   if (action == rc::RequestAction::Pass) {
-    ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0021: not a cacheable request: forwarded");
+    ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0021 not a cacheable request: forwarded");
     return DECLINED;
   }
 
@@ -950,7 +950,7 @@ void insert_filter(request_rec* r) {
 void refuse_store(request_rec* r, FilterState* st, const std::string& why) {
   st->storing = false;
   count(&co::ArenaCounters::store_refused);
-  ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0030: %s: not stored", why.c_str());
+  ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "RCACHE0030 %s: not stored", why.c_str());
 }
 
 void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
@@ -982,11 +982,11 @@ void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
            put(ctx->base_hash, ctx->base, rc::serialize_vary(st->c.vary));
     }
   } catch (const std::exception& e) {
-    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0031: storing failed: %s", e.what());
+    ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "RCACHE0031 storing failed: %s", e.what());
     count(&co::ArenaCounters::store_refused);
     ok = false;
   }
-  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0032: %s %s (%" APR_SIZE_T_FMT " body bytes, %s slot %" APR_UINT64_T_FMT " version %" APR_UINT64_T_FMT ")",
+  ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0032 %s %s (%" APR_SIZE_T_FMT " body bytes, %s slot %" APR_UINT64_T_FMT " version %" APR_UINT64_T_FMT ")",
                 ok ? "stored" : "arena refused", co::to_hex(ctx->base_hash).c_str(),
                 st->resp.body.size(), st->c.tag.node.c_str(), (apr_uint64_t)st->c.tag.slot,
                 (apr_uint64_t)st->c.tag.version);
@@ -1027,11 +1027,11 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
       } else if (st->c.binding != co::TagBinding::Bound) {
         count(&co::ArenaCounters::uncacheable);
         count(&co::ArenaCounters::tag_mismatches);
-        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "RCACHE0035: not stored: %s",
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "RCACHE0035 not stored: %s",
                       st->c.reason.c_str());
       } else {
         count(&co::ArenaCounters::uncacheable);
-        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0033: not cacheable: %s",
+        ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0033 not cacheable: %s",
                       st->c.reason.c_str());
       }
     }
@@ -1067,7 +1067,7 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
       st->storing = false;
       count(&co::ArenaCounters::store_refused);
       ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
-                    "RCACHE0034: response larger than RCacheMaxEntrySize (%" APR_UINT64_T_FMT "): passed through, "
+                    "RCACHE0034 response larger than RCacheMaxEntrySize (%" APR_UINT64_T_FMT "): passed through, "
                     "not stored",
                     (apr_uint64_t)g.max_entry);
       break;

@@ -1572,7 +1572,7 @@ PHP_FUNCTION(tierce_fence_check) {
   }
   if (!g_fence.enabled) {
     if (g_fence.error.empty()) RETURN_TRUE;  // no [arbiter]: nothing fences this node's writes
-    fence_warn("PHPEXT0303 tierce_fence_check(): the topology could not be read (" +
+    fence_warn("PHPEXT0308 tierce_fence_check(): the topology could not be read (" +
                g_fence.error + "): whether this node's writes are fenced is unknown");
     RETURN_FALSE;
   }

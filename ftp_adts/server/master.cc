@@ -495,7 +495,7 @@ int Master::run() {
     int timeout = poll_timeout_ms(spawn_failures_ ? 1000 : -1);
     int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) {
-      log(LogLevel::Error, std::string("FTPD0007 poll: ") + std::strerror(errno));
+      log(LogLevel::Error, std::string("FTPD0017 poll: ") + std::strerror(errno));
       stop();
       remove_metrics();
       return 1;
