@@ -2,8 +2,9 @@
 // placement policies.
 #include "coherence/slab_pool.h"
 
+#include "base/check.h"
+
 #include <algorithm>
-#include <cassert>
 #include <cstring>
 #include <stdexcept>
 
@@ -72,7 +73,7 @@ SlabPool::SlabPool(uint8_t* base, size_t len, SlabPoolOptions opts)
 }
 
 SlabDescriptor SlabPool::descriptor(uint32_t slab) const {
-  assert(slab < slab_count_);
+  TIERCE_DCHECK(slab < slab_count_, "a descriptor of a slab of this pool");
   return SlabDescriptor{slab, uint64_t(slab) * opts_.slab_bytes, opts_.slab_bytes};
 }
 
@@ -89,7 +90,7 @@ std::string SlabPool::holder(uint32_t slab) const {
 }
 
 void SlabPool::retire(Owner& o) {
-  assert(o.slabs == 0);
+  TIERCE_CHECK(o.slabs == 0, "an owner retires holding no slab");
   o.active = false;
   o.retired_incarnation = o.incarnation;
   o.retired_at = ++retire_clock_;
@@ -104,7 +105,7 @@ std::vector<uint32_t> SlabPool::take_back(Owner& o, uint32_t index) {
       slabs.push_back(s);
     }
   }
-  assert(slabs.size() == o.slabs);  // Invariant: o.slabs counts the holder_ entries naming it
+  TIERCE_CHECK(slabs.size() == o.slabs, "an owner's slab count is the number of slabs naming it");
   o.slabs = 0;
   o.reclaimed += slabs.size();
   counters_.slabs_reclaimed += slabs.size();
@@ -139,7 +140,7 @@ void SlabPool::finish_zeroing(const std::vector<uint32_t>& slabs) {
   for (uint32_t s : slabs) std::memset(base_ + size_t(s) * opts_.slab_bytes, 0, opts_.slab_bytes);
   std::lock_guard g(mu_);
   for (uint32_t s : slabs) {
-    assert(holder_[s] == kZeroing);
+    TIERCE_CHECK(holder_[s] == kZeroing, "a slab being zeroed is held by nobody meanwhile");
     holder_[s] = kFree;
     free_list_.push_back(s);
   }
@@ -272,7 +273,7 @@ PoolResult SlabPool::alloc(const std::string& owner, uint64_t incarnation, uint3
         for (uint32_t i = 0; i < count; ++i) {
           uint32_t s = free_list_.back();
           free_list_.pop_back();
-          assert(holder_[s] == kFree);
+          TIERCE_CHECK(holder_[s] == kFree, "a slab on the free list is free");
           holder_[s] = idx;
           r.slabs.push_back(s);
         }

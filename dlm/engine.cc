@@ -1,6 +1,8 @@
 // dlm/engine.cc — the lock manager's protocol state machine (engine.h; protocol in docs/dlm.md).
 #include "dlm/engine.h"
 
+#include "base/check.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -297,6 +299,7 @@ Ticket LockEngine::new_ticket() {
       seq_wrapped_ = true;
     }
     Ticket t = make_ticket(opts_.self_rank, block_seq(opts_.epoch, n));
+    TIERCE_DCHECK(rank_of(t) == opts_.self_rank && t != kFence, "a ticket of this member");
     if (!seq_wrapped_) return t;
     bool used = false;
     for (auto it = records_.begin(); it != records_.end() && !used; ++it)
@@ -506,6 +509,9 @@ void LockEngine::start_exclusive(Step& st, Request& r) {
   rec->ticket = t;
   rec->gen = r.gen;
   rec->request = r.id;
+  // new_ticket() skips the numbers live records hold (after a wrap), and a record names only
+  // tickets of this incarnation's block: an entry replaced here would orphan its queue.
+  TIERCE_CHECK(!records_.count({r.home, r.slot, t}), "a new ticket names no live record");
   // The record exists before the CAS publishes the ticket: messages for it may come at once.
   records_[{r.home, r.slot, t}] = std::move(rec);
   r.ticket = t;
@@ -1296,6 +1302,7 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
     slots_[s]->last_recovery_token = rec->token;
     uint32_t early = slots_[s]->early_recovered_rels;
     rec->holders_outstanding = holds.size() > early ? uint32_t(holds.size() - early) : 0;
+    TIERCE_CHECK(!records_.count({opts_.self_rank, s, r}), "a recovery ticket names no live record");
     bool free_now = rec->holders_outstanding == 0;
     rec->released = free_now;
     if (free_now) word_at(table_, off + 8).store(rec->token, std::memory_order_release);
