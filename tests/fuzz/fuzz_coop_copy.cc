@@ -118,13 +118,13 @@ static std::vector<std::vector<uint8_t>> seeds() {
 }
 
 int main(int argc, char** argv) {
-  auto args = tierce_fuzz::parse_replay_args(argc, argv, 200000, seeds());
-  if (args.exit_code) return *args.exit_code;
-  tierce_fuzz::replay_files(args.files);
-  auto base = seeds();
-  for (auto& s : base) LLVMFuzzerTestOneInput(s.data(), s.size());
-  std::mt19937_64 rng(20261126);
-  for (long it = 0; it < args.iterations; ++it) {
+  tierce_fuzz::Driver<decltype(seeds())::value_type> d;
+  d.name = "fuzz_coop_copy";
+  d.iterations = 200000;
+  d.seeds = seeds();
+  d.rng_seed = 20261126;
+  // This format's own mutations (what is worth changing in it).
+  d.mutate = [](const auto& base, std::mt19937_64& rng) {
     std::vector<uint8_t> v = base[rng() % base.size()];
     int edits = 1 + int(rng() % 6);
     for (int e = 0; e < edits; ++e) {
@@ -150,10 +150,8 @@ int main(int argc, char** argv) {
           break;
       }
     }
-    LLVMFuzzerTestOneInput(v.data(), v.size());
-  }
-  std::printf("fuzz_coop_copy_replay: %zu files, %ld mutated inputs, no failure\n",
-              args.files.size(), args.iterations);
-  return 0;
+    return v;
+  };
+  return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

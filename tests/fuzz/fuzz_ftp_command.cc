@@ -225,20 +225,18 @@ static std::vector<std::string> seeds() {
 }
 
 int main(int argc, char** argv) {
-  auto args = tierce_fuzz::parse_replay_args(argc, argv, 200000, seeds());
-  if (args.exit_code) return *args.exit_code;
-  const long iterations = args.iterations;
-  const auto& files = args.files;
-  tierce_fuzz::replay_files(files);
-  auto base = seeds();
-  for (auto& s : base) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-  static const char* tokens[] = {"\r\n", "\xff",    "\xff\xff", "\xff\xfa", "\xff\xf0",  "\xff\xfd",
-                                 "..",   "/",       ".",        "|",        ",",         "(",
-                                 ")",    ";",       " ",        "=",        "-",         "999",
-                                 "0",    "65535",   "256",      "\0",       "\r",        "\n",
-                                 "::",   "cookie=", "size=",    "modify=",  "UNIX.mode="};
-  std::mt19937_64 rng(20261121);
-  for (long it = 0; it < iterations; ++it) {
+  tierce_fuzz::Driver<decltype(seeds())::value_type> d;
+  d.name = "fuzz_ftp_command";
+  d.iterations = 200000;
+  d.seeds = seeds();
+  d.rng_seed = 20261121;
+  // This format's own mutations (what is worth changing in it).
+  d.mutate = [](const auto& base, std::mt19937_64& rng) {
+    static const char* tokens[] = {"\r\n", "\xff",    "\xff\xff", "\xff\xfa", "\xff\xf0",  "\xff\xfd",
+                                   "..",   "/",       ".",        "|",        ",",         "(",
+                                   ")",    ";",       " ",        "=",        "-",         "999",
+                                   "0",    "65535",   "256",      "\0",       "\r",        "\n",
+                                   "::",   "cookie=", "size=",    "modify=",  "UNIX.mode="};
     std::string v = base[rng() % base.size()];
     int edits = 1 + int(rng() % 8);
     for (int e = 0; e < edits; ++e) {
@@ -267,15 +265,8 @@ int main(int argc, char** argv) {
       }
     }
     if (rng() % 64 == 0) v.append(kMaxCommandLine + rng() % 16 - 8, 'A');  // near the line limit
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(v.data()), v.size());
-  }
-  uint64_t commands = 0, replies = 0, addresses = 0, facts = 0;
-  fuzz_ftp_command_stats(&commands, &replies, &addresses, &facts);
-  std::printf(
-      "fuzz_ftp_command_replay: %zu files and %ld mutated inputs, no crash; parsed %llu commands, "
-      "%llu replies, %llu addresses, %llu MLST lines\n",
-      files.size(), iterations, (unsigned long long)commands, (unsigned long long)replies,
-      (unsigned long long)addresses, (unsigned long long)facts);
-  return 0;
+    return std::vector<uint8_t>(v.begin(), v.end());
+  };
+  return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

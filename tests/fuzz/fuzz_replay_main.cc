@@ -52,14 +52,14 @@ static std::vector<std::vector<uint8_t>> seeds() {
 }
 
 int main(int argc, char** argv) {
-  auto args = tierce_fuzz::parse_replay_args(argc, argv, 200000, seeds());
-  if (args.exit_code) return *args.exit_code;
-  const long iterations = args.iterations;
-  const auto& files = args.files;
-  tierce_fuzz::replay_files(files);
-  auto base = seeds();
-  std::mt19937_64 rng(20261120);
-  for (long it = 0; it < iterations; ++it) {
+  tierce_fuzz::Driver<decltype(seeds())::value_type> d;
+  d.name = "fuzz_wire";
+  d.iterations = 200000;
+  d.seeds = seeds();
+  d.rng_seed = 20261120;
+  d.run_seeds = false;
+  // This format's own mutations (what is worth changing in it).
+  d.mutate = [](const auto& base, std::mt19937_64& rng) {
     std::vector<uint8_t> v = base[rng() % base.size()];
     int edits = 1 + int(rng() % 8);
     for (int e = 0; e < edits; ++e) {
@@ -100,14 +100,13 @@ int main(int argc, char** argv) {
         }
       }
     }
-    LLVMFuzzerTestOneInput(v.data(), v.size());
-  }
-  uint64_t ops = 0, rejected = 0, msgs = 0;
-  fuzz_wire_stats(&ops, &rejected, &msgs);
-  std::printf(
-      "fuzz_wire_replay: %zu files and %ld mutated inputs, no crash; the responder handled "
-      "%llu one-sided ops (%llu rejected) and %llu messages\n",
-      files.size(), iterations, (unsigned long long)ops, (unsigned long long)rejected,
-      (unsigned long long)msgs);
-  return 0;
+    return v;
+  };
+  d.report = [] {
+    uint64_t ops = 0, rejected = 0, msgs = 0;
+    fuzz_wire_stats(&ops, &rejected, &msgs);
+    return "the responder handled " + std::to_string(ops) + " one-sided ops (" +
+           std::to_string(rejected) + " rejected) and " + std::to_string(msgs) + " messages";
+  };
+  return tierce_fuzz::replay_main(argc, argv, d);
 }

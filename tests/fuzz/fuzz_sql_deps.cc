@@ -157,21 +157,19 @@ static std::vector<std::string> seeds() {
 }
 
 int main(int argc, char** argv) {
-  auto args = tierce_fuzz::parse_replay_args(argc, argv, 60000, seeds());
-  if (args.exit_code) return *args.exit_code;
-  const long iterations = args.iterations;
-  const auto& files = args.files;
-  tierce_fuzz::replay_files(files);
-  auto base = seeds();
-  for (auto& s : base) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-  static const char* tokens[] = {"'",      "\"",     "`",     "(",      ")",     ";",     "?",
-                                 ":n",     "/*",     "*/",    "/*!",    "-- ",   "#",     "\n",
-                                 "\\",     " AND ",  " OR ",  " = ",    ",",     ".",     "*",
-                                 " SELECT ", " FROM ", " WHERE ", " JOIN ", " UNION ", "WITH ",
-                                 " IN (",  "0x",     "X'",    "@",      "\0",    "\xff",  " BETWEEN ",
-                                 " CASE ", " END ",  "id",    " SET ",  " VALUES "};
-  std::mt19937_64 rng(20240611);
-  for (long it = 0; it < iterations; ++it) {
+  tierce_fuzz::Driver<decltype(seeds())::value_type> d;
+  d.name = "fuzz_sql_deps";
+  d.iterations = 60000;
+  d.seeds = seeds();
+  d.rng_seed = 20240611;
+  // This format's own mutations (what is worth changing in it).
+  d.mutate = [](const auto& base, std::mt19937_64& rng) {
+    static const char* tokens[] = {"'",      "\"",     "`",     "(",      ")",     ";",     "?",
+                                   ":n",     "/*",     "*/",    "/*!",    "-- ",   "#",     "\n",
+                                   "\\",     " AND ",  " OR ",  " = ",    ",",     ".",     "*",
+                                   " SELECT ", " FROM ", " WHERE ", " JOIN ", " UNION ", "WITH ",
+                                   " IN (",  "0x",     "X'",    "@",      "\0",    "\xff",  " BETWEEN ",
+                                   " CASE ", " END ",  "id",    " SET ",  " VALUES "};
     std::string v = base[rng() % base.size()];
     int edits = 1 + int(rng() % 8);
     for (int e = 0; e < edits; ++e) {
@@ -200,15 +198,8 @@ int main(int argc, char** argv) {
       }
     }
     if (rng() % 256 == 0) v = std::string(2000 + rng() % 2000, '(') + v;  // nesting limit
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(v.data()), v.size());
-  }
-  uint64_t statements = 0, reads = 0, writes = 0, names = 0;
-  fuzz_sql_deps_stats(&statements, &reads, &writes, &names);
-  std::printf(
-      "fuzz_sql_deps_replay: %zu files and %ld mutated inputs, no crash; %llu statements (%llu "
-      "reads, %llu writes), %llu names\n",
-      files.size(), iterations, (unsigned long long)statements, (unsigned long long)reads,
-      (unsigned long long)writes, (unsigned long long)names);
-  return 0;
+    return std::vector<uint8_t>(v.begin(), v.end());
+  };
+  return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

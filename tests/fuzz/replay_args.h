@@ -1,17 +1,21 @@
-// tests/fuzz/replay_args.h — the command line every *_replay driver shares (the deterministic
-// drivers that run a fuzz target without libFuzzer, see fuzz_replay_main.cc):
+// tests/fuzz/replay_args.h — the one replay driver of every fuzz target (run without libFuzzer:
+// g++ builds, and ctest's <target>_replay in every build):
 //
 //   <target>_replay [--iterations N] [--write-seeds DIR] [FILE...]
 //
 // --write-seeds writes the driver's built-in seeds as DIR/seed-0.. (the libFuzzer run's starting
-// corpus) and exits; FILEs (crash reproducers, corpus entries) are run through the target before
-// the mutation loop, which stays each driver's own (what is worth mutating differs per format).
+// corpus) and exits; FILEs (crash reproducers, corpus entries) are run through the target first,
+// then the seeds, then N mutated inputs. A target's main() only fills a Driver (name, seeds,
+// iterations, random seed) and calls replay_main(); a format worth mutating in its own way
+// (header fields set to interesting values, a selector byte) gives its mutation as the hook
+// Driver::mutate, and its own counters as Driver::report.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <random>
@@ -125,23 +129,52 @@ std::vector<uint8_t> mutate(const std::vector<Seed>& seeds, std::mt19937_64& rng
   return v;
 }
 
+// What a replay driver is made of: its name, its seeds, how many mutated inputs by default, the
+// seed of its random numbers, and — for a format worth mutating in its own way (header fields set
+// to interesting values, a selector byte kept) — its own mutation of one input (default: the
+// generic mutate() above); `report` adds the target's own counters to the last line.
+template <class Seed>
+struct Driver {
+  const char* name = "";
+  long iterations = 0;
+  std::vector<Seed> seeds;
+  uint64_t rng_seed = 0;
+  bool run_seeds = true;  // each seed through the target before the mutated inputs
+  std::function<std::vector<uint8_t>(const std::vector<Seed>&, std::mt19937_64&)> mutate;
+  std::function<std::string()> report;
+};
+
+// The one replay main: files given on the command line, the seeds, then the mutated inputs.
+template <class Seed>
+int replay_main(int argc, char** argv, const Driver<Seed>& d) {
+  auto args = parse_replay_args(argc, argv, d.iterations, d.seeds);
+  if (args.exit_code) return *args.exit_code;
+  replay_files(args.files);
+  if (d.run_seeds)
+    for (const auto& s : d.seeds)
+      LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  std::mt19937_64 rng(d.rng_seed);
+  for (long it = 0; it < args.iterations; ++it) {
+    auto v = d.mutate ? d.mutate(d.seeds, rng) : mutate(d.seeds, rng);
+    LLVMFuzzerTestOneInput(v.data(), v.size());
+  }
+  std::printf("%s_replay: %zu files, %zu seeds, %ld mutated inputs, no failure%s%s\n", d.name,
+              args.files.size(), d.seeds.size(), args.iterations, d.report ? "; " : "",
+              d.report ? d.report().c_str() : "");
+  return 0;
+}
+
 // The whole replay driver of a target that needs nothing but seeds: files, seeds, then
 // `default_iterations` mutated inputs (overridable with --iterations). Returns main's code.
 template <class Seed>
 int replay_main(int argc, char** argv, const char* name, long default_iterations,
                 const std::vector<Seed>& seeds, uint64_t rng_seed) {
-  auto args = parse_replay_args(argc, argv, default_iterations, seeds);
-  if (args.exit_code) return *args.exit_code;
-  replay_files(args.files);
-  for (const auto& s : seeds) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-  std::mt19937_64 rng(rng_seed);
-  for (long it = 0; it < args.iterations; ++it) {
-    auto v = mutate(seeds, rng);
-    LLVMFuzzerTestOneInput(v.data(), v.size());
-  }
-  std::printf("%s_replay: %zu files, %zu seeds, %ld mutated inputs, no failure\n", name,
-              args.files.size(), seeds.size(), args.iterations);
-  return 0;
+  Driver<Seed> d;
+  d.name = name;
+  d.iterations = default_iterations;
+  d.seeds = seeds;
+  d.rng_seed = rng_seed;
+  return replay_main(argc, argv, d);
 }
 
 }  // namespace tierce_fuzz
