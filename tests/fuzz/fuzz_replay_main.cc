@@ -1,7 +1,8 @@
-// tests/fuzz/fuzz_replay_main.cc — drives LLVMFuzzerTestOneInput without libFuzzer (g++ builds):
-// replays the files given on the command line, then runs a deterministic mutation loop over
-// built-in seed frames. Under the sanitizer build this is a real (if blind) fuzz run; with clang
-// and -DTIERCE_FUZZ=ON the same target also runs under libFuzzer proper.
+// tests/fuzz/fuzz_replay_main.cc — fuzz_wire's replay driver (the target is fuzz_wire.cc): its
+// seed frames and its mutations (header fields set to interesting 64-bit values, frames spliced
+// back to back) on the shared replay main (replay_args.h). Under the sanitizer build this is a
+// real (if blind) fuzz run; with clang and -DTIERCE_FUZZ=ON the same target also runs under
+// libFuzzer proper.
 //   fuzz_wire_replay [--iterations N] [--write-seeds DIR] [FILE...]
 #include <cstdint>
 #include <cstdio>
