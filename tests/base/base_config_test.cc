@@ -15,22 +15,16 @@
 #include <vector>
 
 #include "base/config.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace tierce::base;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/tierce-base-config-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// The shared temporary directory (tests/test_util.h), with a file writer for these tests.
+struct TempDir : tierce_test::TempDir {
+  fs::path path = tierce_test::TempDir::path();
   std::string write(const std::string& name, const std::string& text) {
     std::ofstream(path / name, std::ios::binary) << text;
     return (path / name).string();

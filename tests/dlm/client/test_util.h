@@ -44,14 +44,10 @@ struct ServerFixture {
   }
 };
 
-// Polls `cond` every millisecond until it holds or `limit` passes.
+// Polls `cond` every millisecond (these tests wait on a local server) until it holds or `limit`
+// passes: tierce_test::eventually with a finer step.
 inline bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5s) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return cond();
+  return tierce_test::eventually(cond, limit, 1ms);
 }
 
 inline bool readable(int fd, int ms) {
