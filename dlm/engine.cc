@@ -487,10 +487,22 @@ void LockEngine::start(Step& st, Request& r) {
     if (r.exclusive) start_exclusive(st, r);
     else start_shared(st, r);
   } catch (const std::exception& e) {
-    // The home could not be reached: nothing was published (a failed CAS/FAA changed nothing we
-    // rely on), so fail the request; the heartbeat will declare the home down if it is.
+    // No answer from the home: fail the request; the heartbeat declares the home down if it is.
+    // The operation may have executed at the home all the same (its answer lost or late, on a
+    // loaded machine): a CAS that made this ticket the tail, an FAA that counted this request
+    // into a group — and then the queue waits for a SUCCESSOR or a SHARED_REL nobody will send,
+    // the lock wedged for good (dlm_stress_dqnl_tcp in CI: a member's enqueue CAS went
+    // unanswered; its predecessor released and waited for its SUCCESSOR for ever, and every
+    // later request queued behind it). So the home is asked to recover its locks, as after a
+    // one-way lapse (SRSL_PURGE): the recovery rebuilds each queue from what the members hold.
     if (r.exclusive && r.ticket) erase_record(r.home, r.slot, r.ticket);
     r.ticket = 0;
+    if (opts_.algorithm != cluster::LockAlgorithm::SRSL && r.home != opts_.self_rank &&
+        r.home < srsl_floor_.size()) {
+      srsl_floor_[r.home] = std::max(srsl_floor_[r.home], next_id_);
+      srsl_purge_due_[r.home] = true;
+      timer_cv_.notify_one();
+    }
     ++counters_.home_down;
     fail(st, r, Status::HomeDown,
          "lock \"" + r.name + "\": the home (member " + std::to_string(r.home) +

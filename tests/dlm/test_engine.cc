@@ -52,6 +52,11 @@ struct Net final : tierce::dlm::Network {
   std::function<void()> after_resolve;
 
   tierce::cluster::LockAlgorithm algorithm;
+  // Set: the next CAS that succeeds executes at the home, and its answer is lost (the caller gets
+  // an exception, as from a call that missed its deadline on a loaded machine).
+  std::atomic<bool> lose_next_answer{false};
+  // A home's engine asked its lockd for a recovery (EngineOptions::request_recovery).
+  std::atomic<int> recovery_requests{0};
 
   Net(uint32_t members, uint32_t home_rank,
       tierce::cluster::LockAlgorithm alg = tierce::cluster::LockAlgorithm::NCoSED)
@@ -72,6 +77,7 @@ struct Net final : tierce::dlm::Network {
     o.incarnation = (epoch << 32) | rank;
     o.home_of = [this](const std::string&) { return home; };
     o.retry_interval = 1ms;
+    o.request_recovery = [this] { ++recovery_requests; };
     engines[rank] = std::make_unique<LockEngine>(o, std::span(tables[rank]), *this);
   }
   // The lockd process of `rank` dies: its engine and everything it knew are gone.
@@ -96,6 +102,10 @@ struct Net final : tierce::dlm::Network {
         default: throw std::runtime_error("op not supported by the test network");
       }
     }
+    bool swapped = false;
+    for (auto& op : ops) swapped |= op.kind == fabric::OpKind::Cas && op.result == op.arg0;
+    if (swapped && lose_next_answer.exchange(false))
+      throw std::runtime_error("test: the answer was lost");
   }
   void send(uint32_t rank, const std::vector<uint8_t>& msg) override {
     std::lock_guard lk(mu);
@@ -388,4 +398,44 @@ BOOST_AUTO_TEST_CASE(srsl_a_withdrawn_request_whose_grant_was_lost_is_released) 
   Req y(net.e(1), 3, Mode::Exclusive);
   auto gy = granted(net, y);
   BOOST_TEST(gy.token > ga.token);
+}
+
+// An enqueue whose answer was lost: the CAS made member 3's ticket the tail at the home, but its
+// answer did not come back (a deadline missed on a loaded machine). Member 3 fails the request
+// (HomeDown) and has no record of the ticket, so it never sends its predecessor the SUCCESSOR,
+// and a SUCCESSOR for it from the next request is dropped: the holder's release waited for ever,
+// and so did every later request (dlm_stress_dqnl_tcp in CI, no other fault). The member now
+// asks the home to recover its locks (SRSL_PURGE), which rebuilds the queue.
+BOOST_AUTO_TEST_CASE(an_enqueue_whose_answer_was_lost_does_not_wedge_the_lock) {
+  for (auto alg : {tierce::cluster::LockAlgorithm::NCoSED, tierce::cluster::LockAlgorithm::DQNL}) {
+    Net net(3, 1, alg);
+    Req h(net.e(2), 1, Mode::Exclusive);
+    auto gh = granted(net, h);
+    net.lose_next_answer = true;
+    Req lost(net.e(3), 2, Mode::Exclusive);
+    auto gl = lost.get(net, 100ms);
+    BOOST_REQUIRE(gl.has_value());
+    BOOST_TEST(gl->status == Status::HomeDown);
+    BOOST_TEST(tierce::dlm::rank_of(net.word().tail) == 3u, "the lost CAS did not execute");
+    Req w(net.e(1), 3, Mode::Exclusive);  // queued behind member 3's orphan ticket
+    BOOST_TEST(net.e(2).release(1, gh.hold) == Status::Ok);
+    BOOST_TEST(!w.get(net, 50ms).has_value(), "granted past the orphan ticket");
+    // The purge reaches the home, which asks its lockd for a recovery: played here.
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (net.recovery_requests.load() == 0 && std::chrono::steady_clock::now() < until) {
+      net.pump();
+      std::this_thread::sleep_for(1ms);
+    }
+    BOOST_REQUIRE_MESSAGE(net.recovery_requests.load() > 0,
+                          "member 3 did not ask the home to recover (the lock stays wedged)");
+    net.recover();
+    auto gw = granted(net, w);
+    BOOST_TEST(gw.token > gh.token);
+    BOOST_TEST(net.e(1).release(3, gw.hold) == Status::Ok);
+    // The lock works on: member 3 again.
+    Req again(net.e(3), 4, Mode::Exclusive);
+    auto ga = granted(net, again);
+    BOOST_TEST(ga.token > gw.token);
+    BOOST_TEST(net.e(3).release(4, ga.hold) == Status::Ok);
+  }
 }
