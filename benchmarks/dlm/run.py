@@ -34,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from tiercelab.procs import free_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -73,12 +76,6 @@ class Interrupted(Exception):
 
 def log(msg):
     print(f"[dlm-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------------

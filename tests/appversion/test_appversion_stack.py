@@ -38,6 +38,9 @@ import sys
 import tempfile
 import threading
 import time
+# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from tiercelab.procs import free_port  # noqa: E402
 
 SKIP = 77
 APACHE = "/usr/sbin/apache2"
@@ -56,12 +59,6 @@ def check(cond, what):
     if not cond:
         raise Failure(what)
     print("ok - " + what, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port, proc, what, timeout=15.0):

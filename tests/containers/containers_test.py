@@ -18,6 +18,9 @@ import sys
 import tempfile
 import threading
 import time
+# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from tiercelab.procs import free_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 
@@ -30,12 +33,6 @@ def check(cond, what):
     print(("  ok   " if cond else "  FAIL ") + what, flush=True)
     if not cond:
         raise Failure(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stack:

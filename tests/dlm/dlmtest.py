@@ -1,9 +1,13 @@
 """tests/dlm/dlmtest.py — what the lock manager's Python test drivers (stress.py, fence.py)
-share: the lock home computation of the topology, and ports that are free and never repeat."""
+share: the lock home computation of the topology, and relays (ports: tiercelab.procs.free_port)."""
 import socket
 import time
 import subprocess
 import os
+import sys
+# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from tiercelab.procs import free_port  # noqa: E402
 
 
 def hash64(data: bytes) -> int:
@@ -25,23 +29,6 @@ def home_of(name: str, nodes):
     """cluster::Topology::lock_home_of: rendezvous over the lockd members."""
     key = "%016x" % hash64(name.encode())
     return max(nodes, key=lambda n: hash64((key + "@" + n).encode()))
-
-
-_taken = set()
-
-
-def free_port():
-    """A free port on 127.0.0.1, never one this process already handed out: ports are chosen
-    before the lockds and relays given them bind them, and the kernel may offer a port again
-    until then (a repeat made a lockd fail to bind)."""
-    while True:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        if port not in _taken:
-            _taken.add(port)
-            return port
 
 
 def start_relay(wanem, target, ctl, ready, log_path, procs, timeout=10):

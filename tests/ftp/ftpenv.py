@@ -45,19 +45,13 @@ import subprocess
 import sys
 import tempfile
 import time
+# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from tiercelab.procs import free_port  # noqa: E402
 
 TEST_USER = "tierceftp"
 TEST_PASSWORD = "tierce-pass-42"
 SKIP = 77  # ctest SKIP_RETURN_CODE: a package this machine lacks
-
-
-def free_port(host="127.0.0.1") -> int:
-    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
 
 
 def sha256(path) -> str:

@@ -39,6 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
+# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from tiercelab.procs import free_port  # noqa: E402
 
 PACKAGES = ["tierce-agents", "libapache2-mod-tierce", "tierce-ftp", "php8.2-tierce", "libtierce-lock0",
             "libtierce-lock-dev", "tierce-sample"]
@@ -73,14 +76,6 @@ def run(argv, check_rc=True, quiet=False, **kw):
     if check_rc and r.returncode != 0:
         raise Failure(f"{' '.join(argv)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
     return r
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def manifest(paths):

@@ -28,17 +28,12 @@ import tempfile
 import threading
 import time
 import traceback
+# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from tiercelab.procs import free_port  # noqa: E402
 
 HTTPD = "/usr/sbin/apache2"
 MODDIR = "/usr/lib/apache2/modules"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def wait_for(pred, timeout=10.0, what="condition"):

@@ -243,6 +243,30 @@ def _ephemeral_low():
 LOW_PORT = 10000
 
 
+_handed_out = set()
+
+
+def free_port(host="127.0.0.1"):
+    """A free TCP port on host for a server a test is about to start, never one this process
+    handed out before (the port is only reserved once the server binds it: until then the kernel
+    may offer it again). On 127.0.0.1 below the ephemeral range (free_ports); elsewhere (::1, a
+    namespace's address) from the kernel. The one copy every test driver and benchmark uses."""
+    for _ in range(1000):
+        if host == "127.0.0.1":
+            port = free_ports(1)[0]
+        else:
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            try:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            finally:
+                s.close()
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port on %s that was not handed out already" % host)
+
+
 def free_ports(n):
     """n distinct free TCP ports on 127.0.0.1, below the ephemeral port range when it leaves room
     (random, each checked by binding it; all held together, then released), else from the kernel
