@@ -51,6 +51,7 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include "base/check.h"
 #include "base/tsan.h"
 #include "fabric/errors.h"
 #include "fabric/random.h"
@@ -479,6 +480,12 @@ std::optional<ArenaCopy> CacheArena::store_located(uint64_t key_hash, std::strin
   while (end - h->tail.load(std::memory_order_relaxed) > ring_bytes_ &&
          h->tail.load(std::memory_order_relaxed) < head)
     evict_oldest_locked(evicted);
+  // The seqlock's premise (file comment): a writer writes only bytes no live entry holds, and
+  // an entry never wraps the ring's end. Both follow from the arithmetic above (need <= ring/4).
+  TIERCE_CHECK(end - h->tail.load(std::memory_order_relaxed) <= ring_bytes_,
+               "a new entry does not overlap the live entries [tail, head)");
+  TIERCE_CHECK(start % ring_bytes_ + need <= ring_bytes_ && start % kAlign == 0,
+               "an entry starts aligned and never wraps the ring's end");
   // Orders the tail stores above before the byte stores below, for readers that re-check tail
   // after copying (seqlock: the writer's release fence pairs with the reader's acquire fence).
   std::atomic_thread_fence(std::memory_order_release);

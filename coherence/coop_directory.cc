@@ -11,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "base/check.h"
 #include "base/tsan.h"
 #include "coherence/key.h"
 
@@ -481,6 +482,11 @@ CoopDirectory::Image CoopDirectory::load_locked(uint64_t i) const {
 // Seqlock writer: the new image is built and checksummed privately; the shared bucket is odd only
 // for the copy of 632 bytes.
 void CoopDirectory::store_locked(uint64_t i, const Image& img) {
+  // The image was loaded (checked) and edited by this owner only: its count fits the bucket, and
+  // its sequence is even (no store of this owner is half done while it holds the mutex).
+  TIERCE_CHECK(img.count <= kDirEntriesPerBucket && img.sequence % 2 == 0,
+               "the owner's bucket image fits a bucket and is not mid-update");
+  TIERCE_DCHECK(i < geo_.buckets, "a bucket of this directory");
   alignas(64) uint8_t next[kDirBucketSize] = {};
   const uint64_t seq = img.sequence + 2;
   store<uint64_t>(next + kSequence, seq);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "base/check.h"
 #include "coherence/key.h"
 #include "coherence/layout.h"
 #include "fabric/random.h"
@@ -120,6 +121,9 @@ void HomeState::evict_locked() {
     drop_key_locked(key, k);
     ++stats_.evictions;
   }
+  // Every key has a live entry in order_ (pushed when it was first registered, kept when the
+  // queue is compacted), so the queue runs dry only once the keys are within the limit.
+  TIERCE_CHECK(keys_.size() <= limits_.max_keys, "every key is in the eviction order");
 }
 
 RegisterResult HomeState::register_page(uint64_t key, uint64_t seq_start,
@@ -211,6 +215,8 @@ InvalidateResult HomeState::apply_locked(std::span<const uint64_t> dependencies,
   // Log it, then publish the new sequence. A render that read the old sequence finds this entry
   // when it registers (same mutex); one that reads the new one started after the commit.
   res.seq = seq() + 1;
+  TIERCE_DCHECK(log_.empty() || log_.back().first < res.seq,
+                "the log's sequence numbers grow with each invalidation");
   if (all) {
     log_.emplace_back(res.seq, kAll);
   } else {
@@ -281,6 +287,8 @@ void HomeState::add_mark_locked(uint64_t dep, uint64_t token, uint64_t deadline)
     mark_tokens_[token].push_back(dep);
   }
   by_deadline_.emplace(deadline, token, dep);
+  TIERCE_DCHECK(marks_.count(dep) && marks_.at(dep).count(token),
+                "a mark in the deadline queue is in the marks of its dependency");
 }
 
 void HomeState::release_locked(uint64_t token) {
@@ -347,6 +355,8 @@ size_t HomeState::expire_locked(uint64_t now) {
     all = true;
     ++n;
   }
+  TIERCE_CHECK(by_deadline_.empty() || std::get<0>(*by_deadline_.begin()) > now,
+               "no expired mark is left in the deadline queue");
   if (n == 0) return 0;
   // Its Release never came: the write may have committed at any time since the Pend. Treated
   // as that write's invalidation (renders that started before now are refused by the log).

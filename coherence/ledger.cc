@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "base/check.h"
+
 namespace tierce::coherence {
 
 std::string_view to_string(Standing s) {
@@ -32,6 +34,10 @@ void OriginLedger::advance(Origin& o) {
     o.covered = *o.above.begin();
     o.above.erase(o.above.begin());
   }
+  // What `needed` and `standing` rely on: every number up to `covered` is held, and `above`
+  // holds only numbers past a gap (covered + 1 missing), never one that `covered` includes.
+  TIERCE_CHECK(o.above.empty() || *o.above.begin() > o.covered + 1,
+               "the ledger's numbers above `covered` start past a gap");
 }
 
 void OriginLedger::applied(size_t origin, const IssuedNumber& n) {
@@ -46,6 +52,7 @@ void OriginLedger::applied(size_t origin, const IssuedNumber& n) {
     return;
   }
   if (n.number <= o.covered) return;
+  TIERCE_DCHECK(o.above.size() <= kMaxAbove, "the numbers held above `covered` are bounded");
   if (o.above.size() >= kMaxAbove) {
     o.overflow = true;
     return;
