@@ -70,10 +70,11 @@ std::optional<Location> PoolStore::put(uint64_t key_hash, std::string_view key, 
     auto fits = [&](const Slab& s) { return s.cursor + need <= s.s.slab.length; };
     bool have = !slabs_.empty() && fits(slabs_[current_]);
     if (!have && slabs_.size() < max_slabs_) {
-      std::string why;
-      auto got = owner_.alloc(1, &why);
-      if (!got.empty()) {
-        slabs_.push_back(Slab{got[0], 0});
+      // None to be had: the store goes on in the slabs it holds (or is refused below); why not
+      // shows in the owner's counters and donor status.
+      auto got = owner_.alloc(1);
+      if (got.ok()) {
+        slabs_.push_back(Slab{got->front(), 0});
         current_ = slabs_.size() - 1;
         have = fits(slabs_[current_]);
       }

@@ -1,4 +1,5 @@
 // coherence/pool.cc — per-node connection pools (see pool.h).
+#include "base/status.h"
 #include "coherence/pool.h"
 
 #include <array>
@@ -25,9 +26,8 @@ Borrowed::~Borrowed() {
 namespace {
 
 // Connects to `n` for a slot the caller already counted in n.total; on failure gives the slot
-// back, marks the node down for retry_after, says why and returns nullptr.
-std::unique_ptr<NodePool::Conn> connect_counted(NodePool& n, const PoolContext& ctx,
-                                                std::string* why) {
+// back, marks the node down for retry_after and says why (Unavailable).
+base::Result<std::unique_ptr<NodePool::Conn>> connect_counted(NodePool& n, const PoolContext& ctx) {
   try {
     fabric::ClientOptions o;
     o.secret = ctx.secret;
@@ -38,12 +38,11 @@ std::unique_ptr<NodePool::Conn> connect_counted(NodePool& n, const PoolContext& 
     c->c = fabric::connect(n.uri, o);
     return c;
   } catch (const std::exception& e) {
-    *why = e.what();
     std::lock_guard lk(n.mu);
     --n.total;
     n.down_until = NodePool::Clock::now() + ctx.tuning.retry_after;
     n.cv.notify_one();
-    return nullptr;
+    return base::Status(base::Code::Unavailable, e.what());
   }
 }
 
@@ -68,13 +67,12 @@ std::unique_ptr<NodePool::Conn> borrow(NodePool& n, const PoolContext& ctx, bool
       if (n.cv.wait_until(lk, deadline) == std::cv_status::timeout) return nullptr;
     }
   }
-  std::string why;
-  auto c = connect_counted(n, ctx, &why);
+  auto c = connect_counted(n, ctx);
   if (!c && ctx.log)
     ctx.log(fabric::LogLevel::Warn, "COH0101 cannot reach " + n.info->name + " at " + n.uri + ": " +
-                                        why + " (its pages are not served from cache for " +
+                                        c.message() + " (its pages are not served from cache for " +
                                         std::to_string(t.retry_after.count()) + " ms)");
-  return c;
+  return c ? std::move(c).value() : nullptr;
 }
 
 std::unique_ptr<NodePool::Conn> borrow_idle(NodePool& n) {
@@ -94,8 +92,8 @@ std::unique_ptr<NodePool::Conn> borrow_fresh(NodePool& n, const PoolContext& ctx
     ++n.total;  // may exceed max_connections_per_node by the callers doing this at once
   }
   stale.clear();  // closed outside the lock
-  std::string why;
-  return connect_counted(n, ctx, &why);
+  auto c = connect_counted(n, ctx);  // a failure marks the node down (the caller sees nullptr)
+  return c ? std::move(c).value() : nullptr;
 }
 
 const fabric::RemoteRegion& region(NodePool::Conn& c, RegionKind kind, const PoolContext& ctx) {

@@ -83,9 +83,8 @@ void PoolOwner::start() {
   if (!renewer_.joinable()) renewer_ = std::thread([this] { renew_loop(); });
 }
 
-std::optional<std::vector<uint8_t>> PoolOwner::call(size_t i, const char* service,
-                                                    const std::vector<uint8_t>& body,
-                                                    std::string* err) {
+base::Result<std::vector<uint8_t>> PoolOwner::call(size_t i, const char* service,
+                                                   const std::vector<uint8_t>& body) {
   Donor& d = *donors_[i];
   std::lock_guard lk(d.call_mu);
   try {
@@ -93,22 +92,19 @@ std::optional<std::vector<uint8_t>> PoolOwner::call(size_t i, const char* servic
     return d.conn->call(service, body);
   } catch (const std::exception& e) {
     d.conn.reset();  // reconnect next time (a restarted memd is found again by its URI)
-    *err = e.what();
-    return std::nullopt;
+    return base::Status(base::Code::Unavailable, e.what());
   }
 }
 
-// call() and decode: the reply, or nullopt and *err (no answer, or a malformed one).
-std::optional<poolwire::Reply> PoolOwner::call_reply(size_t i, const char* service,
-                                                     const std::vector<uint8_t>& body,
-                                                     std::string* err) {
-  auto reply = call(i, service, body, err);
-  if (!reply) return std::nullopt;
+// call() and decode: the reply, or why not (no answer, or a malformed one).
+base::Result<poolwire::Reply> PoolOwner::call_reply(size_t i, const char* service,
+                                                    const std::vector<uint8_t>& body) {
+  auto reply = call(i, service, body);
+  if (!reply) return reply.status();
   try {
     return w::decode_reply(*reply);
   } catch (const w::PoolWireError& e) {
-    *err = std::string("malformed reply: ") + e.what();
-    return std::nullopt;
+    return base::Status(base::Code::InvalidArgument, std::string("malformed reply: ") + e.what());
   }
 }
 
@@ -126,15 +122,14 @@ std::vector<OwnedSlab> PoolOwner::drop_donor_locked(size_t i) {
   return lost;
 }
 
-std::vector<OwnedSlab> PoolOwner::note_reply_locked(size_t i, uint32_t free,
-                                                    uint64_t pool_incarnation, uint64_t lease_ms,
-                                                    std::string* why) {
+PoolOwner::Loss PoolOwner::note_reply_locked(size_t i, uint32_t free, uint64_t pool_incarnation,
+                                             uint64_t lease_ms) {
   Donor& d = *donors_[i];
-  std::vector<OwnedSlab> lost;
+  Loss lost;
   if (d.pool_incarnation != 0 && pool_incarnation != d.pool_incarnation &&
       (d.held > 0 || !d.pending_free.empty())) {
-    lost = drop_donor_locked(i);
-    *why = "the pool of " + d.info.node + " is a new incarnation (its memd restarted): every "
+    lost.slabs = drop_donor_locked(i);
+    lost.why = "the pool of " + d.info.node + " is a new incarnation (its memd restarted): every "
            "descriptor of the old one is void";
   }
   d.answered = true;
@@ -160,14 +155,11 @@ void PoolOwner::report_lost(const std::vector<OwnedSlab>& lost, const std::strin
   if (fn) fn(lost, why);
 }
 
-std::vector<OwnedSlab> PoolOwner::alloc(uint32_t count, std::string* why) {
-  std::string dummy;
-  if (!why) why = &dummy;
-  if (count == 0 || count > SlabPoolLimits::kMaxSlabsPerCall) {
-    *why = "a count of " + std::to_string(count) + " slabs is out of range 1.." +
-           std::to_string(SlabPoolLimits::kMaxSlabsPerCall);
-    return {};
-  }
+base::Result<std::vector<OwnedSlab>> PoolOwner::alloc(uint32_t count) {
+  if (count == 0 || count > SlabPoolLimits::kMaxSlabsPerCall)
+    return base::Status(base::Code::InvalidArgument,
+                        "a count of " + std::to_string(count) + " slabs is out of range 1.." +
+                            std::to_string(SlabPoolLimits::kMaxSlabsPerCall));
   bool any_known;
   {
     std::lock_guard lk(mu_);
@@ -203,28 +195,26 @@ std::vector<OwnedSlab> PoolOwner::alloc(uint32_t count, std::string* why) {
             << (d.answered ? std::to_string(d.free_slabs) + " free" : "no answer (" + d.last_error + ")");
         }
         o << ")" << refusals;
-        *why = o.str();
-        return {};
+        return base::Status(base::Code::ResourceExhausted, o.str());
       }
       i = index[*c];
       inc = donors_[i]->incarnation;
     }
     tried[i] = true;
     const auto sent = Clock::now();
-    std::string err;
-    std::optional<w::Reply> rep = call_reply(i, w::kAllocService, w::encode(w::AllocRequest{opts_.owner, inc, count}), &err);
-    std::vector<OwnedSlab> lost, got;
-    std::string lost_why;
+    auto rep = call_reply(i, w::kAllocService, w::encode(w::AllocRequest{opts_.owner, inc, count}));
+    std::vector<OwnedSlab> got;
+    Loss lost;
     {
       std::lock_guard lk(mu_);
       Donor& d = *donors_[i];
       if (!rep) {
         d.answered = false;
-        d.last_error = err;
-        refusals += "; " + d.info.node + ": " + err;
+        d.last_error = rep.message();
+        refusals += "; " + d.info.node + ": " + rep.message();
         continue;
       }
-      lost = note_reply_locked(i, rep->free_slabs, rep->pool_incarnation, rep->lease_ms, &lost_why);
+      lost = note_reply_locked(i, rep->free_slabs, rep->pool_incarnation, rep->lease_ms);
       if (rep->status == PoolStatus::Ok) {
         for (const auto& s : rep->slabs) got.push_back({i, rep->pool_incarnation, s});
         held_.insert(held_.end(), got.begin(), got.end());
@@ -237,8 +227,8 @@ std::vector<OwnedSlab> PoolOwner::alloc(uint32_t count, std::string* why) {
         // This incarnation is void at that donor (it reclaimed our slabs): drop them and speak
         // as a new incarnation there from now on; the other donors keep ours.
         auto more = drop_donor_locked(i);
-        lost.insert(lost.end(), more.begin(), more.end());
-        lost_why = d.info.node + " reclaimed our slabs (LeaseLost): " + rep->message;
+        lost.slabs.insert(lost.slabs.end(), more.begin(), more.end());
+        lost.why = d.info.node + " reclaimed our slabs (LeaseLost): " + rep->message;
         d.incarnation = nonzero_random();
         refusals += "; " + d.info.node + ": LeaseLost";
         if (!renamed[i]) tried[i] = false;  // ask again with the new incarnation, once
@@ -248,7 +238,7 @@ std::vector<OwnedSlab> PoolOwner::alloc(uint32_t count, std::string* why) {
                     rep->message + ")";
       }
     }
-    report_lost(lost, lost_why);
+    report_lost(lost.slabs, lost.why);
     if (!got.empty()) return got;
   }
 }
@@ -288,13 +278,12 @@ void PoolOwner::flush_pending_free(size_t i) {
   }
   if (batch.empty()) return;
   if (batch.size() > SlabPoolLimits::kMaxSlabsPerCall) batch.resize(SlabPoolLimits::kMaxSlabsPerCall);
-  std::string err;
-  std::optional<w::Reply> rep = call_reply(i, w::kFreeService, w::encode(w::FreeRequest{opts_.owner, inc, batch}), &err);
+  auto rep = call_reply(i, w::kFreeService, w::encode(w::FreeRequest{opts_.owner, inc, batch}));
   std::lock_guard lk(mu_);
   Donor& d = *donors_[i];
   if (!rep) {  // kept in pending_free: retried by the next renewal round
     d.answered = false;
-    d.last_error = err;
+    d.last_error = rep.message();
     return;
   }
   // Ok: freed. NotHeld/UnknownOwner/LeaseLost: the donor does not count them as ours any more.
@@ -317,14 +306,13 @@ size_t PoolOwner::renew_now() {
       allocs_before = donors_[i]->allocs;
     }
     const auto sent = Clock::now();
-    std::string err;
-    std::optional<w::Reply> rep = call_reply(i, w::kRenewService, w::encode(w::RenewRequest{opts_.owner, inc}), &err);
-    std::vector<OwnedSlab> lost;
-    std::string why;
+    auto rep = call_reply(i, w::kRenewService, w::encode(w::RenewRequest{opts_.owner, inc}));
+    Loss lost;
     {
       std::lock_guard lk(mu_);
       Donor& d = *donors_[i];
       if (!rep) {
+        const std::string& err = rep.message();
         ++counters_.renew_failures;
         if (d.answered && log_)
           log_(fabric::LogLevel::Warn, "COH0402 pool owner " + opts_.owner + ": donor " +
@@ -333,8 +321,8 @@ size_t PoolOwner::renew_now() {
         d.answered = false;
         d.last_error = err;
         if (d.held > 0 && Clock::now() >= d.writable_until) {
-          lost = drop_donor_locked(i);
-          why = "no renewal answered by " + d.info.node + " for lease - lease/4 (" + err +
+          lost.slabs = drop_donor_locked(i);
+          lost.why = "no renewal answered by " + d.info.node + " for lease - lease/4 (" + err +
                 "): it reclaims them after a whole lease";
           // Spoken to as a new incarnation from now on: if the donor was only slow or frozen and
           // still counts the old slabs as ours, its first request from us reclaims them (no leak).
@@ -342,7 +330,7 @@ size_t PoolOwner::renew_now() {
         }
       } else {
         ++answered;
-        lost = note_reply_locked(i, rep->free_slabs, rep->pool_incarnation, rep->lease_ms, &why);
+        lost = note_reply_locked(i, rep->free_slabs, rep->pool_incarnation, rep->lease_ms);
         switch (rep->status) {
           case PoolStatus::Ok:
             ++counters_.renewals;
@@ -356,16 +344,16 @@ size_t PoolOwner::renew_now() {
             // UnknownOwner after it needs a restarted donor, which its pool incarnation shows.
             if (d.held > 0 && d.allocs == allocs_before) {
               auto more = drop_donor_locked(i);
-              lost.insert(lost.end(), more.begin(), more.end());
-              why = d.info.node + " does not know us as an owner any more (it reclaimed our "
+              lost.slabs.insert(lost.slabs.end(), more.begin(), more.end());
+              lost.why = d.info.node + " does not know us as an owner any more (it reclaimed our "
                     "slabs: was this process frozen or cut off past the lease?)";
             }
             d.pending_free.clear();
             break;
           case PoolStatus::LeaseLost: {
             auto more = drop_donor_locked(i);
-            lost.insert(lost.end(), more.begin(), more.end());
-            why = d.info.node + " reclaimed our slabs (LeaseLost): " + rep->message;
+            lost.slabs.insert(lost.slabs.end(), more.begin(), more.end());
+            lost.why = d.info.node + " reclaimed our slabs (LeaseLost): " + rep->message;
             d.incarnation = nonzero_random();
             break;
           }
@@ -379,7 +367,7 @@ size_t PoolOwner::renew_now() {
         }
       }
     }
-    report_lost(lost, why);
+    report_lost(lost.slabs, lost.why);
   }
   return answered;
 }

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/status.h"
 #include "coherence/slab_pool.h"
 #include "coherence/slab_pool_wire.h"
 #include "fabric/fabric.h"
@@ -92,9 +93,10 @@ class PoolOwner {
   // Starts the renewal thread.
   void start();
 
-  // `count` slabs from one donor, or none and *why. A donor that refuses (full, over quota) is
-  // skipped and the next choice asked, at most once per donor.
-  std::vector<OwnedSlab> alloc(uint32_t count, std::string* why);
+  // `count` slabs from one donor, or why none (ResourceExhausted: no donor had them, the
+  // refusals listed; InvalidArgument: count out of range). A donor that refuses (full, over
+  // quota) is skipped and the next choice asked, at most once per donor.
+  base::Result<std::vector<OwnedSlab>> alloc(uint32_t count);
   // Gives slabs back (the donor zeroes them before anyone else gets them). Slabs the donor no
   // longer knows as ours are simply dropped. Not held (any more): ignored.
   void free(std::span<const OwnedSlab> slabs);
@@ -117,15 +119,20 @@ class PoolOwner {
   using Clock = std::chrono::steady_clock;
   struct Donor;
 
-  // One call to donor `i` (under its call mutex); nullopt and the error when it failed.
-  std::optional<std::vector<uint8_t>> call(size_t i, const char* service,
-                                           const std::vector<uint8_t>& body, std::string* err);
-  std::optional<poolwire::Reply> call_reply(size_t i, const char* service,
-                                            const std::vector<uint8_t>& body, std::string* err);
+  // One call to donor `i` (under its call mutex): the reply's bytes, or why not (Unavailable).
+  base::Result<std::vector<uint8_t>> call(size_t i, const char* service,
+                                          const std::vector<uint8_t>& body);
+  // call() and decode (InvalidArgument: a malformed reply).
+  base::Result<poolwire::Reply> call_reply(size_t i, const char* service,
+                                           const std::vector<uint8_t>& body);
+  // Slabs to report lost, and why.
+  struct Loss {
+    std::vector<OwnedSlab> slabs;
+    std::string why;
+  };
   // Applies what a reply says about donor `i` (free count, incarnation, lease); returns the slabs
-  // to report lost and why. Prereq: mu_ held.
-  std::vector<OwnedSlab> note_reply_locked(size_t i, uint32_t free, uint64_t pool_incarnation,
-                                           uint64_t lease_ms, std::string* why);
+  // it voids (a new pool incarnation) and why. Prereq: mu_ held.
+  Loss note_reply_locked(size_t i, uint32_t free, uint64_t pool_incarnation, uint64_t lease_ms);
   std::vector<OwnedSlab> drop_donor_locked(size_t i);
   void flush_pending_free(size_t i);
   void report_lost(const std::vector<OwnedSlab>& lost, const std::string& why);

@@ -537,8 +537,8 @@ std::string lock_what(const std::string& name, Mode mode) {
 // Status::Ok, or WouldBlock for a try-lock that failed; throws otherwise.
 ipc::Reply acquire(LockClient::Impl& m, const std::string& name, Mode mode,
                    std::chrono::milliseconds timeout) {
-  std::string why;
-  if (!ipc::valid_name(name, &why)) throw LockError(Status::BadName, why);
+  if (base::Status named = ipc::check_name(name); !named.ok())
+    throw LockError(Status::BadName, named.message());
   if (mode != Mode::Shared && mode != Mode::Exclusive)
     throw LockError(Status::BadRequest,
                     "mode " + std::to_string(int(mode)) + " is not a lock mode");

@@ -89,15 +89,12 @@ bool check_header(std::span<const uint8_t> b, DecodeError* err) {
 
 }  // namespace
 
-bool valid_name(std::string_view name, std::string* why) {
-  auto no = [&](const char* w) {
-    if (why) *why = w;
-    return false;
-  };
+base::Status check_name(std::string_view name) {
+  auto no = [](const char* why) { return base::Status(base::Code::InvalidArgument, why); };
   if (name.empty()) return no("the lock name is empty");
   if (name.size() > kMaxNameBytes) return no("the lock name is longer than 255 bytes");
   if (name.find('\0') != std::string_view::npos) return no("the lock name contains a NUL byte");
-  return true;
+  return {};
 }
 
 std::string_view to_string(FrameType t) {
@@ -216,9 +213,8 @@ std::optional<Request> decode_request(std::span<const uint8_t> b, DecodeError* e
         return std::nullopt;
       }
       std::string_view name(reinterpret_cast<const char*>(p + kLockFixed), len);
-      std::string why;
-      if (!valid_name(name, &why)) {
-        fail(err, why, id, Status::BadName);
+      if (base::Status named = check_name(name); !named.ok()) {
+        fail(err, named.message(), id, Status::BadName);
         return std::nullopt;
       }
       r.name.assign(name);

@@ -57,6 +57,7 @@
 #include <string_view>
 #include <variant>
 
+#include "base/status.h"
 #include "dlm/types.h"
 
 namespace tierce::dlm::ipc {
@@ -139,7 +140,7 @@ struct Frame {
   std::span<const uint8_t> view() const { return {bytes, size}; }
 };
 
-// Prereq (LOCK): the name is valid (valid_name); the client checks before encoding.
+// Prereq (LOCK): the name is valid (check_name); the client checks before encoding.
 void encode(const LockRequest& r, Frame* f);
 void encode(const UnlockRequest& r, Frame* f);
 void encode(const StatusRequest& r, Frame* f);
@@ -151,8 +152,9 @@ void encode(const RevokedEvent& r, Frame* f);
 std::optional<Request> decode_request(std::span<const uint8_t> frame, DecodeError* err);
 std::optional<Event> decode_event(std::span<const uint8_t> frame, DecodeError* err);
 
-// Empty, longer than kMaxNameBytes or containing NUL: not a lock name (Status::BadName).
-bool valid_name(std::string_view name, std::string* why = nullptr);
+// Empty, longer than kMaxNameBytes or containing NUL: not a lock name (InvalidArgument; the
+// codec answers it with Status::BadName).
+base::Status check_name(std::string_view name);
 
 std::string_view to_string(FrameType t);
 

@@ -410,21 +410,29 @@ size_t count_at(const std::vector<coherence::OwnedSlab>& v, size_t donor) {
   return size_t(std::count_if(v.begin(), v.end(), [&](auto& s) { return s.donor == donor; }));
 }
 
+// The slabs of a successful alloc; a failed one fails the test with its message.
+std::vector<coherence::OwnedSlab> slabs_of(tierce::base::Result<std::vector<coherence::OwnedSlab>> r) {
+  BOOST_TEST_REQUIRE(r.ok(), r.message());
+  return std::move(r).value();
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(pool_owner_places_renews_past_the_lease_and_frees) {
   TwoDonors d(4, 12);
   auto lf = d.owner(coherence::Placement::LocalFirst);
-  std::string why;
-  auto s1 = lf->alloc(3, &why);
-  BOOST_TEST_REQUIRE(s1.size() == 3u, why);
+  auto s1 = slabs_of(lf->alloc(3));
+  BOOST_TEST_REQUIRE(s1.size() == 3u);
   BOOST_TEST(count_at(s1, 0) == 3u);  // local first
-  auto s2 = lf->alloc(2, &why);       // the local pool has 1 left: the remote one
-  BOOST_TEST_REQUIRE(s2.size() == 2u, why);
+  auto s2 = slabs_of(lf->alloc(2));  // the local pool has 1 left: the remote one
+  BOOST_TEST_REQUIRE(s2.size() == 2u);
   BOOST_TEST(count_at(s2, 1) == 2u);
-  auto none = lf->alloc(20, &why);
-  BOOST_TEST(none.empty());
-  BOOST_TEST(why.find("no donor has 20 free slab(s)") != std::string::npos, why);
+  auto none = lf->alloc(20);
+  BOOST_TEST_REQUIRE(!none.ok());
+  BOOST_TEST((none.status().code() == tierce::base::Code::ResourceExhausted));
+  BOOST_TEST(none.message().find("no donor has 20 free slab(s)") != std::string::npos, none.message());
+  auto zero = lf->alloc(0);
+  BOOST_TEST((zero.status().code() == tierce::base::Code::InvalidArgument));
 
   // Renewals keep every slab past several leases; the bytes written stay.
   auto c = d.a.connect("tcp");
@@ -445,8 +453,8 @@ BOOST_AUTO_TEST_CASE(pool_owner_places_renews_past_the_lease_and_frees) {
   // Most free: the remote donor (10 free against 1).
   auto mf = d.owner(coherence::Placement::MostFree, "proxy2");
   BOOST_TEST(mf->renew_now() == 2u);
-  auto s3 = mf->alloc(1, &why);
-  BOOST_TEST_REQUIRE(s3.size() == 1u, why);
+  auto s3 = slabs_of(mf->alloc(1));
+  BOOST_TEST_REQUIRE(s3.size() == 1u);
   BOOST_TEST(count_at(s3, 1) == 1u);
 
   // Frees go back to the donors (zeroed there) and show in the free counts.
@@ -478,9 +486,12 @@ BOOST_AUTO_TEST_CASE(pool_owner_loses_only_the_slabs_of_a_restarted_or_silent_do
     for (auto& s : v) lost.emplace_back(s.donor, why);
   });
   o->start();  // renewals every 50 ms (lease 300 ms)
-  std::string why;
-  BOOST_TEST_REQUIRE(o->alloc(2, &why).size() == 2u, why);  // a
-  BOOST_TEST_REQUIRE(o->alloc(7, &why).size() == 7u, why);  // b (a has 6 left)
+  auto a2 = o->alloc(2);
+  BOOST_TEST_REQUIRE(a2.ok(), a2.message());
+  BOOST_TEST_REQUIRE(a2->size() == 2u);  // a
+  auto b7 = o->alloc(7);
+  BOOST_TEST_REQUIRE(b7.ok(), b7.message());
+  BOOST_TEST_REQUIRE(b7->size() == 7u);  // b (a has 6 left)
   BOOST_TEST(count_at(o->held(), 1) == 7u);
 
   // b restarts: its pool is a new incarnation; only b's slabs are lost, with the reason.
@@ -527,8 +538,9 @@ BOOST_AUTO_TEST_CASE(pool_owner_loses_only_the_slabs_of_a_restarted_or_silent_do
         return ds[0].answered && ds[0].free_slabs == 8u;
       },
       5s));
-  auto again = o->alloc(8, &why);
-  BOOST_TEST_REQUIRE(again.size() == 8u, why);
-  BOOST_TEST(count_at(again, 0) == 8u);
+  auto again = o->alloc(8);
+  BOOST_TEST_REQUIRE(again.ok(), again.message());
+  BOOST_TEST_REQUIRE(again->size() == 8u);
+  BOOST_TEST(count_at(*again, 0) == 8u);
   BOOST_TEST(o->counters().slabs_lost == 9u);
 }
