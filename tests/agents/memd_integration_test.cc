@@ -33,7 +33,7 @@ namespace {
 constexpr auto kStartLimit = 10s;
 
 // Starts tierce-memd with `args`, its output appended to `log_path`.
-Child spawn(const std::vector<std::string>& args, const std::string& log_path) {
+Child spawn_memd(const std::vector<std::string>& args, const std::string& log_path) {
   return spawn_binary(TIERCE_MEMD_BINARY, args, log_path);
 }
 
@@ -103,7 +103,7 @@ struct Fixture {
 
   // Starts memd in the foreground and waits for its ready file.
   void start() {
-    memd = spawn({"--foreground", "-c", config_path}, log_path);
+    memd = spawn_memd({"--foreground", "-c", config_path}, log_path);
     bool ready = eventually(
         [&] {
           if (::access(ready_path.c_str(), F_OK) == 0) return true;
@@ -360,7 +360,7 @@ BOOST_AUTO_TEST_CASE(second_memd_with_the_same_pid_file_exits_3) {
   write_config({});
   start();
   std::string log2 = dir / "second.log";
-  Child second = spawn({"--foreground", "-c", config_path}, log2);
+  Child second = spawn_memd({"--foreground", "-c", config_path}, log2);
   int code = second.wait_exit(5000ms);
   BOOST_TEST_INFO("second memd's output:\n" << read_file(log2));
   BOOST_TEST(code == 3);
@@ -382,7 +382,7 @@ BOOST_AUTO_TEST_CASE(second_memd_with_the_same_pid_file_exits_3) {
 
 BOOST_AUTO_TEST_CASE(bad_configuration_exits_2_naming_the_key) {
   write_config({}, "max_connections = \"many\"");
-  Child c = spawn({"--foreground", "-c", config_path}, log_path);
+  Child c = spawn_memd({"--foreground", "-c", config_path}, log_path);
   BOOST_TEST(c.wait_exit(5000ms) == 2);
   std::string out = log();
   BOOST_TEST_INFO(out);
@@ -391,7 +391,7 @@ BOOST_AUTO_TEST_CASE(bad_configuration_exits_2_naming_the_key) {
   BOOST_TEST(::access(pid_path.c_str(), F_OK) != 0);
 
   auto run = [&](std::vector<std::string> args, const std::string& out_name) {
-    Child p = spawn(args, dir / out_name);
+    Child p = spawn_memd(args, dir / out_name);
     return p.wait_exit(5000ms);
   };
   // --check: 0 on a good file, 2 on a bad one, with the key.
@@ -428,7 +428,7 @@ BOOST_AUTO_TEST_CASE(runtime_failure_exits_1) {
   text.replace(text.find(ready_path), ready_path.size(), dir / "second.ready");
   text.replace(text.find(sock_path), sock_path.size(), dir / "second.sock");
   write_file(cfg2, text);
-  Child c = spawn({"--foreground", "-c", cfg2}, dir / "second.log");
+  Child c = spawn_memd({"--foreground", "-c", cfg2}, dir / "second.log");
   BOOST_TEST(c.wait_exit(5000ms) == 1);
   std::string out = read_file(dir / "second.log");
   BOOST_TEST_INFO(out);
@@ -440,7 +440,7 @@ BOOST_AUTO_TEST_CASE(daemon_mode_reports_readiness_and_stops_on_term) {
   std::string seg = names.add("daemon");
   auto s = fabric::SharedSegment::create(seg, 4096);
   write_config({{"v", seg}});
-  Child starter = spawn({"-c", config_path}, log_path);
+  Child starter = spawn_memd({"-c", config_path}, log_path);
   int code = starter.wait_exit(kStartLimit);
   BOOST_TEST_INFO("log:\n" << log());
   BOOST_TEST_REQUIRE(code == 0);  // returns only once the daemon serves
@@ -453,7 +453,7 @@ BOOST_AUTO_TEST_CASE(daemon_mode_reports_readiness_and_stops_on_term) {
   tcp->lookup("v");
 
   // A second daemon: the starter reports the daemon's exit code and message.
-  Child second = spawn({"-c", config_path}, dir / "second.log");
+  Child second = spawn_memd({"-c", config_path}, dir / "second.log");
   BOOST_TEST(second.wait_exit(kStartLimit) == 3);
   BOOST_TEST(read_file(dir / "second.log").find("already running") != std::string::npos);
 
@@ -532,11 +532,11 @@ BOOST_AUTO_TEST_CASE(user_errors, *boost::unit_test::precondition(needs_root)) {
   // An unknown account: exit 2, naming it (also with --check).
   std::string bad = "tierce-no-such-user-" + random_suffix();
   write_config({}, "user = \"" + bad + "\"");
-  Child c = spawn({"--foreground", "-c", config_path}, log_path);
+  Child c = spawn_memd({"--foreground", "-c", config_path}, log_path);
   BOOST_TEST(c.wait_exit(5000ms) == 2);
   BOOST_TEST_INFO(log());
   BOOST_TEST(log().find("[memd] user: \"" + bad + "\": no such account") != std::string::npos);
-  Child k = spawn({"--check", "-c", config_path}, dir / "check.log");
+  Child k = spawn_memd({"--check", "-c", config_path}, dir / "check.log");
   BOOST_TEST(k.wait_exit(5000ms) == 2);
 
   // Started as another user than root or the one named: exit 1 (runtime), saying why. Started as
@@ -557,7 +557,7 @@ BOOST_AUTO_TEST_CASE(user_errors, *boost::unit_test::precondition(needs_root)) {
                         dir / log_name);
   };
   write_config({}, "user = \"root\"");
-  Child r = spawn({"--check", "-c", config_path}, dir / "root.log");
+  Child r = spawn_memd({"--check", "-c", config_path}, dir / "root.log");
   BOOST_TEST(r.wait_exit(5000ms) == 2);  // root: nothing would be dropped
   write_config({}, "user = \"daemon\"");
   Child n = as_nobody("not-root.log");

@@ -27,6 +27,7 @@
 
 #include "fabric/fabric.h"
 #include "fabric/segment.h"
+#include "tests/support/process.h"
 #include "tests/test_util.h"
 
 namespace memd_test {
@@ -65,88 +66,13 @@ tierce::fabric::Errc errc_of(F&& f) {
   return tierce::fabric::Errc::Ok;
 }
 
-// A child process that is always gone at scope end: SIGKILLed if still running, then reaped.
-class Child {
- public:
-  Child() = default;
-  explicit Child(pid_t pid) : pid_(pid) {}
-  Child(Child&& o) noexcept : pid_(std::exchange(o.pid_, -1)), status_(o.status_) {}
-  Child& operator=(Child&& o) noexcept {
-    if (this != &o) {
-      kill_now();
-      pid_ = std::exchange(o.pid_, -1);
-      status_ = o.status_;
-    }
-    return *this;
-  }
-  ~Child() { kill_now(); }
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
+// Child and spawn come from tests/support/process.h (one way to start a process in a test).
+using tierce_test::Child;
 
-  void signal(int sig) const {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-  // Waits up to `limit` for the child to exit; returns its exit code, or -1 on timeout / when it
-  // was killed by a signal (then killed() tells which).
-  int wait_exit(std::chrono::milliseconds limit) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    while (pid_ > 0) {
-      int st = 0;
-      pid_t r = ::waitpid(pid_, &st, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        status_ = st;
-        break;
-      }
-      if (r < 0) return -1;
-      if (std::chrono::steady_clock::now() >= deadline) return -1;
-      std::this_thread::sleep_for(5ms);
-    }
-    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
-  }
-  int killed_by() const { return WIFSIGNALED(status_) ? WTERMSIG(status_) : 0; }
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    status_ = st;
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int status_ = 0;
-};
-
-// Starts `binary args...` (a daemon under test) with stdout and stderr appended to `log_path`, no
-// other descriptor inherited, an empty signal mask, and killed if the test process dies.
+// Starts `binary args...` (a daemon under test) with stdout and stderr appended to `log_path`.
 inline Child spawn_binary(const std::string& binary, const std::vector<std::string>& args,
                           const std::string& log_path) {
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork");
-  if (pid == 0) {
-    tierce_test::die_with_parent(parent);
-    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    for (int i = 3; i < 1024; ++i) ::close(i);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    std::vector<char*> argv;
-    std::string bin = binary;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  return Child(pid);
+  return tierce_test::spawn(binary, args, log_path);
 }
 
 // A child that creates segment `name` (so the child is its creator/owner), reports through a

@@ -12,30 +12,15 @@
 #include <vector>
 
 #include "tests/agents/memd_test_util.h"
+#include "tests/support/process.h"
 
 namespace php_test {
 
 using namespace std::chrono_literals;
 
 // Starts argv[0] (PATH searched) with stdout and stderr appended to `log`; dies with this process.
-inline pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    tierce_test::die_with_parent(parent);
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> a;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execvp(a[0], a.data());
-    ::_exit(127);
-  }
-  return pid;
-}
+using tierce_test::spawn;
+using tierce_test::run_cmd;
 
 // The last 3000 bytes of a file (for failure messages).
 inline std::string tail_of(const std::string& path) {
@@ -46,14 +31,6 @@ inline std::string tail_of(const std::string& path) {
     return "(no " + path + ")";
   }
   return t.size() > 3000 ? t.substr(t.size() - 3000) : t;
-}
-
-// Runs a command to its end; its exit code (-1 when killed).
-inline int run_cmd(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = spawn(argv, log);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 // Whether a program is on PATH (a test that needs a missing system package skips, saying so).
@@ -79,17 +56,16 @@ class MariaDb {
                 log) == 0,
         "mariadb-install-db failed:\n"
             << tail_of(log));
-    child_ = memd_test::Child(
-        spawn({"mariadbd", "--no-defaults", "--user=root", "--datadir=" + data, "--socket=" + sock_,
+    child_ = spawn({"mariadbd", "--no-defaults", "--user=root", "--datadir=" + data, "--socket=" + sock_,
                "--skip-networking", "--innodb-buffer-pool-size=64M",
                "--pid-file=" + base + "/mysqld.pid"},
-              log));
+                   log);
     BOOST_REQUIRE_MESSAGE(tierce_test::eventually([&] { return sql("SELECT 1") == 0; }, 60s),
                           "MariaDB did not start:\n"
                               << tail_of(log) << tail_of(sql_log));
   }
   const std::string& socket() const { return sock_; }
-  memd_test::Child& child() { return child_; }
+  tierce_test::Child& child() { return child_; }
   // Runs `q` with the mariadb client as root; its exit code.
   int sql(const std::string& q) const {
     return run_cmd({"mariadb", "--no-defaults", "-S", sock_, "-uroot", "-e", q}, sql_log_);
@@ -106,7 +82,7 @@ class MariaDb {
   }
 
  private:
-  memd_test::Child child_;
+  tierce_test::Child child_;
   std::string sock_, log_, sql_log_, out_;
 };
 

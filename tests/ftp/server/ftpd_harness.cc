@@ -24,40 +24,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    int st = 0;
-    pid_t r = ::waitpid(pid, &st, WNOHANG);
-    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (r < 0) return -1;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-      return -2;
-    }
-    std::this_thread::sleep_for(5ms);
+// The exit code within `limit`, 128 + the signal that ended it, or -2 when it had to be killed.
+int exit_code_within(tierce_test::Child& c, std::chrono::milliseconds limit) {
+  int code = c.wait_exit(limit);
+  if (c.running()) {
+    c.kill_now();
+    return -2;
   }
+  return c.killed_by() ? 128 + c.killed_by() : code;
 }
 
-pid_t spawn(const std::vector<std::string>& args, int in_fd, int out_fd, int err_fd) {
-  std::vector<char*> argv;
-  std::string bin = TIERCE_FTPD_BIN;
-  argv.push_back(bin.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    tierce_test::die_with_parent(parent);
-    ::dup2(in_fd, 0);
-    ::dup2(out_fd, 1);
-    ::dup2(err_fd, 2);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  return pid;
+tierce_test::Child spawn_ftpd(const std::vector<std::string>& args, const tierce_test::Stdio& io) {
+  return tierce_test::spawn(TIERCE_FTPD_BIN, args, io);
 }
 
 }  // namespace
@@ -65,15 +43,9 @@ pid_t spawn(const std::vector<std::string>& args, int in_fd, int out_fd, int err
 RunResult run_ftpd(const std::vector<std::string>& args, const std::string& input) {
   tierce_test::TempDir d;
   tierce_test::write_file(d / "in", input);
-  int in = ::open((d / "in").c_str(), O_RDONLY);
-  int out = ::open((d / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  int err = ::open((d / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = spawn(args, in, out, err);
-  ::close(in);
-  ::close(out);
-  ::close(err);
+  auto ftpd = spawn_ftpd(args, {d / "in", d / "out", d / "err", false});
   RunResult r;
-  r.code = wait_exit(pid, 60s);
+  r.code = exit_code_within(ftpd, 60s);
   r.out = tierce_test::read_file(d / "out");
   r.err = tierce_test::read_file(d / "err");
   return r;
@@ -111,13 +83,7 @@ Server::Server(const tierce_test::TempDir& dir, const std::string& config_body) 
   tierce_test::write_file(cfg, "listen = \"127.0.0.1:0\"\nready_file = \"" + ready + "\"\n" +
                                    config_body);
   err_path_ = dir / "ftpd.err";
-  int in = ::open("/dev/null", O_RDONLY);
-  int out = ::open((dir / "ftpd.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_ = spawn({"-c", cfg, "--foreground"}, in, out, err);
-  ::close(in);
-  ::close(out);
-  ::close(err);
+  ftpd_ = spawn_ftpd({"-c", cfg, "--foreground"}, {"/dev/null", dir / "ftpd.out", err_path_, false});
   bool up = tierce_test::eventually(
       [&] {
         std::string s = tierce_test::read_file(ready);
@@ -127,23 +93,19 @@ Server::Server(const tierce_test::TempDir& dir, const std::string& config_body) 
       },
       30s);
   if (!up) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    ftpd_.kill_now();
     throw std::runtime_error("tierce-ftpd did not start: " + tierce_test::read_file(err_path_));
   }
 }
 
 Server::~Server() {
-  if (pid_ > 0) stop();
+  if (ftpd_.running()) stop();
 }
 
 int Server::stop() {
-  if (pid_ <= 0) return -1;
-  ::kill(pid_, SIGTERM);
-  int code = wait_exit(pid_, 20s);
-  pid_ = -1;
-  return code;
+  if (!ftpd_.running()) return -1;
+  ftpd_.signal(SIGTERM);
+  return exit_code_within(ftpd_, 20s);
 }
 
 std::string Server::log() const {
@@ -165,7 +127,7 @@ std::vector<pid_t> Server::workers() const {
     char state = 0;
     long ppid = 0;
     if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
-    if (ppid == pid_ && state != 'Z') out.push_back(pid_t(std::stol(e->d_name)));
+    if (ppid == ftpd_.pid() && state != 'Z') out.push_back(pid_t(std::stol(e->d_name)));
   }
   ::closedir(d);
   return out;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ftp_adts/ftp/protocol.h"
+#include "tests/support/process.h"
 #include "tests/test_util.h"
 
 namespace ftpd_test {
@@ -45,14 +46,14 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
   uint16_t port() const { return port_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return ftpd_.pid(); }
   int stop();  // SIGTERM; the exit code
   std::string log() const;  // its stderr so far
   // Its worker processes (children), from /proc.
   std::vector<pid_t> workers() const;
 
  private:
-  pid_t pid_ = -1;
+  tierce_test::Child ftpd_;
   uint16_t port_ = 0;
   std::string err_path_;
 };
