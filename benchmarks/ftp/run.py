@@ -4,7 +4,7 @@ side in ONE run (seed 000 ch. 9: Fig. 9.3 get/put in a LAN, Fig. 9.4 the WAN del
 server and client CPU, Fig. 9.8 site replication).
 
 Everything runs on this machine, on RAM-backed files (a private directory under /dev/shm), with
-private server instances on ephemeral ports (tests/ftp/ftpenv.py starts them):
+private server instances on ephemeral ports (tools/tiercelab/ftplab.py starts them):
 
   large   get and put of 1 MiB .. 1 GiB: vsftpd (sendfile) with lftp and curl, tierce-ftpd with
           lftp and curl (plain FTP), tierce-ftp against tierce-ftpd with ADTS (tcp, ptcp:4) and
@@ -47,8 +47,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "tests", "ftp"))
-import ftpenv  # noqa: E402  (launchers shared with the FTP tests)
+sys.path.insert(0, os.path.join(REPO, "tools"))
+from tiercelab import ftplab  # noqa: E402  (launchers shared with the FTP tests)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 USER, PASSWORD = "alice", "bench-secret"
@@ -136,7 +136,7 @@ def human(n):
 # Preferred: a cgroup of its own (v1 cpuacct, else the v2 unified hierarchy): run.py moves itself
 # into the cgroup while it starts the server (children are born in their parent's cgroup), then
 # moves back; the cgroup's usage counter then covers the server's pre-forked workers and session
-# processes, alive or gone. Fallback: the sum over the server's session (ftpenv starts each server
+# processes, alive or gone. Fallback: the sum over the server's session (ftplab starts each server
 # with setsid) of utime+stime+cutime+cstime from /proc/<pid>/stat, which counts reaped children
 # through their parents.
 
@@ -283,14 +283,14 @@ class Server:
 
 def start_vsftpd(root):
     # The same logging as tierce-ftpd below (an xferlog line per file), no command log.
-    v = ftpenv.Vsftpd(root, anonymous=True, write=True,
+    v = ftplab.Vsftpd(root, anonymous=True, write=True,
                       extra="log_ftp_protocol=NO\ndual_log_enable=NO")
     s = Server("vsftpd", v, make_meter("vsftpd"), "127.0.0.1", "anonymous", "bench@", "/upload")
     return s.start()
 
 
 def start_tierce(binary, root, name="tierce-ftpd", pasv_ports="0", pasv_address=None):
-    t = ftpenv.TierceFtpd(binary, root, users=((USER, PASSWORD, None, True),), workers=4,
+    t = ftplab.TierceFtpd(binary, root, users=((USER, PASSWORD, None, True),), workers=4,
                           max_sessions=128, pasv_ports=pasv_ports, pasv_address=pasv_address,
                           log_level="warn", max_streams=16,
                           # the tree is shared with vsftpd: only tierce's upload dir is the
@@ -466,7 +466,7 @@ def tree_stats(root):
 
 
 def make_tree(root, files, seed):
-    """Like ftpenv.make_tree, but quicker for thousands of files (one random pool sliced)."""
+    """Like ftplab.make_tree, but quicker for thousands of files (one random pool sliced)."""
     pool = random.Random(seed).randbytes(8 * MiB)
     rng = random.Random(seed + 1)
     for rel, size in files.items():
@@ -808,7 +808,7 @@ def part_wan(prof, args, env, failures, rows):
         for delay in prof["wan_delays"]:
             fwd = [f"{RELAY_ADDR}:{server.port}=127.0.0.1:{server.port}",
                    f"{RELAY_ADDR}:{lo}-{hi}=127.0.0.1:{lo}-{hi}"]
-            relay = ftpenv.Relay(env["wanem"], fwd, delay_us=delay)
+            relay = ftplab.Relay(env["wanem"], fwd, delay_us=delay)
             try:
                 relay.start()
             except Exception as e:
@@ -989,7 +989,7 @@ def plots(out, large, mirror, wan, sizes, trees, delays):
 
 def find_binary(build, name):
     try:
-        return ftpenv.find_binary(build, name)
+        return ftplab.find_binary(build, name)
     except FileNotFoundError:
         return None
 
@@ -1042,7 +1042,7 @@ def main():
     for c in ("lftp", "curl"):
         if not env["clients"].have[c]:
             env["missing"].append(f"{c} is not installed (apt-get install {c})")
-    if not os.path.exists(ftpenv.Vsftpd.BINARY):
+    if not os.path.exists(ftplab.Vsftpd.BINARY):
         env["missing"].append("vsftpd is not installed (apt-get install vsftpd)")
 
     work = tempfile.mkdtemp(prefix="tierce-ftp-bench-", dir=args.tmp)
@@ -1058,7 +1058,7 @@ def main():
     interrupted = False
     try:
         if "large" in parts or "mirror" in parts:
-            if os.path.exists(ftpenv.Vsftpd.BINARY):
+            if os.path.exists(ftplab.Vsftpd.BINARY):
                 try:
                     env["servers"]["vsftpd"] = start_vsftpd(root)
                     env["cleanup"].append(env["servers"]["vsftpd"].stop)

@@ -64,3 +64,35 @@ def verdict(why_skip=None, why_fail=None, must_run_in_ci=False):
         print(f"SKIP: {why_skip}", flush=True)
         return SKIP
     return None
+
+
+def programs(*names):
+    """The reason to skip, or None: a program (a system package's) that is not on PATH (a name)
+    or not executable (an absolute path). Never for our own targets: see find_target."""
+    import shutil
+    for n in names:
+        if not (os.path.isabs(n) and os.access(n, os.X_OK)) and shutil.which(n) is None:
+            return f"{n} is not installed (apt-get install {os.path.basename(n)})"
+    return None
+
+
+def skip_unless_programs(*names):
+    """Exits with the verdict (77, or 1 on the CI machine for a test that must run there is the
+    caller's business: see verdict) when a program is missing."""
+    import sys
+    rc = verdict(programs(*names))
+    if rc is not None:
+        sys.exit(rc)
+
+
+def find_target(build, name):
+    """The executable `name` (a Tierce target) under the build tree; raises FileNotFoundError (a
+    test failure, not a skip) if it was not built: the tests run after a full build."""
+    for d, subdirs, files in os.walk(build):
+        subdirs[:] = [s for s in subdirs if not s.startswith(("CMakeFiles", "_deps", "Testing"))]
+        if name in files:
+            p = os.path.join(d, name)
+            if os.access(p, os.X_OK) and os.path.isfile(p):
+                return p
+    raise FileNotFoundError(f"{name} not found under {build}: build it first "
+                            f"(cmake --build {build} --target {name})")

@@ -298,3 +298,99 @@ def free_ports(n):
     finally:
         for s in socks:
             s.close()
+
+
+# --- for test drivers that start their own servers (the FTP tests, benchmarks) -----------------
+
+
+class TempDir:
+    """mkdtemp on entry, rmtree on exit (the path is the context value)."""
+
+    def __init__(self, prefix="tierce-"):
+        import tempfile
+        self.path = tempfile.mkdtemp(prefix=prefix)
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+    def cleanup(self):
+        if self.path:
+            import shutil
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
+
+def _pdeathsig():
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def popen(argv, log_path=None, **kw):
+    """Popen in a new session (own process group), stdout+stderr to log_path (or DEVNULL), killed
+    with SIGKILL if this Python process dies (for servers a test owns; tierce-cluster's processes
+    outlive the command that started them and use spawn() above)."""
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_pdeathsig, **kw)
+    finally:
+        if log_path:
+            out.close()
+
+
+def kill_group(proc, grace=5.0):
+    """SIGTERM to the process group, SIGKILL after `grace` seconds; returns the exit code."""
+    if proc is None:
+        return None
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        rc = proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        rc = None
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # leftovers in the group (forked session workers)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if rc is None:
+        rc = proc.wait(timeout=10)
+    return rc
+
+
+def wait_for(pred, timeout=30.0, step=0.05):
+    """Poll pred() until true (returns its value) or the timeout (returns the last value)."""
+    deadline = time.monotonic() + timeout
+    v = pred()
+    while not v and time.monotonic() < deadline:
+        time.sleep(step)
+        v = pred()
+    return v
+
+
+def free_port_block(n, host="127.0.0.1", lo=20000, hi=60000):
+    """A base port b such that b..b+n-1 were all free a moment ago (for pasv_ports + a relay)."""
+    import random
+    rnd = random.Random()
+    for _ in range(200):
+        base = rnd.randrange(lo, hi - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no block of %d free ports" % n)

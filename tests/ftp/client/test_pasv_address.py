@@ -13,8 +13,8 @@ import sys
 import tempfile
 import threading
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
 
 PAYLOAD = b"data from the control peer\n"
 
@@ -82,7 +82,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
-    ftp = ftpenv.find_binary(args.build, "tierce-ftp")
+    ftp = ftplab.find_binary(args.build, "tierce-ftp")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)

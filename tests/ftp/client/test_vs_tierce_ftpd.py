@@ -11,9 +11,9 @@ import re
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
-from ftpenv import (Checks, TempDir, TierceFtpd, give_to_sessions, make_tree, run,  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
+from tiercelab.ftplab import (Checks, TempDir, TierceFtpd, give_to_sessions, make_tree, run,  # noqa: E402
                     sha256)
 from test_vs_vsftpd import mirror_files, tree_digest  # noqa: E402
 
@@ -22,8 +22,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
-    ftp = ftpenv.find_binary(args.build, "tierce-ftp")
-    ftpd = ftpenv.find_binary(args.build, "tierce-ftpd")
+    ftp = ftplab.find_binary(args.build, "tierce-ftp")
+    ftpd = ftplab.find_binary(args.build, "tierce-ftpd")
     c = Checks("ftp_client_vs_tierce_ftpd")
 
     def tf(*argv):

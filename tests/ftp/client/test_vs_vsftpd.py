@@ -12,9 +12,9 @@ import re
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
-from ftpenv import Checks, TempDir, Vsftpd, make_tree, run, sha256  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
+from tiercelab.ftplab import Checks, TempDir, Vsftpd, make_tree, run, sha256  # noqa: E402
 
 
 def tree_digest(root):
@@ -49,8 +49,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
-    ftpenv.which_or_skip(Vsftpd.BINARY)
-    ftp = ftpenv.find_binary(args.build, "tierce-ftp")
+    ftplab.which_or_skip(Vsftpd.BINARY)
+    ftp = ftplab.find_binary(args.build, "tierce-ftp")
     c = Checks("ftp_client_vs_vsftpd")
 
     def tf(*argv, timeout=120):
@@ -67,7 +67,7 @@ def main():
         make_tree(root, {"big.bin": 5 << 20 | 12345, "hello.txt": b"hello, world\n"})
         local = os.path.join(tmp, "local")
         os.makedirs(local)
-        with Vsftpd(root, local_user=ftpenv.TEST_USER, anonymous=False) as vs:
+        with Vsftpd(root, local_user=ftplab.TEST_USER, anonymous=False) as vs:
             base = vs.url("")  # ftp://user:pass@host:port
 
             # ---- get / put / ls / mkdir / rm ------------------------------------------------
@@ -117,7 +117,7 @@ def main():
             remote_part = os.path.join(root, "rpart.bin")
             with open(remote_part, "wb") as f:
                 f.write(data[:len(data) // 2 + 7])
-            os.chown(remote_part, *ftpenv.ensure_local_user())
+            os.chown(remote_part, *ftplab.ensure_local_user())
             r = tf("put", "-c", os.path.join(local, "big.bin"), base + "/rpart.bin")
             c.equal(r.returncode, 0, "put -c exits 0 (%s)" % r.stderr.decode()[-200:])
             c.equal(sha256(remote_part), sha256(os.path.join(root, "big.bin")),
@@ -165,7 +165,7 @@ def main():
             c.check(r.returncode == 0 and mirror_files(r.stdout) == (0, 0),
                     "second mirror -R --only-newer moves nothing", r.stdout + r.stderr)
             make_tree(os.path.join(root, "rev"), {"stale.bin": 3})
-            os.chown(os.path.join(root, "rev", "stale.bin"), *ftpenv.ensure_local_user())
+            os.chown(os.path.join(root, "rev", "stale.bin"), *ftplab.ensure_local_user())
             r = tf("mirror", "-R", "--only-newer", "--delete", "-P", "2", base + "/rev", m2)
             c.check(r.returncode == 0 and not os.path.exists(os.path.join(root, "rev", "stale.bin")),
                     "mirror -R --delete removes remote extras", r.stdout + r.stderr)
@@ -177,10 +177,10 @@ def main():
             c.equal(r.returncode, 1, "a non-ftp URL: exit 1")
             r = tf("frobnicate", base + "/")
             c.equal(r.returncode, 1, "an unknown command: exit 1")
-            bad = "ftp://%s:wrong@%s:%d/" % (ftpenv.TEST_USER, vs.host, vs.port)
+            bad = "ftp://%s:wrong@%s:%d/" % (ftplab.TEST_USER, vs.host, vs.port)
             r = tf("ls", bad)
             c.equal(r.returncode, 3, "a wrong password: exit 3")
-            port = ftpenv.free_port()
+            port = ftplab.free_port()
             r = tf("ls", "ftp://127.0.0.1:%d/" % port)
             c.equal(r.returncode, 2, "connection refused: exit 2")
             c.check(b"cannot connect to 127.0.0.1:%d: Connection refused" % port in r.stderr,
@@ -188,7 +188,7 @@ def main():
             r = tf("get", base + "/big.bin", "/nonexistent-dir/x")
             c.equal(r.returncode, 5, "an unwritable local path: exit 5")
             env = dict(os.environ, TIERCE_FTP_PASSWORD=vs.password)
-            r = run([ftp, "ls", "ftp://%s@%s:%d/" % (ftpenv.TEST_USER, vs.host, vs.port)], env=env)
+            r = run([ftp, "ls", "ftp://%s@%s:%d/" % (ftplab.TEST_USER, vs.host, vs.port)], env=env)
             c.check(r.returncode == 0 and b"big.bin" in r.stdout,
                     "password from $TIERCE_FTP_PASSWORD", r.stderr)
 
@@ -205,8 +205,8 @@ def main():
         # ---- FTPS (AUTH TLS, PROT P) -----------------------------------------------------------
         troot = os.path.join(tmp, "tls")
         make_tree(troot, {"s/a.bin": 300001, "b.bin": 17})
-        cert, key = ftpenv.make_cert(tmp)
-        with Vsftpd(troot, local_user=ftpenv.TEST_USER, anonymous=False, tls=(cert, key)) as vt:
+        cert, key = ftplab.make_cert(tmp)
+        with Vsftpd(troot, local_user=ftplab.TEST_USER, anonymous=False, tls=(cert, key)) as vt:
             got = os.path.join(local, "tls-a.bin")
             r = tf("--tls-insecure", "get", vt.url("/s/a.bin"), got)
             c.check(r.returncode == 0 and sha256(got) == sha256(os.path.join(troot, "s/a.bin")),

@@ -26,8 +26,8 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
 
 SECRET = b"TOPSECRET-8c1f2b-never-served"
 MARKER = "only-outside-marker.txt"
@@ -55,7 +55,7 @@ def snapshot(top, skip):
     return out
 
 
-class Session(ftpenv.FtpControl):
+class Session(ftplab.FtpControl):
     """A control connection that records every byte it received, to look for the secret."""
     seen = []
 
@@ -81,7 +81,7 @@ class Session(ftpenv.FtpControl):
                         d.sendall(send)
                         d.shutdown(socket.SHUT_WR)
                     else:
-                        data = ftpenv.recv_all(d)
+                        data = ftplab.recv_all(d)
                 except OSError:
                     pass
                 d.close()
@@ -96,16 +96,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     a = ap.parse_args()
-    ck = ftpenv.Checks("ftp_interop_badinput")
-    ftpd = ftpenv.find_binary(a.build, "tierce-ftpd")
-    with ftpenv.TempDir("tierce-interop-bad-") as tmp:
+    ck = ftplab.Checks("ftp_interop_badinput")
+    ftpd = ftplab.find_binary(a.build, "tierce-ftpd")
+    with ftplab.TempDir("tierce-interop-bad-") as tmp:
         root = os.path.join(tmp, "root")
         anon = os.path.join(tmp, "anon")
-        ftpenv.make_tree(tmp, {"secret.txt": SECRET, "outside/" + MARKER: SECRET,
+        ftplab.make_tree(tmp, {"secret.txt": SECRET, "outside/" + MARKER: SECRET,
                                SIBLING + "/x.txt": b"x"})
-        ftpenv.make_tree(root, {"pub.txt": b"public\n", "big.bin": 24 * 1024 * 1024,
+        ftplab.make_tree(root, {"pub.txt": b"public\n", "big.bin": 24 * 1024 * 1024,
                                 "sub/inner.txt": b"inner\n", "victim.txt": b"victim\n"})
-        ftpenv.make_tree(anon, {"anon.txt": b"anon\n", "adir/f.txt": b"f\n"})
+        ftplab.make_tree(anon, {"anon.txt": b"anon\n", "adir/f.txt": b"f\n"})
         os.symlink(os.path.join(tmp, "secret.txt"), os.path.join(root, "abs_link"))
         os.symlink("../secret.txt", os.path.join(root, "rel_link"))
         os.symlink("../../secret.txt", os.path.join(root, "sub", "rel_link2"))
@@ -115,21 +115,21 @@ def main():
         os.symlink("../root", os.path.join(anon, "to_user_root"))
         before = snapshot(tmp, root)
         Session.seen = []
-        srv = ftpenv.TierceFtpd(ftpd, root, users=(("alice", "alice-pw", None, True),
+        srv = ftplab.TierceFtpd(ftpd, root, users=(("alice", "alice-pw", None, True),
                                                    ("reader", "reader-pw", None, False)),
                                 anonymous_root=anon, data_timeout_s=3, idle_timeout_s=120,
                                 workers=2)
         with srv:
-            ftpenv.run_body(ck, srv, body, ck, srv, tmp, root, anon, before)
+            ftplab.run_body(ck, srv, body, ck, srv, tmp, root, anon, before)
         # Timeouts and the session limit, on a server of their own (short timeouts).
-        srv2 = ftpenv.TierceFtpd(ftpd, root, users=(("alice", "alice-pw", None, True),),
+        srv2 = ftplab.TierceFtpd(ftpd, root, users=(("alice", "alice-pw", None, True),),
                                  idle_timeout_s=2, login_timeout_s=2, workers=1)
         with srv2:
-            ftpenv.run_body(ck, srv2, timeouts_body, ck, srv2)
-        srv3 = ftpenv.TierceFtpd(ftpd, root, users=(("alice", "alice-pw", None, True),),
+            ftplab.run_body(ck, srv2, timeouts_body, ck, srv2)
+        srv3 = ftplab.TierceFtpd(ftpd, root, users=(("alice", "alice-pw", None, True),),
                                  max_sessions=2, workers=1)
         with srv3:
-            ftpenv.run_body(ck, srv3, max_sessions_body, ck, srv3)
+            ftplab.run_body(ck, srv3, max_sessions_body, ck, srv3)
     return ck.exit_code()
 
 
@@ -315,7 +315,7 @@ def body(ck, srv, tmp, root, anon, before):
             try:
                 c, _ = lst.accept()
                 c.settimeout(10)
-                got = ftpenv.recv_all(c)
+                got = ftplab.recv_all(c)
                 c.close()
             except OSError:
                 pass
@@ -396,13 +396,13 @@ def body(ck, srv, tmp, root, anon, before):
             d = socket.create_connection((H, port), timeout=10)
             d.settimeout(10)
             d.sendall(hello_frame(cookie))
-            ack = ftpenv.recv_all(d, 8)
+            ack = ftplab.recv_all(d, 8)
             ck.check(len(ack) == 8 and struct.unpack("<II", ack) == (0x41444154, 0),
                      "the right HELLO after the bad ones -> TADA status 0", ack)
             code, text = s.cmd("PORT 127,0,0,1,200,1")
             ck.check(code == 501, "PORT during an ADTS session -> 501", text)
             code, text = s.cmd("RETR pub.txt")
-            hdr = ftpenv.recv_all(d, 32) if code in (125, 150) else b""
+            hdr = ftplab.recv_all(d, 32) if code in (125, 150) else b""
             ck.check(len(hdr) == 32 and struct.unpack("<IB3xQQQ", hdr)[1] == 1,
                      "RETR over the ADTS session starts with a BEGIN block", (code, hdr))
             d.close()
@@ -454,7 +454,7 @@ def body(ck, srv, tmp, root, anon, before):
             d = socket.create_connection((H, port), timeout=10)
             d.settimeout(10)
             d.sendall(hello_frame(cookie))
-            ack = ftpenv.recv_all(d, 8)
+            ack = ftplab.recv_all(d, 8)
             code, text = s.cmd("STOR " + fname)
             try:
                 d.sendall(blocks)
@@ -521,7 +521,7 @@ def body(ck, srv, tmp, root, anon, before):
         d.settimeout(10)
         code, text = s.cmd("RETR big.bin")
         ck.check(code in (125, 150), "RETR big.bin starts", text)
-        ftpenv.recv_all(d, 256 * 1024)
+        ftplab.recv_all(d, 256 * 1024)
         # reset the control connection while the data flows
         s.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
@@ -534,7 +534,7 @@ def body(ck, srv, tmp, root, anon, before):
         d = socket.create_connection((H, port), timeout=10)
         d.settimeout(10)
         code, text = s.cmd("RETR big.bin")
-        ftpenv.recv_all(d, 256 * 1024)
+        ftplab.recv_all(d, 256 * 1024)
         d.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         d.close()
         code, text = s.reply()
@@ -592,7 +592,7 @@ def exchange_hello(host, port, hello, half_close=False):
             d.sendall(hello)
             if half_close:
                 d.shutdown(socket.SHUT_WR)
-            return ftpenv.recv_all(d, 8)
+            return ftplab.recv_all(d, 8)
     except OSError:
         return b""
 

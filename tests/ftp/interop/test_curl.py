@@ -13,12 +13,12 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
 
 
 def curl(*args, timeout=120):
-    r = ftpenv.run(["curl", "-sS", "-v", "--connect-timeout", "10", "--max-time", str(timeout - 5)]
+    r = ftplab.run(["curl", "-sS", "-v", "--connect-timeout", "10", "--max-time", str(timeout - 5)]
                    + list(args), timeout=timeout)
     return r.returncode, r.stdout, r.stderr.decode(errors="replace")
 
@@ -28,33 +28,33 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--vsftpd", action="store_true")
     a = ap.parse_args()
-    ftpenv.which_or_skip("curl", "openssl")
-    ck = ftpenv.Checks("ftp_interop_curl")
-    with ftpenv.TempDir("tierce-interop-curl-") as tmp:
+    ftplab.which_or_skip("curl", "openssl")
+    ck = ftplab.Checks("ftp_interop_curl")
+    with ftplab.TempDir("tierce-interop-curl-") as tmp:
         root = os.path.join(tmp, "root")
         local = os.path.join(tmp, "local")
         os.makedirs(local)
-        ftpenv.make_tree(root, {"hello.txt": b"hello curl\n", "big.bin": 5 * 1024 * 1024 + 7,
+        ftplab.make_tree(root, {"hello.txt": b"hello curl\n", "big.bin": 5 * 1024 * 1024 + 7,
                                 "dir/one.bin": 1000, "dir/two.txt": b"2\n", "q1.txt": b"q",
                                 "q2.txt": b"q"})
-        ftpenv.make_tree(local, {"up.bin": 3 * 1024 * 1024 + 1}, seed=3)
-        cert, key = ftpenv.make_cert(os.path.join(tmp, "cert"))
+        ftplab.make_tree(local, {"up.bin": 3 * 1024 * 1024 + 1}, seed=3)
+        cert, key = ftplab.make_cert(os.path.join(tmp, "cert"))
         if a.vsftpd:
-            srv = ftpenv.Vsftpd(root, local_user=ftpenv.TEST_USER, anonymous=False,
+            srv = ftplab.Vsftpd(root, local_user=ftplab.TEST_USER, anonymous=False,
                                 tls=(cert, key))
         else:
-            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+            srv = ftplab.TierceFtpd(ftplab.find_binary(a.build, "tierce-ftpd"), root,
                                     users=(("carol", "curl-pw", None, True),), tls=(cert, key))
         with srv:
-            ftpenv.run_body(ck, srv, body, ck, srv, root, local, a, cert)
+            ftplab.run_body(ck, srv, body, ck, srv, root, local, a, cert)
     return ck.exit_code()
 
 
 def body(ck, srv, root, local, a, cert):
     base = "ftp://%s:%d" % (srv.host, srv.port)
     up = ["-u", "%s:%s" % (srv.user, srv.password)]
-    big_sha = ftpenv.file_sha(os.path.join(root, "big.bin"))
-    up_sha = ftpenv.file_sha(os.path.join(local, "up.bin"))
+    big_sha = ftplab.file_sha(os.path.join(root, "big.bin"))
+    up_sha = ftplab.file_sha(os.path.join(local, "up.bin"))
 
     rc, out, err = curl(*up, base + "/")
     ck.check(rc == 0 and b"hello.txt" in out and b"dir" in out, "LIST of /", err[-1500:])
@@ -64,7 +64,7 @@ def body(ck, srv, root, local, a, cert):
 
     dl = os.path.join(local, "big.dl")
     rc, out, err = curl(*up, "-o", dl, base + "/big.bin")
-    ck.check(rc == 0 and ftpenv.file_sha(dl) == big_sha, "get big.bin: sha256 equal",
+    ck.check(rc == 0 and ftplab.file_sha(dl) == big_sha, "get big.bin: sha256 equal",
              err[-1500:])
     rc, out, err = curl(*up, "-o", os.path.join(local, "x"), base + "/no-such.bin")
     ck.equal(rc, 78, "get of a missing file: curl exit 78 (RETR 550)")
@@ -73,12 +73,12 @@ def body(ck, srv, root, local, a, cert):
 
     rc, out, err = curl(*up, "-T", os.path.join(local, "up.bin"), base + "/up.bin")
     ck.check(rc == 0 and os.path.exists(os.path.join(root, "up.bin")) and
-             ftpenv.file_sha(os.path.join(root, "up.bin")) == up_sha,
+             ftplab.file_sha(os.path.join(root, "up.bin")) == up_sha,
              "put -T: sha256 equal", err[-1500:])
     rc, out, err = curl(*up, "--ftp-create-dirs", "-T", os.path.join(local, "up.bin"),
                         base + "/new/deep/er/up.bin")
     p = os.path.join(root, "new/deep/er/up.bin")
-    ck.check(rc == 0 and os.path.exists(p) and ftpenv.file_sha(p) == up_sha,
+    ck.check(rc == 0 and os.path.exists(p) and ftplab.file_sha(p) == up_sha,
              "--ftp-create-dirs makes the path and stores the file", err[-1500:])
 
     # -C - on get: a correct first part is completed with REST.
@@ -88,7 +88,7 @@ def body(ck, srv, root, local, a, cert):
     with open(part, "wb") as f:
         f.write(head)
     rc, out, err = curl(*up, "-C", "-", "-o", part, base + "/big.bin")
-    ck.check(rc == 0 and "REST %d" % len(head) in err and ftpenv.file_sha(part) == big_sha,
+    ck.check(rc == 0 and "REST %d" % len(head) in err and ftplab.file_sha(part) == big_sha,
              "get -C - resumes with REST to a byte-identical file",
              "rc=%d %s" % (rc, err[-1500:]))
     # -C - on put: curl asks SIZE, then APPEs the rest.
@@ -98,30 +98,30 @@ def body(ck, srv, root, local, a, cert):
     with open(rp, "wb") as f:
         f.write(uphead)
     if a.vsftpd:
-        os.chown(rp, *ftpenv.ensure_local_user())
-    ftpenv.give_to_sessions(srv, rp)
+        os.chown(rp, *ftplab.ensure_local_user())
+    ftplab.give_to_sessions(srv, rp)
     rc, out, err = curl(*up, "-C", "-", "-T", os.path.join(local, "up.bin"),
                         base + "/resumed.bin")
-    ck.check(rc == 0 and "SIZE" in err and "APPE" in err and ftpenv.file_sha(rp) == up_sha,
+    ck.check(rc == 0 and "SIZE" in err and "APPE" in err and ftplab.file_sha(rp) == up_sha,
              "put -C - resumes with SIZE + APPE to a byte-identical file",
              "rc=%d %s" % (rc, err[-1500:]))
 
     rc, out, err = curl(*up, "--disable-epsv", "-o", dl, base + "/big.bin")
     ck.check(rc == 0 and "PASV" in err and "EPSV" not in err and
-             ftpenv.file_sha(dl) == big_sha, "PASV (--disable-epsv) get", err[-1500:])
+             ftplab.file_sha(dl) == big_sha, "PASV (--disable-epsv) get", err[-1500:])
     rc, out, err = curl(*up, "--disable-epsv", base + "/dir/")
     ck.check(rc == 0 and b"one.bin" in out, "PASV list")
 
     rc, out, err = curl(*up, "-P", "127.0.0.1", "-o", dl, base + "/big.bin")
-    ck.check(rc == 0 and "EPRT |1|127.0.0.1|" in err and ftpenv.file_sha(dl) == big_sha,
+    ck.check(rc == 0 and "EPRT |1|127.0.0.1|" in err and ftplab.file_sha(dl) == big_sha,
              "active EPRT get", "rc=%d %s" % (rc, err[-1500:]))
     rc, out, err = curl(*up, "-P", "127.0.0.1", "--disable-eprt", "-o", dl,
                         base + "/big.bin")
-    ck.check(rc == 0 and "PORT 127,0,0,1," in err and ftpenv.file_sha(dl) == big_sha,
+    ck.check(rc == 0 and "PORT 127,0,0,1," in err and ftplab.file_sha(dl) == big_sha,
              "active PORT get", "rc=%d %s" % (rc, err[-1500:]))
     rc, out, err = curl(*up, "-P", "127.0.0.1", "--disable-eprt", "-T",
                         os.path.join(local, "up.bin"), base + "/active-up.bin")
-    ck.check(rc == 0 and ftpenv.file_sha(os.path.join(root, "active-up.bin")) == up_sha,
+    ck.check(rc == 0 and ftplab.file_sha(os.path.join(root, "active-up.bin")) == up_sha,
              "active PORT put", "rc=%d %s" % (rc, err[-1500:]))
     rc, out, err = curl(*up, "-P", "127.0.0.1", base + "/dir/")
     ck.check(rc == 0 and b"two.txt" in out, "active EPRT list")
@@ -130,10 +130,10 @@ def body(ck, srv, root, local, a, cert):
     ck.check(rc == 0 and b"hello.txt" in out and "< 234" in err and "> PROT P" in err,
              "FTPS explicit: list over AUTH (curl tries SSL, then TLS) 234 + PROT P", "rc=%d %s" % (rc, err[-1500:]))
     rc, out, err = curl(*up, "--ssl-reqd", "-k", "-o", dl, base + "/big.bin")
-    ck.check(rc == 0 and ftpenv.file_sha(dl) == big_sha, "FTPS get", err[-1500:])
+    ck.check(rc == 0 and ftplab.file_sha(dl) == big_sha, "FTPS get", err[-1500:])
     rc, out, err = curl(*up, "--ssl-reqd", "-k", "-T", os.path.join(local, "up.bin"),
                         base + "/tls-up.bin")
-    ck.check(rc == 0 and ftpenv.file_sha(os.path.join(root, "tls-up.bin")) == up_sha,
+    ck.check(rc == 0 and ftplab.file_sha(os.path.join(root, "tls-up.bin")) == up_sha,
              "FTPS put", err[-1500:])
     rc, out, err = curl(*up, "--ssl-reqd", "--cacert", cert, base + "/hello.txt")
     ck.check(rc == 0 and out == b"hello curl\n", "FTPS with certificate verification",

@@ -13,8 +13,8 @@ import filecmp
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
 
 LFTP_BASE = ("set cmd:fail-exit yes; set net:max-retries 1; set net:timeout 15; "
              "set net:reconnect-interval-base 1; set xfer:clobber yes; set cmd:interactive no; ")
@@ -27,7 +27,7 @@ def lftp(srv, script, tls=False, debug=False, timeout=120):
     argv = ["lftp"] + (["-d"] if debug else []) + [
         "-u", "%s,%s" % (srv.user, srv.password), "-p", str(srv.port),
         "-e", base + script + "; quit", srv.host]
-    r = ftpenv.run(argv, timeout=timeout)
+    r = ftplab.run(argv, timeout=timeout)
     return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
 
@@ -51,30 +51,30 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--vsftpd", action="store_true")
     a = ap.parse_args()
-    ftpenv.which_or_skip("lftp", "openssl")
-    ck = ftpenv.Checks("ftp_interop_lftp")
-    with ftpenv.TempDir("tierce-interop-lftp-") as tmp:
+    ftplab.which_or_skip("lftp", "openssl")
+    ck = ftplab.Checks("ftp_interop_lftp")
+    with ftplab.TempDir("tierce-interop-lftp-") as tmp:
         root = os.path.join(tmp, "root")
         local = os.path.join(tmp, "local")
         os.makedirs(local)
-        ftpenv.make_tree(root, {
+        ftplab.make_tree(root, {
             "hello.txt": b"hello tierce\n", "big.bin": 6 * 1024 * 1024 + 123,
             "tree/a.bin": 70000, "tree/b.txt": b"b\n", "tree/sub/c.bin": 300000,
             "tree/sub/deeper/d.bin": 1, "tree/empty.txt": b"", "todelete.txt": b"x",
             "rmme/": None, "old name.txt": b"spaces in names\n",
         })
-        ftpenv.make_tree(local, {"up.bin": 1234567, "rtree/x.bin": 50000, "rtree/y/z.bin": 4096,
+        ftplab.make_tree(local, {"up.bin": 1234567, "rtree/x.bin": 50000, "rtree/y/z.bin": 4096,
                                  "rtree/y/w.txt": b"w\n"}, seed=7)
-        cert, key = ftpenv.make_cert(os.path.join(tmp, "cert"))
+        cert, key = ftplab.make_cert(os.path.join(tmp, "cert"))
         if a.vsftpd:
-            srv = ftpenv.Vsftpd(root, local_user=ftpenv.TEST_USER, anonymous=False,
+            srv = ftplab.Vsftpd(root, local_user=ftplab.TEST_USER, anonymous=False,
                                 tls=(cert, key))
         else:
-            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+            srv = ftplab.TierceFtpd(ftplab.find_binary(a.build, "tierce-ftpd"), root,
                                     users=(("alice", "s3cret pass", None, True),),
                                     tls=(cert, key))
         with srv:
-            ftpenv.run_body(ck, srv, body, ck, srv, root, local)
+            ftplab.run_body(ck, srv, body, ck, srv, root, local)
     return ck.exit_code()
 
 
@@ -92,7 +92,7 @@ def body(ck, srv, root, local):
     dl = os.path.join(local, "big.dl")
     rc, out, err = lftp(srv, "get big.bin -o %s" % dl)
     ck.check(rc == 0 and os.path.exists(dl) and
-             ftpenv.file_sha(dl) == ftpenv.file_sha(os.path.join(root, "big.bin")),
+             ftplab.file_sha(dl) == ftplab.file_sha(os.path.join(root, "big.bin")),
              "get big.bin: sha256 equal", err)
     rc, out, err = lftp(srv, "get 'old name.txt' -o %s" % os.path.join(local, "sp.txt"))
     ck.check(rc == 0 and open(os.path.join(local, "sp.txt"), "rb").read()
@@ -103,8 +103,8 @@ def body(ck, srv, root, local):
 
     rc, out, err = lftp(srv, "put %s -o up.bin" % os.path.join(local, "up.bin"))
     ck.check(rc == 0 and os.path.exists(os.path.join(root, "up.bin")) and
-             ftpenv.file_sha(os.path.join(root, "up.bin")) ==
-             ftpenv.file_sha(os.path.join(local, "up.bin")), "put up.bin: sha256 equal", err)
+             ftplab.file_sha(os.path.join(root, "up.bin")) ==
+             ftplab.file_sha(os.path.join(local, "up.bin")), "put up.bin: sha256 equal", err)
 
     rc, out, err = lftp(srv, "mkdir newdir; mkdir -p newdir/x/y")
     ck.check(rc == 0 and os.path.isdir(os.path.join(root, "newdir/x/y")), "mkdir, mkdir -p",
@@ -145,7 +145,7 @@ def body(ck, srv, root, local):
         f.write(head)
     rc, out, err = lftp(srv, "get -c big.bin -o %s" % part, debug=True)
     ck.check(rc == 0 and "REST %d" % len(head) in err and
-             ftpenv.file_sha(part) == ftpenv.file_sha(os.path.join(root, "big.bin")),
+             ftplab.file_sha(part) == ftplab.file_sha(os.path.join(root, "big.bin")),
              "get -c resumes with REST %d to a byte-identical file" % len(head),
              "rc=%d rest-sent=%s" % (rc, "REST %d" % len(head) in err))
     ck.check("\n<--- 350" in err, "REST answered 350")
@@ -161,8 +161,8 @@ def body(ck, srv, root, local):
              open(os.path.join(local, "tls.txt"), "rb").read() == b"hello tierce\n",
              "FTPS: get")
     ck.check(os.path.exists(os.path.join(root, "tls-up.bin")) and
-             ftpenv.file_sha(os.path.join(root, "tls-up.bin")) ==
-             ftpenv.file_sha(os.path.join(local, "up.bin")), "FTPS: put")
+             ftplab.file_sha(os.path.join(root, "tls-up.bin")) ==
+             ftplab.file_sha(os.path.join(local, "up.bin")), "FTPS: put")
     rc, out, err = lftp(srv, "mirror tree %s" % os.path.join(local, "tls-mirror"), tls=True)
     ck.check(rc == 0 and not same_tree(os.path.join(root, "tree"),
                                        os.path.join(local, "tls-mirror")),

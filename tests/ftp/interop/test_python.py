@@ -15,8 +15,8 @@ import os
 import ssl
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
 
 
 def expect_error(fn, *args):
@@ -52,35 +52,35 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--vsftpd", action="store_true")
     a = ap.parse_args()
-    ftpenv.which_or_skip("openssl")
-    ck = ftpenv.Checks("ftp_interop_python")
-    with ftpenv.TempDir("tierce-interop-python-") as tmp:
+    ftplab.which_or_skip("openssl")
+    ck = ftplab.Checks("ftp_interop_python")
+    with ftplab.TempDir("tierce-interop-python-") as tmp:
         root = os.path.join(tmp, "root")
-        ftpenv.make_tree(root, {"a.bin": 2 * 1024 * 1024 + 5, "d/x.txt": b"x-content\n",
+        ftplab.make_tree(root, {"a.bin": 2 * 1024 * 1024 + 5, "d/x.txt": b"x-content\n",
                                 "d/e/": None, "b.txt": b"bee\n"})
         os.utime(os.path.join(root, "b.txt"), (1600000000, 1600000000))  # 2020-09-13 12:26:40
         a_data = open(os.path.join(root, "a.bin"), "rb").read()
-        cert, key = ftpenv.make_cert(os.path.join(tmp, "cert"))
+        cert, key = ftplab.make_cert(os.path.join(tmp, "cert"))
         if a.vsftpd:
-            srv = ftpenv.Vsftpd(root, local_user=ftpenv.TEST_USER, anonymous=False,
+            srv = ftplab.Vsftpd(root, local_user=ftplab.TEST_USER, anonymous=False,
                                 tls=(cert, key))
         else:
-            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+            srv = ftplab.TierceFtpd(ftplab.find_binary(a.build, "tierce-ftpd"), root,
                                     users=(("dave", "pw-dave", None, True),), tls=(cert, key))
         with srv:
-            ftpenv.run_body(ck, srv, body, a, ck, srv, root, cert, a_data)
+            ftplab.run_body(ck, srv, body, a, ck, srv, root, cert, a_data)
         if not a.vsftpd:  # [tls] require = true: docs/ftp.md says 530 / 521
-            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+            srv = ftplab.TierceFtpd(ftplab.find_binary(a.build, "tierce-ftpd"), root,
                                     users=(("dave", "pw-dave", None, True),), tls=(cert, key),
                                     tls_require=True)
             with srv:
-                ftpenv.run_body(ck, srv, require_tls_body, ck, srv, cert, a_data)
-            srv = ftpenv.TierceFtpd(ftpenv.find_binary(a.build, "tierce-ftpd"), root,
+                ftplab.run_body(ck, srv, require_tls_body, ck, srv, cert, a_data)
+            srv = ftplab.TierceFtpd(ftplab.find_binary(a.build, "tierce-ftpd"), root,
                                     users=(("dave", "pw-dave", None, True),), workers=2,
                                     # 16 sessions from 127.0.0.1: above the per-address default
                                     extra_toml="max_sessions_per_ip = 0")
             with srv:
-                ftpenv.run_body(ck, srv, parallel_body, ck, srv, a_data)
+                ftplab.run_body(ck, srv, parallel_body, ck, srv, a_data)
     return ck.exit_code()
 
 

@@ -20,8 +20,8 @@ import signal
 import socket
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
 
 SIZE = 64 * 1024 * 1024 + 4321
 RATE = 12 * 1024 * 1024      # bytes/s per direction through the relay
@@ -33,9 +33,9 @@ RELAY_HOST = "127.0.0.2"
 def interrupted(argv, progress, ck, what):
     """Start argv, SIGKILL its process group once progress() >= KILL_AT; returns the size
     reached. A client that finished or died before is a failed check."""
-    p = ftpenv.spawn(argv)
+    p = ftplab.spawn(argv)
     try:
-        reached = ftpenv.wait_for(lambda: p.poll() is not None or progress() >= KILL_AT, 120)
+        reached = ftplab.wait_for(lambda: p.poll() is not None or progress() >= KILL_AT, 120)
         done = p.poll() is not None
         ck.check(not done and reached, "%s still running at %d MiB (then killed)" %
                  (what, KILL_AT >> 20), "exit=%s progress=%d" % (p.poll(), progress()))
@@ -59,41 +59,41 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     a = ap.parse_args()
-    ftpenv.which_or_skip("curl")
-    ck = ftpenv.Checks("ftp_interop_resume")
-    ftpd = ftpenv.find_binary(a.build, "tierce-ftpd")
-    ftp = ftpenv.find_binary(a.build, "tierce-ftp")
-    wanem = ftpenv.find_binary(a.build, "tierce-wanem")
+    ftplab.which_or_skip("curl")
+    ck = ftplab.Checks("ftp_interop_resume")
+    ftpd = ftplab.find_binary(a.build, "tierce-ftpd")
+    ftp = ftplab.find_binary(a.build, "tierce-ftp")
+    wanem = ftplab.find_binary(a.build, "tierce-wanem")
     try:
         socket.socket().bind((RELAY_HOST, 0))
     except OSError:
         print("SKIP: %s is not a local address here" % RELAY_HOST)
-        return ftpenv.SKIP
-    with ftpenv.TempDir("tierce-interop-resume-") as tmp:
+        return ftplab.SKIP
+    with ftplab.TempDir("tierce-interop-resume-") as tmp:
         root = os.path.join(tmp, "root")
         local = os.path.join(tmp, "local")
         os.makedirs(local)
-        ftpenv.make_tree(root, {"big.bin": SIZE})
-        ftpenv.make_tree(local, {"src.bin": SIZE}, seed=99)
-        base = ftpenv.free_port_block(NPASV)
-        srv = ftpenv.TierceFtpd(ftpd, root, users=(("rita", "rita-pw", None, True),),
+        ftplab.make_tree(root, {"big.bin": SIZE})
+        ftplab.make_tree(local, {"src.bin": SIZE}, seed=99)
+        base = ftplab.free_port_block(NPASV)
+        srv = ftplab.TierceFtpd(ftpd, root, users=(("rita", "rita-pw", None, True),),
                                 pasv_ports="%d-%d" % (base, base + NPASV - 1),
                                 pasv_address=RELAY_HOST, data_timeout_s=10)
         with srv:
             fw = ["%s:%d=127.0.0.1:%d" % (RELAY_HOST, srv.port, srv.port),
                   "%s:%d-%d=127.0.0.1:%d-%d" % (RELAY_HOST, base, base + NPASV - 1, base,
                                                 base + NPASV - 1)]
-            with ftpenv.Relay(wanem, fw, delay_us=0, rate=RATE):
-                ftpenv.run_body(ck, srv, body, ck, srv, root, local, ftp)
+            with ftplab.Relay(wanem, fw, delay_us=0, rate=RATE):
+                ftplab.run_body(ck, srv, body, ck, srv, root, local, ftp)
     return ck.exit_code()
 
 
 def body(ck, srv, root, local, ftp):
     url = "ftp://rita:rita-pw@%s:%d" % (RELAY_HOST, srv.port)
     big = os.path.join(root, "big.bin")
-    big_sha = ftpenv.sha256(big)
+    big_sha = ftplab.sha256(big)
     src = os.path.join(local, "src.bin")
-    src_sha = ftpenv.sha256(src)
+    src_sha = ftplab.sha256(src)
     curl = ["curl", "-sS", "--connect-timeout", "10", "--max-time", "300"]
     tftp = [ftp, "--timeout", "30", "-q"]
 
@@ -103,11 +103,11 @@ def body(ck, srv, root, local, ftp):
                       "curl RETR")
     ck.check(0 < got < SIZE, "curl left a partial download", got)
     got = size_of(part)
-    r = ftpenv.run(curl + ["-v", "-C", "-", "-o", part, url + "/big.bin"], timeout=300)
+    r = ftplab.run(curl + ["-v", "-C", "-", "-o", part, url + "/big.bin"], timeout=300)
     err = r.stderr.decode(errors="replace")
     ck.check(r.returncode == 0 and "REST %d" % got in err, "curl -C - sends REST %d" % got,
              "rc=%d %s" % (r.returncode, err[-800:]))
-    ck.equal(ftpenv.file_sha(part), big_sha, "curl -C - resumed RETR is byte-identical")
+    ck.equal(ftplab.file_sha(part), big_sha, "curl -C - resumed RETR is byte-identical")
 
     # --- get: tierce-ftp killed, tierce-ftp -c (stream mode and ADTS ptcp:4) ---------------------
     for mode in ("off", "ptcp:4", "tcp"):
@@ -118,7 +118,7 @@ def body(ck, srv, root, local, ftp):
                  "tierce-ftp get --adts %s killed mid-way leaves its partial file" % mode,
                  size_of(part))
         got = size_of(part)
-        r = ftpenv.run(tftp + ["-v", "--adts", mode, "-c", "get", url + "/big.bin", part],
+        r = ftplab.run(tftp + ["-v", "--adts", mode, "-c", "get", url + "/big.bin", part],
                        timeout=300)
         err = r.stderr.decode(errors="replace")
         ck.check(r.returncode == 0, "tierce-ftp -c get --adts %s exits 0" % mode,
@@ -126,23 +126,23 @@ def body(ck, srv, root, local, ftp):
         if got > 0:
             ck.check("REST %d" % got in err, "tierce-ftp -c get --adts %s sends REST %d" %
                      (mode, got), err[-1500:])
-        ck.equal(ftpenv.file_sha(part), big_sha,
+        ck.equal(ftplab.file_sha(part), big_sha,
                  "tierce-ftp -c get --adts %s: byte-identical" % mode)
 
     # --- put: curl killed, curl -C - -T ---------------------------------------------------------
     dst = os.path.join(root, "curl-up.bin")
     got = interrupted(curl + ["-T", src, url + "/curl-up.bin"], lambda: size_of(dst), ck,
                       "curl STOR")
-    ck.check(ftpenv.wait_for(lambda: any(x["name"] == "/curl-up.bin" for x in
-                                         ftpenv.parse_xferlog(srv.xferlog_path)), 30),
+    ck.check(ftplab.wait_for(lambda: any(x["name"] == "/curl-up.bin" for x in
+                                         ftplab.parse_xferlog(srv.xferlog_path)), 30),
              "the server logged the broken STOR (its transfer ended)")
     got = size_of(dst)
     ck.check(0 < got < SIZE, "the server kept the partial upload", got)
-    r = ftpenv.run(curl + ["-v", "-C", "-", "-T", src, url + "/curl-up.bin"], timeout=300)
+    r = ftplab.run(curl + ["-v", "-C", "-", "-T", src, url + "/curl-up.bin"], timeout=300)
     err = r.stderr.decode(errors="replace")
     ck.check(r.returncode == 0 and "APPE" in err, "curl -C - -T resumes with APPE",
              "rc=%d %s" % (r.returncode, err[-800:]))
-    ck.equal(ftpenv.file_sha(dst), src_sha, "curl -C - -T: the upload is byte-identical")
+    ck.equal(ftplab.file_sha(dst), src_sha, "curl -C - -T: the upload is byte-identical")
 
     # --- put: tierce-ftp killed, tierce-ftp -c --------------------------------------------------
     for mode in ("off", "ptcp:4"):
@@ -150,19 +150,19 @@ def body(ck, srv, root, local, ftp):
         dst = os.path.join(root, name)
         interrupted(tftp + ["--adts", mode, "put", src, url + "/" + name], lambda: size_of(dst),
                     ck, "tierce-ftp put --adts %s" % mode)
-        ck.check(ftpenv.wait_for(lambda: any(x["name"] == "/" + name for x in
-                                             ftpenv.parse_xferlog(srv.xferlog_path)), 30),
+        ck.check(ftplab.wait_for(lambda: any(x["name"] == "/" + name for x in
+                                             ftplab.parse_xferlog(srv.xferlog_path)), 30),
                  "the server logged the broken STOR of %s" % name)
         got = size_of(dst)
         ck.check(0 < got < SIZE, "tierce-ftp put --adts %s: the server kept a partial file" %
                  mode, got)
-        r = ftpenv.run(tftp + ["-v", "--adts", mode, "-c", "put", src, url + "/" + name],
+        r = ftplab.run(tftp + ["-v", "--adts", mode, "-c", "put", src, url + "/" + name],
                        timeout=300)
         err = r.stderr.decode(errors="replace")
         ck.check(r.returncode == 0 and ("APPE" in err or "REST %d" % got in err),
                  "tierce-ftp -c put --adts %s resumes (APPE or REST)" % mode,
                  "rc=%d %s" % (r.returncode, err[-1500:]))
-        ck.equal(ftpenv.file_sha(dst), src_sha, "tierce-ftp -c put --adts %s: byte-identical"
+        ck.equal(ftplab.file_sha(dst), src_sha, "tierce-ftp -c put --adts %s: byte-identical"
                  % mode)
 
     # --- a 5 GiB sparse file: tierce-ftp -c past 4 GiB in every mode (direct, not relayed) -------
@@ -176,7 +176,7 @@ def body(ck, srv, root, local, ftp):
         p = os.path.join(local, "huge-%s.bin" % mode.replace(":", ""))
         with open(p, "wb") as f:
             f.truncate((5 << 30) - 100)
-        r = ftpenv.run(tftp + ["-v", "--adts", mode, "-c", "get", direct + "/huge5g.bin", p],
+        r = ftplab.run(tftp + ["-v", "--adts", mode, "-c", "get", direct + "/huge5g.bin", p],
                        timeout=300)
         with open(p, "rb") as f:
             f.seek((5 << 30) - 16)
@@ -193,13 +193,13 @@ def body(ck, srv, root, local, ftp):
     with open(src, "rb") as f:
         data = f.read()
     off = 33333333
-    with ftpenv.FtpControl(srv.host, srv.port, timeout=30) as c:
+    with ftplab.FtpControl(srv.host, srv.port, timeout=30) as c:
         ck.check(c.login("rita", "rita-pw")[0] == 230, "raw login")
         c.cmd("TYPE I")
         d = c.data_connect(timeout=30)
         ck.equal(c.cmd("REST %d" % off)[0], 350, "REST %d -> 350" % off)
         code, text = c.cmd("RETR big.bin")
-        tail = ftpenv.recv_all(d) if code in (125, 150) else b""
+        tail = ftplab.recv_all(d) if code in (125, 150) else b""
         d.close()
         ck.check(code in (125, 150) and c.reply()[0] == 226, "REST + RETR -> 150, 226", text)
         with open(big, "rb") as f:
@@ -211,7 +211,7 @@ def body(ck, srv, root, local, ftp):
             name = "raw-%s.bin" % verb.replace("+", "-").lower()
             with open(os.path.join(root, name), "wb") as f:
                 f.write(data[:off])
-            ftpenv.give_to_sessions(srv, os.path.join(root, name))
+            ftplab.give_to_sessions(srv, os.path.join(root, name))
             d = c.data_connect(timeout=30)
             if verb == "APPE":
                 code, text = c.cmd("APPE " + name)
@@ -223,7 +223,7 @@ def body(ck, srv, root, local, ftp):
             d.close()
             final = c.reply()[0] if code in (125, 150) else code
             ck.check(final == 226, "%s of the tail -> 226" % verb, (code, text, final))
-            ck.equal(ftpenv.file_sha(os.path.join(root, name)), src_sha,
+            ck.equal(ftplab.file_sha(os.path.join(root, name)), src_sha,
                      "%s: byte-identical" % verb)
         # 64-bit offsets: a 5 GiB sparse file, SIZE, then REST past 4 GiB
         huge = os.path.join(root, "huge.bin")
@@ -235,7 +235,7 @@ def body(ck, srv, root, local, ftp):
         d = c.data_connect(timeout=30)
         c.cmd("REST %d" % ((5 << 30) - 16))
         code, text = c.cmd("RETR huge.bin")
-        tail = ftpenv.recv_all(d) if code in (125, 150) else b""
+        tail = ftplab.recv_all(d) if code in (125, 150) else b""
         d.close()
         final = c.reply()[0] if code in (125, 150) else code
         ck.check(tail == b"END-OF-THE-FILE!" and final == 226, "REST past 4 GiB + RETR",

@@ -15,8 +15,8 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import ftpenv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools"))
+from tiercelab import ftplab  # noqa: E402
 
 MODES = ("off", "tcp", "ptcp:4", "auto")
 
@@ -42,28 +42,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     a = ap.parse_args()
-    ck = ftpenv.Checks("ftp_interop_tierce_client")
-    ftpd = ftpenv.find_binary(a.build, "tierce-ftpd")
-    ftp = ftpenv.find_binary(a.build, "tierce-ftp")
-    with ftpenv.TempDir("tierce-interop-client-") as tmp:
+    ck = ftplab.Checks("ftp_interop_tierce_client")
+    ftpd = ftplab.find_binary(a.build, "tierce-ftpd")
+    ftp = ftplab.find_binary(a.build, "tierce-ftp")
+    with ftplab.TempDir("tierce-interop-client-") as tmp:
         root = os.path.join(tmp, "root")
         local = os.path.join(tmp, "local")
         os.makedirs(local)
         tree = {"big.bin": 20 * 1024 * 1024 + 11, "small.txt": b"small\n", "empty.bin": b"",
                 "d/a.bin": 1500000, "d/b.txt": b"bbb\n", "d/e/f/g.bin": 3 * 1024 * 1024 + 1,
                 "d/e/empty/": None, "name with spaces.bin": 4097}
-        ftpenv.make_tree(root, tree)
+        ftplab.make_tree(root, tree)
         many = {"many/%02d/f%03d.bin" % (i % 10, i): (i * 7919) % 200000 for i in range(300)}
-        ftpenv.make_tree(root, many, seed=5)
-        ftpenv.make_tree(local, {"up.bin": 9 * 1024 * 1024 + 3, "utree/x.bin": 1234567,
+        ftplab.make_tree(root, many, seed=5)
+        ftplab.make_tree(local, {"up.bin": 9 * 1024 * 1024 + 3, "utree/x.bin": 1234567,
                                  "utree/y/z.bin": 65536, "utree/y/w.txt": b"w\n",
                                  "utree/empty.bin": b""}, seed=11)
-        cert, key = ftpenv.make_cert(os.path.join(tmp, "cert"))
-        srv = ftpenv.TierceFtpd(ftpd, root, users=(("tom", "tom pw:@/", None, True),
+        cert, key = ftplab.make_cert(os.path.join(tmp, "cert"))
+        srv = ftplab.TierceFtpd(ftpd, root, users=(("tom", "tom pw:@/", None, True),
                                                    ("bob", "bob-pw", None, False)),
                                 max_sessions=32, workers=4, tls=(cert, key))
         with srv:
-            ftpenv.run_body(ck, srv, body, ck, srv, root, local, ftp)
+            ftplab.run_body(ck, srv, body, ck, srv, root, local, ftp)
     return ck.exit_code()
 
 
@@ -72,7 +72,7 @@ def body(ck, srv, root, local, ftp):
     base = "ftp://%s@%s:%d" % (srv.user, srv.host, srv.port)
 
     def tftp(mode, *args, timeout=300):
-        r = ftpenv.run([ftp, "--timeout", "30", "-q", "--adts", mode] + list(args),
+        r = ftplab.run([ftp, "--timeout", "30", "-q", "--adts", mode] + list(args),
                        timeout=timeout, env=env)
         return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
@@ -84,7 +84,7 @@ def body(ck, srv, root, local, ftp):
         n_log = len(adts_lines())
         out = os.path.join(local, "big-%s.bin" % tag)
         rc, so, se = tftp(mode, "get", base + "/big.bin", out)
-        ck.check(rc == 0 and ftpenv.file_sha(out) == ftpenv.sha256(os.path.join(root, "big.bin")),
+        ck.check(rc == 0 and ftplab.file_sha(out) == ftplab.sha256(os.path.join(root, "big.bin")),
                  "[%s] get big.bin: sha256 equal" % mode, "rc=%d %s" % (rc, se[-1000:]))
         new = adts_lines()[n_log:]
         if mode != "off":
@@ -95,8 +95,8 @@ def body(ck, srv, root, local, ftp):
                      "[off] the server used a plain data connection", new)
         rc, so, se = tftp(mode, "get", base + "/name%20with%20spaces.bin",
                           os.path.join(local, "sp-%s" % tag))
-        ck.check(rc == 0 and ftpenv.file_sha(os.path.join(local, "sp-%s" % tag)) ==
-                 ftpenv.sha256(os.path.join(root, "name with spaces.bin")),
+        ck.check(rc == 0 and ftplab.file_sha(os.path.join(local, "sp-%s" % tag)) ==
+                 ftplab.sha256(os.path.join(root, "name with spaces.bin")),
                  "[%s] get of a %%20-encoded name" % mode, se[-500:])
         rc, so, se = tftp(mode, "get", base + "/empty.bin", os.path.join(local, "e-%s" % tag))
         ck.check(rc == 0 and os.path.getsize(os.path.join(local, "e-%s" % tag)) == 0,
@@ -105,8 +105,8 @@ def body(ck, srv, root, local, ftp):
         ck.equal(rc, 4, "[%s] get of a missing file exits 4" % mode)
 
         rc, so, se = tftp(mode, "put", os.path.join(local, "up.bin"), base + "/up-%s.bin" % tag)
-        ck.check(rc == 0 and ftpenv.file_sha(os.path.join(root, "up-%s.bin" % tag)) ==
-                 ftpenv.sha256(os.path.join(local, "up.bin")), "[%s] put: sha256 equal" % mode,
+        ck.check(rc == 0 and ftplab.file_sha(os.path.join(root, "up-%s.bin" % tag)) ==
+                 ftplab.sha256(os.path.join(local, "up.bin")), "[%s] put: sha256 equal" % mode,
                  "rc=%d %s" % (rc, se[-1000:]))
         rc, so, se = tftp(mode, "put", os.path.join(local, "utree/empty.bin"),
                           base + "/empty-%s.bin" % tag)
@@ -142,7 +142,7 @@ def body(ck, srv, root, local, ftp):
         ck.check(rc == 0 and not os.path.exists(os.path.join(root, "utree-%s" % tag)),
                  "[%s] rm -r" % mode, se[-500:])
 
-    rc, so, se = ftpenv.run([ftp, "--timeout", "30", "-q", "ls", "ftp://%s:wrong@%s:%d/" % (
+    rc, so, se = ftplab.run([ftp, "--timeout", "30", "-q", "ls", "ftp://%s:wrong@%s:%d/" % (
         srv.user, srv.host, srv.port)], timeout=60).returncode, "", ""
     ck.equal(rc, 3, "a bad password exits 3")
 
@@ -154,26 +154,26 @@ def body(ck, srv, root, local, ftp):
         diffs = diff_trees(os.path.join(root, "many"), mdir)
         ck.check(rc == 0 and not diffs, "[%s] mirror -P 4 of 300 files: identical" % mode,
                  "rc=%d diffs=%d %r %s" % (rc, len(diffs), diffs[:10], se[-800:]))
-        n_x = len(ftpenv.parse_xferlog(srv.xferlog_path))
+        n_x = len(ftplab.parse_xferlog(srv.xferlog_path))
         rc, so, se = tftp(mode, "-P", "4", "--only-newer", "mirror", base + "/many", mdir,
                           timeout=600)
-        newx = ftpenv.parse_xferlog(srv.xferlog_path)[n_x:]
+        newx = ftplab.parse_xferlog(srv.xferlog_path)[n_x:]
         ck.check(rc == 0 and not newx, "[%s] second mirror --only-newer transfers nothing" % mode,
                  "rc=%d new transfers=%d %r" % (rc, len(newx), [x["name"] for x in newx[:5]]))
         # one file changes on the server: --only-newer fetches exactly it
         changed = os.path.join(root, "many/03/f013.bin")
         with open(changed, "ab") as f:
             f.write(b"more")
-        n_x = len(ftpenv.parse_xferlog(srv.xferlog_path))
+        n_x = len(ftplab.parse_xferlog(srv.xferlog_path))
         rc, so, se = tftp(mode, "-P", "4", "--only-newer", "mirror", base + "/many", mdir,
                           timeout=600)
-        newx = [x["name"] for x in ftpenv.parse_xferlog(srv.xferlog_path)[n_x:]]
+        newx = [x["name"] for x in ftplab.parse_xferlog(srv.xferlog_path)[n_x:]]
         ck.check(rc == 0 and newx == ["/many/03/f013.bin"] and
                  not diff_trees(os.path.join(root, "many"), mdir),
                  "[%s] --only-newer fetches only the changed file" % mode, (rc, newx))
 
     # odds and ends of the command line (docs/ftp.md, tierce-ftp --help)
-    r = ftpenv.run([ftp, "--timeout", "30", "-q", "get", base + "/d/b.txt", "-"], timeout=60,
+    r = ftplab.run([ftp, "--timeout", "30", "-q", "get", base + "/d/b.txt", "-"], timeout=60,
                    env=env)  # stdout is a pipe here, as in `tierce-ftp get URL - | tar x`
     ck.check(r.returncode == 0 and r.stdout == b"bbb\n", "get URL - writes the file to a piped "
              "stdout", (r.returncode, r.stdout[:40], r.stderr.decode(errors="replace")[-300:]))
@@ -216,7 +216,7 @@ def body(ck, srv, root, local, ftp):
     with open(netrc, "w") as f:
         f.write("machine %s login bob password bob-pw\n" % srv.host)
     os.chmod(netrc, 0o600)
-    r = ftpenv.run([ftp, "--timeout", "30", "-q", "get",
+    r = ftplab.run([ftp, "--timeout", "30", "-q", "get",
                     "ftp://bob@%s:%d/%%2Fhome/bob/b.txt" % (srv.host, srv.port),
                     os.path.join(local, "netrc-b.txt")], timeout=60,
                    env=dict(os.environ, NETRC=netrc, HOME=local))
@@ -224,8 +224,8 @@ def body(ck, srv, root, local, ftp):
              b"bob\n", "password from $NETRC, %2F absolute path",
              (r.returncode, r.stderr.decode(errors="replace")[-300:]))
     rdir = os.path.join(root, "rmirror")
-    ftpenv.make_tree(rdir, {"stale.bin": b"old", "keep/stale2.bin": b"old"})
-    ftpenv.give_to_sessions(srv, rdir)
+    ftplab.make_tree(rdir, {"stale.bin": b"old", "keep/stale2.bin": b"old"})
+    ftplab.give_to_sessions(srv, rdir)
     rc, so, se = tftp("tcp", "mirror", "-R", "--delete", base + "/rmirror",
                       os.path.join(local, "utree"))
     ck.check(rc == 0 and not diff_trees(os.path.join(local, "utree"), rdir),
@@ -235,12 +235,12 @@ def body(ck, srv, root, local, ftp):
     # FTPS: --tls-insecure works with the self-signed certificate, --tls refuses it
     out = os.path.join(local, "tls-big.bin")
     rc, so, se = tftp("auto", "--tls-insecure", "get", base + "/big.bin", out)
-    ck.check(rc == 0 and ftpenv.file_sha(out) == ftpenv.sha256(os.path.join(root, "big.bin")),
+    ck.check(rc == 0 and ftplab.file_sha(out) == ftplab.sha256(os.path.join(root, "big.bin")),
              "--tls-insecure get: sha256 equal", "rc=%d %s" % (rc, se[-800:]))
     rc, so, se = tftp("auto", "--tls-insecure", "put", os.path.join(local, "up.bin"),
                       base + "/tls-up.bin")
-    ck.check(rc == 0 and ftpenv.file_sha(os.path.join(root, "tls-up.bin")) ==
-             ftpenv.sha256(os.path.join(local, "up.bin")), "--tls-insecure put: sha256 equal",
+    ck.check(rc == 0 and ftplab.file_sha(os.path.join(root, "tls-up.bin")) ==
+             ftplab.sha256(os.path.join(local, "up.bin")), "--tls-insecure put: sha256 equal",
              "rc=%d %s" % (rc, se[-800:]))
     rc, so, se = tftp("auto", "--tls-insecure", "mirror", base + "/d",
                       os.path.join(local, "tls-mirror"))

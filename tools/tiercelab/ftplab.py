@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tests/ftp/ftpenv.py — launchers for the FTP tests and benchmarks (Python 3 stdlib only).
+"""tools/tiercelab/ftplab.py — launchers for the FTP tests and benchmarks (Python 3 stdlib only),
+on tiercelab's process, port and skip-policy helpers.
 
 Every launcher is a context manager that leaves nothing behind, also when the body raises:
 processes run in their own process group (the whole group is killed on stop, and the leader gets
@@ -33,25 +34,21 @@ root). local_user="tierceftp" (TEST_USER) creates that account once (useradd -M,
 chroots it to `root`; the tree is chown'ed to it when write=True so its uploads land there.
 """
 import contextlib
-import ctypes
 import hashlib
 import os
 import random
 import re
-import shutil
-import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import time
-# The one free_port (tools/tiercelab/procs.py): never the same port twice in a run.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from tiercelab.procs import free_port  # noqa: E402
+# The generic parts are tiercelab's (procs: processes, ports, waiting; prereq: the skip policy),
+# re-exported here so a driver needs one import.
+from tiercelab.prereq import SKIP, find_target as find_binary, skip_unless_programs as which_or_skip  # noqa: F401,E501
+from tiercelab.procs import (TempDir, free_port, free_port_block, kill_group,  # noqa: F401
+                             popen as spawn, wait_for)
 
 TEST_USER = "tierceftp"
 TEST_PASSWORD = "tierce-pass-42"
-SKIP = 77  # ctest SKIP_RETURN_CODE: a package this machine lacks
 
 
 def sha256(path) -> str:
@@ -99,83 +96,6 @@ def give_to_sessions(srv, *paths):
         nobody = pwd.getpwnam("nobody")
         for p in paths:
             chown_tree(p, nobody.pw_uid, nobody.pw_gid)
-
-
-def which_or_skip(*names):
-    """Exit 77 (skipped) when a required program is missing: packages only, never our targets."""
-    for n in names:
-        if not (os.path.isabs(n) and os.access(n, os.X_OK)) and shutil.which(n) is None:
-            print("SKIP: %s is not installed (apt-get install %s)" % (n, os.path.basename(n)))
-            sys.exit(SKIP)
-
-
-def find_binary(build, name):
-    """The executable `name` under the build tree; raises (a test failure, not a skip) if the
-    target was not built: the tests run after a full build."""
-    for d, subdirs, files in os.walk(build):
-        subdirs[:] = [s for s in subdirs if not s.startswith(("CMakeFiles", "_deps", "Testing"))]
-        if name in files:
-            p = os.path.join(d, name)
-            if os.access(p, os.X_OK) and os.path.isfile(p):
-                return p
-    raise FileNotFoundError("%s not found under %s: build it first (cmake --build %s --target %s)"
-                            % (name, build, build, name))
-
-
-class TempDir:
-    def __init__(self, prefix="tierce-ftp-"):
-        self.path = tempfile.mkdtemp(prefix=prefix)
-
-    def __enter__(self):
-        return self.path
-
-    def __exit__(self, *exc):
-        self.cleanup()
-
-    def cleanup(self):
-        if self.path:
-            shutil.rmtree(self.path, ignore_errors=True)
-            self.path = None
-
-
-def _pdeathsig():
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def spawn(argv, log_path=None, **kw):
-    """Popen in a new session (own process group), stdout+stderr to log_path (or DEVNULL), killed
-    with SIGKILL if this Python process dies."""
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    try:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_pdeathsig, **kw)
-    finally:
-        if log_path:
-            out.close()
-
-
-def kill_group(proc, grace=5.0):
-    """SIGTERM to the process group, SIGKILL after `grace` seconds; returns the exit code."""
-    if proc is None:
-        return None
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        rc = proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        rc = None
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # leftovers in the group (forked session workers)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if rc is None:
-        rc = proc.wait(timeout=10)
-    return rc
 
 
 def wait_banner(host, port, timeout=15.0, proc=None):
@@ -704,26 +624,6 @@ def file_sha(path):
     return sha256(path) if os.path.isfile(path) else None
 
 
-def free_port_block(n, host="127.0.0.1", lo=20000, hi=60000):
-    """A base port b such that b..b+n-1 were all free a moment ago (for pasv_ports + a relay)."""
-    rnd = random.Random()
-    for _ in range(200):
-        base = rnd.randrange(lo, hi - n)
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind((host, p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no block of %d free ports" % n)
-
-
 def parse_xferlog(path):
     """wu-ftpd xferlog lines -> dicts: seconds, host, bytes, name, type, direction, access, user,
     status ('c' complete / 'i' incomplete). Missing file = []."""
@@ -742,13 +642,3 @@ def parse_xferlog(path):
         out.append(dict(seconds=t[5], host=t[6], bytes=int(t[7]), name=" ".join(t[8:-9]),
                         type=t[-9], direction=t[-7], access=t[-6], user=t[-5], status=t[-1]))
     return out
-
-
-def wait_for(pred, timeout=30.0, step=0.05):
-    """Poll pred() until true (returns its value) or the timeout (returns the last value)."""
-    deadline = time.monotonic() + timeout
-    v = pred()
-    while not v and time.monotonic() < deadline:
-        time.sleep(step)
-        v = pred()
-    return v
