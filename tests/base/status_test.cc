@@ -12,39 +12,13 @@
 #include <string>
 
 #include "base/status.h"
+#include "tests/support/process.h"
 
 using tierce::base::Code;
 using tierce::base::Result;
 using tierce::base::Status;
 
-namespace {
-
-// Runs fn in a child with stderr on a pipe: (how it ended, what it wrote).
-template <class Fn>
-std::pair<int, std::string> in_child(Fn fn) {
-  int p[2];
-  BOOST_REQUIRE(::pipe(p) == 0);
-  pid_t pid = ::fork();
-  BOOST_REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(p[1], STDERR_FILENO);
-    ::close(p[0]);
-    std::signal(SIGABRT, SIG_DFL);  // Boost.Test's handler would turn the abort into a report
-    fn();
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(p[0], buf, sizeof buf)) > 0) out.append(buf, size_t(n));
-  ::close(p[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return {status, out};
-}
-
-}  // namespace
+using tierce_test::in_child;
 
 namespace {
 Result<int> parse_port(const std::string& s) {

@@ -37,33 +37,13 @@ from tiercelab import prereq as tprereq  # noqa: E402
 CLUSTER = os.path.join(REPO, "tools", "tierce-cluster")
 
 
-class Terminated(Exception):
-    pass
-
-
-def _term(signum, frame):
-    raise Terminated(f"signal {signum}")
-
-
 def say(msg):
     print(f"coherence_check: {msg}", flush=True)
 
 
 def prerequisites(a):
     """(why to skip, why to fail): tools/tiercelab/prereq.py's policy."""
-    why_skip = tprereq.system(root="private MariaDB and httpd as www-data",
-                              files=("/usr/sbin/apache2", "/usr/sbin/mariadbd",
-                                     "/usr/lib/apache2/modules/libphp8.2.so"))
-    if not why_skip and a.netns:
-        from tiercelab import netns
-        ok, why = netns.available()
-        if not ok:
-            why_skip = f"--netns: {why}"
-    paths = (("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so", "agents/memd/tierce-memd")
-             if a.cache == "tierce" else ())
-    why_fail = tprereq.targets(a.build, paths, executables=(a.checker,),
-                               alternatives=(("sample/tierce-datagen", "sample/datagen/tierce-datagen"),))
-    return why_skip, why_fail
+    return tprereq.cluster(a.build, a.checker, tierce=a.cache == "tierce", netns=a.netns)
 
 
 def run_checker(a, d):
@@ -179,7 +159,7 @@ def main():
     if rc is not None:
         return rc
 
-    signal.signal(signal.SIGTERM, _term)
+    tprereq.raise_on_sigterm()
     d = tempfile.mkdtemp(prefix="tierce-cc.", dir="/tmp")
     rc = 0
     try:
@@ -253,7 +233,7 @@ def main():
     except subprocess.TimeoutExpired:
         print(f"FAIL: tierce-check did not finish within {a.checker_timeout:.0f} s (killed)")
         rc = 1
-    except (Terminated, KeyboardInterrupt) as e:
+    except (tprereq.Terminated, KeyboardInterrupt) as e:
         print(f"FAIL: interrupted ({e})")
         rc = 1
     except Exception as e:  # noqa: BLE001 — report anything as a failure, still clean up

@@ -39,11 +39,7 @@ def say(msg):
 
 def prerequisites(a):
     """(why to skip, why to fail): tools/tiercelab/prereq.py's policy."""
-    why_skip = tprereq.system(root="tierce-cluster runs MariaDB and httpd as their users",
-                              files=("/usr/sbin/apache2", "/usr/sbin/mariadbd"))
-    why_fail = tprereq.targets(a.build, ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
-                                         "agents/memd/tierce-memd"), executables=(a.checker,))
-    return why_skip, why_fail
+    return tprereq.cluster(a.build, a.checker, root="tierce-cluster runs MariaDB and httpd as their users")
 
 
 def pool_status(a, d, node):

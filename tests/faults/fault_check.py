@@ -211,29 +211,14 @@ def writes_may_fail(a, name):
     return a.php == "linearizable" and name in LINEARIZABLE_REFUSES
 
 
-class Terminated(Exception):
-    pass
-
-
-def _term(signum, frame):
-    raise Terminated(f"signal {signum}")
-
-
 def say(msg):
     print(f"fault_check: {msg}", flush=True)
 
 
 def prerequisites(a):
     """(why to skip, why to fail): tools/tiercelab/prereq.py's policy."""
-    why_skip = tprereq.system(root="private MariaDB and httpd as www-data, signals to them",
-                              files=("/usr/sbin/apache2", "/usr/sbin/mariadbd",
-                                     "/usr/lib/apache2/modules/libphp8.2.so"))
-    why_fail = tprereq.targets(
-        a.build, ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
-                  "agents/memd/tierce-memd", "tools/tierce-wanem/tierce-wanem"),
-        executables=(a.checker,),
-        alternatives=(("sample/tierce-datagen", "sample/datagen/tierce-datagen"),))
-    return why_skip, why_fail
+    return tprereq.cluster(a.build, a.checker, extra_targets=("tools/tierce-wanem/tierce-wanem",),
+                           root="private MariaDB and httpd as www-data, signals to them")
 
 
 def pct(values, p):
@@ -707,7 +692,7 @@ def main():
     if rc is not None:
         return rc
 
-    signal.signal(signal.SIGTERM, _term)
+    tprereq.raise_on_sigterm()
     d = tempfile.mkdtemp(prefix="tierce-fc.", dir="/tmp")
     rc, rounds, problems = 0, [], []
     st = None
@@ -747,7 +732,7 @@ def main():
             if checked >= a.min_checked:
                 break
             say(f"{checked} reads checked so far (want {a.min_checked}): another round")
-    except (Terminated, KeyboardInterrupt) as e:
+    except (tprereq.Terminated, KeyboardInterrupt) as e:
         problems.append(f"interrupted ({e})")
     except Exception as e:  # noqa: BLE001 — report anything as a failure, still clean up
         problems.append(f"unexpected {type(e).__name__}: {e}")

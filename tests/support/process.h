@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -151,6 +152,33 @@ inline Child spawn(const std::string& binary, const std::vector<std::string>& ar
 // Runs a command to its end; its exit code (-1 when killed by a signal).
 inline int run_cmd(const std::vector<std::string>& argv, const std::string& log_path) {
   return spawn(argv, log_path).wait();
+}
+
+// Runs fn in a forked child with stderr on a pipe: (its wait status, what it wrote to stderr).
+// For tests of what aborts (TIERCE_CHECK): SIGABRT keeps its default action in the child, so a
+// test framework's handler does not turn the abort into a report.
+template <class Fn>
+std::pair<int, std::string> in_child(Fn fn) {
+  int p[2];
+  if (::pipe(p) != 0) throw std::runtime_error("pipe: " + std::string(std::strerror(errno)));
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    ::dup2(p[1], STDERR_FILENO);
+    ::close(p[0]);
+    std::signal(SIGABRT, SIG_DFL);
+    fn();
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) out.append(buf, size_t(n));
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {status, out};
 }
 
 }  // namespace tierce_test

@@ -96,3 +96,38 @@ def find_target(build, name):
                 return p
     raise FileNotFoundError(f"{name} not found under {build}: build it first "
                             f"(cmake --build {build} --target {name})")
+
+
+CLUSTER_PACKAGES = ("/usr/sbin/apache2", "/usr/sbin/mariadbd", "/usr/lib/apache2/modules/libphp8.2.so")
+CLUSTER_TARGETS = ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
+                   "agents/memd/tierce-memd")
+DATAGEN = ("sample/tierce-datagen", "sample/datagen/tierce-datagen")
+
+
+def cluster(build, checker, tierce=True, extra_targets=(), netns=False,
+            root="private MariaDB and httpd as www-data"):
+    """(why to skip, why to fail) of a driver that runs a tierce-cluster under a checker: the
+    system packages and root (skip), Tierce's modules, memd, datagen and the checker (fail);
+    tierce=False for a run without our cache (a baseline: only datagen and the checker)."""
+    why_skip = system(root=root, files=CLUSTER_PACKAGES)
+    if not why_skip and netns:
+        from tiercelab import netns as tnetns
+        ok, why = tnetns.available()
+        if not ok:
+            why_skip = f"--netns: {why}"
+    paths = (CLUSTER_TARGETS + tuple(extra_targets)) if tierce else tuple(extra_targets)
+    why_fail = targets(build, paths, executables=(checker,), alternatives=(DATAGEN,))
+    return why_skip, why_fail
+
+
+class Terminated(Exception):
+    """SIGTERM arrived (ctest's timeout, a user): the driver's finally still takes the cluster down."""
+
+
+def raise_on_sigterm():
+    """From now on SIGTERM raises Terminated in the main thread."""
+    import signal
+
+    def _term(signum, frame):
+        raise Terminated(f"signal {signum}")
+    signal.signal(signal.SIGTERM, _term)
