@@ -57,7 +57,7 @@ inline std::ostream& operator<<(std::ostream& o, Code c) { return o << to_string
 class [[nodiscard]] Status {
  public:
   Status() = default;  // success
-  // `msgid` names the condition in docs/msgids.txt ("MEMD0031"), or is empty for a failure the
+  // `msgid` names the condition (its id in docs/msgids.txt), or is empty for a failure the
   // caller reports under its own id; it must be a string literal (kept by pointer).
   Status(Code code, std::string message, const char* msgid = "")
       : code_(code), msgid_(msgid ? msgid : ""), message_(std::move(message)) {

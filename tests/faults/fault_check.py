@@ -241,7 +241,7 @@ class Round:
         f, length, period = a.fault_at, a.fault_for, a.period
         t = 0.0
         for k in range(a.cycles):
-            name = ORDER[(cycle0 + k) % len(ORDER)] if a.variant == "mixed" else a.variant
+            name = a.names[(cycle0 + k) % len(a.names)]
             self.variants.append(name)
             _, fault, heal, _, _, _ = VARIANTS[name]
             start = f + k * period
@@ -597,7 +597,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--checker", help="the tierce-check executable")
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--variant", choices=list(VARIANTS) + ["mixed"])
+    ap.add_argument("--variant", help="a variant (--list), \"mixed\" (every one of the closed set, one "
+                    "per cycle) or a comma-separated list of closed-set variants (one per cycle, in "
+                    "that order, one cluster for all: CI's grouped fault tests)")
     ap.add_argument("--transport", choices=["tcp", "shm"], default="shm")
     ap.add_argument("--fault-at", type=float, help="seconds into the run (default 4; the extra variants 10)")
     ap.add_argument("--fault-for", type=float, help="seconds until the heal (default 4; the extra "
@@ -653,7 +655,19 @@ def main():
     if not a.checker or not a.variant:
         ap.error("--checker and --variant are required")
     a.build = os.path.abspath(a.build)
-    defaults = dict(EXTRA_DEFAULTS.get(a.variant, CLOSED_LOOP))
+    if a.variant == "mixed":
+        a.names = list(ORDER)
+    else:
+        a.names = [n for n in a.variant.split(",") if n]
+        unknown = [n for n in a.names if n not in VARIANTS]
+        if unknown or not a.names:
+            ap.error(f"--variant: unknown {', '.join(unknown) or '(none)'} (see --list)")
+        if len(a.names) > 1:
+            if any(n in EXTRA for n in a.names):
+                ap.error("--variant: a list takes variants of the closed set only (no + variants of --list)")
+            if a.cycles == 1:
+                a.cycles = len(a.names)  # each once
+    defaults = dict(EXTRA_DEFAULTS.get(a.names[0], CLOSED_LOOP) if len(a.names) == 1 else CLOSED_LOOP)
     if a.closed_loop:
         defaults["rate"] = None
     for k, v in defaults.items():
@@ -666,7 +680,7 @@ def main():
         a.period = a.fault_for + a.after
     if a.cycles > 1 and a.period < a.fault_for + 3:
         ap.error("--period must leave 3 s of recovery after each heal")
-    names = ORDER if a.variant == "mixed" else [a.variant]
+    names = a.names
     if any(n in ARBITER_VARIANTS for n in names):
         a.arbiter = True
     if a.netns:
@@ -789,7 +803,7 @@ def summarize(a, rounds, problems, elapsed, drops=()):
         lat = x.pop("lat")
         x["write_latency_ms"] = {"p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": max(lat) if lat else 0.0}
     names = sorted({v for r, _, _ in rounds for v in r.variants}, key=list(VARIANTS).index) or \
-        (ORDER if a.variant == "mixed" else [a.variant])
+        a.names
     # Errors the fault does not explain: every window but the fault and recovery windows of the
     # variants that take down what serves the requests.
     counted = ["before", "after"] + [f"{w}-{n}" for n in names if not VARIANTS[n][4] for w in ("fault", "recovery")]
