@@ -104,4 +104,12 @@ std::vector<DbFinding> judge(const ServerFacts& f) {
   return out;
 }
 
+std::string not_primary_warning(DbFinding f, const ServerFacts& facts, std::string_view server) {
+  return std::string(id_of(f)) + " " + describe(f, facts) + " (" + std::string(server) +
+         "). Tierce needs the pages it caches to be rendered from the primary "
+         "(docs/coherence.md, \"What the database must give\"): pages that use this "
+         "connection are not cached. Set tierce.db_check = 0 only if every read "
+         "really goes to the primary. Logged once per process.";
+}
+
 }  // namespace tierce::php

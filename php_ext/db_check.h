@@ -7,8 +7,8 @@
 // rows after the invalidation, and stay so until the next write of its names.
 //
 // What can be seen from a connection, as plain C++ (tested alone in tests/php/test_db_check.cc);
-// the glue (php_tierce.cc) runs the two queries on a connection's first observed call and feeds the
-// answers here:
+// the glue (php_db_check.cc) runs the two queries on a connection's first observed call and feeds
+// the answers here:
 //   kProxyProbeSql   exactly the query ProxySQL answers itself ("(ProxySQL)"), not its backend;
 //   kVariablesSql    the server's own variables (SHOW VARIABLES works on MariaDB and MySQL alike,
 //                    also where a variable such as wsrep_on does not exist).
@@ -50,5 +50,9 @@ std::string describe(DbFinding f, const ServerFacts& facts);
 // Every finding, in the order above; empty: nothing says this is not the primary (which does not
 // prove that it is: an asynchronous replica with read_only off looks like a primary).
 std::vector<DbFinding> judge(const ServerFacts& facts);
+
+// The operator's log line for a finding on `server` (its host and version, as the glue names it),
+// with the finding's id first.
+std::string not_primary_warning(DbFinding f, const ServerFacts& facts, std::string_view server);
 
 }  // namespace tierce::php

@@ -135,6 +135,14 @@ std::string fence_refusal(const FenceVerdict& v, std::string_view node, std::str
          " first; docs/php_extension.md \"The fence check\")";
 }
 
+int fence_refusal_code(const FenceVerdict& v) {
+  switch (v.state) {
+    case FenceVerdict::State::Out: return 301;
+    case FenceVerdict::State::Missing: return 302;
+    default: return 303;
+  }
+}
+
 std::string fence_unfenceable(const FenceText& t, std::string_view node) {
   std::string n(node);
   if (t.write_after_boundary)

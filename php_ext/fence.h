@@ -12,7 +12,7 @@
 //
 // This file is the plain C++ of it (no PHP types; tested alone in tests/php/test_fence.cc): what a
 // SQL text means for the fence, the check's SQL and what its answer says, what to do before a
-// write given the connection's server status, and the messages. The glue (php_tierce.cc) runs the
+// write given the connection's server status, and the messages. The glue (php_fence.cc) runs the
 // queries on the connection through mysqlnd and makes refused writes fail.
 #pragma once
 #include <cstdint>
@@ -78,6 +78,8 @@ FenceVerdict fence_failed(unsigned error_no, std::string_view error);
 //   PHPEXT0303  the check itself failed
 // "" for a verdict that admits.
 std::string fence_refusal(const FenceVerdict& v, std::string_view node, std::string_view table);
+// The TierceException code of a refusing verdict: its log id's number (301, 302, 303).
+int fence_refusal_code(const FenceVerdict& v);
 // PHPEXT0304: a text the fence cannot cover (write_after_boundary, or several statements in
 // autocommit mode through a call that leaves their results pending).
 std::string fence_unfenceable(const FenceText& t, std::string_view node);

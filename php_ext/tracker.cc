@@ -9,6 +9,16 @@ namespace tierce::php {
 
 namespace sd = tierce::sqldeps;
 
+const char* dependency_name_problem(std::string_view name) {
+  if (name.empty()) return "is empty";
+  if (name.size() > 256) return "is longer than 256 bytes";
+  for (char ch : name) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c < 0x21 || c == 0x7f || c == ',') return "contains a blank, comma or control character";
+  }
+  return nullptr;
+}
+
 bool NameSet::add(std::string_view name) {
   if (all_ || seen_.find(name) != seen_.end()) return false;
   auto it = seen_.emplace(name).first;

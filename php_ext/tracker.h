@@ -46,6 +46,11 @@ class NameSet {
   bool all_ = false;
 };
 
+// Why `name` is not one dependency name as coherence::parse_dependencies takes it (empty, longer
+// than 256 bytes, a blank, comma or control character), nullptr when it is one. The words finish
+// "it ...": tierce_depends() / tierce_invalidate() put them in their error.
+const char* dependency_name_problem(std::string_view name);
+
 struct Settings {
   bool auto_mode = false;     // tierce.auto: derive dependencies from SQL
   bool linearizable = false;  // tierce.linearizable: pending marks around commits

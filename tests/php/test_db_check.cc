@@ -116,3 +116,13 @@ BOOST_AUTO_TEST_CASE(every_finding_has_its_own_id) {
   std::sort(ids.begin(), ids.end());
   BOOST_TEST((std::adjacent_find(ids.begin(), ids.end()) == ids.end()));
 }
+
+BOOST_AUTO_TEST_CASE(the_warning_names_its_id_and_server) {
+  ServerFacts f = primary();
+  f.variables["read_only"] = "ON";
+  std::string w = not_primary_warning(DbFinding::ReadOnly, f, "db2 via TCP/IP, 10.11.6-MariaDB");
+  BOOST_TEST(w.rfind(std::string(id_of(DbFinding::ReadOnly)) + " " +
+                         describe(DbFinding::ReadOnly, f) + " (db2 via TCP/IP, 10.11.6-MariaDB). ",
+                     0) == 0u);
+  BOOST_TEST(w.find("tierce.db_check = 0") != std::string::npos);
+}

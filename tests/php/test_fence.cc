@@ -163,3 +163,17 @@ BOOST_AUTO_TEST_CASE(what_to_do_before_a_write) {
     for (const FenceConn* c : {&fresh, &checked, &refused})
       BOOST_TEST((fence_plan(st, *c, after, true) == FenceStep::RefuseUnrun));
 }
+
+BOOST_AUTO_TEST_CASE(a_refusal_code_is_its_log_id_number) {
+  FenceVerdict out;
+  out.state = FenceVerdict::State::Out;
+  FenceVerdict missing;
+  missing.state = FenceVerdict::State::Missing;
+  FenceVerdict failed = fence_failed(1205, "Lock wait timeout exceeded");
+  BOOST_TEST(fence_refusal_code(out) == 301);
+  BOOST_TEST(fence_refusal_code(missing) == 302);
+  BOOST_TEST(fence_refusal_code(failed) == 303);
+  for (const FenceVerdict* v : {&out, &missing, &failed})
+    BOOST_TEST(fence_refusal(*v, "app1", "tierce.fence").rfind(
+                   "PHPEXT0" + std::to_string(fence_refusal_code(*v)) + " ", 0) == 0u);
+}

@@ -373,3 +373,17 @@ BOOST_FIXTURE_TEST_CASE(locked_rows_are_facts_until_the_transaction_ends, Fixtur
   run(t, 2, "SELECT category_id FROM items WHERE id = 7 FOR UPDATE");
   BOOST_TEST(t.facts(2) == 0u);
 }
+
+BOOST_AUTO_TEST_CASE(a_dependency_name_is_one_word_without_commas) {
+  BOOST_TEST(dependency_name_problem("item:42") == nullptr);
+  BOOST_TEST(dependency_name_problem(std::string(256, 'a')) == nullptr);
+  BOOST_TEST(std::string(dependency_name_problem("")) == "is empty");
+  BOOST_TEST(std::string(dependency_name_problem(std::string(257, 'a'))) ==
+             "is longer than 256 bytes");
+  for (const std::string& bad : {std::string("item 42"), std::string("item,42"),
+                                 std::string("item\t42"), std::string("item\x7f"),
+                                 std::string("a\0b", 3)})
+    BOOST_TEST(std::string(dependency_name_problem(bad)) ==
+               "contains a blank, comma or control character");
+  BOOST_TEST(dependency_name_problem("caf\xc3\xa9") == nullptr);  // bytes above 0x7f are kept
+}
