@@ -118,13 +118,18 @@ struct OwnMariaDB {
     std::string base = dir + "/db";
     ::mkdir(base.c_str(), 0755);
     if (::chown(base.c_str(), pw->pw_uid, pw->pw_gid) != 0) die("chown " + base + " (run as root)");
+    // A private tmpdir: bootstraps running at once in one /tmp collide on temporary table names.
+    std::string tmp = base + "/tmp";
+    ::mkdir(tmp.c_str(), 0755);
+    if (::chown(tmp.c_str(), pw->pw_uid, pw->pw_gid) != 0) die("chown " + tmp + " (run as root)");
     sock = base + "/mysqld.sock";
     log = dir + "/mariadb.log";
     if (run_cmd({"mariadb-install-db", "--no-defaults", "--user=mysql", "--datadir=" + base + "/data",
-                 "--auth-root-authentication-method=socket", "--skip-test-db"}, log) != 0)
+                 "--tmpdir=" + tmp, "--auth-root-authentication-method=socket", "--skip-test-db"},
+                log) != 0)
       die("mariadb-install-db failed, see " + log);
     pid = spawn({"mariadbd", "--no-defaults", "--user=mysql", "--datadir=" + base + "/data",
-                 "--socket=" + sock, "--skip-networking", "--innodb-buffer-pool-size=64M",
+                 "--tmpdir=" + tmp, "--socket=" + sock, "--skip-networking", "--innodb-buffer-pool-size=64M",
                  "--pid-file=" + base + "/mysqld.pid"}, log);
     g_own_db = pid;
     for (int i = 0; i < 600; ++i) {

@@ -48,16 +48,20 @@ struct Db {
   explicit Db(TempDir& d) : dir(d) {
     std::string base = dir / "db";
     ::mkdir(base.c_str(), 0755);
+    // A private tmpdir: bootstraps running at once in one /tmp collide on temporary table names.
+    std::string tmp = base + "/tmp";
+    ::mkdir(tmp.c_str(), 0755);
     sock = base + "/mysqld.sock";
     log = dir / "mariadb.log";
     Child inst = spawn_binary("/usr/bin/mariadb-install-db",
                               {"--no-defaults", "--user=root", "--datadir=" + base + "/data",
-                               "--auth-root-authentication-method=socket", "--skip-test-db"},
+                               "--tmpdir=" + tmp, "--auth-root-authentication-method=socket",
+                               "--skip-test-db"},
                               log);
     BOOST_REQUIRE_MESSAGE(inst.wait_exit(120s) == 0, "mariadb-install-db failed:\n" << tail_of(log));
     proc = spawn_binary("/usr/sbin/mariadbd",
                         {"--no-defaults", "--user=root", "--datadir=" + base + "/data",
-                         "--socket=" + sock, "--skip-networking", "--innodb-buffer-pool-size=32M",
+                         "--tmpdir=" + tmp, "--socket=" + sock, "--skip-networking", "--innodb-buffer-pool-size=32M",
                          "--pid-file=" + base + "/mysqld.pid"},
                         log);
     BOOST_REQUIRE_MESSAGE(eventually([&] { return sql("SELECT 1") == 0; }, 60s),

@@ -46,17 +46,22 @@ class MariaDb {
   void start(const std::string& base, const std::string& log, const std::string& sql_log) {
     ::mkdir(base.c_str(), 0755);
     std::string data = base + "/data";
+    // A private tmpdir: two bootstraps at once (ctest -j) in one /tmp collide on their temporary
+    // tables' names ("Unknown table 'mysql.tmp_user_sys'", "Error on delete of '/tmp/#sql-...'").
+    std::string tmp = base + "/tmp";
+    ::mkdir(tmp.c_str(), 0755);
     sock_ = base + "/mysqld.sock";  // in a directory the server may write
     log_ = log;
     sql_log_ = sql_log;
     out_ = base + "/sql-value.out";
     BOOST_REQUIRE_MESSAGE(
-        run_cmd({"mariadb-install-db", "--no-defaults", "--user=root", "--datadir=" + data,
+        run_cmd({"mariadb-install-db", "--no-defaults", "--user=root", "--datadir=" + data, "--tmpdir=" + tmp,
                  "--auth-root-authentication-method=socket", "--skip-test-db"},
                 log) == 0,
         "mariadb-install-db failed:\n"
             << tail_of(log));
-    child_ = spawn({"mariadbd", "--no-defaults", "--user=root", "--datadir=" + data, "--socket=" + sock_,
+    child_ = spawn({"mariadbd", "--no-defaults", "--user=root", "--datadir=" + data, "--tmpdir=" + tmp,
+                    "--socket=" + sock_,
                "--skip-networking", "--innodb-buffer-pool-size=64M",
                "--pid-file=" + base + "/mysqld.pid"},
                    log);

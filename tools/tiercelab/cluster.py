@@ -224,17 +224,22 @@ def start_mariadb(d, st, deadline):
     datadir, run = os.path.join(base, "db"), os.path.join(base, "run")
     os.makedirs(datadir)
     os.makedirs(run)
+    # A private tmpdir: bootstraps running at once in one /tmp collide on temporary table names.
+    tmpdir = os.path.join(base, "tmp")
+    os.makedirs(tmpdir)
     mysql = pwd.getpwnam("mysql")
-    for p in (base, datadir, run):
+    for p in (base, datadir, run, tmpdir):
         os.chown(p, mysql.pw_uid, mysql.pw_gid)
     install_log = os.path.join(run, "install.log")
     with open(install_log, "wb") as lf:
         r = subprocess.run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={datadir}",
+                            f"--tmpdir={tmpdir}",
                             "--auth-root-authentication-method=socket", "--skip-test-db"],
                            stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise Failure(f"mariadb-install-db failed (exit {r.returncode})", [install_log])
-    argv = ["mariadbd", "--no-defaults", "--user=mysql", f"--datadir={datadir}", f"--socket={m['socket']}",
+    argv = ["mariadbd", "--no-defaults", "--user=mysql", f"--datadir={datadir}", f"--tmpdir={tmpdir}",
+            f"--socket={m['socket']}",
             f"--pid-file={run}/mysqld.pid", f"--port={m['port']}", f"--bind-address={m['host']}",
             "--skip-name-resolve", "--innodb-buffer-pool-size=256M", "--max-connections=1000",
             f"--log-error={m['error_log']}"]
