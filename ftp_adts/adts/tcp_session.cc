@@ -51,6 +51,71 @@ constexpr int kPipeSize = 1 << 20;
 constexpr size_t kScratch = 256 << 10;
 constexpr size_t kMemoryStep = 1 << 20;  // a memory sink grows by at most this per recv
 
+// Looks a pool buffer up in the tcp registration cache, counting the hit or miss.
+void count_registration(BufferPool& pool, const BufferPool::Lease& buf,
+                        std::atomic<uint64_t>& hits, std::atomic<uint64_t>& misses) {
+  if (!buf.pooled()) return;
+  uint64_t h0 = pool.tcp_registrations().hits();
+  pool.tcp_registrations().get(buf.data(), buf.size());
+  (pool.tcp_registrations().hits() > h0 ? hits : misses)++;
+}
+
+// Reads `len` bytes of the source file at `pos` (pipelined send); LocalIo on an error or EOF.
+void pread_full(int fd, uint8_t* dst, uint64_t len, uint64_t pos) {
+  uint64_t got = 0;
+  while (got < len) {
+    ssize_t r = ::pread(fd, dst + got, size_t(len - got), off_t(pos + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw AdtsError(Code::LocalIo, "reading the source file: " + wire::errno_text(errno));
+    if (r == 0)
+      throw AdtsError(Code::LocalIo, "source file ended at offset " + std::to_string(pos + got));
+    got += uint64_t(r);
+  }
+}
+
+// Writes `len` bytes to the file at `pos` (pipelined receive); false and *err on a failed write.
+bool pwrite_full(int fd, const uint8_t* src, uint64_t len, uint64_t pos, std::string* err) {
+  for (uint64_t w = 0; w < len;) {
+    ssize_t r = ::pwrite(fd, src + w, size_t(len - w), off_t(pos + w));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      *err = "writing the file: " + wire::errno_text(r < 0 ? errno : EIO);
+      return false;
+    }
+    w += uint64_t(r);
+  }
+  return true;
+}
+
+// Pads a DATA block whose file shrank under sendfile with zeros: the header promised the bytes.
+void send_zeros(int sock, uint64_t n, Millis timeout) {
+  static const uint8_t zeros[4096] = {};
+  for (uint64_t left = n; left > 0;) {
+    size_t k = size_t(std::min<uint64_t>(left, sizeof zeros));
+    wire::send_all(sock, zeros, k, timeout);
+    left -= k;
+  }
+}
+
+// A block after BEGIN belongs to transfer `id` and is not another BEGIN; Protocol otherwise.
+void check_in_transfer(const wire::Header& h, uint64_t id) {
+  if (h.transfer_id != id)
+    throw AdtsError(Code::Protocol, "block of transfer " + std::to_string(h.transfer_id) +
+                                        " inside transfer " + std::to_string(id));
+  if (h.type == BlockType::Begin)
+    throw AdtsError(Code::Protocol, "second BEGIN inside transfer " + std::to_string(id));
+}
+
+// Each stream carries its blocks in increasing offset order; Protocol otherwise.
+void check_stream_order(unsigned i, const wire::Header& h, bool first, uint64_t stream_end) {
+  if (!first && h.offset < stream_end)
+    throw AdtsError(Code::Protocol,
+                    "blocks out of order on stream " + std::to_string(i) + ": offset " +
+                        std::to_string(h.offset) + " after a block ending at " +
+                        std::to_string(stream_end) +
+                        " (each stream carries its blocks in increasing offset order)");
+}
+
 std::string peer_name(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -128,6 +193,18 @@ class TcpSession final : public Session {
                       uint64_t* zc, uint64_t* copied);
   bool read_pwrite(int sock, int file, uint64_t foff, uint64_t len, std::string* err,
                    std::vector<uint8_t>& scratch);
+  // BEGIN on stream 0 (or an early ABORT on every stream) of transfer `id`; a network failure
+  // breaks the session.
+  void send_begin(uint64_t id, uint64_t total, const std::optional<AdtsError>& early);
+  // Reads and checks BEGIN on stream 0; a bad one breaks the session.
+  wire::Header read_begin(const Sink& sink);
+  // A DATA payload appended to a memory sink that holds exactly [0, off) past `base`.
+  void recv_into_memory(int sock, std::vector<uint8_t>& mem, size_t base, uint64_t off,
+                        uint64_t len);
+  // A DATA payload read into pool buffers queued for the disk thread (pipelined receive).
+  void queue_block(int sock, const wire::Header& h, BufferPool& pool,
+                   BoundedQueue<Chunk>& queue, std::atomic<uint64_t>& copied,
+                   std::atomic<uint64_t>& hits, std::atomic<uint64_t>& misses);
   void add_stats(bool sent, uint64_t bytes, uint64_t zc, uint64_t copied, uint64_t hits,
                  uint64_t misses) {
     std::lock_guard g(stats_mu_);
@@ -153,6 +230,20 @@ class TcpSession final : public Session {
 
 // ---- send -------------------------------------------------------------------------------------
 
+void TcpSession::send_begin(uint64_t id, uint64_t total, const std::optional<AdtsError>& early) {
+  const unsigned n = unsigned(socks_.size());
+  try {
+    send_header(0, BlockType::Begin, id, 0, total);
+    if (early) {
+      for (unsigned i = 0; i < n; ++i) send_header(i, BlockType::Abort, id, 0, 0);
+      throw *early;
+    }
+  } catch (const AdtsError& e) {
+    if (e.code() != Code::LocalIo) break_session();
+    throw;
+  }
+}
+
 uint64_t TcpSession::send(const Source& src, const Progress& progress) {
   usable();
   const bool from_memory = !src.memory.empty() || src.fd < 0;
@@ -170,16 +261,7 @@ uint64_t TcpSession::send(const Source& src, const Progress& progress) {
   if (!from_memory) early = source_region_error(src, total);
 
   const uint64_t id = ++last_id_;
-  try {
-    send_header(0, BlockType::Begin, id, 0, total);
-    if (early) {
-      for (unsigned i = 0; i < n; ++i) send_header(i, BlockType::Abort, id, 0, 0);
-      throw *early;
-    }
-  } catch (const AdtsError& e) {
-    if (e.code() != Code::LocalIo) break_session();
-    throw;
-  }
+  send_begin(id, total, early);
 
   const bool pipelined = !from_memory && !p_.zero_copy;
   std::atomic<uint64_t> next_block{0}, done{0}, zc{0}, copied{0}, hits{0}, misses{0};
@@ -201,23 +283,8 @@ uint64_t TcpSession::send(const Source& src, const Progress& progress) {
           c.offset = b * block;
           c.length = std::min<uint64_t>(block, total - c.offset);
           c.buf = pool->acquire(p_.timeout);
-          if (c.buf.pooled()) {
-            uint64_t h0 = pool->tcp_registrations().hits();
-            pool->tcp_registrations().get(c.buf.data(), c.buf.size());
-            (pool->tcp_registrations().hits() > h0 ? hits : misses)++;
-          }
-          uint64_t got = 0;
-          while (got < c.length) {
-            ssize_t r = ::pread(src.fd, c.buf.data() + got, size_t(c.length - got),
-                                off_t(src.offset + c.offset + got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0)
-              throw AdtsError(Code::LocalIo, "reading the source file: " + wire::errno_text(errno));
-            if (r == 0)
-              throw AdtsError(Code::LocalIo, "source file ended at offset " +
-                                                 std::to_string(src.offset + c.offset + got));
-            got += uint64_t(r);
-          }
+          count_registration(*pool, c.buf, hits, misses);
+          pread_full(src.fd, c.buf.data(), c.length, src.offset + c.offset);
           if (!queue->push(std::move(c), p_.timeout)) break;
         }
       } catch (const AdtsError& e) {
@@ -260,12 +327,7 @@ uint64_t TcpSession::send(const Source& src, const Progress& progress) {
               local_err.set(AdtsError(Code::LocalIo, "source file ended at offset " +
                                                          std::to_string(src.offset + off + sent)));
               local_fail = true;
-              static const uint8_t zeros[4096] = {};
-              for (uint64_t left = len - sent; left > 0;) {
-                size_t k = size_t(std::min<uint64_t>(left, sizeof zeros));
-                wire::send_all(socks_[i].get(), zeros, k, p_.timeout);
-                left -= k;
-              }
+              send_zeros(socks_[i].get(), len - sent, p_.timeout);
             }
           }
           done += len;
@@ -410,9 +472,7 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
   return ok;
 }
 
-uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
-  usable();
-  const unsigned n = unsigned(socks_.size());
+wire::Header TcpSession::read_begin(const Sink& sink) {
   wire::Header begin;
   try {
     begin = read_header(0);
@@ -437,6 +497,45 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
     break_session();
     throw;
   }
+  return begin;
+}
+
+void TcpSession::recv_into_memory(int sock, std::vector<uint8_t>& mem, size_t base, uint64_t off,
+                                  uint64_t len) {
+  // Grown a bounded step at a time, so a DATA header claiming a huge length costs only what
+  // really arrives.
+  for (uint64_t got = 0; got < len;) {
+    size_t k = size_t(std::min<uint64_t>(len - got, kMemoryStep));
+    size_t at = base + size_t(off + got);
+    mem.resize(at + k);
+    wire::recv_all(sock, mem.data() + at, k, p_.timeout);
+    got += k;
+  }
+}
+
+void TcpSession::queue_block(int sock, const wire::Header& h, BufferPool& pool,
+                             BoundedQueue<Chunk>& queue, std::atomic<uint64_t>& copied,
+                             std::atomic<uint64_t>& hits, std::atomic<uint64_t>& misses) {
+  for (uint64_t got = 0; got < h.length;) {
+    Chunk c;
+    c.buf = pool.acquire(p_.timeout);
+    count_registration(pool, c.buf, hits, misses);
+    c.offset = h.offset + got;
+    c.length = std::min<uint64_t>(h.length - got, c.buf.size());
+    wire::recv_all(sock, c.buf.data(), size_t(c.length), p_.timeout);
+    got += c.length;
+    copied += c.length;
+    if (!queue.push(std::move(c), p_.timeout)) {
+      // cancelled: the disk thread failed fatally; the error is in net_err
+      throw AdtsError(Code::LocalIo, "pipeline cancelled");
+    }
+  }
+}
+
+uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
+  usable();
+  const unsigned n = unsigned(socks_.size());
+  wire::Header begin = read_begin(sink);
   last_id_ = begin.transfer_id;
   const uint64_t id = begin.transfer_id, total = begin.length;
 
@@ -466,17 +565,10 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
       try {
         while (std::optional<Chunk> c = queue->pop(p_.timeout)) {
           if (local_fail) continue;
-          for (uint64_t w = 0; w < c->length;) {
-            ssize_t r = ::pwrite(sink.fd, c->buf.data() + w, size_t(c->length - w),
-                                 off_t(sink.offset + c->offset + w));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-              local_err.set(AdtsError(Code::LocalIo,
-                                      "writing the file: " + wire::errno_text(r < 0 ? errno : EIO)));
-              local_fail = true;
-              break;
-            }
-            w += uint64_t(r);
+          std::string err;
+          if (!pwrite_full(sink.fd, c->buf.data(), c->length, sink.offset + c->offset, &err)) {
+            local_err.set(AdtsError(Code::LocalIo, err));
+            local_fail = true;
           }
         }
       } catch (const AdtsError& e) {
@@ -502,37 +594,21 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
       bool first = true;
       for (;;) {
         wire::Header h = read_header(i);
-        if (h.transfer_id != id)
-          throw AdtsError(Code::Protocol, "block of transfer " + std::to_string(h.transfer_id) +
-                                              " inside transfer " + std::to_string(id));
-        if (h.type == BlockType::Begin)
-          throw AdtsError(Code::Protocol, "second BEGIN inside transfer " + std::to_string(id));
+        check_in_transfer(h, id);
         if (h.type == BlockType::End || h.type == BlockType::Abort) {
           if (h.type == BlockType::Abort) aborted = true;
           if (gate) gate->leave(i);
           break;
         }
         cov.claim(h.offset, h.length);  // before any byte of the block is written
-        if (!first && h.offset < stream_end)
-          throw AdtsError(Code::Protocol,
-                          "blocks out of order on stream " + std::to_string(i) + ": offset " +
-                              std::to_string(h.offset) + " after a block ending at " +
-                              std::to_string(stream_end) +
-                              " (each stream carries its blocks in increasing offset order)");
+        check_stream_order(i, h, first, stream_end);
         first = false;
         stream_end = h.offset + h.length;
         int sock = socks_[i].get();
         if (sink.fd < 0) {
           if (sink.memory && gate->wait_turn(i, h.offset)) {
-            // Our turn: the vector holds exactly [0, h.offset). Grown a bounded step at a time,
-            // so a DATA header claiming a huge length costs only what really arrives.
-            for (uint64_t got = 0; got < h.length;) {
-              size_t k = size_t(std::min<uint64_t>(h.length - got, kMemoryStep));
-              size_t at = mem_base + size_t(h.offset + got);
-              sink.memory->resize(at + k);
-              wire::recv_all(sock, sink.memory->data() + at, k, p_.timeout);
-              got += k;
-            }
+            // Our turn: the vector holds exactly [0, h.offset).
+            recv_into_memory(sock, *sink.memory, mem_base, h.offset, h.length);
             gate->advance(h.offset + h.length);
           } else {
             wire::discard(sock, h.length, p_.timeout);
@@ -546,24 +622,7 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
             tick();
             continue;
           }
-          for (uint64_t got = 0; got < h.length;) {
-            Chunk c;
-            c.buf = pool->acquire(p_.timeout);
-            if (c.buf.pooled()) {
-              uint64_t h0 = pool->tcp_registrations().hits();
-              pool->tcp_registrations().get(c.buf.data(), c.buf.size());
-              (pool->tcp_registrations().hits() > h0 ? hits : misses)++;
-            }
-            c.offset = h.offset + got;
-            c.length = std::min<uint64_t>(h.length - got, c.buf.size());
-            wire::recv_all(sock, c.buf.data(), size_t(c.length), p_.timeout);
-            got += c.length;
-            copied += c.length;
-            if (!queue->push(std::move(c), p_.timeout)) {
-              // cancelled: the disk thread failed fatally; the error is in net_err
-              throw AdtsError(Code::LocalIo, "pipeline cancelled");
-            }
-          }
+          queue_block(sock, h, *pool, *queue, copied, hits, misses);
           gate->advance(h.offset + h.length);
         } else if (!local_fail && gate->wait_turn(i, h.offset)) {
           // Our turn: every byte below h.offset is in the file; splice this block after them.
