@@ -254,8 +254,8 @@ std::optional<FrameProtector> server_handshake(int fd, const PeerInfo& peer,
   if (!mac_equal(expect,
                  std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
     ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
-    log_to(o, LogLevel::Warn,
-           "FAB0202 peer " + peer.remote + " failed authentication (wrong shared secret?); closing");
+    log_to(o, LogLevel::Warn, "FAB0202 peer " + peer.remote +
+                                  " failed authentication (wrong shared secret?); closing");
     refuse_auth(fd, h, "", auth_d);
     return std::nullopt;
   }
