@@ -76,31 +76,8 @@ bool valid_sql_table(std::string_view s) {
          }) && s.find('.', dot + 1) == std::string_view::npos;
 }
 
-}  // namespace
-
-Topology Topology::load(const std::string& path) {
-  std::string text;
-  try {
-    text = base::read_config_file(path);  // a regular file of at most 1 MiB
-  } catch (const base::ConfigError& e) {
-    throw TopologyError(std::string(e.what()) + " (the cluster topology)");
-  }
-  Topology t = parse(text, path);
-  t.path = path;
-  return t;
-}
-
-Topology Topology::parse(std::string_view text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw TopologyError(origin + ":" + std::to_string(e.source().begin.line) + ": " +
-                        std::string(e.description()));
-  }
-  Reader r(origin);
-  Topology t;
-  r.only(root, "topology", {"cluster", "coherence", "arbiter", "dlm", "node"});
+// [cluster]: name, secret_file, transport and the fabric's sizes.
+void read_cluster(Reader& r, const toml::table& root, const std::string& origin, Topology& t) {
   const toml::table* c = root["cluster"].as_table();
   if (!c) throw TopologyError(origin + ": missing [cluster] table (name, secret_file, transport)");
   r.only(*c, "[cluster]",
@@ -121,7 +98,10 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
   if (auto v = r.integer(*c, "[cluster]", "version_slots", 1, int64_t(1) << 28))
     t.version_slots = uint64_t(*v);
   if (auto v = r.integer(*c, "[cluster]", "op_timeout_ms", 1, 60000)) t.op_timeout_ms = uint32_t(*v);
+}
 
+// [coherence] (optional).
+void read_coherence(Reader& r, const toml::table& root, Topology& t) {
   if (const toml::node* cn = root.get("coherence")) {
     if (!cn->is_table()) r.fail(cn, "[coherence] must be a table");
     const toml::table& ct = *cn->as_table();
@@ -138,7 +118,10 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
     if (auto v = r.integer(ct, "[coherence]", "clock_skew_ms", 0, 60000))
       t.coherence.clock_skew_ms = uint32_t(*v);
   }
+}
 
+// [arbiter] (optional), checked against [coherence] lease_ms.
+void read_arbiter(Reader& r, const toml::table& root, const std::string& origin, Topology& t) {
   if (const toml::node* an = root.get("arbiter")) {
     if (!an->is_table()) r.fail(an, "[arbiter] must be a table");
     const toml::table& at = *an->as_table();
@@ -163,7 +146,10 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
                         ") must be at least 2 x [coherence] lease_ms (" +
                         std::to_string(t.coherence.lease_ms) +
                         "): a home would drop a node for one slow renewal");
+}
 
+// [dlm] (optional).
+void read_dlm(Reader& r, const toml::table& root, Topology& t) {
   if (const toml::node* dn = root.get("dlm")) {
     if (!dn->is_table()) r.fail(dn, "[dlm] must be a table");
     const toml::table& d = *dn->as_table();
@@ -189,59 +175,93 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
                  std::to_string(t.dlm.heartbeat_ms) + "), or one late heartbeat kills a node");
     if (auto v = r.integer(d, "[dlm]", "lock_slots", 16, int64_t(1) << 24)) t.dlm.lock_slots = uint32_t(*v);
   }
+}
 
+// One [[node]] table; `names` are those of the nodes before it.
+NodeInfo read_node(Reader& r, const toml::node& el, const Topology& t,
+                   std::set<std::string>& names) {
+  const toml::table& nt = *el.as_table();
+  r.only(nt, "[[node]]", {"name", "role", "memd", "lockd", "writer", "segment_prefix"});
+  NodeInfo n;
+  auto name = r.str(nt, "[[node]]", "name");
+  if (!name || !valid_name(*name))
+    r.fail(&el, "[[node]] name: required, 1..64 letters, digits, '-', '_' or '.'");
+  n.name = *name;
+  if (!names.insert(n.name).second) r.fail(&el, "[[node]] name \"" + n.name + "\" is repeated");
+  auto role = r.str(nt, "[[node]]", "role").value_or("app");
+  if (role == "app") n.role = Role::App;
+  else if (role == "proxy") n.role = Role::Proxy;
+  else r.fail(nt.get("role"), "[[node]] role: \"" + role + "\" is not app or proxy");
+  auto uris = [&](std::string_view key, std::vector<std::string>* out) {
+    const toml::node* m = nt.get(key);
+    if (!m) return;
+    if (!m->is_array() || m->as_array()->empty())
+      r.fail(m, "[[node]] " + n.name + " " + std::string(key) +
+                    ": a list of URIs, e.g. [\"tcp://HOST:PORT\", \"shm:///path.sock\"]");
+    for (const auto& u : *m->as_array()) {
+      if (!u.is_string()) r.fail(&u, "[[node]] " + std::string(key) + ": URIs are strings");
+      std::string uri = u.as_string()->get();
+      try {
+        (void)fabric::parse_address(uri);
+      } catch (const std::exception& e) {
+        r.fail(&u, "[[node]] " + n.name + " " + std::string(key) + ": " + e.what());
+      }
+      out->push_back(uri);
+    }
+  };
+  uris("memd", &n.memd);
+  uris("lockd", &n.lockd);
+  uris("writer", &n.writer);
+  if (!n.writer.empty() && n.role != Role::App)
+    r.fail(nt.get("writer"), "[[node]] " + n.name +
+                                 " writer: only app nodes number invalidations (remove it, or "
+                                 "make the node role = \"app\")");
+  if (n.memd.empty() && n.lockd.empty())
+    r.fail(&el, "[[node]] " + n.name +
+                    ": memd = [\"tcp://HOST:PORT\", \"shm:///path.sock\"] is required (or lockd "
+                    "for a lock-manager-only node)");
+  n.segment_prefix = r.str(nt, "[[node]]", "segment_prefix").value_or("/tierce." + t.name + "." + n.name);
+  if (n.segment_prefix.size() < 2 || n.segment_prefix[0] != '/' ||
+      n.segment_prefix.find('/', 1) != std::string::npos)
+    r.fail(nt.get("segment_prefix"),
+           "[[node]] segment_prefix: a POSIX shm name: '/' then no other '/'");
+  return n;
+}
+
+}  // namespace
+
+Topology Topology::load(const std::string& path) {
+  std::string text;
+  try {
+    text = base::read_config_file(path);  // a regular file of at most 1 MiB
+  } catch (const base::ConfigError& e) {
+    throw TopologyError(std::string(e.what()) + " (the cluster topology)");
+  }
+  Topology t = parse(text, path);
+  t.path = path;
+  return t;
+}
+
+Topology Topology::parse(std::string_view text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw TopologyError(origin + ":" + std::to_string(e.source().begin.line) + ": " +
+                        std::string(e.description()));
+  }
+  Reader r(origin);
+  Topology t;
+  r.only(root, "topology", {"cluster", "coherence", "arbiter", "dlm", "node"});
+  read_cluster(r, root, origin, t);
+  read_coherence(r, root, t);
+  read_arbiter(r, root, origin, t);
+  read_dlm(r, root, t);
   const toml::node* nodes = root.get("node");
   if (!nodes || !nodes->is_array_of_tables())
     throw TopologyError(origin + ": no [[node]] tables: name at least one app node");
   std::set<std::string> names;
-  for (const auto& el : *nodes->as_array()) {
-    const toml::table& nt = *el.as_table();
-    r.only(nt, "[[node]]", {"name", "role", "memd", "lockd", "writer", "segment_prefix"});
-    NodeInfo n;
-    auto name = r.str(nt, "[[node]]", "name");
-    if (!name || !valid_name(*name))
-      r.fail(&el, "[[node]] name: required, 1..64 letters, digits, '-', '_' or '.'");
-    n.name = *name;
-    if (!names.insert(n.name).second) r.fail(&el, "[[node]] name \"" + n.name + "\" is repeated");
-    auto role = r.str(nt, "[[node]]", "role").value_or("app");
-    if (role == "app") n.role = Role::App;
-    else if (role == "proxy") n.role = Role::Proxy;
-    else r.fail(nt.get("role"), "[[node]] role: \"" + role + "\" is not app or proxy");
-    auto uris = [&](std::string_view key, std::vector<std::string>* out) {
-      const toml::node* m = nt.get(key);
-      if (!m) return;
-      if (!m->is_array() || m->as_array()->empty())
-        r.fail(m, "[[node]] " + n.name + " " + std::string(key) +
-                      ": a list of URIs, e.g. [\"tcp://HOST:PORT\", \"shm:///path.sock\"]");
-      for (const auto& u : *m->as_array()) {
-        if (!u.is_string()) r.fail(&u, "[[node]] " + std::string(key) + ": URIs are strings");
-        std::string uri = u.as_string()->get();
-        try {
-          (void)fabric::parse_address(uri);
-        } catch (const std::exception& e) {
-          r.fail(&u, "[[node]] " + n.name + " " + std::string(key) + ": " + e.what());
-        }
-        out->push_back(uri);
-      }
-    };
-    uris("memd", &n.memd);
-    uris("lockd", &n.lockd);
-    uris("writer", &n.writer);
-    if (!n.writer.empty() && n.role != Role::App)
-      r.fail(nt.get("writer"), "[[node]] " + n.name +
-                                   " writer: only app nodes number invalidations (remove it, or "
-                                   "make the node role = \"app\")");
-    if (n.memd.empty() && n.lockd.empty())
-      r.fail(&el, "[[node]] " + n.name +
-                      ": memd = [\"tcp://HOST:PORT\", \"shm:///path.sock\"] is required (or lockd "
-                      "for a lock-manager-only node)");
-    n.segment_prefix = r.str(nt, "[[node]]", "segment_prefix").value_or("/tierce." + t.name + "." + n.name);
-    if (n.segment_prefix.size() < 2 || n.segment_prefix[0] != '/' ||
-        n.segment_prefix.find('/', 1) != std::string::npos)
-      r.fail(nt.get("segment_prefix"),
-             "[[node]] segment_prefix: a POSIX shm name: '/' then no other '/'");
-    t.nodes.push_back(std::move(n));
-  }
+  for (const auto& el : *nodes->as_array()) t.nodes.push_back(read_node(r, el, t, names));
   if (t.lockd_nodes().size() > 1023)
     throw TopologyError(origin + ": at most 1023 nodes may run a lockd (ranks are 10 bits)");
   return t;

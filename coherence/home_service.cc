@@ -188,35 +188,10 @@ void HomeService::catch_up(const std::vector<IssuedNumber>& readings, const std:
              " registered pages invalidated; proxies refetch them");
 }
 
-bool HomeService::renew_once() {
-  std::lock_guard renew(renew_mu_);
-  // The host's clocks with t_req: a pause between the reading and the raise of the cap (MONOTONIC
-  // stood still while BOOTTIME/REALTIME went on) must not yield a cap counted from a t_req that
-  // is older than it looks (found by the model, coherence/model: PAUSE_UNCHECKED).
-  auto clocks = [this] { return opts_.host_clocks ? opts_.host_clocks() : fabric::read_host_clocks(); };
-  fabric::ClockPauseDetector paused_since_req;
-  paused_since_req.missed_ns(clocks());
-  const uint64_t t_req = fabric::monotonic_ns();
-  if (writer_->remap_if_replaced() && exports_writer_) {
-    server_.export_region(kWriterRegion, writer_->segment());
-    if (log_)
-      log_(fabric::LogLevel::Warn, "COH0214 " + writer_->name() +
-                                       " was removed or replaced behind memd's back: mapped and "
-                                       "exported anew (a new incarnation: homes catch up)");
-  }
-  std::vector<IssuedNumber> readings(origins_.size());
-  std::vector<bool> out;
-  {
-    std::lock_guard lk(out_mu_);
-    out = out_;
-  }
+std::string HomeService::read_origins(std::vector<IssuedNumber>& readings, std::vector<bool>& out,
+                                      const std::vector<ArbState>& arb) {
   std::string failure;
   auto failed = [&](const std::string& why) { failure += (failure.empty() ? "" : "; ") + why; };
-  std::vector<ArbState> arb(origins_.size(), ArbState::Tracked);
-  if (opts_.arbiter) {
-    std::lock_guard lk(arb_mu_);
-    for (size_t i = 0; i < origins_.size(); ++i) arb[i] = arb_[i].state;
-  }
   for (size_t i = 0; i < origins_.size(); ++i) {
     if (out[i]) continue;  // taken out by an operator: not read, not waited for
     // Dropped in the database, and caught up after the drop: its writes are refused there.
@@ -283,18 +258,11 @@ bool HomeService::renew_once() {
              (skip_state(r->skip) == SkipState::Pending ? "being set" : "set") +
              "); its writer agent clears it once this home answers");
   }
-  auto fail = [&](const std::string& why) {
-    std::lock_guard lk(fence_mu_);
-    ++fence_stats_.failed_renewals;
-    fence_stats_.last_failure = why;
-    return false;
-  };
-  if (!failure.empty()) return fail(failure);
+  return failure;
+}
 
-  // Every origin must be Current: numbers read that are not applied here yet are waited for
-  // (they are usually in flight, microseconds behind; a writer stalled between numbering and
-  // sending takes longer), then caught up with. Up to lease/2: the cap set before still covers
-  // most of that wait, and a catch-up flushes every registered page of this home.
+bool HomeService::await_current(const std::vector<IssuedNumber>& readings,
+                                const std::vector<bool>& out) {
   const uint64_t grace_ms = topo_.coherence.lease_ms / 2;
   const uint64_t grace_end = fabric::monotonic_ns() + ms_to_ns(grace_ms);
   bool waited = false;
@@ -329,6 +297,50 @@ bool HomeService::renew_once() {
     if (fence_cv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return stopping_; }))
       return false;
   }
+  return true;
+}
+
+bool HomeService::renew_once() {
+  std::lock_guard renew(renew_mu_);
+  // The host's clocks with t_req: a pause between the reading and the raise of the cap (MONOTONIC
+  // stood still while BOOTTIME/REALTIME went on) must not yield a cap counted from a t_req that
+  // is older than it looks (found by the model, coherence/model: PAUSE_UNCHECKED).
+  auto clocks = [this] { return opts_.host_clocks ? opts_.host_clocks() : fabric::read_host_clocks(); };
+  fabric::ClockPauseDetector paused_since_req;
+  paused_since_req.missed_ns(clocks());
+  const uint64_t t_req = fabric::monotonic_ns();
+  if (writer_->remap_if_replaced() && exports_writer_) {
+    server_.export_region(kWriterRegion, writer_->segment());
+    if (log_)
+      log_(fabric::LogLevel::Warn, "COH0214 " + writer_->name() +
+                                       " was removed or replaced behind memd's back: mapped and "
+                                       "exported anew (a new incarnation: homes catch up)");
+  }
+  std::vector<IssuedNumber> readings(origins_.size());
+  std::vector<bool> out;
+  {
+    std::lock_guard lk(out_mu_);
+    out = out_;
+  }
+  std::vector<ArbState> arb(origins_.size(), ArbState::Tracked);
+  if (opts_.arbiter) {
+    std::lock_guard lk(arb_mu_);
+    for (size_t i = 0; i < origins_.size(); ++i) arb[i] = arb_[i].state;
+  }
+  std::string failure = read_origins(readings, out, arb);
+  auto fail = [&](const std::string& why) {
+    std::lock_guard lk(fence_mu_);
+    ++fence_stats_.failed_renewals;
+    fence_stats_.last_failure = why;
+    return false;
+  };
+  if (!failure.empty()) return fail(failure);
+
+  // Every origin must be Current: numbers read that are not applied here yet are waited for
+  // (they are usually in flight, microseconds behind; a writer stalled between numbering and
+  // sending takes longer), then caught up with. Up to lease/2: the cap set before still covers
+  // most of that wait, and a catch-up flushes every registered page of this home.
+  if (!await_current(readings, out)) return false;
   if (paused_since_req.missed_ns(clocks()) != 0)
     return fail("this host was paused during the renewal (its monotonic clock missed time): "
                 "its readings may be older than they look");

@@ -125,6 +125,13 @@ class HomeService {
   void await_predecessor_lease(std::initializer_list<std::string> names);
   void ack(uint32_t cell, uint64_t tag);
   bool renew_once();
+  // The parts of renew_once (Prereq: renew_mu_ held). Reads every origin's writer counter into
+  // readings[i], setting out[i] for those not waited for this time; returns why this renewal
+  // cannot vouch ("" when it can go on).
+  std::string read_origins(std::vector<IssuedNumber>& readings, std::vector<bool>& out,
+                           const std::vector<ArbState>& arb);
+  // Waits (up to lease/2) until every origin read is Current here, or catches up. False: stopping.
+  bool await_current(const std::vector<IssuedNumber>& readings, const std::vector<bool>& out);
   void fence_loop();
   // Pause detection (issue 29, path 2): true when the host's monotonic clock missed time since
   // the last check; the cap is then dropped (fenced until the next renewal).

@@ -126,6 +126,87 @@ Errc Responder::resolve(uint64_t addr, uint64_t key, uint64_t len, bool atomic,
   return Errc::Ok;
 }
 
+namespace {
+
+// READ after its address resolved: the bytes (a word atomically, or copied when capped, or sent
+// straight from the region). Fenced when they were read past the owner's lease cap.
+Errc read_reply(const wire::Header& req, std::shared_ptr<const ExportedRegion>& r, uint8_t* p,
+                Reply* out) {
+  const SegmentHeader* hdr = r->seg->header();
+  const bool capped = hdr->lease_cap_ns.load(std::memory_order_acquire) != 0;
+  if (req.a2 == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
+    // An aligned word is read atomically, like the owner's CPU atomics that update it.
+    uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
+                     .load(std::memory_order_acquire);
+    out->payload.resize(8);
+    std::memcpy(out->payload.data(), &v, 8);
+  } else if (capped || base::kTsanBuild) {
+    {
+      // Like an RDMA READ, this copy races with the owner's CPU stores by design: what a
+      // one-sided read returns is validated by its reader (seqlock word, checksum, version).
+      // Not recorded by ThreadSanitizer; TSan builds always copy here (not `direct`, which
+      // send() would read from the region where no annotation can scope it).
+      TIERCE_TSAN_RACY_READS();
+      out->payload.assign(p, p + req.a2);  // copied now: judged against the cap below
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+  } else {
+    out->direct = std::span<const uint8_t>(p, size_t(req.a2));
+    out->pinned = std::move(r);
+  }
+  // After the access (as shm peers check their lease): bytes read past the owner's cap are
+  // not vouched for — e.g. a coherence home that was frozen and has not yet proven it has
+  // every invalidation; the reader fails closed.
+  if (past_lease_cap(hdr, monotonic_ns())) {
+    out->payload.clear();
+    out->direct = {};
+    out->pinned.reset();
+    return Errc::Fenced;
+  }
+  return Errc::Ok;
+}
+
+// CALL/SEND: runs the named service's handler. False when no reply is due (SEND).
+bool call_service(const ServiceTable& services, Counters& counters, const wire::Header& req,
+                  std::span<const uint8_t> payload, const PeerInfo& peer, Reply* out) {
+  using wire::Op;
+  bool reply = req.op == Op::Call;
+  std::string_view service;
+  std::span<const uint8_t> body;
+  std::string why;
+  if (!wire::decode_service_payload(payload, &service, &body, &why)) {
+    if (!reply) return false;
+    out->header.status = Errc::BadRequest;
+    counters.rejected_ops.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  auto handler = services.call(service);
+  if (!handler) {
+    if (!reply) return false;
+    out->header.status = Errc::NoSuchService;
+    std::string msg = "no service '" + std::string(service) + "' on this server";
+    out->payload.assign(msg.begin(), msg.end());
+    return true;
+  }
+  try {
+    auto resp = handler(peer, body);
+    if (!reply) return false;
+    if (resp.size() > wire::kMaxMessage) {
+      out->header.status = Errc::TooLarge;
+      return true;
+    }
+    out->payload = std::move(resp);
+  } catch (const std::exception& e) {
+    if (!reply) return false;
+    out->header.status = Errc::HandlerFailed;
+    std::string msg = e.what();
+    out->payload.assign(msg.begin(), msg.end());
+  }
+  return true;
+}
+
+}  // namespace
+
 bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload,
                        const PeerInfo& peer, const TransportView& view, Reply* out) const {
   using wire::Op;
@@ -151,37 +232,7 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       std::shared_ptr<const ExportedRegion> r;
       uint8_t* p = nullptr;
       if (Errc e = resolve(req.a0, req.a1, req.a2, false, &r, &p); e != Errc::Ok) return reject(e);
-      const SegmentHeader* hdr = r->seg->header();
-      const bool capped = hdr->lease_cap_ns.load(std::memory_order_acquire) != 0;
-      if (req.a2 == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
-        // An aligned word is read atomically, like the owner's CPU atomics that update it.
-        uint64_t v = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(p))
-                         .load(std::memory_order_acquire);
-        out->payload.resize(8);
-        std::memcpy(out->payload.data(), &v, 8);
-      } else if (capped || base::kTsanBuild) {
-        {
-          // Like an RDMA READ, this copy races with the owner's CPU stores by design: what a
-          // one-sided read returns is validated by its reader (seqlock word, checksum, version).
-          // Not recorded by ThreadSanitizer; TSan builds always copy here (not `direct`, which
-          // send() would read from the region where no annotation can scope it).
-          TIERCE_TSAN_RACY_READS();
-          out->payload.assign(p, p + req.a2);  // copied now: judged against the cap below
-        }
-        std::atomic_thread_fence(std::memory_order_acquire);
-      } else {
-        out->direct = std::span<const uint8_t>(p, size_t(req.a2));
-        out->pinned = std::move(r);
-      }
-      // After the access (as shm peers check their lease): bytes read past the owner's cap are
-      // not vouched for — e.g. a coherence home that was frozen and has not yet proven it has
-      // every invalidation; the reader fails closed.
-      if (past_lease_cap(hdr, monotonic_ns())) {
-        out->payload.clear();
-        out->direct = {};
-        out->pinned.reset();
-        return reject(Errc::Fenced);
-      }
+      if (Errc e = read_reply(req, r, p, out); e != Errc::Ok) return reject(e);
       return true;
     }
     case Op::Write: {
@@ -242,40 +293,9 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       return true;
     }
     case Op::Call:
-    case Op::Send: {
+    case Op::Send:
       counters_.messages.fetch_add(1, std::memory_order_relaxed);
-      bool reply = req.op == Op::Call;
-      std::string_view service;
-      std::span<const uint8_t> body;
-      std::string why;
-      if (!wire::decode_service_payload(payload, &service, &body, &why)) {
-        if (!reply) return false;
-        return reject(Errc::BadRequest);
-      }
-      auto handler = services_.call(service);
-      if (!handler) {
-        if (!reply) return false;
-        h.status = Errc::NoSuchService;
-        std::string msg = "no service '" + std::string(service) + "' on this server";
-        out->payload.assign(msg.begin(), msg.end());
-        return true;
-      }
-      try {
-        auto resp = handler(peer, body);
-        if (!reply) return false;
-        if (resp.size() > wire::kMaxMessage) {
-          h.status = Errc::TooLarge;
-          return true;
-        }
-        out->payload = std::move(resp);
-      } catch (const std::exception& e) {
-        if (!reply) return false;
-        h.status = Errc::HandlerFailed;
-        std::string msg = e.what();
-        out->payload.assign(msg.begin(), msg.end());
-      }
-      return true;
-    }
+      return call_service(services_, counters_, req, payload, peer, out);
     case Op::Ping:
       return true;
     case Op::Hello:

@@ -177,189 +177,248 @@ void FrameReader::body(void* dst, size_t n, Deadline d) {
 // ---------------------------------------------------------------------------------------------
 // Server side
 
+namespace {
+
+void log_to(const ServerOptions& o, LogLevel l, const std::string& s) {
+  if (o.log) o.log(l, s);
+}
+
+// Answers a handshake frame with AuthFailed and `why` as its body.
+void refuse_auth(int fd, const Header& to, std::string_view why, Deadline d) {
+  Header r;
+  r.op = to.op;
+  r.reply = true;
+  r.id = to.id;
+  r.status = Errc::AuthFailed;
+  send_frame(fd, r, std::span(reinterpret_cast<const uint8_t*>(why.data()), why.size()), d);
+}
+
+// Steps 1 and 2 of a connection: HELLO, then AUTH proving the secret, answered with AUTH_OK.
+// Returns the session's protector, or nothing when the peer was refused or left (already logged
+// and counted). Throws FabricError on socket failures.
+std::optional<FrameProtector> server_handshake(int fd, const PeerInfo& peer,
+                                               const ServeContext& ctx) {
+  const ServerOptions& o = *ctx.opts;
+  // 1. HELLO with our nonce, protocol version and protection (tcp only: shm stays on this
+  //    host, inside the trust domain, and its control channel is not protected).
+  const Protection ours = ctx.view.transport == Transport::Tcp ? o.protection : Protection::None;
+  Nonce sn = make_nonce();
+  std::vector<uint8_t> hello(sn.begin(), sn.end());
+  hello.insert(hello.end(), o.name.begin(), o.name.end());
+  Header hh;
+  hh.op = Op::Hello;
+  hh.a0 = wire::kProtocolVersion;
+  hh.a1 = uint64_t(ours);
+  Deadline auth_d = deadline_in(o.auth_timeout);
+  send_frame(fd, hh, hello, auth_d);
+
+  // 2. AUTH must come first and prove the secret. Until it has, a frame may claim at most
+  //    max_preauth_frame bytes: an unauthenticated peer cannot make us allocate more.
+  Header h;
+  std::vector<uint8_t> payload;
+  try {
+    if (!recv_frame(fd, &h, &payload, auth_d, auth_d, o.max_preauth_frame)) return std::nullopt;
+  } catch (const FabricError& e) {
+    if (e.code() != Errc::TooLarge) throw;
+    ctx.counters->preauth_oversize.fetch_add(1, std::memory_order_relaxed);
+    log_to(o, LogLevel::Warn, "FAB0209 peer " + peer.remote + " sent " + e.what() +
+                                  " before authenticating (max_preauth_frame); closing");
+    return std::nullopt;
+  }
+  if (h.op != Op::Auth || h.reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
+    ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
+    log_to(o, LogLevel::Warn, "FAB0201 peer " + peer.remote + " sent " +
+                                  std::string(wire::op_name(h.op)) +
+                                  " before authenticating; closing");
+    refuse_auth(fd, h, "authenticate first", auth_d);
+    return std::nullopt;
+  }
+  if (h.a0 != wire::kProtocolVersion || h.a1 > uint64_t(Protection::Encrypt)) {
+    ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
+    std::string why = "peer speaks fabric protocol version " +
+                      std::to_string(h.a0 == 0 ? 1 : h.a0) + ", this server version " +
+                      std::to_string(wire::kProtocolVersion) +
+                      " (frame protection): run the same Tierce release on both ends";
+    log_to(o, LogLevel::Warn, "FAB0210 " + peer.remote + ": " + why + "; closing");
+    refuse_auth(fd, h, why, auth_d);
+    return std::nullopt;
+  }
+  HandshakeParams params;
+  params.server = ours;
+  params.client = Protection(h.a1);
+  const Protection agreed =
+      ctx.view.transport == Transport::Tcp ? params.agreed() : Protection::None;
+  Nonce cn;
+  std::memcpy(cn.data(), payload.data(), cn.size());
+  Mac expect = client_proof(o.secret, sn, cn, params);
+  if (!mac_equal(expect,
+                 std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
+    ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
+    log_to(o, LogLevel::Warn, "FAB0202 peer " + peer.remote +
+                                  " failed authentication (wrong shared secret?); closing");
+    refuse_auth(fd, h, "", auth_d);
+    return std::nullopt;
+  }
+  Mac sp = server_proof(o.secret, sn, cn, params);
+  Header ok;
+  ok.op = Op::AuthOk;
+  ok.reply = true;
+  ok.id = h.id;
+  ok.a1 = uint64_t(agreed);
+  send_frame(fd, ok, sp, auth_d);
+  return FrameProtector(o.secret, sn, cn, agreed, false);
+}
+
+// Reads the next request (header, body, tag). False when the connection is to close: EOF, a
+// reply frame, a bad MAC, a malformed frame or a timeout (logged and counted here).
+bool read_request(FrameReader& reader, Header* h, std::vector<uint8_t>* payload,
+                  const PeerInfo& peer, const ServeContext& ctx) {
+  const ServerOptions& o = *ctx.opts;
+  Deadline idle = o.idle_timeout.count() > 0 ? deadline_in(o.idle_timeout) : kNoDeadline;
+  try {
+    if (!reader.header(h, idle)) return false;
+    if (h->reply) {  // before the body and tag: closing either way, no need to wait for them
+      ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
+      log_to(o, LogLevel::Warn,
+             "FAB0205 peer " + peer.remote + " sent a reply frame as a request; closing");
+      return false;
+    }
+    payload->resize(h->length);
+    Deadline bd = deadline_in(kFrameBodyTimeout);
+    if (h->length) reader.body(payload->data(), h->length, bd);
+    if (!reader.finish(*h, payload->data(), bd)) {
+      // Checked before anything is done with the frame: a forged request is never applied.
+      ctx.counters->bad_frame_macs.fetch_add(1, std::memory_order_relaxed);
+      log_to(o, LogLevel::Warn, "FAB0211 peer " + peer.remote + ": a " +
+                                    std::string(wire::op_name(h->op)) +
+                                    " frame failed authentication (bad MAC: injected, replayed or "
+                                    "reordered, or another secret); closing the connection");
+      return false;
+    }
+  } catch (const FabricError& e) {
+    if (e.code() == Errc::Protocol) {
+      ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
+      log_to(o, LogLevel::Warn,
+             "FAB0203 peer " + peer.remote + ": " + e.what() + "; closing the connection");
+    } else if (e.code() == Errc::Timeout) {
+      log_to(o, LogLevel::Info,
+             "FAB0204 peer " + peer.remote + " idle or stalled mid-frame; closing");
+    }
+    return false;
+  }
+  return true;
+}
+
+// Replies held back while more requests are already buffered, so a posted batch costs one send.
+class ReplyBatch {
+ public:
+  ReplyBatch(int fd, FrameProtector* prot) : fd_(fd), prot_(prot) {}
+
+  void flush(Deadline d) {
+    if (!out_.empty()) send_all(fd_, out_.data(), out_.size(), d);
+    out_.clear();
+  }
+
+  // Sends (or queues) one reply from the responder.
+  void add(Reply& reply, Deadline d) {
+    if (reply.fd_to_pass >= 0) {
+      flush(d);
+      uint8_t hb[wire::kHeaderSize];
+      reply.header.length = 0;
+      wire::encode_header(reply.header, hb);
+      send_with_fd(fd_, hb, sizeof hb, reply.fd_to_pass, d);
+    } else {
+      auto body = reply.direct.empty() ? std::span<const uint8_t>(reply.payload) : reply.direct;
+      if (body.size() > FrameReader::kBufferSize) {  // large: no extra copy
+        flush(d);
+        send_frame(fd_, reply.header, body, d, prot_);
+      } else {
+        append_sealed_frame(out_, reply.header, body, prot_);
+      }
+    }
+  }
+
+  size_t size() const { return out_.size(); }
+
+ private:
+  int fd_;
+  FrameProtector* prot_;
+  std::vector<uint8_t> out_;
+};
+
+enum class StreamOpened { Refused, Handed, Close };
+
+// STREAM_OPEN: hands the socket to the named service (Handed), or answers NoSuchService
+// (Refused: the connection goes on). Close when the peer sent data too early.
+StreamOpened open_stream(Fd& fd, const Header& h, const std::vector<uint8_t>& payload,
+                         const PeerInfo& peer, const ServeContext& ctx, FrameReader& reader,
+                         FrameProtector* prot, Deadline d) {
+  if (reader.buffered() != 0) {
+    log_to(*ctx.opts, LogLevel::Warn,
+           "FAB0208 peer " + peer.remote + " sent data before its stream was accepted; closing");
+    return StreamOpened::Close;
+  }
+  std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
+  auto handler = name.empty() || name.size() > wire::kMaxServiceName
+                     ? StreamHandler()
+                     : ctx.services->stream(name);
+  Header r;
+  r.op = Op::StreamOpen;
+  r.reply = true;
+  r.id = h.id;
+  if (!handler) {
+    r.status = Errc::NoSuchService;
+    send_frame(fd.get(), r, {}, d, prot);
+    return StreamOpened::Refused;
+  }
+  // From here on the socket carries the service's raw bytes (sendfile/splice): streams are
+  // not protected by the fabric (ADTS/FTP bring their own TLS where they need it).
+  send_frame(fd.get(), r, {}, d, prot);
+  ctx.counters->streams.fetch_add(1, std::memory_order_relaxed);
+  handler(peer, std::make_unique<SocketStream>(std::move(fd), Millis(30000)));
+  return StreamOpened::Handed;
+}
+
+}  // namespace
+
 void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ctx) {
   const ServerOptions& o = *ctx.opts;
-  auto log = [&](LogLevel l, const std::string& s) {
-    if (o.log) o.log(l, s);
-  };
   try {
-    // 1. HELLO with our nonce, protocol version and protection (tcp only: shm stays on this
-    //    host, inside the trust domain, and its control channel is not protected).
-    const Protection ours =
-        ctx.view.transport == Transport::Tcp ? o.protection : Protection::None;
-    Nonce sn = make_nonce();
-    std::vector<uint8_t> hello(sn.begin(), sn.end());
-    hello.insert(hello.end(), o.name.begin(), o.name.end());
-    Header hh;
-    hh.op = Op::Hello;
-    hh.a0 = wire::kProtocolVersion;
-    hh.a1 = uint64_t(ours);
-    Deadline auth_d = deadline_in(o.auth_timeout);
-    send_frame(fd.get(), hh, hello, auth_d);
-
-    auto refuse = [&](const Header& to, std::string_view why) {
-      Header r;
-      r.op = to.op;
-      r.reply = true;
-      r.id = to.id;
-      r.status = Errc::AuthFailed;
-      send_frame(fd.get(), r,
-                 std::span(reinterpret_cast<const uint8_t*>(why.data()), why.size()), auth_d);
-    };
-
-    // 2. AUTH must come first and prove the secret. Until it has, a frame may claim at most
-    //    max_preauth_frame bytes: an unauthenticated peer cannot make us allocate more.
-    Header h;
-    std::vector<uint8_t> payload;
-    try {
-      if (!recv_frame(fd.get(), &h, &payload, auth_d, auth_d, o.max_preauth_frame)) return;
-    } catch (const FabricError& e) {
-      if (e.code() != Errc::TooLarge) throw;
-      ctx.counters->preauth_oversize.fetch_add(1, std::memory_order_relaxed);
-      log(LogLevel::Warn, "FAB0209 peer " + peer.remote + " sent " + e.what() +
-                              " before authenticating (max_preauth_frame); closing");
-      return;
-    }
-    if (h.op != Op::Auth || h.reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
-      ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
-      log(LogLevel::Warn, "FAB0201 peer " + peer.remote + " sent " +
-                              std::string(wire::op_name(h.op)) + " before authenticating; closing");
-      refuse(h, "authenticate first");
-      return;
-    }
-    if (h.a0 != wire::kProtocolVersion || h.a1 > uint64_t(Protection::Encrypt)) {
-      ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
-      std::string why = "peer speaks fabric protocol version " +
-                        std::to_string(h.a0 == 0 ? 1 : h.a0) + ", this server version " +
-                        std::to_string(wire::kProtocolVersion) +
-                        " (frame protection): run the same Tierce release on both ends";
-      log(LogLevel::Warn, "FAB0210 " + peer.remote + ": " + why + "; closing");
-      refuse(h, why);
-      return;
-    }
-    HandshakeParams params;
-    params.server = ours;
-    params.client = Protection(h.a1);
-    const Protection agreed =
-        ctx.view.transport == Transport::Tcp ? params.agreed() : Protection::None;
-    Nonce cn;
-    std::memcpy(cn.data(), payload.data(), cn.size());
-    Mac expect = client_proof(o.secret, sn, cn, params);
-    if (!mac_equal(expect,
-                   std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
-      ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
-      log(LogLevel::Warn,
-          "FAB0202 peer " + peer.remote + " failed authentication (wrong shared secret?); closing");
-      refuse(h, "");
-      return;
-    }
-    Mac sp = server_proof(o.secret, sn, cn, params);
-    Header ok;
-    ok.op = Op::AuthOk;
-    ok.reply = true;
-    ok.id = h.id;
-    ok.a1 = uint64_t(agreed);
-    send_frame(fd.get(), ok, sp, auth_d);
-    FrameProtector prot(o.secret, sn, cn, agreed, false);
+    std::optional<FrameProtector> handshake = server_handshake(fd.get(), peer, ctx);
+    if (!handshake) return;
+    FrameProtector prot = std::move(*handshake);
 
     // 3. Requests.
     Responder responder(*ctx.regions, *ctx.services, *ctx.counters);
     Reply reply;
+    Header h;
+    std::vector<uint8_t> payload;
     FrameReader reader(fd.get(), o.spin);
     reader.protect(&prot);
-    std::vector<uint8_t> out;  // replies held back while more requests are already buffered
-    auto flush = [&](Deadline d) {
-      if (!out.empty()) send_all(fd.get(), out.data(), out.size(), d);
-      out.clear();
-    };
+    ReplyBatch out(fd.get(), &prot);
     for (;;) {
-      Deadline idle = o.idle_timeout.count() > 0 ? deadline_in(o.idle_timeout) : kNoDeadline;
-      try {
-        if (!reader.header(&h, idle)) return;
-        if (h.reply) {  // before the body and tag: closing either way, no need to wait for them
-          ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
-          log(LogLevel::Warn,
-              "FAB0205 peer " + peer.remote + " sent a reply frame as a request; closing");
-          return;
-        }
-        payload.resize(h.length);
-        Deadline bd = deadline_in(kFrameBodyTimeout);
-        if (h.length) reader.body(payload.data(), h.length, bd);
-        if (!reader.finish(h, payload.data(), bd)) {
-          // Checked before anything is done with the frame: a forged request is never applied.
-          ctx.counters->bad_frame_macs.fetch_add(1, std::memory_order_relaxed);
-          log(LogLevel::Warn, "FAB0211 peer " + peer.remote + ": a " +
-                                  std::string(wire::op_name(h.op)) +
-                                  " frame failed authentication (bad MAC: injected, replayed or "
-                                  "reordered, or another secret); closing the connection");
-          return;
-        }
-      } catch (const FabricError& e) {
-        if (e.code() == Errc::Protocol) {
-          ctx.counters->malformed_frames.fetch_add(1, std::memory_order_relaxed);
-          log(LogLevel::Warn,
-              "FAB0203 peer " + peer.remote + ": " + e.what() + "; closing the connection");
-        } else if (e.code() == Errc::Timeout) {
-          log(LogLevel::Info,
-              "FAB0204 peer " + peer.remote + " idle or stalled mid-frame; closing");
-        }
-        return;
-      }
+      if (!read_request(reader, &h, &payload, peer, ctx)) return;
       Deadline d = deadline_in(kFrameBodyTimeout);
       if (h.op == Op::StreamOpen) {
-        flush(d);
-        if (reader.buffered() != 0) {
-          log(LogLevel::Warn,
-              "FAB0208 peer " + peer.remote + " sent data before its stream was accepted; closing");
-          return;
-        }
-        std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
-        auto handler = name.empty() || name.size() > wire::kMaxServiceName
-                           ? StreamHandler()
-                           : ctx.services->stream(name);
-        Header r;
-        r.op = Op::StreamOpen;
-        r.reply = true;
-        r.id = h.id;
-        if (!handler) {
-          r.status = Errc::NoSuchService;
-          send_frame(fd.get(), r, {}, d, &prot);
+        out.flush(d);
+        if (open_stream(fd, h, payload, peer, ctx, reader, &prot, d) == StreamOpened::Refused)
           continue;
-        }
-        // From here on the socket carries the service's raw bytes (sendfile/splice): streams are
-        // not protected by the fabric (ADTS/FTP bring their own TLS where they need it).
-        send_frame(fd.get(), r, {}, d, &prot);
-        ctx.counters->streams.fetch_add(1, std::memory_order_relaxed);
-        handler(peer, std::make_unique<SocketStream>(std::move(fd), Millis(30000)));
         return;
       }
       if (responder.handle(h, payload, peer, ctx.view, &reply)) {
-        if (reply.fd_to_pass >= 0) {
-          flush(d);
-          uint8_t hb[wire::kHeaderSize];
-          reply.header.length = 0;
-          wire::encode_header(reply.header, hb);
-          send_with_fd(fd.get(), hb, sizeof hb, reply.fd_to_pass, d);
-        } else {
-          auto body = reply.direct.empty() ? std::span<const uint8_t>(reply.payload) : reply.direct;
-          if (body.size() > FrameReader::kBufferSize) {  // large: no extra copy
-            flush(d);
-            send_frame(fd.get(), reply.header, body, d, &prot);
-          } else {
-            append_sealed_frame(out, reply.header, body, &prot);
-          }
-        }
+        out.add(reply, d);
         reply.pinned.reset();
       }
       // Coalesce: while the next request is already here, answer it before sending (a posted
       // batch then costs one send), but never sit on a reply when nothing else is pending.
-      if (reader.buffered() < wire::kHeaderSize || out.size() > FrameReader::kBufferSize) flush(d);
+      if (reader.buffered() < wire::kHeaderSize || out.size() > FrameReader::kBufferSize)
+        out.flush(d);
     }
   } catch (const FabricError& e) {
     if (e.code() != Errc::PeerClosed)
-      log(LogLevel::Info, "FAB0206 connection from " + peer.remote + " ended: " + e.what());
+      log_to(o, LogLevel::Info, "FAB0206 connection from " + peer.remote + " ended: " + e.what());
   } catch (const std::exception& e) {
-    log(LogLevel::Error, "FAB0207 connection from " + peer.remote + " failed: " + e.what());
+    log_to(o, LogLevel::Error, "FAB0207 connection from " + peer.remote + " failed: " + e.what());
   }
 }
 

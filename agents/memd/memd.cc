@@ -265,45 +265,51 @@ void Memd::watch_owner(Region& r) {
   // An exit between the export and here is caught by check_owners() right after.
 }
 
+void Memd::segment_open_failed(Region& r, int e) {
+  const std::string& name = r.cfg.name;
+  const std::string& segname = r.cfg.segment;
+  if (e == ENOENT) {
+    if (r.state == RegionState::Exported) {
+      withdraw(r, RegionState::Pending, "", true);
+      log(LogLevel::Warn,
+          "MEMD0107 region " + q(name) + ": segment " + segname +
+              " was removed (shm_unlink) by its owner; region revoked and withdrawn, "
+              "exported again once the segment is created again");
+      r.last_logged.clear();
+    }
+    r.known_object = false;
+    note_problem(r, RegionState::Pending, LogLevel::Info,
+                 "MEMD0102 region " + q(name) + " is pending: segment " + segname +
+                     " does not exist yet; memd exports it within rescan_ms (" +
+                     std::to_string(cfg_.rescan.count()) + " ms) of its owner creating it");
+    return;
+  }
+  std::string why = std::strerror(e);
+  if (r.state == RegionState::Exported) {
+    // We still hold the object we export; a later permission change does not withdraw it.
+    if (r.last_logged != why) {
+      log(LogLevel::Warn, "MEMD0117 region " + q(name) + ": cannot re-open segment " + segname +
+                              " (" + why + "); still exporting the object opened before");
+      r.last_logged = why;
+    }
+    return;
+  }
+  note_problem(r, RegionState::Failed, LogLevel::Error,
+               "MEMD0103 region " + q(name) + ": cannot open segment " + segname + ": " + why +
+                   (e == EACCES ? "; memd (uid " + std::to_string(::geteuid()) +
+                                      ") needs read-write access: create the segment with a mode "
+                                      "and owner that allow it (e.g. 0660 and memd's group)"
+                                : std::string()) +
+                   "; retrying every rescan_ms");
+}
+
 void Memd::rescan_one(Region& r) {
   const std::string& name = r.cfg.name;
   const std::string& segname = r.cfg.segment;
   UniqueFd fd(::shm_open(segname.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (!fd) {
     int e = errno;
-    if (e == ENOENT) {
-      if (r.state == RegionState::Exported) {
-        withdraw(r, RegionState::Pending, "", true);
-        log(LogLevel::Warn,
-            "MEMD0107 region " + q(name) + ": segment " + segname +
-                " was removed (shm_unlink) by its owner; region revoked and withdrawn, "
-                "exported again once the segment is created again");
-        r.last_logged.clear();
-      }
-      r.known_object = false;
-      note_problem(r, RegionState::Pending, LogLevel::Info,
-                   "MEMD0102 region " + q(name) + " is pending: segment " + segname +
-                       " does not exist yet; memd exports it within rescan_ms (" +
-                       std::to_string(cfg_.rescan.count()) + " ms) of its owner creating it");
-      return;
-    }
-    std::string why = std::strerror(e);
-    if (r.state == RegionState::Exported) {
-      // We still hold the object we export; a later permission change does not withdraw it.
-      if (r.last_logged != why) {
-        log(LogLevel::Warn, "MEMD0117 region " + q(name) + ": cannot re-open segment " + segname +
-                                " (" + why + "); still exporting the object opened before");
-        r.last_logged = why;
-      }
-      return;
-    }
-    note_problem(r, RegionState::Failed, LogLevel::Error,
-                 "MEMD0103 region " + q(name) + ": cannot open segment " + segname + ": " + why +
-                     (e == EACCES ? "; memd (uid " + std::to_string(::geteuid()) +
-                                        ") needs read-write access: create the segment with a mode "
-                                        "and owner that allow it (e.g. 0660 and memd's group)"
-                                  : std::string()) +
-                     "; retrying every rescan_ms");
+    segment_open_failed(r, e);
     return;
   }
   struct stat st {};
@@ -347,6 +353,12 @@ void Memd::rescan_one(Region& r) {
             "fabric::SharedSegment::create)");
     return;
   }
+  adopt_segment(r, std::move(seg), st);
+}
+
+void Memd::adopt_segment(Region& r, fabric::SharedSegment seg, const struct stat& st) {
+  const std::string& name = r.cfg.name;
+  const std::string& segname = r.cfg.segment;
   auto* h = seg.header();
   auto state = fabric::SegmentState(h->state.load(std::memory_order_acquire));
   uint64_t incarnation = h->incarnation;
@@ -406,6 +418,14 @@ void Memd::rescan_one(Region& r) {
     r.pidfd.reset();
   }
 
+  export_segment(r, std::move(seg), st, incarnation, owner, was_exported, old_incarnation);
+}
+
+void Memd::export_segment(Region& r, fabric::SharedSegment seg, const struct stat& st,
+                          uint64_t incarnation, pid_t owner, bool was_exported,
+                          uint64_t old_incarnation) {
+  const std::string& name = r.cfg.name;
+  const std::string& segname = r.cfg.segment;
   // Export: a re-export replaces the name's entry at once (new id and key), then the abandoned
   // incarnation is revoked so its descriptors fail fast everywhere.
   auto sp = std::make_shared<fabric::SharedSegment>(std::move(seg));

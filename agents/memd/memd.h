@@ -23,6 +23,7 @@
 // threads and only read, under mu_. The roles ([coherence] home, [pool]) run their own threads.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -132,6 +133,13 @@ class Memd {
 
   void log(fabric::LogLevel l, const std::string& line) const;
   void rescan_one(Region& r);
+  // The parts of rescan_one (Prereq: mu_ held, as for rescan_one): the segment could not be
+  // opened (errno e); a mapped segment that is not the object already exported; exporting it.
+  void segment_open_failed(Region& r, int e);
+  void adopt_segment(Region& r, fabric::SharedSegment seg, const struct stat& st);
+  void export_segment(Region& r, fabric::SharedSegment seg, const struct stat& st,
+                      uint64_t incarnation, pid_t owner, bool was_exported,
+                      uint64_t old_incarnation);
   void withdraw(Region& r, RegionState next, const std::string& why, bool revoke);
   void set_state(Region& r, RegionState s, const std::string& detail);
   void note_problem(Region& r, RegionState s, fabric::LogLevel l, const std::string& line);

@@ -51,6 +51,72 @@ constexpr int kPipeSize = 1 << 20;
 constexpr size_t kScratch = 256 << 10;
 constexpr size_t kMemoryStep = 1 << 20;  // a memory sink grows by at most this per recv
 
+// Looks a pool buffer up in the tcp registration cache, counting the hit or miss.
+void count_registration(BufferPool& pool, const BufferPool::Lease& buf,
+                        std::atomic<uint64_t>& hits, std::atomic<uint64_t>& misses) {
+  if (!buf.pooled()) return;
+  uint64_t h0 = pool.tcp_registrations().hits();
+  pool.tcp_registrations().get(buf.data(), buf.size());
+  (pool.tcp_registrations().hits() > h0 ? hits : misses)++;
+}
+
+// Reads `len` bytes of the source file at `pos` (pipelined send); LocalIo on an error or EOF.
+void pread_full(int fd, uint8_t* dst, uint64_t len, uint64_t pos) {
+  uint64_t got = 0;
+  while (got < len) {
+    ssize_t r = ::pread(fd, dst + got, size_t(len - got), off_t(pos + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      throw AdtsError(Code::LocalIo, "reading the source file: " + wire::errno_text(errno));
+    if (r == 0)
+      throw AdtsError(Code::LocalIo, "source file ended at offset " + std::to_string(pos + got));
+    got += uint64_t(r);
+  }
+}
+
+// Writes `len` bytes to the file at `pos` (pipelined receive); false and *err on a failed write.
+bool pwrite_full(int fd, const uint8_t* src, uint64_t len, uint64_t pos, std::string* err) {
+  for (uint64_t w = 0; w < len;) {
+    ssize_t r = ::pwrite(fd, src + w, size_t(len - w), off_t(pos + w));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      *err = "writing the file: " + wire::errno_text(r < 0 ? errno : EIO);
+      return false;
+    }
+    w += uint64_t(r);
+  }
+  return true;
+}
+
+// Pads a DATA block whose file shrank under sendfile with zeros: the header promised the bytes.
+void send_zeros(int sock, uint64_t n, Millis timeout) {
+  static const uint8_t zeros[4096] = {};
+  for (uint64_t left = n; left > 0;) {
+    size_t k = size_t(std::min<uint64_t>(left, sizeof zeros));
+    wire::send_all(sock, zeros, k, timeout);
+    left -= k;
+  }
+}
+
+// A block after BEGIN belongs to transfer `id` and is not another BEGIN; Protocol otherwise.
+void check_in_transfer(const wire::Header& h, uint64_t id) {
+  if (h.transfer_id != id)
+    throw AdtsError(Code::Protocol, "block of transfer " + std::to_string(h.transfer_id) +
+                                        " inside transfer " + std::to_string(id));
+  if (h.type == BlockType::Begin)
+    throw AdtsError(Code::Protocol, "second BEGIN inside transfer " + std::to_string(id));
+}
+
+// Each stream carries its blocks in increasing offset order; Protocol otherwise.
+void check_stream_order(unsigned i, const wire::Header& h, bool first, uint64_t stream_end) {
+  if (!first && h.offset < stream_end)
+    throw AdtsError(Code::Protocol,
+                    "blocks out of order on stream " + std::to_string(i) + ": offset " +
+                        std::to_string(h.offset) + " after a block ending at " +
+                        std::to_string(stream_end) +
+                        " (each stream carries its blocks in increasing offset order)");
+}
+
 std::string peer_name(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -69,6 +135,43 @@ std::string peer_host(int fd) {
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
   return wire::numeric_host(reinterpret_cast<const sockaddr*>(&ss));
 }
+
+// What the threads of one sent transfer share: the network workers and the disk thread. Member
+// order is the order of creation (destroyed in reverse: the queue and pool first).
+struct SendTransfer {
+  SendTransfer(const Source& s, uint64_t i, uint64_t tot, uint64_t blk, uint64_t nb, bool mem,
+               bool pipe)
+      : src(s), id(i), total(tot), block(blk), nblocks(nb), from_memory(mem), pipelined(pipe) {}
+
+  const Source& src;
+  const uint64_t id, total, block, nblocks;
+  const bool from_memory;
+  const bool pipelined;  // file source without zero copy: the disk thread reads into pool buffers
+  std::atomic<uint64_t> next_block{0}, done{0}, zc{0}, copied{0}, hits{0}, misses{0};
+  std::atomic<bool> local_fail{false}, net_fail{false};
+  ErrorSlot local_err, net_err;
+  std::shared_ptr<BufferPool> pool;
+  std::unique_ptr<BoundedQueue<Chunk>> queue;
+};
+
+// What the threads of one received transfer share: the network workers and the disk thread.
+// Member order is the order of creation (destroyed in reverse: the queue and pool first).
+struct RecvTransfer {
+  RecvTransfer(const Sink& s, uint64_t i, uint64_t total, size_t base, bool pipe)
+      : sink(s), id(i), mem_base(base), pipelined(pipe), cov(total) {}
+
+  const Sink& sink;
+  const uint64_t id;
+  const size_t mem_base;  // a memory sink's size before the transfer
+  const bool pipelined;   // file sink without zero copy: pool buffers, written by the disk thread
+  Coverage cov;
+  std::unique_ptr<OrderGate> gate;
+  std::atomic<uint64_t> done{0}, zc{0}, copied{0}, hits{0}, misses{0};
+  std::atomic<bool> local_fail{false}, net_fail{false}, aborted{false};
+  ErrorSlot local_err, net_err;
+  std::shared_ptr<BufferPool> pool;
+  std::unique_ptr<BoundedQueue<Chunk>> queue;
+};
 
 class TcpSession final : public Session {
  public:
@@ -128,6 +231,24 @@ class TcpSession final : public Session {
                       uint64_t* zc, uint64_t* copied);
   bool read_pwrite(int sock, int file, uint64_t foff, uint64_t len, std::string* err,
                    std::vector<uint8_t>& scratch);
+  void read_ahead(SendTransfer& t);
+  void send_stream(SendTransfer& t, unsigned i, const std::function<void()>& tick);
+  // BEGIN on stream 0 (or an early ABORT on every stream) of transfer `id`; a network failure
+  // breaks the session.
+  void send_begin(uint64_t id, uint64_t total, const std::optional<AdtsError>& early);
+  // Reads and checks BEGIN on stream 0; a bad one breaks the session.
+  wire::Header read_begin(const Sink& sink);
+  // A DATA payload appended to a memory sink that holds exactly [0, off) past `base`.
+  void recv_into_memory(int sock, std::vector<uint8_t>& mem, size_t base, uint64_t off,
+                        uint64_t len);
+  void write_behind(RecvTransfer& t);
+  // A stream failed: the transfer ends, every worker wakes with an error.
+  void fail_transfer(RecvTransfer& t, const AdtsError& e);
+  void receive_stream(RecvTransfer& t, unsigned i, const std::function<void()>& tick);
+  // A DATA payload read into pool buffers queued for the disk thread (pipelined receive).
+  void queue_block(int sock, const wire::Header& h, BufferPool& pool,
+                   BoundedQueue<Chunk>& queue, std::atomic<uint64_t>& copied,
+                   std::atomic<uint64_t>& hits, std::atomic<uint64_t>& misses);
   void add_stats(bool sent, uint64_t bytes, uint64_t zc, uint64_t copied, uint64_t hits,
                  uint64_t misses) {
     std::lock_guard g(stats_mu_);
@@ -153,6 +274,97 @@ class TcpSession final : public Session {
 
 // ---- send -------------------------------------------------------------------------------------
 
+void TcpSession::send_begin(uint64_t id, uint64_t total, const std::optional<AdtsError>& early) {
+  const unsigned n = unsigned(socks_.size());
+  try {
+    send_header(0, BlockType::Begin, id, 0, total);
+    if (early) {
+      for (unsigned i = 0; i < n; ++i) send_header(i, BlockType::Abort, id, 0, 0);
+      throw *early;
+    }
+  } catch (const AdtsError& e) {
+    if (e.code() != Code::LocalIo) break_session();
+    throw;
+  }
+}
+
+// Disk thread: reads the blocks in order into pool buffers while the network sends earlier
+// ones. It closes the queue when done (or failed) so the network side sees the end.
+void TcpSession::read_ahead(SendTransfer& t) {
+  try {
+    for (uint64_t b = 0; b < t.nblocks && !t.net_fail; ++b) {
+      Chunk c;
+      c.offset = b * t.block;
+      c.length = std::min<uint64_t>(t.block, t.total - c.offset);
+      c.buf = t.pool->acquire(p_.timeout);
+      count_registration(*t.pool, c.buf, t.hits, t.misses);
+      pread_full(t.src.fd, c.buf.data(), c.length, t.src.offset + c.offset);
+      if (!t.queue->push(std::move(c), p_.timeout)) break;
+    }
+  } catch (const AdtsError& e) {
+    (e.code() == Code::LocalIo ? t.local_err : t.net_err).set(e);
+    (e.code() == Code::LocalIo ? t.local_fail : t.net_fail) = true;
+  } catch (const std::exception& e) {
+    t.local_err.set(AdtsError(Code::LocalIo, e.what()));
+    t.local_fail = true;
+  }
+  t.queue->close();
+}
+
+// One stream's worker: DATA blocks while there are any, then END (or ABORT) on its stream.
+void TcpSession::send_stream(SendTransfer& t, unsigned i, const std::function<void()>& tick) {
+  try {
+    for (;;) {
+      if (t.net_fail || t.local_fail) break;
+      if (t.pipelined) {
+        std::optional<Chunk> c = t.queue->pop(p_.timeout);
+        if (!c) break;
+        send_header(i, BlockType::Data, t.id, c->offset, c->length);
+        wire::send_all(socks_[i].get(), c->buf.data(), size_t(c->length), p_.timeout);
+        t.copied += c->length;
+        t.done += c->length;
+      } else {
+        uint64_t b = t.next_block.fetch_add(1);
+        if (b >= t.nblocks) break;
+        uint64_t off = b * t.block, len = std::min<uint64_t>(t.block, t.total - off);
+        send_header(i, BlockType::Data, t.id, off, len);
+        if (t.from_memory) {
+          wire::send_all(socks_[i].get(), t.src.memory.data() + off, size_t(len), p_.timeout);
+          t.copied += len;
+        } else {
+          uint64_t sent =
+              wire::sendfile_some(socks_[i].get(), t.src.fd, t.src.offset + off, len, p_.timeout);
+          t.zc += sent;
+          if (sent < len) {
+            // The file shrank under us: the header promised `len` bytes, so pad with zeros to
+            // keep the stream framed, then ABORT the transfer.
+            t.local_err.set(AdtsError(Code::LocalIo, "source file ended at offset " +
+                                                       std::to_string(t.src.offset + off + sent)));
+            t.local_fail = true;
+            send_zeros(socks_[i].get(), len - sent, p_.timeout);
+          }
+        }
+        t.done += len;
+      }
+      tick();
+    }
+    if (t.net_fail) return;
+    // Pipelined: the disk thread sets local_fail before it closes the queue, so a worker that
+    // saw the end of the queue also sees the failure here.
+    send_header(i, t.local_fail ? BlockType::Abort : BlockType::End, t.id, 0, 0);
+  } catch (const AdtsError& e) {
+    t.net_err.set(e);
+    t.net_fail = true;
+    break_session();
+    if (t.queue) t.queue->cancel();
+  } catch (const std::exception& e) {
+    t.net_err.set(AdtsError(Code::LocalIo, e.what()));
+    t.net_fail = true;
+    break_session();
+    if (t.queue) t.queue->cancel();
+  }
+}
+
 uint64_t TcpSession::send(const Source& src, const Progress& progress) {
   usable();
   const bool from_memory = !src.memory.empty() || src.fd < 0;
@@ -170,133 +382,26 @@ uint64_t TcpSession::send(const Source& src, const Progress& progress) {
   if (!from_memory) early = source_region_error(src, total);
 
   const uint64_t id = ++last_id_;
-  try {
-    send_header(0, BlockType::Begin, id, 0, total);
-    if (early) {
-      for (unsigned i = 0; i < n; ++i) send_header(i, BlockType::Abort, id, 0, 0);
-      throw *early;
-    }
-  } catch (const AdtsError& e) {
-    if (e.code() != Code::LocalIo) break_session();
-    throw;
-  }
+  send_begin(id, total, early);
 
-  const bool pipelined = !from_memory && !p_.zero_copy;
-  std::atomic<uint64_t> next_block{0}, done{0}, zc{0}, copied{0}, hits{0}, misses{0};
-  std::atomic<bool> local_fail{false}, net_fail{false};
-  ErrorSlot local_err, net_err;
-
-  std::shared_ptr<BufferPool> pool;
-  std::unique_ptr<BoundedQueue<Chunk>> queue;
+  SendTransfer t(src, id, total, block, nblocks, from_memory, !from_memory && !p_.zero_copy);
   std::thread disk;
-  if (pipelined) {
-    pool = BufferPool::shared(block);
-    queue = std::make_unique<BoundedQueue<Chunk>>(2 * n + 2);
-    // Disk thread: reads the blocks in order into pool buffers while the network sends earlier
-    // ones. It closes the queue when done (or failed) so the network side sees the end.
-    disk = std::thread([&] {
-      try {
-        for (uint64_t b = 0; b < nblocks && !net_fail; ++b) {
-          Chunk c;
-          c.offset = b * block;
-          c.length = std::min<uint64_t>(block, total - c.offset);
-          c.buf = pool->acquire(p_.timeout);
-          if (c.buf.pooled()) {
-            uint64_t h0 = pool->tcp_registrations().hits();
-            pool->tcp_registrations().get(c.buf.data(), c.buf.size());
-            (pool->tcp_registrations().hits() > h0 ? hits : misses)++;
-          }
-          uint64_t got = 0;
-          while (got < c.length) {
-            ssize_t r = ::pread(src.fd, c.buf.data() + got, size_t(c.length - got),
-                                off_t(src.offset + c.offset + got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0)
-              throw AdtsError(Code::LocalIo, "reading the source file: " + wire::errno_text(errno));
-            if (r == 0)
-              throw AdtsError(Code::LocalIo, "source file ended at offset " +
-                                                 std::to_string(src.offset + c.offset + got));
-            got += uint64_t(r);
-          }
-          if (!queue->push(std::move(c), p_.timeout)) break;
-        }
-      } catch (const AdtsError& e) {
-        (e.code() == Code::LocalIo ? local_err : net_err).set(e);
-        (e.code() == Code::LocalIo ? local_fail : net_fail) = true;
-      } catch (const std::exception& e) {
-        local_err.set(AdtsError(Code::LocalIo, e.what()));
-        local_fail = true;
-      }
-      queue->close();
-    });
+  if (t.pipelined) {
+    t.pool = BufferPool::shared(block);
+    t.queue = std::make_unique<BoundedQueue<Chunk>>(2 * n + 2);
+    disk = std::thread([&] { read_ahead(t); });
   }
-
-  auto worker = [&](unsigned i, const std::function<void()>& tick) {
-    try {
-      for (;;) {
-        if (net_fail || local_fail) break;
-        if (pipelined) {
-          std::optional<Chunk> c = queue->pop(p_.timeout);
-          if (!c) break;
-          send_header(i, BlockType::Data, id, c->offset, c->length);
-          wire::send_all(socks_[i].get(), c->buf.data(), size_t(c->length), p_.timeout);
-          copied += c->length;
-          done += c->length;
-        } else {
-          uint64_t b = next_block.fetch_add(1);
-          if (b >= nblocks) break;
-          uint64_t off = b * block, len = std::min<uint64_t>(block, total - off);
-          send_header(i, BlockType::Data, id, off, len);
-          if (from_memory) {
-            wire::send_all(socks_[i].get(), src.memory.data() + off, size_t(len), p_.timeout);
-            copied += len;
-          } else {
-            uint64_t sent =
-                wire::sendfile_some(socks_[i].get(), src.fd, src.offset + off, len, p_.timeout);
-            zc += sent;
-            if (sent < len) {
-              // The file shrank under us: the header promised `len` bytes, so pad with zeros to
-              // keep the stream framed, then ABORT the transfer.
-              local_err.set(AdtsError(Code::LocalIo, "source file ended at offset " +
-                                                         std::to_string(src.offset + off + sent)));
-              local_fail = true;
-              static const uint8_t zeros[4096] = {};
-              for (uint64_t left = len - sent; left > 0;) {
-                size_t k = size_t(std::min<uint64_t>(left, sizeof zeros));
-                wire::send_all(socks_[i].get(), zeros, k, p_.timeout);
-                left -= k;
-              }
-            }
-          }
-          done += len;
-        }
-        tick();
-      }
-      if (net_fail) return;
-      // Pipelined: the disk thread sets local_fail before it closes the queue, so a worker that
-      // saw the end of the queue also sees the failure here.
-      send_header(i, local_fail ? BlockType::Abort : BlockType::End, id, 0, 0);
-    } catch (const AdtsError& e) {
-      net_err.set(e);
-      net_fail = true;
-      break_session();
-      if (queue) queue->cancel();
-    } catch (const std::exception& e) {
-      net_err.set(AdtsError(Code::LocalIo, e.what()));
-      net_fail = true;
-      break_session();
-      if (queue) queue->cancel();
-    }
-  };
-  run_workers(n, worker, progress, done, total);
+  run_workers(
+      n, [&](unsigned i, const std::function<void()>& tick) { send_stream(t, i, tick); },
+      progress, t.done, total);
   if (disk.joinable()) disk.join();
 
-  if (net_fail) {
+  if (t.net_fail) {
     break_session();
-    throw *net_err.get();
+    throw *t.net_err.get();
   }
-  add_stats(true, local_fail ? 0 : total, zc, copied, hits, misses);
-  if (local_fail) throw *local_err.get();
+  add_stats(true, t.local_fail ? 0 : total, t.zc, t.copied, t.hits, t.misses);
+  if (t.local_fail) throw *t.local_err.get();
   return total;
 }
 
@@ -410,9 +515,7 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
   return ok;
 }
 
-uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
-  usable();
-  const unsigned n = unsigned(socks_.size());
+wire::Header TcpSession::read_begin(const Sink& sink) {
   wire::Header begin;
   try {
     begin = read_header(0);
@@ -437,6 +540,138 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
     break_session();
     throw;
   }
+  return begin;
+}
+
+void TcpSession::recv_into_memory(int sock, std::vector<uint8_t>& mem, size_t base, uint64_t off,
+                                  uint64_t len) {
+  // Grown a bounded step at a time, so a DATA header claiming a huge length costs only what
+  // really arrives.
+  for (uint64_t got = 0; got < len;) {
+    size_t k = size_t(std::min<uint64_t>(len - got, kMemoryStep));
+    size_t at = base + size_t(off + got);
+    mem.resize(at + k);
+    wire::recv_all(sock, mem.data() + at, k, p_.timeout);
+    got += k;
+  }
+}
+
+void TcpSession::queue_block(int sock, const wire::Header& h, BufferPool& pool,
+                             BoundedQueue<Chunk>& queue, std::atomic<uint64_t>& copied,
+                             std::atomic<uint64_t>& hits, std::atomic<uint64_t>& misses) {
+  for (uint64_t got = 0; got < h.length;) {
+    Chunk c;
+    c.buf = pool.acquire(p_.timeout);
+    count_registration(pool, c.buf, hits, misses);
+    c.offset = h.offset + got;
+    c.length = std::min<uint64_t>(h.length - got, c.buf.size());
+    wire::recv_all(sock, c.buf.data(), size_t(c.length), p_.timeout);
+    got += c.length;
+    copied += c.length;
+    if (!queue.push(std::move(c), p_.timeout)) {
+      // cancelled: the disk thread failed fatally; the error is in net_err
+      throw AdtsError(Code::LocalIo, "pipeline cancelled");
+    }
+  }
+}
+
+// Disk thread: pwrites the buffers the network workers filled. After a write error it keeps
+// draining (dropping) so the network side never stalls on a full queue.
+void TcpSession::write_behind(RecvTransfer& t) {
+  try {
+    while (std::optional<Chunk> c = t.queue->pop(p_.timeout)) {
+      if (t.local_fail) continue;
+      std::string err;
+      if (!pwrite_full(t.sink.fd, c->buf.data(), c->length, t.sink.offset + c->offset, &err)) {
+        t.local_err.set(AdtsError(Code::LocalIo, err));
+        t.local_fail = true;
+      }
+    }
+  } catch (const AdtsError& e) {
+    t.net_err.set(e);
+    t.net_fail = true;
+    break_session();
+    t.queue->cancel();
+    t.gate->cancel();
+  }
+}
+
+void TcpSession::fail_transfer(RecvTransfer& t, const AdtsError& e) {
+  t.net_err.set(e);
+  t.net_fail = true;
+  break_session();
+  if (t.queue) t.queue->cancel();
+  if (t.gate) t.gate->cancel();
+}
+
+// One stream's worker: DATA blocks until its END or ABORT.
+void TcpSession::receive_stream(RecvTransfer& t, unsigned i, const std::function<void()>& tick) {
+  try {
+    uint64_t stream_end = 0;  // end of this stream's previous DATA block
+    bool first = true;
+    for (;;) {
+      wire::Header h = read_header(i);
+      check_in_transfer(h, t.id);
+      if (h.type == BlockType::End || h.type == BlockType::Abort) {
+        if (h.type == BlockType::Abort) t.aborted = true;
+        if (t.gate) t.gate->leave(i);
+        break;
+      }
+      t.cov.claim(h.offset, h.length);  // before any byte of the block is written
+      check_stream_order(i, h, first, stream_end);
+      first = false;
+      stream_end = h.offset + h.length;
+      int sock = socks_[i].get();
+      if (t.sink.fd < 0) {
+        if (t.sink.memory && t.gate->wait_turn(i, h.offset)) {
+          // Our turn: the vector holds exactly [0, h.offset).
+          recv_into_memory(sock, *t.sink.memory, t.mem_base, h.offset, h.length);
+          t.gate->advance(h.offset + h.length);
+        } else {
+          wire::discard(sock, h.length, p_.timeout);
+        }
+        t.copied += h.length;
+      } else if (t.pipelined) {
+        // Our turn: every earlier block is queued, and the disk thread writes in queue order.
+        if (!t.gate->wait_turn(i, h.offset)) {
+          wire::discard(sock, h.length, p_.timeout);
+          t.done += h.length;
+          tick();
+          continue;
+        }
+        queue_block(sock, h, *t.pool, *t.queue, t.copied, t.hits, t.misses);
+        t.gate->advance(h.offset + h.length);
+      } else if (!t.local_fail && t.gate->wait_turn(i, h.offset)) {
+        // Our turn: every byte below h.offset is in the file; splice this block after them.
+        std::string err;
+        uint64_t z = 0, c = 0;
+        bool ok = splice_to_file(i, t.sink.fd, t.sink.offset + h.offset, h.length, &err, &z, &c);
+        t.zc += z;
+        t.copied += c;
+        if (!ok) {
+          t.local_err.set(AdtsError(Code::LocalIo, err));
+          t.local_fail = true;
+          t.gate->release();  // the file ends at the failure; the others drop their blocks
+        } else {
+          t.gate->advance(h.offset + h.length);
+        }
+      } else {
+        wire::discard(sock, h.length, p_.timeout);
+      }
+      t.done += h.length;
+      tick();
+    }
+  } catch (const AdtsError& e) {
+    fail_transfer(t, e);
+  } catch (const std::exception& e) {
+    fail_transfer(t, AdtsError(Code::LocalIo, e.what()));
+  }
+}
+
+uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
+  usable();
+  const unsigned n = unsigned(socks_.size());
+  wire::Header begin = read_begin(sink);
   last_id_ = begin.transfer_id;
   const uint64_t id = begin.transfer_id, total = begin.length;
 
@@ -444,175 +679,41 @@ uint64_t TcpSession::receive(const Sink& sink, const Progress& progress) {
   // never to the announced total up front: BEGIN costs the receiver nothing (issue 17).
   const size_t mem_base = sink.fd < 0 && sink.memory ? sink.memory->size() : 0;
 
-  const bool pipelined = sink.fd >= 0 && !p_.zero_copy;
-  Coverage cov(total);
+  RecvTransfer t(sink, id, total, mem_base, sink.fd >= 0 && !p_.zero_copy);
   // File and memory sinks are written in offset order (a memory sink then only ever grows at
   // its end).
-  std::unique_ptr<OrderGate> gate;
-  if (sink.fd >= 0 || sink.memory) gate = std::make_unique<OrderGate>(n, p_.timeout);
-  std::atomic<uint64_t> done{0}, zc{0}, copied{0}, hits{0}, misses{0};
-  std::atomic<bool> local_fail{false}, net_fail{false}, aborted{false};
-  ErrorSlot local_err, net_err;
+  if (sink.fd >= 0 || sink.memory) t.gate = std::make_unique<OrderGate>(n, p_.timeout);
 
-  std::shared_ptr<BufferPool> pool;
-  std::unique_ptr<BoundedQueue<Chunk>> queue;
   std::thread disk;
-  if (pipelined) {
-    pool = BufferPool::shared(p_.block);
-    queue = std::make_unique<BoundedQueue<Chunk>>(2 * n + 2);
-    // Disk thread: pwrites the buffers the network workers filled. After a write error it keeps
-    // draining (dropping) so the network side never stalls on a full queue.
-    disk = std::thread([&] {
-      try {
-        while (std::optional<Chunk> c = queue->pop(p_.timeout)) {
-          if (local_fail) continue;
-          for (uint64_t w = 0; w < c->length;) {
-            ssize_t r = ::pwrite(sink.fd, c->buf.data() + w, size_t(c->length - w),
-                                 off_t(sink.offset + c->offset + w));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-              local_err.set(AdtsError(Code::LocalIo,
-                                      "writing the file: " + wire::errno_text(r < 0 ? errno : EIO)));
-              local_fail = true;
-              break;
-            }
-            w += uint64_t(r);
-          }
-        }
-      } catch (const AdtsError& e) {
-        net_err.set(e);
-        net_fail = true;
-        break_session();
-        queue->cancel();
-        gate->cancel();
-      }
-    });
+  if (t.pipelined) {
+    t.pool = BufferPool::shared(p_.block);
+    t.queue = std::make_unique<BoundedQueue<Chunk>>(2 * n + 2);
+    disk = std::thread([&] { write_behind(t); });
   }
-
-  auto fail_all = [&](const AdtsError& e) {
-    net_err.set(e);
-    net_fail = true;
-    break_session();
-    if (queue) queue->cancel();
-    if (gate) gate->cancel();
-  };
-  auto worker = [&](unsigned i, const std::function<void()>& tick) {
-    try {
-      uint64_t stream_end = 0;  // end of this stream's previous DATA block
-      bool first = true;
-      for (;;) {
-        wire::Header h = read_header(i);
-        if (h.transfer_id != id)
-          throw AdtsError(Code::Protocol, "block of transfer " + std::to_string(h.transfer_id) +
-                                              " inside transfer " + std::to_string(id));
-        if (h.type == BlockType::Begin)
-          throw AdtsError(Code::Protocol, "second BEGIN inside transfer " + std::to_string(id));
-        if (h.type == BlockType::End || h.type == BlockType::Abort) {
-          if (h.type == BlockType::Abort) aborted = true;
-          if (gate) gate->leave(i);
-          break;
-        }
-        cov.claim(h.offset, h.length);  // before any byte of the block is written
-        if (!first && h.offset < stream_end)
-          throw AdtsError(Code::Protocol,
-                          "blocks out of order on stream " + std::to_string(i) + ": offset " +
-                              std::to_string(h.offset) + " after a block ending at " +
-                              std::to_string(stream_end) +
-                              " (each stream carries its blocks in increasing offset order)");
-        first = false;
-        stream_end = h.offset + h.length;
-        int sock = socks_[i].get();
-        if (sink.fd < 0) {
-          if (sink.memory && gate->wait_turn(i, h.offset)) {
-            // Our turn: the vector holds exactly [0, h.offset). Grown a bounded step at a time,
-            // so a DATA header claiming a huge length costs only what really arrives.
-            for (uint64_t got = 0; got < h.length;) {
-              size_t k = size_t(std::min<uint64_t>(h.length - got, kMemoryStep));
-              size_t at = mem_base + size_t(h.offset + got);
-              sink.memory->resize(at + k);
-              wire::recv_all(sock, sink.memory->data() + at, k, p_.timeout);
-              got += k;
-            }
-            gate->advance(h.offset + h.length);
-          } else {
-            wire::discard(sock, h.length, p_.timeout);
-          }
-          copied += h.length;
-        } else if (pipelined) {
-          // Our turn: every earlier block is queued, and the disk thread writes in queue order.
-          if (!gate->wait_turn(i, h.offset)) {
-            wire::discard(sock, h.length, p_.timeout);
-            done += h.length;
-            tick();
-            continue;
-          }
-          for (uint64_t got = 0; got < h.length;) {
-            Chunk c;
-            c.buf = pool->acquire(p_.timeout);
-            if (c.buf.pooled()) {
-              uint64_t h0 = pool->tcp_registrations().hits();
-              pool->tcp_registrations().get(c.buf.data(), c.buf.size());
-              (pool->tcp_registrations().hits() > h0 ? hits : misses)++;
-            }
-            c.offset = h.offset + got;
-            c.length = std::min<uint64_t>(h.length - got, c.buf.size());
-            wire::recv_all(sock, c.buf.data(), size_t(c.length), p_.timeout);
-            got += c.length;
-            copied += c.length;
-            if (!queue->push(std::move(c), p_.timeout)) {
-              // cancelled: the disk thread failed fatally; the error is in net_err
-              throw AdtsError(Code::LocalIo, "pipeline cancelled");
-            }
-          }
-          gate->advance(h.offset + h.length);
-        } else if (!local_fail && gate->wait_turn(i, h.offset)) {
-          // Our turn: every byte below h.offset is in the file; splice this block after them.
-          std::string err;
-          uint64_t z = 0, c = 0;
-          bool ok = splice_to_file(i, sink.fd, sink.offset + h.offset, h.length, &err, &z, &c);
-          zc += z;
-          copied += c;
-          if (!ok) {
-            local_err.set(AdtsError(Code::LocalIo, err));
-            local_fail = true;
-            gate->release();  // the file ends at the failure; the others drop their blocks
-          } else {
-            gate->advance(h.offset + h.length);
-          }
-        } else {
-          wire::discard(sock, h.length, p_.timeout);
-        }
-        done += h.length;
-        tick();
-      }
-    } catch (const AdtsError& e) {
-      fail_all(e);
-    } catch (const std::exception& e) {
-      fail_all(AdtsError(Code::LocalIo, e.what()));
-    }
-  };
-  run_workers(n, worker, progress, done, total);
-  if (queue) queue->close();
+  run_workers(
+      n, [&](unsigned i, const std::function<void()>& tick) { receive_stream(t, i, tick); },
+      progress, t.done, total);
+  if (t.queue) t.queue->close();
   if (disk.joinable()) disk.join();
 
-  if (net_fail) {
+  if (t.net_fail) {
     break_session();
     if (sink.fd < 0 && sink.memory) sink.memory->resize(mem_base);
-    throw *net_err.get();
+    throw *t.net_err.get();
   }
-  if (aborted) {
+  if (t.aborted) {
     if (sink.fd < 0 && sink.memory) sink.memory->resize(mem_base);
     throw AdtsError(Code::Aborted, "the sender aborted transfer " + std::to_string(id));
   }
-  if (cov.covered() != total) {
+  if (t.cov.covered() != total) {
     break_session();
     if (sink.fd < 0 && sink.memory) sink.memory->resize(mem_base);
     throw AdtsError(Code::Protocol, "transfer " + std::to_string(id) + " ended with " +
-                                        std::to_string(cov.covered()) + " of " +
+                                        std::to_string(t.cov.covered()) + " of " +
                                         std::to_string(total) + " bytes");
   }
-  add_stats(false, total, zc, copied, hits, misses);
-  if (local_fail) throw *local_err.get();
+  add_stats(false, total, t.zc, t.copied, t.hits, t.misses);
+  if (t.local_fail) throw *t.local_err.get();
   return total;
 }
 

@@ -196,6 +196,87 @@ void print_entry(const RemoteEntry& e) {
   std::printf("%c %14s  %s  %s\n", t, size.c_str(), format_time(e.mtime).c_str(), name.c_str());
 }
 
+// ls: MLSD of the URL's path sorted by name, or the file itself when it names one.
+void list_url(FtpClient& c, const FtpUrl& u) {
+  std::vector<std::string> rejected;
+  std::vector<RemoteEntry> entries;
+  try {
+    entries = c.list(u.path, &rejected);
+  } catch (const ClientError& e) {
+    // MLSD on a file is an error (RFC 3659 §7.1): show the file itself.
+    if (e.code() != Exit::Refused || u.path.empty() || c.broken()) throw;
+    auto sz = c.size(u.path);
+    if (!sz) throw;
+    RemoteEntry f;
+    f.name = u.basename();
+    f.type = EntryType::File;
+    f.size = sz;
+    f.mtime = c.mdtm(u.path);
+    entries.push_back(f);
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const RemoteEntry& a, const RemoteEntry& b) { return a.name < b.name; });
+  for (const auto& e : entries) print_entry(e);
+  for (const auto& n : rejected)
+    std::fprintf(stderr, "tierce-ftp: skipped an entry with an unsafe name: '%s'\n", n.c_str());
+}
+
+// rm: removes the URL's file, or with `recursive` its directory tree (files, then the deepest
+// directories first).
+void remove_url(FtpClient& c, const FtpUrl& u, bool recursive) {
+  if (!recursive) {
+    try {
+      c.dele(u.path);
+    } catch (const ClientError& e) {
+      if (e.code() == Exit::Refused && !c.broken() && c.is_dir(u.path))
+        throw ClientError(Exit::Refused, u.path + " is a directory (use rm -r)");
+      throw;
+    }
+    return;
+  }
+  if (!c.is_dir(u.path)) {
+    c.dele(u.path);
+    return;
+  }
+  std::vector<std::string> rejected;
+  Tree t = scan_remote(c, u.path, false, &rejected);
+  if (!rejected.empty())
+    throw ClientError(Exit::Refused, u.path + " holds entries with names tierce-ftp will not "
+                                              "handle (e.g. '" + rejected[0] + "'); not removed");
+  std::vector<std::string> dirs;
+  for (const auto& [p, e] : t) {
+    if (e.type == EntryType::Dir)
+      dirs.push_back(p);
+    else
+      c.dele(join_remote(u.path, p));
+  }
+  std::sort(dirs.begin(), dirs.end(), [](const std::string& a, const std::string& b) {
+    return std::count(a.begin(), a.end(), '/') > std::count(b.begin(), b.end(), '/');
+  });
+  for (const auto& d : dirs) c.rmd(join_remote(u.path, d));
+  c.rmd(u.path);
+}
+
+// mirror: the summary line and the failures; the exit code.
+int report_mirror(const MirrorReport& rep, const MirrorOptions& mo, bool quiet) {
+  double mbps = rep.seconds > 0 ? double(rep.bytes) / rep.seconds / 1e6 : 0;
+  if (!quiet)
+    std::printf("mirror: %llu files, %llu bytes transferred, %llu dirs created, %llu deleted, "
+                "%llu up to date, %zu failed in %.2f s (%.1f MB/s) [%s, %u session%s]\n",
+                static_cast<unsigned long long>(rep.files),
+                static_cast<unsigned long long>(rep.bytes),
+                static_cast<unsigned long long>(rep.dirs_created),
+                static_cast<unsigned long long>(rep.deleted),
+                static_cast<unsigned long long>(rep.skipped), rep.failures.size(), rep.seconds,
+                mbps, rep.data_path.c_str(), mo.parallel, mo.parallel == 1 ? "" : "s");
+  std::fflush(stdout);
+  if (!rep.failures.empty()) {
+    for (const auto& f : rep.failures) std::fprintf(stderr, "tierce-ftp: failed: %s\n", f.c_str());
+    return int(Exit::Partial);
+  }
+  return 0;
+}
+
 int run(const Options& o) {
   if (o.args.empty()) usage("no command: get, put, ls, mkdir, rm or mirror");
   const std::string cmd = o.args[0];
@@ -252,27 +333,7 @@ int run(const Options& o) {
     need(1, 1);
     FtpUrl u = parse_url(o.args[1]);
     auto c = open_client(u);
-    std::vector<std::string> rejected;
-    std::vector<RemoteEntry> entries;
-    try {
-      entries = c->list(u.path, &rejected);
-    } catch (const ClientError& e) {
-      // MLSD on a file is an error (RFC 3659 §7.1): show the file itself.
-      if (e.code() != Exit::Refused || u.path.empty() || c->broken()) throw;
-      auto sz = c->size(u.path);
-      if (!sz) throw;
-      RemoteEntry f;
-      f.name = u.basename();
-      f.type = EntryType::File;
-      f.size = sz;
-      f.mtime = c->mdtm(u.path);
-      entries.push_back(f);
-    }
-    std::sort(entries.begin(), entries.end(),
-              [](const RemoteEntry& a, const RemoteEntry& b) { return a.name < b.name; });
-    for (const auto& e : entries) print_entry(e);
-    for (const auto& n : rejected)
-      std::fprintf(stderr, "tierce-ftp: skipped an entry with an unsafe name: '%s'\n", n.c_str());
+    list_url(*c, u);
     return 0;
   }
   if (cmd == "mkdir") {
@@ -288,37 +349,7 @@ int run(const Options& o) {
     FtpUrl u = parse_url(o.args[1]);
     if (u.path.empty() || u.path == "/") usage("rm: refusing to remove the login or root directory");
     auto c = open_client(u);
-    if (!o.recursive) {
-      try {
-        c->dele(u.path);
-      } catch (const ClientError& e) {
-        if (e.code() == Exit::Refused && !c->broken() && c->is_dir(u.path))
-          throw ClientError(Exit::Refused, u.path + " is a directory (use rm -r)");
-        throw;
-      }
-      return 0;
-    }
-    if (!c->is_dir(u.path)) {
-      c->dele(u.path);
-      return 0;
-    }
-    std::vector<std::string> rejected;
-    Tree t = scan_remote(*c, u.path, false, &rejected);
-    if (!rejected.empty())
-      throw ClientError(Exit::Refused, u.path + " holds entries with names tierce-ftp will not "
-                                                "handle (e.g. '" + rejected[0] + "'); not removed");
-    std::vector<std::string> dirs;
-    for (const auto& [p, e] : t) {
-      if (e.type == EntryType::Dir)
-        dirs.push_back(p);
-      else
-        c->dele(join_remote(u.path, p));
-    }
-    std::sort(dirs.begin(), dirs.end(), [](const std::string& a, const std::string& b) {
-      return std::count(a.begin(), a.end(), '/') > std::count(b.begin(), b.end(), '/');
-    });
-    for (const auto& d : dirs) c->rmd(join_remote(u.path, d));
-    c->rmd(u.path);
+    remove_url(*c, u, o.recursive);
     return 0;
   }
   if (cmd == "mirror") {
@@ -331,22 +362,7 @@ int run(const Options& o) {
     mo.parallel = o.parallel;
     mo.progress = progress;
     MirrorReport rep = run_mirror([&] { return open_client(u); }, u.path, o.args[2], mo);
-    double mbps = rep.seconds > 0 ? double(rep.bytes) / rep.seconds / 1e6 : 0;
-    if (!o.quiet)
-      std::printf("mirror: %llu files, %llu bytes transferred, %llu dirs created, %llu deleted, "
-                  "%llu up to date, %zu failed in %.2f s (%.1f MB/s) [%s, %u session%s]\n",
-                  static_cast<unsigned long long>(rep.files),
-                  static_cast<unsigned long long>(rep.bytes),
-                  static_cast<unsigned long long>(rep.dirs_created),
-                  static_cast<unsigned long long>(rep.deleted),
-                  static_cast<unsigned long long>(rep.skipped), rep.failures.size(), rep.seconds,
-                  mbps, rep.data_path.c_str(), mo.parallel, mo.parallel == 1 ? "" : "s");
-    std::fflush(stdout);
-    if (!rep.failures.empty()) {
-      for (const auto& f : rep.failures) std::fprintf(stderr, "tierce-ftp: failed: %s\n", f.c_str());
-      return int(Exit::Partial);
-    }
-    return 0;
+    return report_mirror(rep, mo, o.quiet);
   }
   usage("unknown command '" + cmd + "': get, put, ls, mkdir, rm or mirror");
 }
