@@ -1,6 +1,6 @@
 // fabric/verbs_datapath.cc — the verbs hot paths: reaping and waiting for completions, messages,
 // one-sided batches (VerbsConnection::post/wait) and stream I/O. Setup and teardown live in
-// verbs_endpoint.cc, verbs_connection.cc and verbs_transport.cc.
+// verbs_endpoint.cc, verbs_connection.cc, verbs_transport.cc (client) and verbs_server.cc.
 #include <arpa/inet.h>
 #include <poll.h>
 
