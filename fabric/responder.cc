@@ -171,25 +171,23 @@ bool call_service(const ServiceTable& services, Counters& counters, const wire::
                   std::span<const uint8_t> payload, const PeerInfo& peer, Reply* out) {
   using wire::Op;
   bool reply = req.op == Op::Call;
-  std::string_view service;
-  std::span<const uint8_t> body;
-  std::string why;
-  if (!wire::decode_service_payload(payload, &service, &body, &why)) {
+  auto sp = wire::decode_service_payload(payload);
+  if (!sp) {
     if (!reply) return false;
     out->header.status = Errc::BadRequest;
     counters.rejected_ops.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  auto handler = services.call(service);
+  auto handler = services.call(sp->service);
   if (!handler) {
     if (!reply) return false;
     out->header.status = Errc::NoSuchService;
-    std::string msg = "no service '" + std::string(service) + "' on this server";
+    std::string msg = "no service '" + std::string(sp->service) + "' on this server";
     out->payload.assign(msg.begin(), msg.end());
     return true;
   }
   try {
-    auto resp = handler(peer, body);
+    auto resp = handler(peer, sp->body);
     if (!reply) return false;
     if (resp.size() > wire::kMaxMessage) {
       out->header.status = Errc::TooLarge;

@@ -93,9 +93,8 @@ bool recv_frame(int fd, Header* h, std::vector<uint8_t>* payload, Deadline heade
                 FrameProtector* prot = nullptr) {
   uint8_t hb[wire::kHeaderSize];
   if (!recv_exact(fd, hb, sizeof hb, header_deadline, true)) return false;
-  std::string why;
-  auto dh = wire::decode_header(hb, &why);
-  if (!dh) throw FabricError(Errc::Protocol, "malformed frame: " + why);
+  auto dh = wire::decode_header(hb);
+  if (!dh) throw FabricError(Errc::Protocol, "malformed frame: " + dh.message());
   if (dh->length > max_len)
     throw FabricError(Errc::TooLarge, "a " + std::to_string(dh->length) +
                                           "-byte frame where at most " + std::to_string(max_len) +
@@ -146,9 +145,8 @@ bool FrameReader::header(Header* h, Deadline d) {
     }
     end_ += n;
   }
-  std::string why;
-  auto dh = wire::decode_header(std::span(buf_.data() + begin_, wire::kHeaderSize), &why);
-  if (!dh) throw FabricError(Errc::Protocol, "malformed frame: " + why);
+  auto dh = wire::decode_header(std::span(buf_.data() + begin_, wire::kHeaderSize));
+  if (!dh) throw FabricError(Errc::Protocol, "malformed frame: " + dh.message());
   begin_ += wire::kHeaderSize;
   *h = *dh;
   return true;
@@ -515,9 +513,8 @@ Header StreamConnection::round_trip(const Header& req0, std::span<const uint8_t>
         throw FabricError(Errc::Protocol, "unexpected bytes before a MAP reply");
       uint8_t hb[wire::kHeaderSize];
       recv_with_fd(fd_.get(), hb, sizeof hb, fd_out, d);
-      std::string why;
-      auto dh = wire::decode_header(hb, &why);
-      if (!dh) throw FabricError(Errc::Protocol, "malformed reply: " + why);
+      auto dh = wire::decode_header(hb);
+      if (!dh) throw FabricError(Errc::Protocol, "malformed reply: " + dh.message());
       h = *dh;
       reply_payload->resize(h.length);
       if (h.length) recv_exact(fd_.get(), reply_payload->data(), h.length, d);

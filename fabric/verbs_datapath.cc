@@ -357,14 +357,17 @@ void send_frame(Endpoint& ep, const wire::Header& h, std::span<const uint8_t> pa
 
 std::optional<wire::Header> parse_frame(std::span<const uint8_t> msg,
                                         std::span<const uint8_t>* payload, std::string* why) {
-  auto h = wire::decode_header(msg, why);
-  if (!h) return std::nullopt;
+  auto h = wire::decode_header(msg);
+  if (!h) {
+    if (why) *why = h.message();
+    return std::nullopt;
+  }
   if (size_t(h->length) != msg.size() - wire::kHeaderSize) {
     if (why) *why = "frame length field disagrees with the message size";
     return std::nullopt;
   }
   *payload = msg.subspan(wire::kHeaderSize);
-  return h;
+  return *h;
 }
 
 bool recv_frame(Endpoint& ep, wire::Header* h, std::vector<uint8_t>* payload, Deadline d) {

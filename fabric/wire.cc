@@ -73,10 +73,9 @@ void encode_header(const Header& h, uint8_t out[kHeaderSize]) {
   store_le64(out + 40, h.a3);
 }
 
-std::optional<Header> decode_header(std::span<const uint8_t> b, std::string* why) {
-  auto fail = [&](const char* w) -> std::optional<Header> {
-    if (why) *why = w;
-    return std::nullopt;
+base::Result<Header> decode_header(std::span<const uint8_t> b) {
+  auto fail = [](const char* w) -> base::Result<Header> {
+    return base::Status(base::Code::InvalidArgument, w);
   };
   if (b.size() < kHeaderSize) return fail("short header");
   if (b[0] != kMagic) return fail("bad magic");
@@ -118,24 +117,16 @@ void encode_service_payload(std::vector<uint8_t>& out, std::string_view service,
   out.insert(out.end(), body.begin(), body.end());
 }
 
-bool decode_service_payload(std::span<const uint8_t> p, std::string_view* service,
-                            std::span<const uint8_t>* body, std::string* why) {
-  if (p.size() < 2) {
-    if (why) *why = "service payload shorter than its length field";
-    return false;
-  }
+base::Result<ServicePayload> decode_service_payload(std::span<const uint8_t> p) {
+  auto fail = [](const char* w) -> base::Result<ServicePayload> {
+    return base::Status(base::Code::InvalidArgument, w);
+  };
+  if (p.size() < 2) return fail("service payload shorter than its length field");
   size_t n = size_t(p[0]) | size_t(p[1]) << 8;
-  if (n == 0 || n > kMaxServiceName || 2 + n > p.size()) {
-    if (why) *why = "bad service name length";
-    return false;
-  }
-  *service = std::string_view(reinterpret_cast<const char*>(p.data() + 2), n);
-  *body = p.subspan(2 + n);
-  if (body->size() > kMaxMessage) {
-    if (why) *why = "message body over the limit";
-    return false;
-  }
-  return true;
+  if (n == 0 || n > kMaxServiceName || 2 + n > p.size()) return fail("bad service name length");
+  ServicePayload out{std::string_view(reinterpret_cast<const char*>(p.data() + 2), n), p.subspan(2 + n)};
+  if (out.body.size() > kMaxMessage) return fail("message body over the limit");
+  return out;
 }
 
 }  // namespace tierce::fabric::wire

@@ -51,6 +51,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "fabric/errors.h"
 
 namespace tierce::fabric::wire {
@@ -106,8 +107,8 @@ struct Header {
 
 void encode_header(const Header& h, uint8_t out[kHeaderSize]);
 
-// Decodes and validates a header. Returns nullopt and sets *why when the frame is malformed.
-std::optional<Header> decode_header(std::span<const uint8_t> bytes, std::string* why);
+// Decodes and validates a header; InvalidArgument (what is wrong) when the frame is malformed.
+base::Result<Header> decode_header(std::span<const uint8_t> bytes);
 
 // Appends a whole frame to `out`.
 void append_frame(std::vector<uint8_t>& out, const Header& h,
@@ -116,9 +117,13 @@ void append_frame(std::vector<uint8_t>& out, const Header& h,
 // Service-addressed message payload (CALL/SEND): u16 name length, name, body.
 void encode_service_payload(std::vector<uint8_t>& out, std::string_view service,
                             std::span<const uint8_t> body);
-// Splits a service payload; false (and *why) when malformed.
-bool decode_service_payload(std::span<const uint8_t> payload, std::string_view* service,
-                            std::span<const uint8_t>* body, std::string* why);
+// A service payload split: views into the payload it was decoded from.
+struct ServicePayload {
+  std::string_view service;
+  std::span<const uint8_t> body;
+};
+// Splits a service payload; InvalidArgument (what is wrong) when malformed.
+base::Result<ServicePayload> decode_service_payload(std::span<const uint8_t> payload);
 
 inline void store_le64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));

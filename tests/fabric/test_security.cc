@@ -148,8 +148,8 @@ bool closed_by_peer(int fd, Deadline d) {
 wire::Header read_plain_frame(int fd, std::vector<uint8_t>* payload) {
   uint8_t hb[wire::kHeaderSize];
   recv_exact(fd, hb, sizeof hb, soon());
-  auto h = wire::decode_header(hb, nullptr);
-  BOOST_REQUIRE(h.has_value());
+  auto h = wire::decode_header(hb);
+  BOOST_REQUIRE_MESSAGE(h.ok(), h.message());
   payload->resize(h->length);
   if (h->length) recv_exact(fd, payload->data(), h->length, soon());
   return *h;

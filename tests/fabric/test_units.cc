@@ -33,9 +33,8 @@ BOOST_AUTO_TEST_CASE(header_round_trip) {
   h.a0 = 1, h.a1 = ~0ull, h.a2 = 3, h.a3 = 0x8000000000000000ull;
   uint8_t b[wire::kHeaderSize];
   wire::encode_header(h, b);
-  std::string why;
-  auto d = wire::decode_header(b, &why);
-  BOOST_REQUIRE(d.has_value());
+  auto d = wire::decode_header(b);
+  BOOST_REQUIRE(d.ok());
   BOOST_TEST(int(d->op) == int(h.op));
   BOOST_TEST(d->reply);
   BOOST_TEST(int(d->status) == int(Errc::BadKey));
@@ -50,39 +49,36 @@ BOOST_AUTO_TEST_CASE(malformed_headers_are_named) {
   h.op = wire::Op::Read;
   uint8_t b[wire::kHeaderSize];
   wire::encode_header(h, b);
-  std::string why;
-  BOOST_TEST(!wire::decode_header(std::span(b, 47), &why));
-  BOOST_TEST(why == "short header");
+  auto why = [](std::span<const uint8_t> bytes) { return wire::decode_header(bytes).message(); };
+  BOOST_TEST(why(std::span(b, 47)) == "short header");
   b[0] = 0;
-  BOOST_TEST(!wire::decode_header(b, &why));
-  BOOST_TEST(why == "bad magic");
+  BOOST_TEST(why(b) == "bad magic");
   b[0] = wire::kMagic;
   b[1] = 77;
-  BOOST_TEST(!wire::decode_header(b, &why));
-  BOOST_TEST(why == "unknown opcode");
+  BOOST_TEST(why(b) == "unknown opcode");
   b[1] = uint8_t(wire::Op::Read);
   b[2] = 1;  // status in a request
-  BOOST_TEST(!wire::decode_header(b, &why));
+  BOOST_TEST(why(b) == "status set in a request");
+  BOOST_TEST((wire::decode_header(b).status().code() == tierce::base::Code::InvalidArgument));
   b[2] = 0;
   b[7] = 0xff;  // length 4 GiB-ish
-  BOOST_TEST(!wire::decode_header(b, &why));
-  BOOST_TEST(why == "payload length over the limit");
+  BOOST_TEST(why(b) == "payload length over the limit");
 }
 
 BOOST_AUTO_TEST_CASE(service_payload) {
   std::vector<uint8_t> p;
   std::vector<uint8_t> body{9, 8, 7};
   wire::encode_service_payload(p, "lock", body);
-  std::string_view svc;
-  std::span<const uint8_t> b;
-  std::string why;
-  BOOST_REQUIRE(wire::decode_service_payload(p, &svc, &b, &why));
-  BOOST_TEST(svc == "lock");
-  BOOST_TEST(std::vector<uint8_t>(b.begin(), b.end()) == body);
+  auto sp = wire::decode_service_payload(p);
+  BOOST_REQUIRE(sp.ok());
+  BOOST_TEST(sp->service == "lock");
+  BOOST_TEST(std::vector<uint8_t>(sp->body.begin(), sp->body.end()) == body);
   std::vector<uint8_t> bad{200, 0, 'x'};
-  BOOST_TEST(!wire::decode_service_payload(bad, &svc, &b, &why));
+  BOOST_TEST(wire::decode_service_payload(bad).message() == "bad service name length");
   std::vector<uint8_t> empty_name{0, 0};
-  BOOST_TEST(!wire::decode_service_payload(empty_name, &svc, &b, &why));
+  BOOST_TEST(!wire::decode_service_payload(empty_name).ok());
+  BOOST_TEST(wire::decode_service_payload(std::vector<uint8_t>{1}).message() ==
+             "service payload shorter than its length field");
 }
 
 BOOST_AUTO_TEST_CASE(auth_proofs) {

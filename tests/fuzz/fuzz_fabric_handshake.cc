@@ -95,8 +95,7 @@ void drain(int fd) {
 std::vector<std::pair<wire::Header, std::vector<uint8_t>>> frames_of(std::span<const uint8_t> in) {
   std::vector<std::pair<wire::Header, std::vector<uint8_t>>> out;
   while (in.size() >= wire::kHeaderSize && out.size() < 64) {
-    std::string why;
-    auto h = wire::decode_header(in.first(wire::kHeaderSize), &why);
+    auto h = wire::decode_header(in.first(wire::kHeaderSize));
     if (!h) break;
     in = in.subspan(wire::kHeaderSize);
     size_t n = std::min<size_t>(h->length, in.size());

@@ -47,8 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const TransportView& view = views[size ? data[0] & 1 : 0];
   if (!in.empty()) in = in.subspan(1);
   while (in.size() >= wire::kHeaderSize) {
-    std::string why;
-    auto h = wire::decode_header(in.first(wire::kHeaderSize), &why);
+    auto h = wire::decode_header(in.first(wire::kHeaderSize));
     if (!h) return 0;  // the connection would be closed here
     in = in.subspan(wire::kHeaderSize);
     if (h->length > in.size()) return 0;  // stream ends mid-frame
@@ -57,9 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h->reply) return 0;
     if ((h->a0 >> wire::kRegionShift) == w.id && h->a1 == 0) h->a1 = w.key;
     if (h->op == wire::Op::Call || h->op == wire::Op::Send) {
-      std::string_view svc;
-      std::span<const uint8_t> body;
-      (void)wire::decode_service_payload(payload, &svc, &body, &why);
+      (void)wire::decode_service_payload(payload);
     }
     responder.handle(*h, payload, peer, view, &reply);
     // A reply must always be well-formed itself.
@@ -67,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     reply.header.length =
         uint32_t(reply.direct.empty() ? reply.payload.size() : reply.direct.size());
     wire::encode_header(reply.header, hb);
-    if (!wire::decode_header(hb, &why)) __builtin_trap();
+    if (!wire::decode_header(hb)) __builtin_trap();
     if (!reply.direct.empty()) {
       volatile uint8_t sink = reply.direct.front() ^ reply.direct.back();  // bytes must be mapped
       (void)sink;
