@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/deps.sh
 t=$SECONDS
-bash tools/build.sh build
+# TIERCE_CMAKE_ARGS: extra configure options (CI: -DTIERCE_DEBUG_LINES_ONLY=ON), space-separated.
+# shellcheck disable=SC2086
+bash tools/build.sh build ${TIERCE_CMAKE_ARGS:-}
 echo "== build: $((SECONDS - t)) s"
 exclude=()
 if [[ -n "${TIERCE_TESTS_PASSED:-}" ]]; then
