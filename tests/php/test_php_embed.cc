@@ -21,6 +21,7 @@ extern "C" {
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <iostream>
 #include <thread>
 
@@ -29,6 +30,7 @@ extern "C" {
 #include "coherence/layout.h"
 #include "coherence/protocol.h"
 #include "tests/agents/memd_test_util.h"
+#include "tests/php/php_embed_util.h"
 #include "tests/php/php_test_util.h"
 
 using namespace std::chrono_literals;
@@ -45,12 +47,6 @@ using php_test::tail_of;
 
 namespace {
 
-std::string g_out;  // what PHP printed in the current run
-size_t ub_write(const char* s, size_t n) {
-  g_out.append(s, n);
-  return n;
-}
-
 // The whole environment, once per process (PHP's embed SAPI starts once).
 struct Env {
   TempDir dir;
@@ -62,7 +58,7 @@ struct Env {
   std::vector<Child> memd{2};
   Child lockd;
   std::string lock_sock;
-  bool in_request = true;
+  std::optional<php_test::Embed> embed;  // last: shut down first
 
   Env() {
     ::chmod(dir.path().c_str(), 0755);
@@ -80,11 +76,10 @@ struct Env {
     write_file(dir / "php.ini", ini);
     ::setenv("PHPRC", (dir / "php.ini").c_str(), 1);
     ::setenv("PHP_INI_SCAN_DIR", "", 1);
-    php_embed_module.ub_write = ub_write;
-    BOOST_REQUIRE(php_embed_init(0, nullptr) == SUCCESS);
+    embed.emplace();
   }
   ~Env() {
-    if (in_request) php_embed_shutdown();
+    embed.reset();  // PHP first, while the servers it talks to are up
     for (auto& n : names)
       for (const char* r : {kVersionsSuffix, kAcksSuffix, kWriterSuffix})
         tierce::fabric::SharedSegment::unlink(prefix + "." + n + r);
@@ -157,24 +152,7 @@ struct Env {
   // Runs `code` (PHP, without the opening tag) as one request with the given ini settings;
   // returns what it printed. A PHP exception that escapes is printed by PHP itself.
   std::string php(const std::string& code, const std::map<std::string, std::string>& ini = {}) {
-    if (in_request) php_request_shutdown(nullptr);
-    in_request = false;
-    for (const auto& [k, v] : ini) {
-      zend_string* name = zend_string_init(k.data(), k.size(), 0);
-      BOOST_REQUIRE_MESSAGE(zend_alter_ini_entry_chars(name, v.data(), v.size(), ZEND_INI_SYSTEM,
-                                                       ZEND_INI_STAGE_RUNTIME) == SUCCESS,
-                            "cannot set " << k);
-      zend_string_release(name);
-    }
-    g_out.clear();
-    BOOST_REQUIRE(php_request_startup() == SUCCESS);
-    in_request = true;
-    std::string src = code;
-    zend_try {
-      zend_eval_stringl(src.data(), src.size(), nullptr, const_cast<char*>("test"));
-    }
-    zend_end_try();
-    return g_out;
+    return embed->run(code, ini);
   }
   // Runs `code` then prints tierce_status() as JSON; returns it parsed.
   json status_after(const std::string& code, const std::map<std::string, std::string>& ini = {}) {
@@ -576,7 +554,7 @@ BOOST_AUTO_TEST_CASE(linearizable_write_refused_fast_while_a_home_is_unreachable
         {{"tierce.linearizable", "1"},
          {"tierce.pend_timeout_ms", "100"},
          {"tierce.pending_ttl_ms", "1500"}});
-    out = g_out;
+    out = php_test::Embed::output();
   }
   BOOST_TEST_MESSAGE(out);
   BOOST_TEST(field(out, "commit").rfind("refused 101 PHPEXT0101", 0) == 0, field(out, "commit"));

@@ -19,10 +19,12 @@ extern "C" {
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "coherence/layout.h"
 #include "fabric/segment.h"
 #include "tests/agents/memd_test_util.h"
+#include "tests/php/php_embed_util.h"
 #include "tests/php/php_test_util.h"
 
 using namespace std::chrono_literals;
@@ -31,12 +33,6 @@ using tierce_test::write_file;
 using json = nlohmann::json;
 
 namespace {
-
-std::string g_out;  // what PHP printed in the current run
-size_t ub_write(const char* s, size_t n) {
-  g_out.append(s, n);
-  return n;
-}
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
@@ -50,7 +46,7 @@ struct Env {
   php_test::MariaDb db;
   std::string secret, topo_path;
   std::string prefix = "/tierce.phpfence" + std::to_string(::getpid());
-  bool in_request = true;
+  std::optional<php_test::Embed> embed;  // last: shut down first
 
   Env() {
     ::chmod(dir.path().c_str(), 0755);
@@ -81,11 +77,10 @@ struct Env {
     write_file(dir / "php.ini", ini);
     ::setenv("PHPRC", (dir / "php.ini").c_str(), 1);
     ::setenv("PHP_INI_SCAN_DIR", "", 1);
-    php_embed_module.ub_write = ub_write;
-    BOOST_REQUIRE(php_embed_init(0, nullptr) == SUCCESS);
+    embed.emplace();
   }
   ~Env() {
-    if (in_request) php_embed_shutdown();
+    embed.reset();  // PHP first, while the servers it talks to are up
     for (const char* n : {"app1", "app2"})
       tierce::fabric::SharedSegment::unlink(prefix + "." + n + tierce::coherence::kWriterSuffix);
   }
@@ -108,26 +103,10 @@ struct Env {
   // Runs `code` (PHP, without the opening tag) as one request; returns what it printed. @SOCK@
   // in the code is the database's socket.
   std::string php(const std::string& code, const std::map<std::string, std::string>& ini = {}) {
-    if (in_request) php_request_shutdown(nullptr);
-    in_request = false;
-    for (const auto& [k, v] : ini) {
-      zend_string* name = zend_string_init(k.data(), k.size(), 0);
-      BOOST_REQUIRE_MESSAGE(zend_alter_ini_entry_chars(name, v.data(), v.size(), ZEND_INI_SYSTEM,
-                                                       ZEND_INI_STAGE_RUNTIME) == SUCCESS,
-                            "cannot set " << k);
-      zend_string_release(name);
-    }
-    g_out.clear();
-    BOOST_REQUIRE(php_request_startup() == SUCCESS);
-    in_request = true;
-    PG(during_request_startup) = 0;  // as php_execute_script does (warnings name their function)
-    std::string src = replace_all(kPrelude + code + kEpilogue, "@SOCK@", db.socket());
-    zend_try {
-      zend_eval_stringl(src.data(), src.size(), nullptr, const_cast<char*>("test"));
-    }
-    zend_end_try();
-    BOOST_TEST_MESSAGE(g_out);
-    return g_out;
+    std::string out = embed->run(replace_all(kPrelude + code + kEpilogue, "@SOCK@", db.socket()), ini,
+                                 /*as_script=*/true);
+    BOOST_TEST_MESSAGE(out);
+    return out;
   }
 
   // Every script: warnings collected (printed at the end as warnings=[...]), the fence's counters
