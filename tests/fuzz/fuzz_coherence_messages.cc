@@ -113,37 +113,20 @@ int main(int argc, char** argv) {
   d.seeds = seeds();
   d.rng_seed = 20261126;
   // This format's own mutations (what is worth changing in it).
-  d.mutate = [](const auto& base, std::mt19937_64& rng) {
-    std::vector<uint8_t> v = base[rng() % base.size()];
-    int edits = 1 + int(rng() % 4);
-    for (int e = 0; e < edits; ++e) {
-      switch (rng() % 6) {
-        case 0:  // a random byte
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] = uint8_t(rng());
-          break;
-        case 1:  // a bit flip
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] ^= uint8_t(1u << (rng() % 8));
-          break;
-        case 2:  // truncation
-          if (v.size() > 2) v.resize(1 + rng() % (v.size() - 1));
-          break;
-        case 3: {  // a random trailer (a mark, part of one, or more)
+  {
+    tierce_fuzz::BinaryMutations m;
+    m.max_edits = 4;
+    m.own = {
+        [](std::vector<uint8_t>& v, std::mt19937_64& rng) {  // a random trailer (a mark, part of one, or more)
           size_t n = rng() % 20;
           for (size_t i = 0; i < n; ++i) v.push_back(uint8_t(rng()));
-          break;
-        }
-        case 4: {  // a trailer that is a mark with a small op
+        },
+        [](std::vector<uint8_t>& v, std::mt19937_64& rng) {  // a trailer that is a mark with a small op
           v.push_back(uint8_t(rng() % 4));
           for (int i = 0; i < 12; ++i) v.push_back(uint8_t(rng()));
-          break;
-        }
-        default:  // the decoder
-          v[0] = uint8_t(rng());
-          break;
-      }
-    }
-    return v;
-  };
+        }};
+    d.mutate = m;
+  }
   return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

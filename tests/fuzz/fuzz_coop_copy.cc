@@ -124,34 +124,12 @@ int main(int argc, char** argv) {
   d.seeds = seeds();
   d.rng_seed = 20261126;
   // This format's own mutations (what is worth changing in it).
-  d.mutate = [](const auto& base, std::mt19937_64& rng) {
-    std::vector<uint8_t> v = base[rng() % base.size()];
-    int edits = 1 + int(rng() % 6);
-    for (int e = 0; e < edits; ++e) {
-      switch (rng() % 5) {
-        case 0:
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] = uint8_t(rng());
-          break;
-        case 1:
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] ^= uint8_t(1u << (rng() % 8));
-          break;
-        case 2:
-          if (v.size() > 2) v.resize(1 + rng() % (v.size() - 1));
-          break;
-        case 3: {  // a header field set to an interesting value
-          static const uint64_t vals[] = {0, 1, 63, 64, 512, 0x7FFFFFFF, 0xFFFFFFFF, ~0ull};
-          size_t off = 1 + 8 * (rng() % 10);
-          uint64_t x = vals[rng() % std::size(vals)];
-          if (v.size() >= off + 8) std::memcpy(v.data() + off, &x, 8);
-          break;
-        }
-        default:
-          v[0] = uint8_t(rng());
-          break;
-      }
-    }
-    return v;
-  };
+  {
+    tierce_fuzz::BinaryMutations m;  // a header field (u64) set to an interesting value
+    m.field_width = 8, m.field_first = 1, m.field_stride = 8, m.field_count = 10;
+    m.field_values = {0, 1, 63, 64, 512, 0x7FFFFFFF, 0xFFFFFFFF, ~0ull};
+    d.mutate = m;
+  }
   return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

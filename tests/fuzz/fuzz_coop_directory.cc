@@ -166,38 +166,13 @@ int main(int argc, char** argv) {
   d.seeds = seeds();
   d.rng_seed = 20261126;
   // This format's own mutations (what is worth changing in it).
-  d.mutate = [](const auto& base, std::mt19937_64& rng) {
-    std::vector<uint8_t> v = base[rng() % base.size()];
-    int edits = 1 + int(rng() % 6);
-    for (int e = 0; e < edits; ++e) {
-      switch (rng() % 5) {
-        case 0:  // a random byte
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] = uint8_t(rng());
-          break;
-        case 1:  // a bit flip
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] ^= uint8_t(1u << (rng() % 8));
-          break;
-        case 2:  // truncation or extension
-          if (rng() % 2 && v.size() > 2)
-            v.resize(1 + rng() % (v.size() - 1));
-          else
-            v.resize(v.size() + rng() % 16, uint8_t(rng()));
-          break;
-        case 3: {  // a 32-bit field set to an interesting value
-          static const uint32_t vals[] = {0,  1,   2,      4,          5,         63,
-                                          64, 640, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF};
-          size_t off = 1 + 4 * (rng() % 40);
-          uint32_t x = vals[rng() % std::size(vals)];
-          if (v.size() >= off + 4) std::memcpy(v.data() + off, &x, 4);
-          break;
-        }
-        default:  // the mode byte
-          v[0] = uint8_t(rng());
-          break;
-      }
-    }
-    return v;
-  };
+  {
+    tierce_fuzz::BinaryMutations m;  // a 32-bit field set to an interesting value
+    m.extend = true;
+    m.field_width = 4, m.field_first = 1, m.field_stride = 4, m.field_count = 40;
+    m.field_values = {0, 1, 2, 4, 5, 63, 64, 640, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF};
+    d.mutate = m;
+  }
   return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

@@ -99,34 +99,12 @@ int main(int argc, char** argv) {
   d.seeds = seeds();
   d.rng_seed = 20260115;
   // This format's own mutations (what is worth changing in it).
-  d.mutate = [](const auto& base, std::mt19937_64& rng) {
-    std::vector<uint8_t> v = base[rng() % base.size()];
-    int edits = 1 + int(rng() % 6);
-    for (int e = 0; e < edits; ++e) {
-      switch (rng() % 5) {
-        case 0:  // a random byte
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] = uint8_t(rng());
-          break;
-        case 1:  // a bit flip
-          if (v.size() > 1) v[1 + rng() % (v.size() - 1)] ^= uint8_t(1u << (rng() % 8));
-          break;
-        case 2:  // truncation
-          if (v.size() > 2) v.resize(1 + rng() % (v.size() - 1));
-          break;
-        case 3: {  // a header field set to an interesting value
-          static const uint32_t vals[] = {0, 1, 63, 64, 511, 512, 513, 0x7FFFFFFF, 0xFFFFFFFF};
-          size_t off = 1 + 8 * (rng() % 8) + 4 * (rng() % 2);
-          uint32_t x = vals[rng() % std::size(vals)];
-          if (v.size() >= off + 4) std::memcpy(v.data() + off, &x, 4);
-          break;
-        }
-        default:  // the mode byte
-          v[0] = uint8_t(rng());
-          break;
-      }
-    }
-    return v;
-  };
+  {
+    tierce_fuzz::BinaryMutations m;  // a header field (either half of a u64) set to an interesting value
+    m.field_width = 4, m.field_first = 1, m.field_stride = 4, m.field_count = 16;
+    m.field_values = {0, 1, 63, 64, 511, 512, 513, 0x7FFFFFFF, 0xFFFFFFFF};
+    d.mutate = m;
+  }
   return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

@@ -163,43 +163,17 @@ int main(int argc, char** argv) {
   d.seeds = seeds();
   d.rng_seed = 20240611;
   // This format's own mutations (what is worth changing in it).
-  d.mutate = [](const auto& base, std::mt19937_64& rng) {
-    static const char* tokens[] = {"'",      "\"",     "`",     "(",      ")",     ";",     "?",
-                                   ":n",     "/*",     "*/",    "/*!",    "-- ",   "#",     "\n",
-                                   "\\",     " AND ",  " OR ",  " = ",    ",",     ".",     "*",
-                                   " SELECT ", " FROM ", " WHERE ", " JOIN ", " UNION ", "WITH ",
-                                   " IN (",  "0x",     "X'",    "@",      "\0",    "\xff",  " BETWEEN ",
-                                   " CASE ", " END ",  "id",    " SET ",  " VALUES "};
-    std::string v = base[rng() % base.size()];
-    int edits = 1 + int(rng() % 8);
-    for (int e = 0; e < edits; ++e) {
-      switch (rng() % 6) {
-        case 0:
-          if (!v.empty()) v[rng() % v.size()] = char(rng());
-          break;
-        case 1:
-          if (!v.empty()) v[rng() % v.size()] ^= char(1u << (rng() % 8));
-          break;
-        case 2:
-          if (v.size() > 1) v.resize(rng() % v.size());
-          break;
-        case 3:
-          v += base[rng() % base.size()];
-          break;
-        case 4: {  // an interesting token at a random place
-          const char* t = tokens[rng() % std::size(tokens)];
-          std::string tok = *t ? std::string(t) : std::string(1, '\0');
-          v.insert(rng() % (v.size() + 1), tok);
-          break;
-        }
-        case 5:
-          if (!v.empty()) v.erase(rng() % v.size(), 1 + rng() % 8);
-          break;
-      }
-    }
-    if (rng() % 256 == 0) v = std::string(2000 + rng() % 2000, '(') + v;  // nesting limit
-    return std::vector<uint8_t>(v.begin(), v.end());
-  };
+  {
+    tierce_fuzz::TextMutations m;
+    m.tokens = {"'", "\"", "`", "(", ")", ";", "?", ":n", "/*", "*/", "/*!", "-- ", "#", "\n", "\\",
+                " AND ", " OR ", " = ", ",", ".", "*", " SELECT ", " FROM ", " WHERE ", " JOIN ",
+                " UNION ", "WITH ", " IN (", "0x", "X'", "@", std::string(1, '\0'), "\xff",
+                " BETWEEN ", " CASE ", " END ", "id", " SET ", " VALUES "};
+    m.finish = [](std::string& v, std::mt19937_64& rng) {
+      if (rng() % 256 == 0) v = std::string(2000 + rng() % 2000, '(') + v;  // nesting limit
+    };
+    d.mutate = m;
+  }
   return tierce_fuzz::replay_main(argc, argv, d);
 }
 #endif  // TIERCE_LIBFUZZER

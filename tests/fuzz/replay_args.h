@@ -129,6 +129,88 @@ std::vector<uint8_t> mutate(const std::vector<Seed>& seeds, std::mt19937_64& rng
   return v;
 }
 
+// A binary format's mutations, from the common edits: a random byte, a bit flip, a truncation
+// (or, with `extend`, sometimes random bytes appended), a field set to an interesting value, and
+// the format's own edits. With `selector`, byte 0 chooses the target's mode: the common edits
+// leave it alone and one edit of its own changes it.
+struct BinaryMutations {
+  int max_edits = 6;
+  bool selector = true;
+  bool extend = false;
+  // Fields: `field_width` (4 or 8) bytes at field_first + field_stride * k, k < field_count.
+  size_t field_width = 0, field_first = 1, field_stride = 4, field_count = 0;
+  std::vector<uint64_t> field_values;
+  std::vector<std::function<void(std::vector<uint8_t>&, std::mt19937_64&)>> own;
+
+  std::vector<uint8_t> operator()(const std::vector<std::vector<uint8_t>>& seeds,
+                                  std::mt19937_64& rng) const {
+    std::vector<uint8_t> v = seeds[rng() % seeds.size()];
+    const size_t from = selector ? 1 : 0;
+    const size_t kinds = 3 + (field_count ? 1 : 0) + own.size() + (selector ? 1 : 0);
+    int edits = 1 + int(rng() % max_edits);
+    for (int e = 0; e < edits; ++e) {
+      size_t k = rng() % kinds;
+      if (k == 0) {  // a random byte
+        if (v.size() > from) v[from + rng() % (v.size() - from)] = uint8_t(rng());
+      } else if (k == 1) {  // a bit flip
+        if (v.size() > from) v[from + rng() % (v.size() - from)] ^= uint8_t(1u << (rng() % 8));
+      } else if (k == 2) {  // truncation (or extension)
+        if (extend && rng() % 2)
+          v.resize(v.size() + rng() % 16, uint8_t(rng()));
+        else if (v.size() > from + 1)
+          v.resize(from + rng() % (v.size() - from));
+      } else if (field_count && k == 3) {  // a field set to an interesting value
+        size_t off = field_first + field_stride * (rng() % field_count);
+        uint64_t x = field_values[rng() % field_values.size()];
+        if (v.size() >= off + field_width)
+          for (size_t i = 0; i < field_width; ++i) v[off + i] = uint8_t(x >> (8 * i));
+      } else if (size_t o = k - 3 - (field_count ? 1 : 0); o < own.size()) {
+        own[o](v, rng);
+      } else if (!v.empty()) {  // the selector
+        v[0] = uint8_t(rng());
+      }
+    }
+    return v;
+  }
+};
+
+// A text format's mutations: a random byte, a bit flip, a truncation, another seed appended, an
+// interesting token inserted, a few bytes erased; then `finish` (a rare long input, say).
+struct TextMutations {
+  int max_edits = 8;
+  std::vector<std::string> tokens;
+  std::function<void(std::string&, std::mt19937_64&)> finish;
+
+  std::vector<uint8_t> operator()(const std::vector<std::string>& seeds, std::mt19937_64& rng) const {
+    std::string v = seeds[rng() % seeds.size()];
+    int edits = 1 + int(rng() % max_edits);
+    for (int e = 0; e < edits; ++e) {
+      switch (rng() % 6) {
+        case 0:
+          if (!v.empty()) v[rng() % v.size()] = char(rng());
+          break;
+        case 1:
+          if (!v.empty()) v[rng() % v.size()] ^= char(1u << (rng() % 8));
+          break;
+        case 2:
+          if (v.size() > 1) v.resize(rng() % v.size());
+          break;
+        case 3:
+          v += seeds[rng() % seeds.size()];
+          break;
+        case 4:
+          if (!tokens.empty()) v.insert(rng() % (v.size() + 1), tokens[rng() % tokens.size()]);
+          break;
+        default:
+          if (!v.empty()) v.erase(rng() % v.size(), 1 + rng() % 8);
+          break;
+      }
+    }
+    if (finish) finish(v, rng);
+    return std::vector<uint8_t>(v.begin(), v.end());
+  }
+};
+
 // What a replay driver is made of: its name, its seeds, how many mutated inputs by default, the
 // seed of its random numbers, and — for a format worth mutating in its own way (header fields set
 // to interesting values, a selector byte kept) — its own mutation of one input (default: the
