@@ -20,11 +20,11 @@
 //   2. else T is in the Schema and the AND pins some column C:  val:T:C:V, vals:T:C (every change
 //      to a row whose C is V names val:T:C:V, or vals:T:C when the writer cannot tell)
 //   3. else:  table:T and the col:T:X names
-// Writers name, for every row they may change, what those three readers depend on (deps.cc has
-// the per-statement rules and why each is sound). A write keyed by a primary key names, for
-// each column C of the schema, val:T:C:V when the caller knows the row's current V (RowFacts:
-// the row was read with FOR UPDATE / LOCK IN SHARE MODE in the open transaction, so it cannot
-// change before the write commits), else vals:T:C.
+// Writers name, for every row they may change, what those three readers depend on
+// (compiler_writes.cc has the per-statement rules and why each is sound). A write keyed by a
+// primary key names, for each column C of the schema, val:T:C:V when the caller knows the row's
+// current V (RowFacts: the row was read with FOR UPDATE / LOCK IN SHARE MODE in the open
+// transaction, so it cannot change before the write commits), else vals:T:C.
 //
 // Canonical values (what makes two spellings of a value one name): the server's comparison rules
 // decide, so a value counts only where they are simple. An integer (sign, digits, leading zeros,

@@ -14,7 +14,7 @@
 namespace tierce::sqldeps {
 
 // How the server compares a column with a constant, which is what decides when two spellings of
-// a value denote the same rows (deps.cc, canonical values).
+// a value denote the same rows (deps.h and names.cc, canonical values).
 enum class ColumnType : uint8_t {
   Integer,  // TINYINT..BIGINT, BOOL, BIT, YEAR: numeric comparison
   Text,     // CHAR, VARCHAR, TEXT, ENUM, SET, BINARY, BLOB: collation comparison
