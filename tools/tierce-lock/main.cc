@@ -295,6 +295,43 @@ int run_status(const Options& o) {
   }
 }
 
+// Takes the lock into *held; the exit code when it cannot (held by someone else for a try-lock,
+// timed out, refused). LeaseLost while acquiring: a grant arrived after its lockd's lease on the
+// lock's home ended (lockd was frozen or cut off for a moment) and was released unused.
+// Transient: asked again while the wait allows (a try-lock: a few times), as a user of -w expects.
+std::optional<int> acquire(LockClient& client, const Options& o, tierce::dlm::HeldLock* held) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(std::max(o.timeout_ms, 0L));
+  for (int attempt = 1;; ++attempt) {
+    try {
+      if (o.timeout_ms == 0) {
+        auto t = client.try_lock(o.name, o.mode);
+        if (!t) {
+          if (o.verbose)
+            std::fprintf(stderr, "tierce-lock: lock '%s' is held by someone else\n", o.name.c_str());
+          return o.conflict_code;
+        }
+        *held = std::move(*t);
+      } else {
+        auto wait = std::chrono::milliseconds(o.timeout_ms);
+        if (o.timeout_ms > 0)
+          wait = std::max(std::chrono::milliseconds(1),
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              deadline - SteadyClock::now()));
+        *held = client.lock(o.name, o.mode, wait);
+      }
+      return std::nullopt;
+    } catch (const LockError& e) {
+      const bool again = e.status() == Status::LeaseLost &&
+                         (o.timeout_ms < 0 || (o.timeout_ms == 0 && attempt < 3) ||
+                          (o.timeout_ms > 0 && SteadyClock::now() < deadline));
+      if (!again) return lock_error_exit(o, e);
+      if (o.verbose) std::fprintf(stderr, "tierce-lock: %s (asking again)\n", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
 // Signals forwarded to COMMAND (SIGCHLD is blocked too: it comes through the signalfd).
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
@@ -309,39 +346,7 @@ int run(const Options& o) {
   // Waiting for the lock: the signals keep their default action (tierce-lock dies, lockd sees the
   // connection close and withdraws the request).
   tierce::dlm::HeldLock held;
-  // LeaseLost while acquiring: a grant arrived after its lockd's lease on the lock's home ended
-  // (lockd was frozen or cut off for a moment) and was released unused. Transient: asked again
-  // while the wait allows (a try-lock: a few times), as a user of -w expects.
-  using SteadyClock = std::chrono::steady_clock;
-  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(std::max(o.timeout_ms, 0L));
-  for (int attempt = 1;; ++attempt) {
-    try {
-      if (o.timeout_ms == 0) {
-        auto t = client->try_lock(o.name, o.mode);
-        if (!t) {
-          if (o.verbose)
-            std::fprintf(stderr, "tierce-lock: lock '%s' is held by someone else\n", o.name.c_str());
-          return o.conflict_code;
-        }
-        held = std::move(*t);
-      } else {
-        auto wait = std::chrono::milliseconds(o.timeout_ms);
-        if (o.timeout_ms > 0)
-          wait = std::max(std::chrono::milliseconds(1),
-                          std::chrono::duration_cast<std::chrono::milliseconds>(
-                              deadline - SteadyClock::now()));
-        held = client->lock(o.name, o.mode, wait);
-      }
-      break;
-    } catch (const LockError& e) {
-      const bool again = e.status() == Status::LeaseLost &&
-                         (o.timeout_ms < 0 || (o.timeout_ms == 0 && attempt < 3) ||
-                          (o.timeout_ms > 0 && SteadyClock::now() < deadline));
-      if (!again) return lock_error_exit(o, e);
-      if (o.verbose) std::fprintf(stderr, "tierce-lock: %s (asking again)\n", e.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  if (auto failed = acquire(*client, o, &held)) return *failed;
   const uint64_t hold = held.id();
   if (o.verbose)
     std::fprintf(stderr, "tierce-lock: lock '%s' (%s) granted, token %llu\n", o.name.c_str(),
