@@ -157,10 +157,14 @@ class LockEngine final : public LocalLockService {
   struct Slot;
 
  private:
+  // The private functions run with mu_ held, unless their comment says how they lock.
+  // Definitions by concern: engine.cc (steps, requests, dispatch, timer), engine_ncosed.cc,
+  // engine_srsl.cc, engine_recovery.cc, engine_resolve.cc.
   struct Step;  // what one locked step produced: messages, completions, revocations
+  // lk holds mu_ on entry and not on return: delivers the step's messages and completions.
   void finish(std::unique_lock<std::mutex>& lk, Step& st);
   bool stopping() const;  // takes mu_
-  void timer_loop();
+  void timer_loop();      // takes mu_ (the timer thread)
 
   // N-CoSED / DQNL
   void start(Step& st, Request& r);
@@ -171,7 +175,13 @@ class LockEngine final : public LocalLockService {
   void release_record(Step& st, Record& rec);
   void try_handoff(Step& st, Record& rec);
   void publish_release(Step& st, Record& rec);
-  void handle(Step& st, const Msg& m);
+  void handle(Step& st, const Msg& m);  // checks the header, then one of the handlers below
+  void handle_shared_req(Step& st, const Msg& m);
+  void handle_shared_grant(Step& st, const Msg& m);
+  void handle_shared_rel(Step& st, const Msg& m);
+  void handle_successor(Step& st, const Msg& m);
+  void handle_excl_grant(Step& st, const Msg& m);
+  void count_stale() { ++counters_.stale_messages; }
   void deliver(Step& st, uint32_t rank, const Msg& m);
   Ticket new_ticket();
   Record* record(uint32_t home, uint32_t slot, Ticket t);
@@ -184,6 +194,18 @@ class LockEngine final : public LocalLockService {
   void srsl_grant_waiters(Step& st, uint32_t slot);
   void srsl_purge(Step& st, uint32_t rank, uint64_t floor);
   Msg srsl_msg(MsgType t, uint32_t home, uint32_t slot, uint64_t gen, uint64_t request) const;
+  void handle_srsl_grant(Step& st, const Msg& m);
+
+  // Failures and recovery
+  void take_floor(Step& st, const Msg& m);  // an SRSL message to this home: the sender's floor
+  void handle_recovered_rel(Step& st, const Msg& m, uint64_t gen);
+  void handle_resume(const Msg& m);
+  // recover_all()'s steps for one slot. fence_slot and rebuild_queue take mu_; ask_members runs
+  // without it (it calls the members, and on_recover takes it).
+  RecoverRequest fence_slot(uint32_t s);
+  std::optional<std::vector<ReportedHold>> ask_members(const RecoverRequest& q,
+                                                       const std::function<bool(uint32_t)>& alive);
+  void rebuild_queue(const RecoverRequest& q, const std::vector<ReportedHold>& holds);
 
   void fail(Step& st, Request& r, Status s, const std::string& why);
   void drop_request(Request& r);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dlm/types.h"
+#include "dlm/word.h"
 
 namespace tierce::dlm {
 
@@ -68,6 +69,116 @@ struct Msg {
   static std::optional<Msg> decode(std::span<const uint8_t> bytes);
 };
 std::string_view to_string(MsgType t);
+
+// Views of a Msg by type: what a, b, c, x and y carry in it (the table above). A view only names
+// the fields: the frame, the field sizes and the encoding are Msg's, and a setter stores exactly
+// what was stored in the raw field before. Over a const Msg a view reads; over a Msg it writes
+// too: `GrantView{m}.token()`, `SuccessorView{m}.set_count(n)`. RECOVERED_REL and RESUME carry
+// nothing beyond the header (home, slot, gen).
+
+// SHARED_REQ, to the node of T: member `member` of the group G(T) of ticket T = `group_owner`,
+// request `request` of rank `rank`, waits for a SHARED_GRANT.
+template <typename M>
+class SharedReqView {
+ public:
+  explicit SharedReqView(M& m) : m_(m) {}
+  Ticket group_owner() const { return m_.a; }
+  uint32_t member() const { return m_.b; }
+  uint32_t rank() const { return m_.c; }
+  uint64_t request() const { return m_.x; }
+  void set_group_owner(Ticket t) { m_.a = t; }
+  void set_member(uint32_t k) { m_.b = k; }
+  void set_rank(uint32_t rank) { m_.c = rank; }
+  void set_request(uint64_t id) { m_.x = id; }
+
+ private:
+  M& m_;
+};
+
+// SHARED_REL, to the node of T: one member of G(T), T = `group_owner`, released.
+template <typename M>
+class SharedRelView {
+ public:
+  explicit SharedRelView(M& m) : m_(m) {}
+  Ticket group_owner() const { return m_.a; }
+  void set_group_owner(Ticket t) { m_.a = t; }
+
+ private:
+  M& m_;
+};
+
+// SUCCESSOR, to the predecessor's node: the successor of ticket `predecessor` is ticket
+// `successor`, the predecessor's group has `count` members; `pre_granted`: the successor was
+// granted at once (x = 1), the predecessor's record may go.
+template <typename M>
+class SuccessorView {
+ public:
+  explicit SuccessorView(M& m) : m_(m) {}
+  Ticket predecessor() const { return m_.a; }
+  Ticket successor() const { return m_.b; }
+  uint32_t count() const { return m_.c; }
+  bool pre_granted() const { return m_.x != 0; }
+  void set_predecessor(Ticket t) { m_.a = t; }
+  void set_successor(Ticket t) { m_.b = t; }
+  void set_count(uint32_t n) { m_.c = n; }
+  void set_pre_granted(bool yes) { m_.x = yes ? 1 : 0; }
+
+ private:
+  M& m_;
+};
+
+// EXCL_GRANT, to the successor's node: ticket `ticket` granted with token `token`.
+template <typename M>
+class ExclGrantView {
+ public:
+  explicit ExclGrantView(M& m) : m_(m) {}
+  Ticket ticket() const { return m_.a; }
+  Token token() const { return m_.y; }
+  void set_ticket(Ticket t) { m_.a = t; }
+  void set_token(Token t) { m_.y = t; }
+
+ private:
+  M& m_;
+};
+
+// SHARED_GRANT and SRSL_GRANT, to the requester: request `request` -> `status` (Ok: granted with
+// `token`; SRSL: WouldBlock, or Timeout to confirm a withdrawal). SHARED_GRANT's status is Ok.
+template <typename M>
+class GrantView {
+ public:
+  explicit GrantView(M& m) : m_(m) {}
+  Status status() const { return Status(m_.a); }
+  uint64_t request() const { return m_.x; }
+  Token token() const { return m_.y; }
+  void set_status(Status s) { m_.a = uint32_t(s); }
+  void set_request(uint64_t id) { m_.x = id; }
+  void set_token(Token t) { m_.y = t; }
+
+ private:
+  M& m_;
+};
+
+// SRSL_REQ, SRSL_REL, SRSL_CANCEL and SRSL_PURGE, to the home: from rank `rank`, its request
+// `request` (not in SRSL_PURGE) and its floor for this home (`floor`, see MsgType); SRSL_REQ also
+// the `mode` asked and `try_only` (a try-lock: WouldBlock rather than wait).
+template <typename M>
+class SrslToHomeView {
+ public:
+  explicit SrslToHomeView(M& m) : m_(m) {}
+  uint32_t rank() const { return m_.c; }
+  uint64_t request() const { return m_.x; }
+  uint64_t floor() const { return m_.y; }
+  Mode mode() const { return Mode(m_.a); }
+  bool try_only() const { return m_.b != 0; }
+  void set_rank(uint32_t rank) { m_.c = rank; }
+  void set_request(uint64_t id) { m_.x = id; }
+  void set_floor(uint64_t floor) { m_.y = floor; }
+  void set_mode(Mode mode) { m_.a = uint32_t(mode); }
+  void set_try_only(bool yes) { m_.b = yes ? 1 : 0; }
+
+ private:
+  M& m_;
+};
 
 // dlm.resolve: request = the lock name; reply = status u8, slot u32, gen u64 (Status::Ok), or
 // status + message (TooMany: the home's table is full; BadName).
