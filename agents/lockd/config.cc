@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "base/config_checker.h"
 #include "fabric/fabric.h"
 
 namespace tierce::lockd {
@@ -38,65 +39,91 @@ std::string octal(mode_t m) {
   return b;
 }
 
-class Checker {
- public:
-  Checker(std::string file, std::filesystem::path base) : file_(std::move(file)), base_(base) {}
-  void problem(const toml::source_region& where, const std::string& msg) {
-    problems_.push_back(base::config_location(file_, where) + ": " + msg);
+// The socket_mode key: an integer (0o660) or an octal string ("0660"), 0..0777.
+void parse_socket_mode(const base::CheckedTable& t, Layer& out) {
+  const toml::node* n = t.node("socket_mode");
+  if (!n) return;
+  std::optional<long> m;
+  if (n->is_integer()) {
+    m = long(n->as_integer()->get());
+  } else if (n->is_string()) {
+    const std::string& v = n->as_string()->get();
+    char* end = nullptr;
+    unsigned long x = std::strtoul(v.c_str(), &end, 8);
+    if (!v.empty() && !*end) m = long(x);
   }
-  void problem(const std::string& msg) { problems_.push_back(file_ + ": " + msg); }
-  std::vector<std::string>& problems() { return problems_; }
+  if (!m || *m < 0 || *m > 0777) {
+    t.problem_at("socket_mode",
+                 "[lockd] socket_mode: expected an octal mode 0..0777; write e.g. "
+                 "socket_mode = \"0660\" (or 0o660)");
+    return;
+  }
+  out.values.socket_mode = mode_t(*m);
+  out.given.insert("socket_mode");
+}
 
-  std::optional<std::string> string(const toml::table& t, std::string_view key,
-                                    const std::string& eg) {
-    const toml::node* n = t.get(key);
-    if (!n) return std::nullopt;
-    if (!n->is_string() || n->as_string()->get().empty()) {
-      problem(n->source(), "[lockd] " + std::string(key) + ": expected a non-empty string, got " +
-                               (n->is_string() ? "\"\"" : base::describe_toml_type(*n)) +
-                               "; write e.g. " + std::string(key) + " = " + eg);
-      return std::nullopt;
-    }
-    return n->as_string()->get();
-  }
-  std::optional<std::string> path(const toml::table& t, std::string_view key,
-                                  const std::string& eg) {
-    auto s = string(t, key, eg);
-    if (!s) return s;
-    std::filesystem::path p(*s);
-    if (p.is_relative()) p = base_ / p;
-    return p.lexically_normal().string();
-  }
-  std::optional<long> integer(const toml::table& t, std::string_view key, long lo, long hi,
-                              long eg) {
-    const toml::node* n = t.get(key);
-    if (!n) return std::nullopt;
-    std::string write = "; write e.g. " + std::string(key) + " = " + std::to_string(eg);
-    if (!n->is_integer()) {
-      problem(n->source(), "[lockd] " + std::string(key) + ": expected an integer, got " +
-                               base::describe_toml_type(*n) + write + " (no quotes)");
-      return std::nullopt;
-    }
-    int64_t v = n->as_integer()->get();
-    if (v < lo || v > hi) {
-      problem(n->source(), "[lockd] " + std::string(key) + ": " + std::to_string(v) +
-                               " is out of range " + std::to_string(lo) + ".." +
-                               std::to_string(hi) + write);
-      return std::nullopt;
-    }
-    return long(v);
-  }
+std::optional<base::LogLevel> parse_log_level(const base::CheckedTable& t) {
+  auto v = t.string("log_level", "\"info\"");
+  if (!v) return std::nullopt;
+  if (*v == "debug") return base::LogLevel::Debug;
+  if (*v == "info") return base::LogLevel::Info;
+  if (*v == "warn") return base::LogLevel::Warn;
+  if (*v == "error") return base::LogLevel::Error;
+  t.problem_at("log_level", "[lockd] log_level: \"" + *v +
+                                "\" is not a level; write debug, info, warn or error");
+  return std::nullopt;
+}
 
- private:
-  std::string file_;
-  std::filesystem::path base_;
-  std::vector<std::string> problems_;
-};
+std::optional<fabric::Protection> parse_protection(const base::CheckedTable& t) {
+  auto v = t.string("protection", "\"mac\"");
+  if (!v) return std::nullopt;
+  try {
+    return fabric::parse_protection(*v);
+  } catch (const std::exception&) {
+    t.problem_at("protection",
+                 "[lockd] protection: \"" + *v +
+                     "\" is not a protection; write protection = \"mac\" (frames "
+                     "authenticated), \"encrypt\" (and encrypted) or \"none\" (measuring only)");
+    return std::nullopt;
+  }
+}
 
-std::filesystem::path dir_of(const std::string& source) {
-  std::error_code ec;
-  std::filesystem::path dir = std::filesystem::path(source).parent_path();
-  return dir.empty() ? std::filesystem::current_path(ec) : std::filesystem::absolute(dir, ec);
+// The [lockd] table's keys into `out`, each one marked given.
+void parse_lockd_table(const base::CheckedTable& t, Layer& out) {
+  Settings& s = out.values;
+  t.only_known_keys(kKeys);
+  auto take = [&](const char* key, auto v, auto& field) {
+    if (v) {
+      field = *v;
+      out.given.insert(key);
+    }
+  };
+  take("topology", t.path("topology", "\"/etc/tierce/cluster.toml\""), s.topology);
+  take("node", t.string("node", "\"app1\""), s.node);
+  take("socket", t.path("socket", "\"/run/tierce/lockd.sock\""), s.socket);
+  take("state_dir", t.path("state_dir", "\"/var/lib/tierce/lockd-app1\""), s.state_dir);
+  take("pid_file", t.path("pid_file", "\"/run/tierce/lockd.pid\""), s.pid_file);
+  parse_socket_mode(t, out);
+  take("log_level", parse_log_level(t), s.log_level);
+  const int64_t q = int64_t(Settings::kMaxQuota);
+  take("max_locks_per_client", t.integer("max_locks_per_client", 1, q, 4096),
+       s.max_locks_per_client);
+  take("max_locks_per_uid", t.integer("max_locks_per_uid", 1, q, 16384), s.max_locks_per_uid);
+  take("max_clients_per_uid", t.integer("max_clients_per_uid", 1, q, 1024),
+       s.max_clients_per_uid);
+  take("protection", parse_protection(t), s.protection);
+  take("max_preauth_frame", t.integer("max_preauth_frame", 64, 65536, 256), s.max_preauth_frame);
+  take("max_connections", t.integer("max_connections", 1, 1'000'000, 4096), s.max_connections);
+  take("max_connections_per_ip", t.integer("max_connections_per_ip", 0, 1'000'000, 1024),
+       s.max_connections_per_ip);
+  take("spin_us", t.integer("spin_us", 0, int64_t(Settings::kMaxSpinUs), 50), s.spin_us);
+  take("metrics_file",
+       t.path("metrics_file", "\"/var/lib/prometheus/node-exporter/tierce-lockd.prom\""),
+       s.metrics_file);
+  take("metrics_interval_ms",
+       t.integer("metrics_interval_ms", int64_t(Settings::kMinMetricsIntervalMs),
+                 int64_t(Settings::kMaxMetricsIntervalMs), 15000),
+       s.metrics_interval_ms);
 }
 
 }  // namespace
@@ -111,9 +138,11 @@ const std::vector<std::string>& reloadable_keys() {
 Layer parse_config(std::string_view text, const std::string& source_name) {
   toml::table root = base::parse_toml(text, source_name,
                                       "strings need double quotes; the settings go under [lockd]");
-  Checker c(source_name, dir_of(source_name));
+  base::CheckerWording wording;
+  wording.strings_nonempty = true;
+  wording.integer_note = " (no quotes)";
+  base::ConfigChecker c(source_name, base::config_base_dir(source_name), wording);
   Layer out;
-  Settings& s = out.values;
   for (auto& u : base::unknown_keys(root, {"lockd"}))
     c.problem(u.where, "unknown " + std::string(root.get(u.key)->is_table() ? "table [" : "key '") +
                            u.key + (root.get(u.key)->is_table() ? "]" : "'") +
@@ -125,86 +154,8 @@ Layer parse_config(std::string_view text, const std::string& source_name) {
     c.problem(node->source(),
               "lockd: expected a [lockd] table, got " + base::describe_toml_type(*node));
   if (!node) c.problem("the [lockd] table is missing; start the file with [lockd]");
-  if (t) {
-    for (auto& u : base::unknown_keys(*t, kKeys))
-      c.problem(u.where,
-                "[lockd] " + u.key + ": unknown key" +
-                    (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
-                    " ([lockd] knows: " + base::join(kKeys, ", ") + ")");
-    auto take = [&](const char* key, auto v, auto& field) {
-      if (v) {
-        field = *v;
-        out.given.insert(key);
-      }
-    };
-    take("topology", c.path(*t, "topology", "\"/etc/tierce/cluster.toml\""), s.topology);
-    take("node", c.string(*t, "node", "\"app1\""), s.node);
-    take("socket", c.path(*t, "socket", "\"/run/tierce/lockd.sock\""), s.socket);
-    take("state_dir", c.path(*t, "state_dir", "\"/var/lib/tierce/lockd-app1\""), s.state_dir);
-    take("pid_file", c.path(*t, "pid_file", "\"/run/tierce/lockd.pid\""), s.pid_file);
-    if (const toml::node* n = t->get("socket_mode")) {
-      std::optional<long> m;
-      if (n->is_integer()) {
-        m = long(n->as_integer()->get());
-      } else if (n->is_string()) {
-        const std::string& v = n->as_string()->get();
-        char* end = nullptr;
-        unsigned long x = std::strtoul(v.c_str(), &end, 8);
-        if (!v.empty() && !*end) m = long(x);
-      }
-      if (!m || *m < 0 || *m > 0777)
-        c.problem(n->source(),
-                  "[lockd] socket_mode: expected an octal mode 0..0777; write e.g. "
-                  "socket_mode = \"0660\" (or 0o660)");
-      else
-        take("socket_mode", std::optional<mode_t>(mode_t(*m)), s.socket_mode);
-    }
-    if (auto v = c.string(*t, "log_level", "\"info\"")) {
-      if (*v == "debug")
-        take("log_level", std::optional(base::LogLevel::Debug), s.log_level);
-      else if (*v == "info")
-        take("log_level", std::optional(base::LogLevel::Info), s.log_level);
-      else if (*v == "warn")
-        take("log_level", std::optional(base::LogLevel::Warn), s.log_level);
-      else if (*v == "error")
-        take("log_level", std::optional(base::LogLevel::Error), s.log_level);
-      else
-        c.problem(t->get("log_level")->source(), "[lockd] log_level: \"" + *v +
-                                                     "\" is not a level; write debug, info, "
-                                                     "warn or error");
-    }
-    const long q = long(Settings::kMaxQuota);
-    take("max_locks_per_client", c.integer(*t, "max_locks_per_client", 1, q, 4096),
-         s.max_locks_per_client);
-    take("max_locks_per_uid", c.integer(*t, "max_locks_per_uid", 1, q, 16384), s.max_locks_per_uid);
-    take("max_clients_per_uid", c.integer(*t, "max_clients_per_uid", 1, q, 1024),
-         s.max_clients_per_uid);
-    if (auto v = c.string(*t, "protection", "\"mac\"")) {
-      try {
-        take("protection", std::optional(fabric::parse_protection(*v)), s.protection);
-      } catch (const std::exception&) {
-        c.problem(t->get("protection")->source(),
-                  "[lockd] protection: \"" + *v +
-                      "\" is not a protection; write protection = \"mac\" (frames "
-                      "authenticated), \"encrypt\" (and encrypted) or \"none\" (measuring only)");
-      }
-    }
-    take("max_preauth_frame", c.integer(*t, "max_preauth_frame", 64, 65536, 256),
-         s.max_preauth_frame);
-    take("max_connections", c.integer(*t, "max_connections", 1, 1'000'000, 4096),
-         s.max_connections);
-    take("max_connections_per_ip", c.integer(*t, "max_connections_per_ip", 0, 1'000'000, 1024),
-         s.max_connections_per_ip);
-    take("spin_us", c.integer(*t, "spin_us", 0, long(Settings::kMaxSpinUs), 50), s.spin_us);
-    take("metrics_file",
-         c.path(*t, "metrics_file", "\"/var/lib/prometheus/node-exporter/tierce-lockd.prom\""),
-         s.metrics_file);
-    take("metrics_interval_ms",
-         c.integer(*t, "metrics_interval_ms", long(Settings::kMinMetricsIntervalMs),
-                   long(Settings::kMaxMetricsIntervalMs), 15000),
-         s.metrics_interval_ms);
-  }
-  if (!c.problems().empty()) throw base::ConfigError(std::move(c.problems()));
+  if (t) parse_lockd_table(c.table(*t, "[lockd]"), out);
+  c.throw_if_any();
   return out;
 }
 

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +20,7 @@
 #include <sstream>
 
 #include "base/config.h"
+#include "base/config_checker.h"
 #include "fabric/errors.h"
 #include "fabric/fabric.h"
 
@@ -40,15 +40,14 @@ std::string_view to_string(LogTarget t) {
 
 namespace {
 
+using base::CheckedTable;
+using base::ConfigChecker;
 using base::describe_toml_type;
 using base::edit_distance;
-using base::join;
 
 std::string quote(std::string_view s) {
   return "\"" + std::string(s) + "\"";
 }
-
-std::string describe_type(const toml::node& n) { return describe_toml_type(n); }
 
 // A name printable in logs and in memd.list (space-separated): visible ASCII or UTF-8, no spaces.
 bool printable_token(std::string_view s) {
@@ -57,98 +56,6 @@ bool printable_token(std::string_view s) {
     return u > 0x20 && u != 0x7f;
   });
 }
-
-class Checker {
- public:
-  Checker(std::string file, std::filesystem::path base_dir)
-      : file_(std::move(file)), base_(std::move(base_dir)) {}
-
-  void problem(const toml::source_region& where, const std::string& msg) {
-    if (where.begin.line > 0)
-      problems_.push_back(file_ + ":" + std::to_string(where.begin.line) + ":" +
-                          std::to_string(where.begin.column) + ": " + msg);
-    else
-      problems_.push_back(file_ + ": " + msg);
-  }
-  void problem(const std::string& msg) { problems_.push_back(file_ + ": " + msg); }
-  const std::vector<std::string>& problems() const { return problems_; }
-
-  // Every key of `tbl` must be in `allowed`; `where` names the table in messages ("[memd]").
-  void only_known_keys(const toml::table& tbl, const std::string& where,
-                       const std::vector<std::string_view>& allowed) {
-    for (auto& u : base::unknown_keys(tbl, allowed))
-      problem(u.where, where + " " + u.key + ": unknown key" +
-                           (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
-                           " (" + where + " knows: " + join(allowed, ", ") + ")");
-  }
-
-  std::optional<std::string> string(const toml::table& tbl, const std::string& where,
-                                    std::string_view key, const std::string& example) {
-    const toml::node* n = tbl.get(key);
-    if (!n) return std::nullopt;
-    if (!n->is_string()) {
-      problem(n->source(), where + " " + std::string(key) + ": expected a string, got " +
-                               describe_type(*n) + "; write e.g. " + std::string(key) + " = " +
-                               example);
-      return std::nullopt;
-    }
-    return n->as_string()->get();
-  }
-
-  // A path: non-empty string, made absolute against the configuration file's directory.
-  std::optional<std::string> path(const toml::table& tbl, const std::string& where,
-                                  std::string_view key, const std::string& example) {
-    auto s = string(tbl, where, key, example);
-    if (!s) return std::nullopt;
-    if (s->empty()) {
-      problem(tbl.get(key)->source(), where + " " + std::string(key) +
-                                          ": empty path; remove the key or write e.g. " +
-                                          std::string(key) + " = " + example);
-      return std::nullopt;
-    }
-    std::filesystem::path p(*s);
-    if (p.is_relative()) p = base_ / p;
-    return p.lexically_normal().string();
-  }
-
-  std::optional<long> integer(const toml::table& tbl, const std::string& where,
-                              std::string_view key, long lo, long hi, long example) {
-    const toml::node* n = tbl.get(key);
-    if (!n) return std::nullopt;
-    std::string eg = "; write e.g. " + std::string(key) + " = " + std::to_string(example);
-    if (!n->is_integer()) {
-      problem(n->source(), where + " " + std::string(key) + ": expected an integer, got " +
-                               describe_type(*n) + eg + " (no quotes, no unit)");
-      return std::nullopt;
-    }
-    int64_t v = n->as_integer()->get();
-    if (v < lo || v > hi) {
-      problem(n->source(), where + " " + std::string(key) + ": " + std::to_string(v) +
-                               " is out of range " + std::to_string(lo) + ".." +
-                               std::to_string(hi) + eg);
-      return std::nullopt;
-    }
-    return long(v);
-  }
-
-  std::optional<bool> boolean(const toml::table& tbl, const std::string& where,
-                              std::string_view key) {
-    const toml::node* n = tbl.get(key);
-    if (!n) return std::nullopt;
-    if (!n->is_boolean()) {
-      problem(n->source(), where + " " + std::string(key) + ": expected true or false, got " +
-                               describe_type(*n) + "; write e.g. " + std::string(key) +
-                               " = true (no quotes)");
-      return std::nullopt;
-    }
-    return n->as_boolean()->get();
-  }
-
- private:
-  std::string file_;
-  std::filesystem::path base_;
-  std::vector<std::string> problems_;
-};
 
 const std::vector<std::string_view> kMemdKeys = {
     "node",      "listen",       "secret_file", "pid_file",        "ready_file", "log",
@@ -166,104 +73,114 @@ std::string default_node_name() {
   return h;
 }
 
-void parse_memd_table(Checker& c, const toml::table& m, Config& cfg) {
-  const std::string W = "[memd]";
-  c.only_known_keys(m, W, kMemdKeys);
-
-  if (auto v = c.string(m, W, "node", "\"app1\"")) {
+// [memd] node: this node's name, or the host's.
+void parse_node(const CheckedTable& m, Config& cfg) {
+  if (auto v = m.string("node", "\"app1\"")) {
     bool ok = !v->empty() && v->size() <= Limits::kMaxNodeName &&
               std::all_of(v->begin(), v->end(), [](char ch) {
                 return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
                        ch == '.';
               });
     if (!ok)
-      c.problem(m.get("node")->source(),
-                W + " node: " + quote(*v) + " is not a node name: use 1.." +
-                    std::to_string(Limits::kMaxNodeName) +
-                    " letters, digits, '-', '_' or '.'; write e.g. node = \"app1\"");
+      m.problem_at("node", m.name() + " node: " + quote(*v) + " is not a node name: use 1.." +
+                               std::to_string(Limits::kMaxNodeName) +
+                               " letters, digits, '-', '_' or '.'; write e.g. node = \"app1\"");
     else
       cfg.node = *v;
   }
   if (cfg.node.empty()) cfg.node = default_node_name();
+}
 
+// [memd] listen: at least one fabric address, each once.
+void parse_listen(ConfigChecker& c, const CheckedTable& m, Config& cfg) {
+  const std::string& W = m.name();
   const std::string listen_eg =
       "listen = [\"tcp://0.0.0.0:7101\", \"shm:///run/tierce/memd.sock\"]";
-  if (const toml::node* n = m.get("listen")) {
-    const toml::array* arr = n->as_array();
-    if (!arr) {
-      c.problem(n->source(), W + " listen: expected an array of addresses, got " +
-                                 describe_type(*n) + "; write e.g. " + listen_eg);
-    } else if (arr->empty()) {
-      c.problem(n->source(),
-                W + " listen: empty; memd needs at least one address; write e.g. " + listen_eg);
-    } else {
-      std::set<std::string> seen;
-      for (size_t i = 0; i < arr->size(); ++i) {
-        const toml::node& e = *arr->get(i);
-        std::string key = W + " listen[" + std::to_string(i) + "]";
-        if (!e.is_string()) {
-          c.problem(e.source(), key + ": expected a string address, got " + describe_type(e) +
-                                    "; write e.g. " + listen_eg);
-          continue;
-        }
-        std::string uri = e.as_string()->get();
-        try {
-          fabric::Address a = fabric::parse_address(uri);
-          if (a.transport == fabric::Transport::Shm && a.path.size() >= 108)
-            throw fabric::FabricError(fabric::Errc::Config,
-                                      "socket path of " + std::to_string(a.path.size()) +
-                                          " bytes is too long for a Unix socket (max 107)");
-        } catch (const fabric::FabricError& err) {
-          c.problem(e.source(), key + ": " + err.what());
-          continue;
-        }
-        if (!seen.insert(uri).second) {
-          c.problem(e.source(), key + ": " + quote(uri) + " is listed twice; remove one");
-          continue;
-        }
-        cfg.listen.push_back(uri);
-      }
-    }
-  } else {
+  const toml::node* n = m.node("listen");
+  if (!n) {
     c.problem(W + " listen is missing; memd needs at least one address; write e.g. " + listen_eg);
+    return;
   }
+  const toml::array* arr = n->as_array();
+  if (!arr) {
+    c.problem(n->source(), W + " listen: expected an array of addresses, got " +
+                               describe_toml_type(*n) + "; write e.g. " + listen_eg);
+    return;
+  }
+  if (arr->empty()) {
+    c.problem(n->source(),
+              W + " listen: empty; memd needs at least one address; write e.g. " + listen_eg);
+    return;
+  }
+  std::set<std::string> seen;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const toml::node& e = *arr->get(i);
+    std::string key = W + " listen[" + std::to_string(i) + "]";
+    if (!e.is_string()) {
+      c.problem(e.source(), key + ": expected a string address, got " + describe_toml_type(e) +
+                                "; write e.g. " + listen_eg);
+      continue;
+    }
+    std::string uri = e.as_string()->get();
+    try {
+      fabric::Address a = fabric::parse_address(uri);
+      if (a.transport == fabric::Transport::Shm && a.path.size() >= 108)
+        throw fabric::FabricError(fabric::Errc::Config,
+                                  "socket path of " + std::to_string(a.path.size()) +
+                                      " bytes is too long for a Unix socket (max 107)");
+    } catch (const fabric::FabricError& err) {
+      c.problem(e.source(), key + ": " + err.what());
+      continue;
+    }
+    if (!seen.insert(uri).second) {
+      c.problem(e.source(), key + ": " + quote(uri) + " is listed twice; remove one");
+      continue;
+    }
+    cfg.listen.push_back(uri);
+  }
+}
 
-  if (auto v = c.path(m, W, "secret_file", "\"/etc/tierce/secret\""))
+// [memd] secret_file, pid_file, ready_file, metrics_file (+ interval) and user.
+void parse_files(ConfigChecker& c, const CheckedTable& m, Config& cfg) {
+  const std::string& W = m.name();
+  if (auto v = m.path("secret_file", "\"/etc/tierce/secret\""))
     cfg.secret_file = *v;
-  else if (!m.get("secret_file"))
+  else if (!m.node("secret_file"))
     c.problem(W +
               " secret_file is missing; peers authenticate with a shared secret: write e.g. "
               "secret_file = \"/etc/tierce/secret\" (at least 16 bytes, e.g. head -c 32 "
               "/dev/urandom | base64 > secret; chmod 600 secret)");
-  if (auto v = c.path(m, W, "pid_file", "\"/run/tierce/memd.pid\"")) cfg.pid_file = *v;
-  if (auto v = c.path(m, W, "ready_file", "\"/run/tierce/memd.ready\"")) cfg.ready_file = *v;
-  if (auto v = c.path(m, W, "metrics_file",
-                      "\"/var/lib/prometheus/node-exporter/tierce-memd.prom\""))
+  if (auto v = m.path("pid_file", "\"/run/tierce/memd.pid\"")) cfg.pid_file = *v;
+  if (auto v = m.path("ready_file", "\"/run/tierce/memd.ready\"")) cfg.ready_file = *v;
+  if (auto v = m.path("metrics_file", "\"/var/lib/prometheus/node-exporter/tierce-memd.prom\""))
     cfg.metrics_file = *v;
-  if (auto v = c.integer(m, W, "metrics_interval_ms", 1000, 3600000, 15000))
+  if (auto v = m.integer("metrics_interval_ms", 1000, 3600000, 15000))
     cfg.metrics_interval = std::chrono::milliseconds(*v);
-  if (auto v = c.string(m, W, "user", "\"tierce\"")) {
+  if (auto v = m.string("user", "\"tierce\"")) {
     // Whether the account exists is checked by main (base::lookup_account), at start and --check.
     if (v->empty())
-      c.problem(m.get("user")->source(),
-                W + " user: empty; name the account memd drops to after its setup (e.g. user = "
-                    "\"tierce\"), or leave the key out to keep running as the starting user");
+      m.problem_at("user", W + " user: empty; name the account memd drops to after its setup "
+                               "(e.g. user = \"tierce\"), or leave the key out to keep running "
+                               "as the starting user");
     else
       cfg.user = *v;
   }
+}
 
-  if (auto v = c.string(m, W, "log", "\"syslog\"")) {
+// [memd] log and log_level.
+void parse_logging(const CheckedTable& m, Config& cfg) {
+  const std::string& W = m.name();
+  if (auto v = m.string("log", "\"syslog\"")) {
     if (*v == "stderr")
       cfg.log = LogTarget::Stderr;
     else if (*v == "syslog")
       cfg.log = LogTarget::Syslog;
     else
-      c.problem(m.get("log")->source(),
-                W + " log: " + quote(*v) +
-                    " is not a log target; write log = \"stderr\" or log = \"syslog\" "
-                    "(or leave it out: stderr with --foreground, else syslog)");
+      m.problem_at("log", W + " log: " + quote(*v) +
+                              " is not a log target; write log = \"stderr\" or log = \"syslog\" "
+                              "(or leave it out: stderr with --foreground, else syslog)");
   }
-  if (auto v = c.string(m, W, "log_level", "\"info\"")) {
+  if (auto v = m.string("log_level", "\"info\"")) {
     if (*v == "debug")
       cfg.log_level = fabric::LogLevel::Debug;
     else if (*v == "info")
@@ -273,57 +190,122 @@ void parse_memd_table(Checker& c, const toml::table& m, Config& cfg) {
     else if (*v == "error")
       cfg.log_level = fabric::LogLevel::Error;
     else
-      c.problem(
-          m.get("log_level")->source(),
-          W + " log_level: " + quote(*v) +
-              " is not a level; write one of log_level = \"debug\", \"info\", \"warn\", \"error\"");
+      m.problem_at("log_level", W + " log_level: " + quote(*v) +
+                                    " is not a level; write one of log_level = \"debug\", "
+                                    "\"info\", \"warn\", \"error\"");
   }
+}
 
-  auto hb =
-      c.integer(m, W, "heartbeat_ms", 1, Limits::kMaxHeartbeatMs, Limits::kDefaultHeartbeatMs);
-  auto lease = c.integer(m, W, "lease_ms", 2, Limits::kMaxLeaseMs, Limits::kDefaultLeaseMs);
+// [memd] the fabric's timing and limits: heartbeat, lease, spin, connections, protection, rescan.
+void parse_fabric_limits(const CheckedTable& m, Config& cfg) {
+  const std::string& W = m.name();
+  auto hb = m.integer("heartbeat_ms", 1, Limits::kMaxHeartbeatMs, Limits::kDefaultHeartbeatMs);
+  auto lease = m.integer("lease_ms", 2, Limits::kMaxLeaseMs, Limits::kDefaultLeaseMs);
   if (hb) cfg.heartbeat = std::chrono::milliseconds(*hb);
   if (lease) cfg.lease = std::chrono::milliseconds(*lease);
-  if ((hb || lease) && cfg.lease <= cfg.heartbeat) {
-    const toml::node* at = m.get(lease ? "lease_ms" : "heartbeat_ms");
-    c.problem(at->source(),
-              W + " lease_ms: the lease (" + std::to_string(cfg.lease.count()) +
-                  " ms) must be longer than heartbeat_ms (" +
-                  std::to_string(cfg.heartbeat.count()) +
-                  " ms), or shm peers see it lapse between renewals; write e.g. lease_ms = " +
-                  std::to_string(cfg.heartbeat.count() * 10));
-  }
-  if (auto v = c.integer(m, W, "spin_us", 0, 10000, 50)) cfg.spin = std::chrono::microseconds(*v);
-  if (auto v = c.integer(m, W, "max_connections", 1, Limits::kMaxMaxConnections,
+  if ((hb || lease) && cfg.lease <= cfg.heartbeat)
+    m.problem_at(lease ? "lease_ms" : "heartbeat_ms",
+                 W + " lease_ms: the lease (" + std::to_string(cfg.lease.count()) +
+                     " ms) must be longer than heartbeat_ms (" +
+                     std::to_string(cfg.heartbeat.count()) +
+                     " ms), or shm peers see it lapse between renewals; write e.g. lease_ms = " +
+                     std::to_string(cfg.heartbeat.count() * 10));
+  if (auto v = m.integer("spin_us", 0, 10000, 50)) cfg.spin = std::chrono::microseconds(*v);
+  if (auto v = m.integer("max_connections", 1, Limits::kMaxMaxConnections,
                          Limits::kDefaultMaxConnections))
     cfg.max_connections = size_t(*v);
-  if (auto v = c.integer(m, W, "max_connections_per_ip", 0, Limits::kMaxMaxConnections,
+  if (auto v = m.integer("max_connections_per_ip", 0, Limits::kMaxMaxConnections,
                          Limits::kDefaultMaxConnectionsPerIp))
     cfg.max_connections_per_ip = size_t(*v);
-  if (auto v = c.integer(m, W, "max_preauth_frame", Limits::kMinPreauthFrame,
-                         Limits::kMaxPreauthFrame, Limits::kDefaultPreauthFrame))
+  if (auto v = m.integer("max_preauth_frame", Limits::kMinPreauthFrame, Limits::kMaxPreauthFrame,
+                         Limits::kDefaultPreauthFrame))
     cfg.max_preauth_frame = size_t(*v);
-  if (auto v = c.string(m, W, "protection", "\"mac\"")) {
+  if (auto v = m.string("protection", "\"mac\"")) {
     try {
       cfg.protection = fabric::parse_protection(*v);
     } catch (const fabric::FabricError&) {
-      c.problem(m.get("protection")->source(),
-                W + " protection: " + quote(*v) +
-                    " is not a protection; write protection = \"mac\" (frames authenticated, "
-                    "the default) or \"encrypt\" (authenticated and encrypted); \"none\" is for "
-                    "measurements only");
+      m.problem_at("protection",
+                   W + " protection: " + quote(*v) +
+                       " is not a protection; write protection = \"mac\" (frames authenticated, "
+                       "the default) or \"encrypt\" (authenticated and encrypted); \"none\" is "
+                       "for measurements only");
     }
   }
-  if (auto v = c.integer(m, W, "rescan_ms", Limits::kMinRescanMs, Limits::kMaxRescanMs,
+  if (auto v = m.integer("rescan_ms", Limits::kMinRescanMs, Limits::kMaxRescanMs,
                          Limits::kDefaultRescanMs))
     cfg.rescan = std::chrono::milliseconds(*v);
 }
 
-void parse_regions(Checker& c, const toml::node& n, Config& cfg) {
+void parse_memd_table(ConfigChecker& c, const CheckedTable& m, Config& cfg) {
+  m.only_known_keys(kMemdKeys);
+  parse_node(m, cfg);
+  parse_listen(c, m, cfg);
+  parse_files(c, m, cfg);
+  parse_logging(m, cfg);
+  parse_fabric_limits(m, cfg);
+}
+
+// One [[region]] table; nullopt (its problems noted) when it cannot be exported. `names` and
+// `segments` hold those of the regions before it.
+std::optional<RegionConfig> parse_region(ConfigChecker& c, CheckedTable t, const toml::node& e,
+                                         std::set<std::string>& names,
+                                         std::set<std::string>& segments) {
+  t.only_known_keys(kRegionKeys);
+  RegionConfig r;
+  bool ok = true;
+  if (auto v = t.string("name", "\"versions\"")) {
+    if (v->empty() || v->size() > Limits::kMaxRegionName || !printable_token(*v)) {
+      t.problem_at("name", t.name() + " name: " + quote(*v) + " is not a region name: use 1.." +
+                               std::to_string(Limits::kMaxRegionName) +
+                               " printable characters without spaces; write e.g. name = "
+                               "\"versions\"");
+      ok = false;
+    } else if (!names.insert(*v).second) {
+      t.problem_at("name", t.name() + " name: region " + quote(*v) +
+                               " is defined twice; give each [[region]] its own name");
+      ok = false;
+    } else {
+      r.name = *v;
+      t.rename(t.name() + " (" + quote(*v) + ")");  // later messages name the region
+    }
+  } else {
+    if (!t.node("name"))
+      c.problem(e.source(), t.name() + " name is missing; write e.g. name = \"versions\"");
+    ok = false;
+  }
+  if (auto v = t.string("segment", "\"/tierce.app1.versions\"")) {
+    bool valid = v->size() >= 2 && (*v)[0] == '/' && v->find('/', 1) == std::string::npos &&
+                 v->size() <= 200;
+    if (!valid) {
+      t.problem_at("segment",
+                   t.name() + " segment: " + quote(*v) +
+                       " is not a POSIX shared-memory name: it starts with '/', has no other '/' "
+                       "and at most 200 bytes; write e.g. segment = \"/tierce.app1.versions\"");
+      ok = false;
+    } else if (!segments.insert(*v).second) {
+      t.problem_at("segment", t.name() + " segment: " + quote(*v) +
+                                  " is already exported by another [[region]]; export each "
+                                  "segment once");
+      ok = false;
+    } else {
+      r.segment = *v;
+    }
+  } else {
+    if (!t.node("segment"))
+      c.problem(e.source(),
+                t.name() + " segment is missing; write e.g. segment = \"/tierce.app1.versions\"");
+    ok = false;
+  }
+  if (auto v = t.boolean("follow_owner")) r.follow_owner = *v;
+  if (!ok) return std::nullopt;
+  return r;
+}
+
+void parse_regions(ConfigChecker& c, const toml::node& n, Config& cfg) {
   const toml::array* arr = n.as_array();
   if (!arr) {
     c.problem(n.source(), "region: expected a list of [[region]] tables (double brackets), got " +
-                              describe_type(n) + "; write [[region]] instead of [region]");
+                              describe_toml_type(n) + "; write [[region]] instead of [region]");
     return;
   }
   std::set<std::string> names, segments;
@@ -333,199 +315,157 @@ void parse_regions(Checker& c, const toml::node& n, Config& cfg) {
     const toml::table* t = e.as_table();
     if (!t) {
       c.problem(e.source(),
-                W + ": expected a table, got " + describe_type(e) +
+                W + ": expected a table, got " + describe_toml_type(e) +
                     "; write [[region]] followed by name = ... and segment = ... lines");
       continue;
     }
-    c.only_known_keys(*t, W, kRegionKeys);
-    RegionConfig r;
-    bool ok = true;
-    if (auto v = c.string(*t, W, "name", "\"versions\"")) {
-      if (v->empty() || v->size() > Limits::kMaxRegionName || !printable_token(*v)) {
-        c.problem(t->get("name")->source(),
-                  W + " name: " + quote(*v) + " is not a region name: use 1.." +
-                      std::to_string(Limits::kMaxRegionName) +
-                      " printable characters without spaces; write e.g. name = \"versions\"");
-        ok = false;
-      } else if (!names.insert(*v).second) {
-        c.problem(t->get("name")->source(),
-                  W + " name: region " + quote(*v) +
-                      " is defined twice; give each [[region]] its own name");
-        ok = false;
-      } else {
-        r.name = *v;
-        W += " (" + quote(*v) + ")";
-      }
-    } else {
-      if (!t->get("name"))
-        c.problem(e.source(), W + " name is missing; write e.g. name = \"versions\"");
-      ok = false;
-    }
-    if (auto v = c.string(*t, W, "segment", "\"/tierce.app1.versions\"")) {
-      bool valid = v->size() >= 2 && (*v)[0] == '/' && v->find('/', 1) == std::string::npos &&
-                   v->size() <= 200;
-      if (!valid) {
-        c.problem(
-            t->get("segment")->source(),
-            W + " segment: " + quote(*v) +
-                " is not a POSIX shared-memory name: it starts with '/', has no other '/' and "
-                "at most 200 bytes; write e.g. segment = \"/tierce.app1.versions\"");
-        ok = false;
-      } else if (!segments.insert(*v).second) {
-        c.problem(t->get("segment")->source(),
-                  W + " segment: " + quote(*v) +
-                      " is already exported by another [[region]]; export each segment once");
-        ok = false;
-      } else {
-        r.segment = *v;
-      }
-    } else {
-      if (!t->get("segment"))
-        c.problem(e.source(),
-                  W + " segment is missing; write e.g. segment = \"/tierce.app1.versions\"");
-      ok = false;
-    }
-    if (auto v = c.boolean(*t, W, "follow_owner")) r.follow_owner = *v;
-    if (ok) cfg.regions.push_back(std::move(r));
+    if (auto r = parse_region(c, c.table(*t, W), e, names, segments))
+      cfg.regions.push_back(std::move(*r));
   }
 }
 
 // The topology file a role ([coherence], [writer]) needs: its path, or nullopt (a problem noted).
-std::optional<std::string> required_topology(Checker& c, const toml::table& t, const std::string& W) {
-  auto topo = c.path(t, W, "topology", "\"/etc/tierce/cluster.toml\"");
-  if (!topo && !t.get("topology"))
-    c.problem(t.source(), W + " topology is required: the cluster topology file, e.g. "
-                              "topology = \"/etc/tierce/cluster.toml\"");
+std::optional<std::string> required_topology(const CheckedTable& t) {
+  auto topo = t.path("topology", "\"/etc/tierce/cluster.toml\"");
+  if (!topo && !t.node("topology"))
+    t.problem(t.name() + " topology is required: the cluster topology file, e.g. "
+                         "topology = \"/etc/tierce/cluster.toml\"");
   return topo;
 }
 
 // [coherence] topology = "cluster.toml": this memd is its app node's home (versions, acks,
 // dependency index). The topology itself is read (and checked) when memd starts.
-void parse_coherence_table(Checker& c, const toml::table& t, Config& cfg) {
-  const std::string W = "[coherence]";
-  c.only_known_keys(t, W, {"topology", "max_keys", "log_entries", "ack_slots", "pending_marks"});
-  auto topo = required_topology(c, t, W);
+void parse_coherence_table(const CheckedTable& t, Config& cfg) {
+  t.only_known_keys({"topology", "max_keys", "log_entries", "ack_slots", "pending_marks"});
+  auto topo = required_topology(t);
   if (!topo) return;
   cfg.coherence.enabled = true;
   cfg.coherence.topology = *topo;
-  if (auto v = c.integer(t, W, "max_keys", 16, 1L << 30, 1L << 20)) cfg.coherence.max_keys = size_t(*v);
-  if (auto v = c.integer(t, W, "log_entries", 1, 1L << 26, 1L << 16))
+  if (auto v = t.integer("max_keys", 16, 1L << 30, 1L << 20)) cfg.coherence.max_keys = size_t(*v);
+  if (auto v = t.integer("log_entries", 1, 1L << 26, 1L << 16))
     cfg.coherence.log_entries = size_t(*v);
-  if (auto v = c.integer(t, W, "ack_slots", 16, 1L << 20, 4096)) cfg.coherence.ack_slots = size_t(*v);
-  if (auto v = c.integer(t, W, "pending_marks", 1, 1L << 24, 1L << 16))
+  if (auto v = t.integer("ack_slots", 16, 1L << 20, 4096)) cfg.coherence.ack_slots = size_t(*v);
+  if (auto v = t.integer("pending_marks", 1, 1L << 24, 1L << 16))
     cfg.coherence.pending_marks = size_t(*v);
 }
 
 // [writer] topology = "cluster.toml": this memd is its app node's writer agent (writer_role.h).
-void parse_writer_table(Checker& c, const toml::table& t, Config& cfg) {
-  const std::string W = "[writer]";
-  c.only_known_keys(t, W, {"topology"});
-  auto topo = required_topology(c, t, W);
+void parse_writer_table(const CheckedTable& t, Config& cfg) {
+  const std::string& W = t.name();
+  t.only_known_keys({"topology"});
+  auto topo = required_topology(t);
   if (!topo) return;
   cfg.writer.enabled = true;
   cfg.writer.topology = *topo;
   if (cfg.coherence.enabled)
-    c.problem(t.source(),
-              W + " and [coherence] in one memd: the writer agent is meant to outlive the home "
+    t.problem(W + " and [coherence] in one memd: the writer agent is meant to outlive the home "
                   "memd's crashes and restarts; run it as a second memd with its own file "
                   "(conf/writer.toml) and its own listen addresses");
   for (auto& r : cfg.regions)
     if (r.name == "writer")
-      c.problem(t.source(), W + " exports region \"writer\" itself: remove the [[region]] of "
+      t.problem(W + " exports region \"writer\" itself: remove the [[region]] of "
                                 "that name");
 }
 
 // A role ([pool], [coop]) creates and exports its own segment: a [[region]] may neither take the
 // region's name nor export that segment.
-void refuse_region_clash(Checker& c, const toml::table& t, const Config& cfg, const std::string& W,
-                         const std::string& role, const std::string& region,
-                         const std::string& segment) {
+void refuse_region_clash(const CheckedTable& t, const Config& cfg, const std::string& role,
+                         const std::string& region, const std::string& segment) {
+  const std::string& W = t.name();
   for (auto& r : cfg.regions) {
     if (r.name == region)
-      c.problem(t.source(), W + ": a [[region]] is already named \"" + region + "\", the region the " +
+      t.problem(W + ": a [[region]] is already named \"" + region + "\", the region the " +
                                 role + " role exports; rename that [[region]] or remove " + W);
     if (r.segment == segment)
-      c.problem(t.source(), W + ": [[region]] \"" + r.name + "\" exports segment " + r.segment +
+      t.problem(W + ": [[region]] \"" + r.name + "\" exports segment " + r.segment +
                                 ", which the " + role + " role creates itself; remove that [[region]]");
   }
 }
 
 // [pool] bytes = N: donate N bytes (slabs of slab_bytes) to the cooperative cache pool, exported
 // as region "pool". Integers only (TOML allows 268_435_456); sizes must divide evenly.
-void parse_pool_table(Checker& c, const toml::table& t, Config& cfg) {
-  const std::string W = "[pool]";
-  c.only_known_keys(t, W, {"bytes", "slab_bytes", "lease_ms", "max_slabs_per_owner"});
+void parse_pool_table(const CheckedTable& t, Config& cfg) {
+  const std::string& W = t.name();
+  t.only_known_keys({"bytes", "slab_bytes", "lease_ms", "max_slabs_per_owner"});
   PoolConfig& p = cfg.pool;
   bool ok = true;
-  if (auto v = c.integer(t, W, "slab_bytes", PoolConfig::kMinSlabBytes, PoolConfig::kMaxSlabBytes,
+  if (auto v = t.integer("slab_bytes", PoolConfig::kMinSlabBytes, PoolConfig::kMaxSlabBytes,
                          PoolConfig::kDefaultSlabBytes)) {
     if (*v & (*v - 1)) {
       long up = 1;
       while (up < *v) up <<= 1;
-      c.problem(t.get("slab_bytes")->source(),
-                W + " slab_bytes: " + std::to_string(*v) +
+      t.problem_at("slab_bytes", W + " slab_bytes: " + std::to_string(*v) +
                     " is not a power of two; write e.g. slab_bytes = " + std::to_string(up));
       ok = false;
     } else {
       p.slab_bytes = size_t(*v);
     }
-  } else if (t.get("slab_bytes")) {
+  } else if (t.node("slab_bytes")) {
     ok = false;
   }
-  auto bytes = c.integer(t, W, "bytes", PoolConfig::kMinSlabBytes, PoolConfig::kMaxBytes,
+  auto bytes = t.integer("bytes", PoolConfig::kMinSlabBytes, PoolConfig::kMaxBytes,
                          256L << 20);
-  if (!bytes && !t.get("bytes"))
-    c.problem(t.source(), W + " bytes is required: how much memory this node donates, a multiple "
+  if (!bytes && !t.node("bytes"))
+    t.problem(W + " bytes is required: how much memory this node donates, a multiple "
                               "of slab_bytes; write e.g. bytes = 268435456 (256 MiB)");
   if (bytes && ok) {
     if (size_t(*bytes) % p.slab_bytes != 0) {
       size_t down = size_t(*bytes) / p.slab_bytes * p.slab_bytes;
-      c.problem(t.get("bytes")->source(),
-                W + " bytes: " + std::to_string(*bytes) + " is not a multiple of slab_bytes (" +
+      t.problem_at("bytes", W + " bytes: " + std::to_string(*bytes) + " is not a multiple of slab_bytes (" +
                     std::to_string(p.slab_bytes) + "); write e.g. bytes = " +
                     std::to_string(down ? down : p.slab_bytes));
     } else {
       p.bytes = size_t(*bytes);
     }
   }
-  if (auto v = c.integer(t, W, "lease_ms", PoolConfig::kMinLeaseMs, PoolConfig::kMaxLeaseMs,
+  if (auto v = t.integer("lease_ms", PoolConfig::kMinLeaseMs, PoolConfig::kMaxLeaseMs,
                          PoolConfig::kDefaultLeaseMs))
     p.lease = std::chrono::milliseconds(*v);
-  if (auto v = c.integer(t, W, "max_slabs_per_owner", 0, 1L << 31, 0))
+  if (auto v = t.integer("max_slabs_per_owner", 0, 1L << 31, 0))
     p.max_slabs_per_owner = uint32_t(*v);
   p.enabled = p.bytes > 0;
   if (!p.enabled) return;
-  refuse_region_clash(c, t, cfg, W, "pool", "pool", pool_segment_name(cfg.node));
+  refuse_region_clash(t, cfg, "pool", "pool", pool_segment_name(cfg.node));
 }
 
 // [coop] buckets = N: host this node's part of the cooperative-cache directory (N buckets of 640
 // bytes, 4 keys each), exported as region "coop.dir".
-void parse_coop_table(Checker& c, const toml::table& t, Config& cfg) {
-  const std::string W = "[coop]";
-  c.only_known_keys(t, W, {"buckets"});
-  auto v = c.integer(t, W, "buckets", 1, CoopConfig::kMaxBuckets, 65536);
+void parse_coop_table(const CheckedTable& t, Config& cfg) {
+  const std::string& W = t.name();
+  t.only_known_keys({"buckets"});
+  auto v = t.integer("buckets", 1, CoopConfig::kMaxBuckets, 65536);
   if (!v) {
-    if (!t.get("buckets"))
-      c.problem(t.source(), W + " buckets is required: the directory's bucket count (4 keys per "
+    if (!t.node("buckets"))
+      t.problem(W + " buckets is required: the directory's bucket count (4 keys per "
                                 "bucket), a power of two; write e.g. buckets = 65536");
     return;
   }
   if (*v & (*v - 1)) {
     long up = 1;
     while (up < *v) up <<= 1;
-    c.problem(t.get("buckets")->source(),
-              W + " buckets: " + std::to_string(*v) +
+    t.problem_at("buckets", W + " buckets: " + std::to_string(*v) +
                   " is not a power of two; write e.g. buckets = " + std::to_string(up));
     return;
   }
   cfg.coop.enabled = true;
   cfg.coop.buckets = uint64_t(*v);
-  refuse_region_clash(c, t, cfg, W, "coop", "coop.dir", coop_segment_name(cfg.node));
+  refuse_region_clash(t, cfg, "coop", "coop.dir", coop_segment_name(cfg.node));
+}
+
+// Runs `parse` on root's table `key` when there is one; anything else there is a problem.
+template <class Parse>
+void with_table(ConfigChecker& c, const toml::table& root, const std::string& key, Parse parse) {
+  const toml::node* n = root.get(key);
+  if (!n) return;
+  if (const toml::table* t = n->as_table())
+    parse(c.table(*t, "[" + key + "]"));
+  else
+    c.problem(n->source(), key + ": expected a [" + key + "] table, got " + describe_toml_type(*n));
 }
 
 Config parse_checked(const toml::table& root, const std::string& source_name,
                      const std::filesystem::path& base) {
-  Checker c(source_name, base);
+  ConfigChecker c(source_name, base);
   Config cfg;
   for (auto&& [k, v] : root) {
     if (k.str() == "memd" || k.str() == "region" || k.str() == "coherence" || k.str() == "pool" ||
@@ -541,67 +481,18 @@ Config parse_checked(const toml::table& root, const std::string& source_name,
             " (memd knows [memd], [[region]], [coherence], [writer], [pool] and [coop]; every key "
             "belongs under one of them)");
   }
-  if (const toml::node* m = root.get("memd")) {
-    if (const toml::table* t = m->as_table())
-      parse_memd_table(c, *t, cfg);
-    else
-      c.problem(m->source(), "memd: expected a [memd] table, got " + describe_type(*m));
-  } else {
+  if (!root.get("memd"))
     c.problem(
         "the [memd] table is missing; start the file with [memd] and at least listen = [...] "
         "and secret_file = \"...\"");
-  }
+  with_table(c, root, "memd", [&](const CheckedTable& t) { parse_memd_table(c, t, cfg); });
   if (const toml::node* r = root.get("region")) parse_regions(c, *r, cfg);
-  if (const toml::node* co = root.get("coherence")) {
-    if (const toml::table* t = co->as_table())
-      parse_coherence_table(c, *t, cfg);
-    else
-      c.problem(co->source(), "coherence: expected a [coherence] table, got " + describe_type(*co));
-  }
-  if (const toml::node* wr = root.get("writer")) {
-    if (const toml::table* t = wr->as_table())
-      parse_writer_table(c, *t, cfg);
-    else
-      c.problem(wr->source(), "writer: expected a [writer] table, got " + describe_type(*wr));
-  }
-  if (const toml::node* po = root.get("pool")) {
-    if (const toml::table* t = po->as_table())
-      parse_pool_table(c, *t, cfg);
-    else
-      c.problem(po->source(), "pool: expected a [pool] table, got " + describe_type(*po));
-  }
-  if (const toml::node* co = root.get("coop")) {
-    if (const toml::table* t = co->as_table())
-      parse_coop_table(c, *t, cfg);
-    else
-      c.problem(co->source(), "coop: expected a [coop] table, got " + describe_type(*co));
-  }
-  if (!c.problems().empty()) {
-    // In file order, so the list reads like the file; problems without a line come last.
-    auto line_of = [&](const std::string& p) {
-      size_t at = source_name.size() + 1;
-      return p.size() > at && std::isdigit(static_cast<unsigned char>(p[at]))
-                 ? std::atol(p.c_str() + at)
-                 : LONG_MAX;
-    };
-    std::vector<std::string> sorted = c.problems();
-    std::stable_sort(sorted.begin(), sorted.end(), [&](const std::string& a, const std::string& b) {
-      return line_of(a) < line_of(b);
-    });
-    throw ConfigError(std::move(sorted));
-  }
+  with_table(c, root, "coherence", [&](const CheckedTable& t) { parse_coherence_table(t, cfg); });
+  with_table(c, root, "writer", [&](const CheckedTable& t) { parse_writer_table(t, cfg); });
+  with_table(c, root, "pool", [&](const CheckedTable& t) { parse_pool_table(t, cfg); });
+  with_table(c, root, "coop", [&](const CheckedTable& t) { parse_coop_table(t, cfg); });
+  c.throw_if_any(ConfigChecker::Order::FileOrder);
   return cfg;
-}
-
-std::filesystem::path base_dir_of(const std::string& source_name) {
-  std::filesystem::path p(source_name);
-  std::filesystem::path dir = p.parent_path();
-  std::error_code ec;
-  if (dir.empty())
-    dir = std::filesystem::current_path(ec);
-  else
-    dir = std::filesystem::absolute(dir, ec);
-  return dir;
 }
 
 }  // namespace
@@ -617,7 +508,7 @@ std::string coop_segment_name(const std::string& node) {
 Config parse_config(std::string_view text, const std::string& source_name) {
   toml::table root = base::parse_toml(
       text, source_name, "strings need double quotes; tables are [memd] and [[region]]");
-  return parse_checked(root, source_name, base_dir_of(source_name));
+  return parse_checked(root, source_name, base::config_base_dir(source_name));
 }
 
 Config load_config(const std::string& path) {

@@ -21,107 +21,11 @@
 #include <set>
 #include <sstream>
 
+#include "base/config_checker.h"
+
 namespace tierce::ftpd {
 
 namespace {
-
-using base::join;
-
-class Checker {
- public:
-  explicit Checker(std::string file) : file_(std::move(file)) {}
-
-  void problem(const toml::source_region& where, const std::string& msg) {
-    if (where.begin.line > 0)
-      problems_.push_back(file_ + ":" + std::to_string(where.begin.line) + ":" +
-                          std::to_string(where.begin.column) + ": " + msg);
-    else
-      problems_.push_back(file_ + ": " + msg);
-  }
-  void problem(const std::string& msg) { problems_.push_back(file_ + ": " + msg); }
-  const std::vector<std::string>& problems() const { return problems_; }
-
-  // `prefix` names the table in messages: "" for the top level, "tls." for [tls].
-  void only_known_keys(const toml::table& t, const std::string& prefix,
-                       const std::vector<std::string>& allowed) {
-    std::vector<std::string_view> known(allowed.begin(), allowed.end());
-    for (auto& u : base::unknown_keys(t, known))
-      problem(u.where, prefix + u.key + ": unknown key" +
-                           (u.suggestion.empty() ? "" : "; did you mean '" + u.suggestion + "'?") +
-                           " (known here: " + join(allowed, ", ") + ")");
-  }
-
-  std::optional<std::string> str(const toml::table& t, const std::string& prefix,
-                                 const std::string& key) {
-    const toml::node* n = t.get(key);
-    if (!n) return std::nullopt;
-    if (!n->is_string()) {
-      problem(n->source(), prefix + key + ": expected a string in double quotes");
-      return std::nullopt;
-    }
-    return n->as_string()->get();
-  }
-  std::optional<bool> boolean(const toml::table& t, const std::string& prefix,
-                              const std::string& key) {
-    const toml::node* n = t.get(key);
-    if (!n) return std::nullopt;
-    if (!n->is_boolean()) {
-      problem(n->source(), prefix + key + ": expected true or false");
-      return std::nullopt;
-    }
-    return n->as_boolean()->get();
-  }
-  std::optional<int64_t> integer(const toml::table& t, const std::string& prefix,
-                                 const std::string& key, int64_t lo, int64_t hi) {
-    const toml::node* n = t.get(key);
-    if (!n) return std::nullopt;
-    if (!n->is_integer()) {
-      problem(n->source(), prefix + key + ": expected an integer " + std::to_string(lo) + ".." +
-                               std::to_string(hi));
-      return std::nullopt;
-    }
-    int64_t v = n->as_integer()->get();
-    if (v < lo || v > hi) {
-      problem(n->source(), prefix + key + ": " + std::to_string(v) + " is out of range; write " +
-                               std::to_string(lo) + ".." + std::to_string(hi));
-      return std::nullopt;
-    }
-    return v;
-  }
-  void set(unsigned* out, const toml::table& t, const std::string& prefix, const std::string& key,
-           int64_t lo, int64_t hi) {
-    if (auto v = integer(t, prefix, key, lo, hi)) *out = unsigned(*v);
-  }
-
-  // An existing directory, absolute. Relative paths are taken from the config file's directory.
-  std::optional<std::string> directory(const toml::table& t, const std::string& prefix,
-                                       const std::string& key, const std::string& base) {
-    auto v = str(t, prefix, key);
-    if (!v) return std::nullopt;
-    const toml::node* n = t.get(key);
-    std::filesystem::path p(*v);
-    if (v->empty()) {
-      problem(n->source(), prefix + key + ": empty; write the directory, e.g. \"/srv/ftp\"");
-      return std::nullopt;
-    }
-    if (p.is_relative()) p = std::filesystem::path(base) / p;
-    struct stat st;
-    if (::stat(p.c_str(), &st) != 0) {
-      problem(n->source(), prefix + key + ": " + p.string() + ": " + std::strerror(errno) +
-                               "; create the directory first");
-      return std::nullopt;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      problem(n->source(), prefix + key + ": " + p.string() + " is not a directory");
-      return std::nullopt;
-    }
-    return p.lexically_normal().string();
-  }
-
- private:
-  std::string file_;
-  std::vector<std::string> problems_;
-};
 
 bool valid_ip(const std::string& h) {
   in6_addr a6;
@@ -173,66 +77,89 @@ bool parse_range(const std::string& s, uint16_t* lo, uint16_t* hi) {
   return *lo >= 1024 && *lo <= *hi;
 }
 
+using base::CheckedTable;
+using base::ConfigChecker;
+
+void set(unsigned* out, const CheckedTable& t, const std::string& key, int64_t lo, int64_t hi) {
+  if (auto v = t.integer(key, lo, hi)) *out = unsigned(*v);
+}
+
+// An existing directory, absolute. Relative paths are taken from the config file's directory.
+std::optional<std::string> directory(const CheckedTable& t, const std::string& key,
+                                     const std::string& base) {
+  auto v = t.string(key);
+  if (!v) return std::nullopt;
+  std::string name = t.key_name(key);
+  std::filesystem::path p(*v);
+  if (v->empty()) {
+    t.problem_at(key, name + ": empty; write the directory, e.g. \"/srv/ftp\"");
+    return std::nullopt;
+  }
+  if (p.is_relative()) p = std::filesystem::path(base) / p;
+  struct stat st;
+  if (::stat(p.c_str(), &st) != 0) {
+    t.problem_at(key, name + ": " + p.string() + ": " + std::strerror(errno) +
+                          "; create the directory first");
+    return std::nullopt;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    t.problem_at(key, name + ": " + p.string() + " is not a directory");
+    return std::nullopt;
+  }
+  return p.lexically_normal().string();
+}
+
 std::string base_dir_of(const std::string& source) {
   std::filesystem::path p(source);
   return p.has_parent_path() ? p.parent_path().string() : ".";
 }
 
-Config parse_checked(const toml::table& root, const std::string& source) {
-  Checker c(source);
-  Config cfg;
-  cfg.source = source;
-  std::string base = base_dir_of(source);
-
-  c.only_known_keys(root, "",
-                    {"listen", "workers", "max_sessions", "worker_sessions", "pasv_ports",
-                     "pasv_address", "idle_timeout_s", "data_timeout_s", "store_splice", "login_timeout_s",
-                     "login_fail_delay_ms", "max_login_failures", "max_sessions_per_ip",
-                     "unprivileged_user", "xferlog", "log_level",
-                     "ready_file", "banner", "anonymous", "tls", "adts", "user", "limits",
-                     "metrics_file", "metrics_interval_ms"});
-
-  if (auto v = c.str(root, "", "listen")) {
+// The top level's addresses, sessions and timeouts.
+void parse_sessions(const CheckedTable& root, Config& cfg) {
+  if (auto v = root.string("listen")) {
     if (!parse_listen(*v, &cfg.listen_host, &cfg.listen_port))
-      c.problem(root.get("listen")->source(),
-                "listen: \"" + *v +
-                    "\" is not HOST:PORT with a numeric address; write e.g. \"127.0.0.1:2121\" "
-                    "or \"[::1]:2121\" (port 0 = ephemeral)");
+      root.problem_at("listen", "listen: \"" + *v +
+                                    "\" is not HOST:PORT with a numeric address; write e.g. "
+                                    "\"127.0.0.1:2121\" or \"[::1]:2121\" (port 0 = ephemeral)");
   }
-  c.set(&cfg.workers, root, "", "workers", 1, 256);
-  c.set(&cfg.max_sessions, root, "", "max_sessions", 1, 10000);
-  c.set(&cfg.worker_sessions, root, "", "worker_sessions", 0, 1000000);
-  if (auto v = c.str(root, "", "pasv_ports")) {
+  set(&cfg.workers, root, "workers", 1, 256);
+  set(&cfg.max_sessions, root, "max_sessions", 1, 10000);
+  set(&cfg.worker_sessions, root, "worker_sessions", 0, 1000000);
+  if (auto v = root.string("pasv_ports")) {
     if (!parse_range(*v, &cfg.pasv_min, &cfg.pasv_max))
-      c.problem(root.get("pasv_ports")->source(),
-                "pasv_ports: \"" + *v +
-                    "\" is not a port range; write \"LOW-HIGH\" with 1024 <= LOW <= HIGH <= 65535, "
-                    "or \"0\" for any ephemeral port");
+      root.problem_at("pasv_ports",
+                      "pasv_ports: \"" + *v +
+                          "\" is not a port range; write \"LOW-HIGH\" with 1024 <= LOW <= HIGH <= "
+                          "65535, or \"0\" for any ephemeral port");
   }
-  if (auto v = c.str(root, "", "pasv_address")) {
+  if (auto v = root.string("pasv_address")) {
     in_addr a;
     if (!v->empty() && inet_pton(AF_INET, v->c_str(), &a) != 1)
-      c.problem(root.get("pasv_address")->source(),
-                "pasv_address: \"" + *v + "\" is not an IPv4 address (227 replies carry IPv4 only)");
+      root.problem_at("pasv_address", "pasv_address: \"" + *v +
+                                          "\" is not an IPv4 address (227 replies carry IPv4 only)");
     else
       cfg.pasv_address = *v;
   }
-  c.set(&cfg.idle_timeout_s, root, "", "idle_timeout_s", 1, 86400);
-  c.set(&cfg.data_timeout_s, root, "", "data_timeout_s", 1, 86400);
-  if (auto v = c.boolean(root, "", "store_splice")) cfg.store_splice = *v;
-  c.set(&cfg.login_timeout_s, root, "", "login_timeout_s", 1, 3600);
-  c.set(&cfg.login_fail_delay_ms, root, "", "login_fail_delay_ms", 0, 60000);
-  c.set(&cfg.max_login_failures, root, "", "max_login_failures", 1, 100);
-  c.set(&cfg.max_sessions_per_ip, root, "", "max_sessions_per_ip", 0, 10000);
-  if (auto v = c.str(root, "", "unprivileged_user")) {
+  set(&cfg.idle_timeout_s, root, "idle_timeout_s", 1, 86400);
+  set(&cfg.data_timeout_s, root, "data_timeout_s", 1, 86400);
+  if (auto v = root.boolean("store_splice")) cfg.store_splice = *v;
+  set(&cfg.login_timeout_s, root, "login_timeout_s", 1, 3600);
+  set(&cfg.login_fail_delay_ms, root, "login_fail_delay_ms", 0, 60000);
+  set(&cfg.max_login_failures, root, "max_login_failures", 1, 100);
+  set(&cfg.max_sessions_per_ip, root, "max_sessions_per_ip", 0, 10000);
+  if (auto v = root.string("unprivileged_user")) {
     if (v->empty())
-      c.problem(root.get("unprivileged_user")->source(),
-                "unprivileged_user: empty; name a system account, e.g. \"nobody\" or \"ftp\"");
+      root.problem_at("unprivileged_user",
+                      "unprivileged_user: empty; name a system account, e.g. \"nobody\" or \"ftp\"");
     else
       cfg.unprivileged_user = *v;
   }
-  if (auto v = c.str(root, "", "xferlog")) cfg.xferlog = *v;
-  if (auto v = c.str(root, "", "log_level")) {
+}
+
+// The top level's files, logging and banner.
+void parse_outputs(const CheckedTable& root, Config& cfg, const std::string& base) {
+  if (auto v = root.string("xferlog")) cfg.xferlog = *v;
+  if (auto v = root.string("log_level")) {
     if (*v == "debug")
       cfg.log_level = fabric::LogLevel::Debug;
     else if (*v == "info")
@@ -242,162 +169,176 @@ Config parse_checked(const toml::table& root, const std::string& source) {
     else if (*v == "error")
       cfg.log_level = fabric::LogLevel::Error;
     else
-      c.problem(root.get("log_level")->source(),
-                "log_level: \"" + *v + "\" is not one of \"debug\", \"info\", \"warn\", \"error\"");
+      root.problem_at("log_level", "log_level: \"" + *v +
+                                       "\" is not one of \"debug\", \"info\", \"warn\", \"error\"");
   }
-  if (auto v = c.str(root, "", "ready_file")) cfg.ready_file = *v;
-  if (auto v = c.str(root, "", "metrics_file")) {
+  if (auto v = root.string("ready_file")) cfg.ready_file = *v;
+  if (auto v = root.string("metrics_file")) {
     if (v->empty())
-      c.problem(root.get("metrics_file")->source(),
-                "metrics_file: empty; leave the key out for none, or write e.g. "
-                "\"/var/lib/prometheus/node-exporter/tierce-ftpd.prom\"");
+      root.problem_at("metrics_file",
+                      "metrics_file: empty; leave the key out for none, or write e.g. "
+                      "\"/var/lib/prometheus/node-exporter/tierce-ftpd.prom\"");
     else
       cfg.metrics_file = std::filesystem::path(*v).is_relative()
                              ? (std::filesystem::path(base) / *v).lexically_normal().string()
                              : *v;
   }
-  c.set(&cfg.metrics_interval_ms, root, "", "metrics_interval_ms", 1000, 3600000);
-  if (auto v = c.str(root, "", "banner")) {
+  set(&cfg.metrics_interval_ms, root, "metrics_interval_ms", 1000, 3600000);
+  if (auto v = root.string("banner")) {
     if (v->find_first_of("\r\n") != std::string::npos)
-      c.problem(root.get("banner")->source(), "banner: one line only (no newlines)");
+      root.problem_at("banner", "banner: one line only (no newlines)");
     else
       cfg.banner = *v;
   }
+}
 
-  if (const toml::node* n = root.get("anonymous")) {
-    if (const toml::table* t = n->as_table()) {
-      c.only_known_keys(*t, "anonymous.", {"root"});
-      if (!t->contains("root"))
-        c.problem(n->source(), "anonymous.root: missing; write root = \"/srv/ftp\" in [anonymous]");
-      else if (auto d = c.directory(*t, "anonymous.", "root", base)) {
-        cfg.anonymous = true;
-        cfg.anonymous_root = *d;
-      }
-    } else {
-      c.problem(n->source(), "anonymous: expected a table [anonymous]");
-    }
+void parse_anonymous(const CheckedTable& t, Config& cfg, const std::string& base) {
+  t.only_known_keys({"root"});
+  if (!t.toml().contains("root"))
+    t.problem("anonymous.root: missing; write root = \"/srv/ftp\" in [anonymous]");
+  else if (auto d = directory(t, "root", base)) {
+    cfg.anonymous = true;
+    cfg.anonymous_root = *d;
   }
+}
 
-  if (const toml::node* n = root.get("tls")) {
-    if (const toml::table* t = n->as_table()) {
-      c.only_known_keys(*t, "tls.", {"cert", "key", "require", "require_reuse"});
-      auto cert = c.str(*t, "tls.", "cert");
-      auto key = c.str(*t, "tls.", "key");
-      if (!cert || cert->empty()) c.problem(n->source(), "tls.cert: missing; the PEM certificate");
-      if (!key || key->empty()) c.problem(n->source(), "tls.key: missing; the PEM private key");
-      for (auto* p : {&cert, &key}) {
-        if (*p && !(*p)->empty() && std::filesystem::path(**p).is_relative())
-          **p = (std::filesystem::path(base) / **p).string();
-      }
-      if (cert && key) {
-        for (auto [k, p] : {std::pair{"cert", *cert}, std::pair{"key", *key}}) {
-          if (!p.empty() && ::access(p.c_str(), R_OK) != 0)
-            c.problem(t->get(k)->source(),
-                      std::string("tls.") + k + ": " + p + ": " + std::strerror(errno));
-        }
-        cfg.tls = true;
-        cfg.tls_cert = *cert;
-        cfg.tls_key = *key;
-      }
-      if (auto v = c.boolean(*t, "tls.", "require")) cfg.tls_require = *v;
-      if (auto v = c.boolean(*t, "tls.", "require_reuse")) cfg.tls_require_reuse = *v;
-    } else {
-      c.problem(n->source(), "tls: expected a table [tls]");
-    }
+void parse_tls(const CheckedTable& t, Config& cfg, const std::string& base) {
+  t.only_known_keys({"cert", "key", "require", "require_reuse"});
+  auto cert = t.string("cert");
+  auto key = t.string("key");
+  if (!cert || cert->empty()) t.problem("tls.cert: missing; the PEM certificate");
+  if (!key || key->empty()) t.problem("tls.key: missing; the PEM private key");
+  for (auto* p : {&cert, &key}) {
+    if (*p && !(*p)->empty() && std::filesystem::path(**p).is_relative())
+      **p = (std::filesystem::path(base) / **p).string();
   }
+  if (cert && key) {
+    for (auto [k, p] : {std::pair{"cert", *cert}, std::pair{"key", *key}}) {
+      if (!p.empty() && ::access(p.c_str(), R_OK) != 0)
+        t.problem_at(k, std::string("tls.") + k + ": " + p + ": " + std::strerror(errno));
+    }
+    cfg.tls = true;
+    cfg.tls_cert = *cert;
+    cfg.tls_key = *key;
+  }
+  if (auto v = t.boolean("require")) cfg.tls_require = *v;
+  if (auto v = t.boolean("require_reuse")) cfg.tls_require_reuse = *v;
+}
 
-  if (const toml::node* n = root.get("adts")) {
-    if (const toml::table* t = n->as_table()) {
-      c.only_known_keys(*t, "adts.", {"enable", "max_streams", "block_kib", "zero_copy"});
-      if (auto v = c.boolean(*t, "adts.", "enable")) cfg.adts_enable = *v;
-      c.set(&cfg.adts_max_streams, *t, "adts.", "max_streams", 1, 64);
-      c.set(&cfg.adts_block_kib, *t, "adts.", "block_kib", 4, 65536);
-      if (auto v = c.boolean(*t, "adts.", "zero_copy")) cfg.adts_zero_copy = *v;
-    } else {
-      c.problem(n->source(), "adts: expected a table [adts]");
-    }
-  }
+void parse_adts(const CheckedTable& t, Config& cfg) {
+  t.only_known_keys({"enable", "max_streams", "block_kib", "zero_copy"});
+  if (auto v = t.boolean("enable")) cfg.adts_enable = *v;
+  set(&cfg.adts_max_streams, t, "max_streams", 1, 64);
+  set(&cfg.adts_block_kib, t, "block_kib", 4, 65536);
+  if (auto v = t.boolean("zero_copy")) cfg.adts_zero_copy = *v;
+}
 
-  if (const toml::node* n = root.get("user")) {
-    const toml::array* arr = n->as_array();
-    if (!arr || !arr->is_array_of_tables()) {
-      c.problem(n->source(), "user: expected tables [[user]] (name, password, root, write)");
-    } else {
-      std::set<std::string> seen;
-      for (const toml::node& un : *arr) {
-        const toml::table& t = *un.as_table();
-        c.only_known_keys(t, "user.", {"name", "password", "root", "write", "run_as",
-                                       "max_upload_bytes", "session_upload_bytes"});
-        UserConfig u;
-        auto name = c.str(t, "user.", "name");
-        if (!name || name->empty() ||
-            !std::all_of(name->begin(), name->end(),
-                         [](char ch) { return ch > 0x20 && ch != 0x7f && ch != ':'; })) {
-          c.problem(un.source(), "user.name: missing or not a plain word (no spaces, no ':')");
-          continue;
-        }
-        u.name = *name;
-        if (u.name == "anonymous" || u.name == "ftp")
-          c.problem(t.get("name")->source(),
-                    "user.name: \"" + u.name + "\" is the anonymous login; use [anonymous]");
-        if (!seen.insert(u.name).second)
-          c.problem(t.get("name")->source(), "user.name: \"" + u.name + "\" appears twice");
-        auto pw = c.str(t, "user.", "password");
-        if (!pw)
-          c.problem(un.source(), "user.password: missing for user \"" + u.name +
-                                     "\"; make one with tierce-ftpd --hash-password");
-        else if (pw->size() < 4 || (*pw)[0] != '$' || pw->find('$', 1) == std::string::npos)
-          c.problem(t.get("password")->source(),
-                    "user.password: user \"" + u.name +
-                        "\": not a crypt(3) hash (\"$y$...\" or \"$6$...\"); plain text is not "
-                        "accepted: make one with tierce-ftpd --hash-password");
-        else
-          u.password_hash = *pw;
-        if (pw) ::explicit_bzero(pw->data(), pw->size());  // see scrub_strings
-        if (!t.contains("root"))
-          c.problem(un.source(), "user.root: missing for user \"" + u.name + "\"");
-        else if (auto d = c.directory(t, "user.", "root", base))
-          u.root = *d;
-        if (auto w = c.boolean(t, "user.", "write")) u.write = *w;
-        if (auto r = c.str(t, "user.", "run_as")) {
-          if (r->empty())
-            c.problem(t.get("run_as")->source(), "user.run_as: user \"" + u.name +
-                                                     "\": empty; name a system account or omit it");
-          else
-            u.run_as = *r;
-        }
-        if (auto v = c.integer(t, "user.", "max_upload_bytes", 0, INT64_MAX))
-          u.max_upload_bytes = *v;
-        if (auto v = c.integer(t, "user.", "session_upload_bytes", 0, INT64_MAX))
-          u.session_upload_bytes = *v;
-        cfg.users.push_back(std::move(u));
-      }
-    }
+// One [[user]] table; nullopt when it has no usable name (the rest is not checked then).
+std::optional<UserConfig> parse_user(const CheckedTable& t, std::set<std::string>& seen,
+                                     const std::string& base) {
+  t.only_known_keys({"name", "password", "root", "write", "run_as", "max_upload_bytes",
+                     "session_upload_bytes"});
+  UserConfig u;
+  auto name = t.string("name");
+  if (!name || name->empty() ||
+      !std::all_of(name->begin(), name->end(),
+                   [](char ch) { return ch > 0x20 && ch != 0x7f && ch != ':'; })) {
+    t.problem("user.name: missing or not a plain word (no spaces, no ':')");
+    return std::nullopt;
   }
-  // ---- [limits] (issue 17: bounded resources per session) ----
-  if (const toml::node* n = root.get("limits")) {
-    if (const toml::table* t = n->as_table()) {
-      c.only_known_keys(*t, "limits.",
-                        {"max_command_line", "control_buffer_kib", "max_upload_bytes",
-                         "session_upload_bytes", "adts_peer_only"});
-      if (auto v = c.integer(*t, "limits.", "max_command_line", 512, 4096))
-        cfg.max_command_line = size_t(*v);
-      if (auto v = c.integer(*t, "limits.", "control_buffer_kib", 4, 65536))
-        cfg.control_buffer_bytes = size_t(*v) << 10;
-      if (auto v = c.integer(*t, "limits.", "max_upload_bytes", 0, INT64_MAX))
-        cfg.max_upload_bytes = uint64_t(*v);
-      if (auto v = c.integer(*t, "limits.", "session_upload_bytes", 0, INT64_MAX))
-        cfg.session_upload_bytes = uint64_t(*v);
-      if (auto v = c.boolean(*t, "limits.", "adts_peer_only")) cfg.adts_peer_only = *v;
-    } else {
-      c.problem(n->source(), "limits: expected a table [limits]");
-    }
+  u.name = *name;
+  if (u.name == "anonymous" || u.name == "ftp")
+    t.problem_at("name", "user.name: \"" + u.name + "\" is the anonymous login; use [anonymous]");
+  if (!seen.insert(u.name).second)
+    t.problem_at("name", "user.name: \"" + u.name + "\" appears twice");
+  auto pw = t.string("password");
+  if (!pw)
+    t.problem("user.password: missing for user \"" + u.name +
+              "\"; make one with tierce-ftpd --hash-password");
+  else if (pw->size() < 4 || (*pw)[0] != '$' || pw->find('$', 1) == std::string::npos)
+    t.problem_at("password", "user.password: user \"" + u.name +
+                                 "\": not a crypt(3) hash (\"$y$...\" or \"$6$...\"); plain text "
+                                 "is not accepted: make one with tierce-ftpd --hash-password");
+  else
+    u.password_hash = *pw;
+  if (pw) ::explicit_bzero(pw->data(), pw->size());  // see scrub_strings
+  if (!t.toml().contains("root"))
+    t.problem("user.root: missing for user \"" + u.name + "\"");
+  else if (auto d = directory(t, "root", base))
+    u.root = *d;
+  if (auto w = t.boolean("write")) u.write = *w;
+  if (auto r = t.string("run_as")) {
+    if (r->empty())
+      t.problem_at("run_as", "user.run_as: user \"" + u.name +
+                                 "\": empty; name a system account or omit it");
+    else
+      u.run_as = *r;
   }
+  if (auto v = t.integer("max_upload_bytes", 0, INT64_MAX)) u.max_upload_bytes = *v;
+  if (auto v = t.integer("session_upload_bytes", 0, INT64_MAX)) u.session_upload_bytes = *v;
+  return u;
+}
 
-  if (cfg.users.empty() && !cfg.anonymous && c.problems().empty())
+void parse_users(ConfigChecker& c, const toml::node& n, Config& cfg, const std::string& base) {
+  const toml::array* arr = n.as_array();
+  if (!arr || !arr->is_array_of_tables()) {
+    c.problem(n.source(), "user: expected tables [[user]] (name, password, root, write)");
+    return;
+  }
+  std::set<std::string> seen;
+  for (const toml::node& un : *arr)
+    if (auto u = parse_user(c.table(*un.as_table(), "user."), seen, base))
+      cfg.users.push_back(std::move(*u));
+}
+
+// [limits] (issue 17: bounded resources per session).
+void parse_limits(const CheckedTable& t, Config& cfg) {
+  t.only_known_keys({"max_command_line", "control_buffer_kib", "max_upload_bytes",
+                     "session_upload_bytes", "adts_peer_only"});
+  if (auto v = t.integer("max_command_line", 512, 4096)) cfg.max_command_line = size_t(*v);
+  if (auto v = t.integer("control_buffer_kib", 4, 65536))
+    cfg.control_buffer_bytes = size_t(*v) << 10;
+  if (auto v = t.integer("max_upload_bytes", 0, INT64_MAX)) cfg.max_upload_bytes = uint64_t(*v);
+  if (auto v = t.integer("session_upload_bytes", 0, INT64_MAX))
+    cfg.session_upload_bytes = uint64_t(*v);
+  if (auto v = t.boolean("adts_peer_only")) cfg.adts_peer_only = *v;
+}
+
+// Runs `parse` on root's table `key` ([tls] read as "tls.KEY") when there is one.
+template <class Parse>
+void with_table(ConfigChecker& c, const toml::table& root, const std::string& key, Parse parse) {
+  const toml::node* n = root.get(key);
+  if (!n) return;
+  if (const toml::table* t = n->as_table())
+    parse(c.table(*t, key + "."));
+  else
+    c.problem(n->source(), key + ": expected a table [" + key + "]");
+}
+
+Config parse_checked(const toml::table& root, const std::string& source) {
+  std::string base = base_dir_of(source);
+  base::CheckerWording terse;
+  terse.style = base::CheckerWording::Style::Terse;
+  ConfigChecker c(source, base, terse);
+  Config cfg;
+  cfg.source = source;
+  CheckedTable top = c.table(root, "");
+  top.only_known_keys({"listen", "workers", "max_sessions", "worker_sessions", "pasv_ports",
+                       "pasv_address", "idle_timeout_s", "data_timeout_s", "store_splice",
+                       "login_timeout_s", "login_fail_delay_ms", "max_login_failures",
+                       "max_sessions_per_ip", "unprivileged_user", "xferlog", "log_level",
+                       "ready_file", "banner", "anonymous", "tls", "adts", "user", "limits",
+                       "metrics_file", "metrics_interval_ms"});
+  parse_sessions(top, cfg);
+  parse_outputs(top, cfg, base);
+  with_table(c, root, "anonymous", [&](const CheckedTable& t) { parse_anonymous(t, cfg, base); });
+  with_table(c, root, "tls", [&](const CheckedTable& t) { parse_tls(t, cfg, base); });
+  with_table(c, root, "adts", [&](const CheckedTable& t) { parse_adts(t, cfg); });
+  if (const toml::node* n = root.get("user")) parse_users(c, *n, cfg, base);
+  with_table(c, root, "limits", [&](const CheckedTable& t) { parse_limits(t, cfg); });
+  if (cfg.users.empty() && !cfg.anonymous && c.ok())
     c.problem("user: no [[user]] and no [anonymous]: nobody could log in; add one of them");
-
-  if (!c.problems().empty()) throw ConfigError(c.problems());
+  c.throw_if_any();
   return cfg;
 }
 
