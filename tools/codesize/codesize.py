@@ -24,8 +24,19 @@ MAX_FILE = 1000
 MAX_FUNCTION = 150
 SOURCE_EXT = (".cc", ".h", ".c", ".cpp")
 SKIP_DIRS = {"tests", "benchmarks", ".git", "docs", "third_party", "node_modules"}
-# path (relative to the root) -> why it may exceed the file limit
-ALLOW = {}
+# path (relative to the root) -> why it may exceed the file limit. Each entry is a debt with its
+# reason; the check fails when an entry is no longer needed (the file shrank), so the list only
+# shrinks.
+ALLOW = {
+    "mod_rcache/mod_rcache.cc": "issue 30: config resolution into rcache_logic, Global g per child (not done yet)",
+    "tools/tierce-check/main.cc": "issue 30: options / workload / report split (not done yet)",
+}
+# (path, function) -> why it may exceed the function limit; the same rules.
+ALLOW_FUNCTIONS = {
+    ("tools/tierce-check/main.cc", "main"): "issue 30: options / workload / report split (not done yet)",
+    ("agents/lockd/main.cc", "parse"): "issue 30: the daemon skeleton in base (not done yet)",
+    ("agents/lockd/main.cc", "run"): "issue 30: the daemon skeleton in base (not done yet)",
+}
 
 
 def strip_code(text):
@@ -161,15 +172,28 @@ def measure(root):
     return files, funcs
 
 
-def check(root):
+def check(root, allow=None, allow_functions=None):
+    allow = ALLOW if allow is None else allow
+    allow_functions = ALLOW_FUNCTIONS if allow_functions is None else allow_functions
     files, funcs = measure(root)
     problems = []
+    sizes = dict(files)
     for rel, lines in files:
-        if lines > MAX_FILE and rel not in ALLOW:
+        if lines > MAX_FILE and rel not in allow:
             problems.append(f"{rel}: {lines} lines (limit {MAX_FILE}): split it by concern")
+    for rel, why in allow.items():
+        if rel in sizes and sizes[rel] <= MAX_FILE:
+            problems.append(f"{rel}: within the limit now: remove it from ALLOW ({why})")
+    long_functions = set()
     for rel, name, first, count in funcs:
         if count > MAX_FUNCTION:
-            problems.append(f"{rel}:{first}: function {name} is {count} lines (limit {MAX_FUNCTION})")
+            long_functions.add((rel, name))
+            if (rel, name) not in allow_functions:
+                problems.append(f"{rel}:{first}: function {name} is {count} lines (limit {MAX_FUNCTION})")
+    for key, why in allow_functions.items():
+        if key[0] in sizes and key not in long_functions:
+            problems.append(f"{key[0]}: function {key[1]} is within the limit now: remove it from "
+                            f"ALLOW_FUNCTIONS ({why})")
     return problems, files, funcs
 
 
@@ -205,7 +229,7 @@ auto trailing(int x) -> int {
             fh.write("// filler\n" * (MAX_FILE + 1))
         with open(os.path.join(d, "tests", "ignored.cc"), "w") as fh:
             fh.write("// filler\n" * (MAX_FILE + 1))
-        problems, _, _ = check(d)
+        problems, _, _ = check(d, allow={}, allow_functions={})
         text = "\n".join(problems)
         if "long_one" not in text:
             print("self-test: a function over the limit was not reported")
@@ -215,6 +239,15 @@ auto trailing(int x) -> int {
             ok = False
         if "ignored.cc" in text:
             print("self-test: a file under tests/ was reported")
+            ok = False
+        allowed, _, _ = check(d, allow={"lib/big.h": "t"}, allow_functions={("lib/long.cc", "long_one"): "t"})
+        if allowed:
+            print(f"self-test: allowed debts still reported: {allowed}")
+            ok = False
+        stale, _, _ = check(d, allow={"lib/big.h": "t", "lib/long.cc": "t"},
+                            allow_functions={("lib/long.cc", "long_one"): "t", ("lib/long.cc", "gone"): "t"})
+        if len(stale) != 2:
+            print(f"self-test: entries no longer needed were not reported: {stale}")
             ok = False
     print("self-test passed" if ok else "self-test FAILED")
     return 0 if ok else 1
@@ -247,7 +280,8 @@ def main():
         print(f"{len(problems)} over the limits (tools/codesize/codesize.py; issue 30)")
         return 1
     print(f"codesize: {len(files)} files, {len(funcs)} functions, all within "
-          f"{MAX_FILE} lines a file and {MAX_FUNCTION} a function")
+          f"{MAX_FILE} lines a file and {MAX_FUNCTION} a function but the "
+          f"{len(ALLOW) + len(ALLOW_FUNCTIONS)} listed debts")
     return 0
 
 
