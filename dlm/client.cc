@@ -537,8 +537,7 @@ std::string lock_what(const std::string& name, Mode mode) {
 // Status::Ok, or WouldBlock for a try-lock that failed; throws otherwise.
 ipc::Reply acquire(LockClient::Impl& m, const std::string& name, Mode mode,
                    std::chrono::milliseconds timeout) {
-  if (base::Status named = ipc::check_name(name); !named.ok())
-    throw LockError(Status::BadName, named.message());
+  if (auto why = ipc::name_problem(name); !why.empty()) throw LockError(Status::BadName, std::string(why));
   if (mode != Mode::Shared && mode != Mode::Exclusive)
     throw LockError(Status::BadRequest,
                     "mode " + std::to_string(int(mode)) + " is not a lock mode");

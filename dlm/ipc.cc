@@ -89,11 +89,10 @@ bool check_header(std::span<const uint8_t> b, DecodeError* err) {
 
 }  // namespace
 
-base::Status check_name(std::string_view name) {
-  auto no = [](const char* why) { return base::Status(base::Code::InvalidArgument, why); };
-  if (name.empty()) return no("the lock name is empty");
-  if (name.size() > kMaxNameBytes) return no("the lock name is longer than 255 bytes");
-  if (name.find('\0') != std::string_view::npos) return no("the lock name contains a NUL byte");
+std::string_view name_problem(std::string_view name) {
+  if (name.empty()) return "the lock name is empty";
+  if (name.size() > kMaxNameBytes) return "the lock name is longer than 255 bytes";
+  if (name.find('\0') != std::string_view::npos) return "the lock name contains a NUL byte";
   return {};
 }
 
@@ -213,8 +212,8 @@ std::optional<Request> decode_request(std::span<const uint8_t> b, DecodeError* e
         return std::nullopt;
       }
       std::string_view name(reinterpret_cast<const char*>(p + kLockFixed), len);
-      if (base::Status named = check_name(name); !named.ok()) {
-        fail(err, named.message(), id, Status::BadName);
+      if (auto why = name_problem(name); !why.empty()) {
+        fail(err, std::string(why), id, Status::BadName);
         return std::nullopt;
       }
       r.name.assign(name);

@@ -57,7 +57,6 @@
 #include <string_view>
 #include <variant>
 
-#include "base/status.h"
 #include "dlm/types.h"
 
 namespace tierce::dlm::ipc {
@@ -140,7 +139,7 @@ struct Frame {
   std::span<const uint8_t> view() const { return {bytes, size}; }
 };
 
-// Prereq (LOCK): the name is valid (check_name); the client checks before encoding.
+// Prereq (LOCK): the name is valid (name_problem); the client checks before encoding.
 void encode(const LockRequest& r, Frame* f);
 void encode(const UnlockRequest& r, Frame* f);
 void encode(const StatusRequest& r, Frame* f);
@@ -152,9 +151,10 @@ void encode(const RevokedEvent& r, Frame* f);
 std::optional<Request> decode_request(std::span<const uint8_t> frame, DecodeError* err);
 std::optional<Event> decode_event(std::span<const uint8_t> frame, DecodeError* err);
 
-// Empty, longer than kMaxNameBytes or containing NUL: not a lock name (InvalidArgument; the
-// codec answers it with Status::BadName).
-base::Status check_name(std::string_view name);
+// Why `name` is not a lock name (empty, longer than kMaxNameBytes, containing NUL: the codec
+// answers Status::BadName), or an empty view when it is one. (The client library links nothing of
+// ours, base/ included: it ends up in Apache children and C programs.)
+std::string_view name_problem(std::string_view name);
 
 std::string_view to_string(FrameType t);
 
