@@ -29,11 +29,10 @@ SKIP_DIRS = {"tests", "benchmarks", ".git", "docs", "third_party", "node_modules
 # shrinks.
 ALLOW = {
     "mod_rcache/mod_rcache.cc": "issue 30: config resolution into rcache_logic, Global g per child (not done yet)",
-    "tools/tierce-check/main.cc": "issue 30: options / workload / report split (not done yet)",
 }
 # (path, function) -> why it may exceed the function limit; the same rules.
 ALLOW_FUNCTIONS = {
-    ("tools/tierce-check/main.cc", "main"): "issue 30: options / workload / report split (not done yet)",
+    ("tools/tierce-check/main.cc", "main"): "issue 30: the analysis and the report out of main (not done yet)",
     ("agents/lockd/main.cc", "parse"): "issue 30: the daemon skeleton in base (not done yet)",
     ("agents/lockd/main.cc", "run"): "issue 30: the daemon skeleton in base (not done yet)",
 }

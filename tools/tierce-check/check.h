@@ -1,0 +1,155 @@
+// tools/tierce-check/check.h — what tierce-check's parts share: the options, the records a run
+// produces, the state its threads share, and the functions of options.cc (the command line) and
+// workload.cc (the readers, writers and --during commands; the proxies' metrics). main.cc runs
+// them, then analyses and reports the run.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "http.h"
+
+namespace tcheck {
+
+// ------------------------------------------------------------------------------------------------
+// entities
+
+enum EType : uint64_t { kItem = 0, kCategory = 1, kUser = 2 };
+inline const char* kTypeNames[] = {"item", "category", "user"};
+
+inline uint64_t make_key(uint64_t type, uint64_t id) { return (type << 40) | id; }
+inline std::string key_name(uint64_t k) {
+  return std::string(kTypeNames[k >> 40]) + ":" + std::to_string(k & ((uint64_t(1) << 40) - 1));
+}
+
+// ------------------------------------------------------------------------------------------------
+// options
+
+struct During {
+  std::string command;
+  double at_s = 0;
+  // results
+  bool started = false, finished = false;
+  int exit_status = -1;  // exit code, or 128+signal
+  double start_s = 0, end_s = 0;
+};
+
+// --window NAME=FROM-TO: the operations that start in [FROM, TO) seconds after the start count.
+struct Window {
+  std::string name;
+  std::vector<std::pair<double, double>> ranges;  // a NAME given several times: their union
+  bool contains(double t) const {
+    for (const auto& [from, to] : ranges)
+      if (t >= from && t < to) return true;
+    return false;
+  }
+};
+
+struct Options {
+  std::vector<std::string> proxies, apps;
+  int readers = 8, writers = 2;
+  std::optional<long long> ops;
+  std::optional<double> duration;
+  double write_ratio = 0.1;
+  int hot = 100;
+  std::optional<int> items, users, categories;
+  uint64_t seed = 1;
+  std::vector<During> during;
+  std::vector<Window> windows;
+  std::string json_path, cluster_path;
+  bool quiet = false, direct = false, pace = true;
+  bool strict = false;  // read-read inversions fail the run
+  std::optional<double> rate;  // --rate: open loop, operations per second in all
+  bool timeline = false;
+  double max_error_ratio = 0.01;
+  double timeout = 10;
+  std::string cache = "unknown";
+  std::string site;  // Host header of reads through the proxies
+};
+
+// Exits 2 with `msg` and the usage text.
+[[noreturn]] void usage_error(const std::string& msg);
+// The command line; exits 2 on bad usage.
+Options parse_args(int argc, char** argv);
+// --cluster: the proxies, apps and cache kind from tierce-cluster's cluster.json.
+void load_cluster(Options& o);
+
+// ------------------------------------------------------------------------------------------------
+// records
+
+struct ReadRec {
+  uint64_t key = 0, seen = 0;
+  int64_t t_start = 0, t_end = 0;
+  uint16_t target = 0;
+  std::string path;
+  std::string headers;  // cache-related response headers, "Name: value; ..."
+};
+struct WriteRec {
+  uint64_t key = 0, version = 0;
+  int64_t t_start = 0, t_ret = 0;
+  uint16_t target = 0;
+  std::string what;
+};
+struct ErrorSample {
+  std::string role, kind, target, what;
+  double at_s;
+};
+// Every operation, when there are --window's to count them in.
+struct OpRec {
+  int64_t t_start = 0, t_end = 0;
+  bool write = false, ok = false;
+};
+
+struct ThreadOut {
+  std::vector<ReadRec> reads;       // one per marker of a successful read
+  std::vector<WriteRec> writes;     // one per entity of a successful write
+  std::vector<double> read_lat_ms;  // successful reads
+  std::vector<double> write_lat_ms;
+  long long reads_ok = 0, writes_ok = 0, reads_total = 0, writes_total = 0;
+  long long xcache_seen = 0, xcache_hits = 0;  // successful reads with an X-Cache-like header / saying HIT
+  std::map<std::string, long long> read_errors, write_errors;
+  std::vector<ErrorSample> error_samples;  // the first few
+  std::vector<OpRec> ops;                  // only with --window
+  uint64_t connects = 0;
+};
+
+
+// ------------------------------------------------------------------------------------------------
+// the run
+
+struct Shared {
+  const Options* opt;
+  std::vector<Url> read_targets, write_targets;
+  std::vector<int> hot_items, hot_users, hot_cats;
+  int64_t t0 = 0;
+  int64_t stop_at = 0;  // duration mode
+  long long r_budget = -1, w_budget = -1;  // ops mode
+  std::atomic<long long> r_started{0}, w_started{0}, r_done{0}, w_done{0}, errors{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> readers_left{0}, writers_left{0};
+  bool record_ops = false;  // --window or --timeline given: keep an OpRec per operation
+  // --rate: the n-th read (write) is due at t0 + n * interval; 0 = closed loop.
+  int64_t read_interval_ns = 0, write_interval_ns = 0;
+  std::atomic<long long> r_ticket{0}, w_ticket{0};
+  std::atomic<long long> late{0};   // operations that started > kLateNs after their time
+  std::atomic<int64_t> max_lag{0};  // ns
+};
+constexpr int64_t kLateNs = 50'000'000;
+
+double rel_s(const Shared& sh, int64_t t);
+void reader(Shared& sh, int idx, ThreadOut& out);
+void writer(Shared& sh, int idx, ThreadOut& out);
+void run_during(Shared& sh, During& d);
+
+// ------------------------------------------------------------------------------------------------
+// proxy metrics (mod_rcache /rcache-metrics, Prometheus text)
+
+using Metrics = std::map<std::string, double>;
+std::optional<Metrics> fetch_metrics(const Url& u, double timeout);
+
+}  // namespace tcheck
