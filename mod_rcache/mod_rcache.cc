@@ -80,9 +80,6 @@ struct DirConf {
   int enabled = -1;  // -1 unset (Off)
 };
 
-constexpr uint64_t kDefaultSize = 256ull << 20;
-constexpr uint64_t kDefaultMaxEntry = 1ull << 20;
-constexpr int kDefaultRetryAfter = 100;
 
 // Process-wide state. The parent fills it in post_config (topology, secret, arena); children
 // inherit it over fork and add their own client in child_init.
@@ -93,10 +90,10 @@ struct Global {
   co::Topology topo;
   tierce::fabric::Secret secret;
   std::string segment;
-  uint64_t size = kDefaultSize;
-  uint64_t max_entry = kDefaultMaxEntry;
+  uint64_t size = rc::kDefaultArenaSize;
+  uint64_t max_entry = rc::kDefaultMaxEntry;
   uint32_t version_timeout_ms = 50;
-  uint32_t retry_after_ms = kDefaultRetryAfter;
+  uint32_t retry_after_ms = rc::kDefaultRetryAfterMs;
   co::CacheArena* arena = nullptr;    // deleted only by its creator (the parent)
   pid_t arena_creator = 0;
   co::ClusterClient* client = nullptr;  // per child
@@ -461,93 +458,47 @@ int rcache_pre_config(apr_pool_t*, apr_pool_t*, apr_pool_t*) {
   return OK;
 }
 
-// Validates everything RCache On needs, so that `httpd -t` and startup fail with a clear message.
+// Validates everything RCache On needs, so that `httpd -t` and startup fail with a clear message
+// (rc::resolve_server_config; this only reads the directives and keeps the result).
 int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
   if (!g.enabled_anywhere) return OK;
   ServerConf* c = sconf(s);
-  auto fail = [&](const std::string& msg) {
-    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, nullptr, "%s", msg.c_str());
+  rc::ServerSettings in;
+  in.topology = c->topology ? c->topology : "";
+  in.node = c->node ? c->node : "";
+  in.size = c->size;
+  in.max_entry = c->max_entry;
+  in.version_timeout_ms = c->version_timeout_ms;
+  in.retry_after_ms = c->retry_after_ms;
+  in.coop = c->coop;
+  if (c->coop_pool) {
+    in.coop_pool.emplace();
+    for (int i = 0; i < c->coop_pool->nelts; ++i)
+      in.coop_pool->emplace_back(static_cast<const char**>(static_cast<void*>(c->coop_pool->elts))[i]);
+  }
+  in.coop_threshold = c->coop_threshold;
+  in.coop_pool_slabs = c->coop_pool_slabs;
+  in.coop_placement = c->coop_placement;
+  auto r = rc::resolve_server_config(in);
+  if (!r) {
+    ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, nullptr, "%s", r.message().c_str());
     return HTTP_INTERNAL_SERVER_ERROR;
-  };
-  if (!c->topology)
-    return fail("RCACHE0001 RCache On is used but RCacheTopology is not set: add "
-                "'RCacheTopology /etc/tierce/cluster.toml' to the main server configuration");
-  if (!c->node)
-    return fail("RCACHE0002 RCache On is used but RCacheNode is not set: add 'RCacheNode NAME' "
-                "naming this proxy's node in the topology file");
-  g.topology_path = c->topology;
-  g.node = c->node;
-  try {
-    g.topo = co::Topology::load(g.topology_path);
-    g.topo.require_app_nodes();
-  } catch (const std::exception& e) {
-    return fail(std::string("RCACHE0003 RCacheTopology ") + g.topology_path +
-                ": cannot load the topology: " + e.what());
   }
-  const co::NodeInfo* self = nullptr;
-  for (const auto& n : g.topo.nodes)
-    if (n.name == g.node) self = &n;
-  if (!self)
-    return fail("RCACHE0004 RCacheNode " + g.node + ": no node of that name in " +
-                g.topology_path + ": use one of its [[node]] names");
-  if (self->segment_prefix.empty())
-    return fail("RCACHE0004 RCacheNode " + g.node + ": the node has no segment_prefix in " +
-                g.topology_path);
-  bool has_app = false;
-  for (const auto& n : g.topo.nodes)
-    if (n.role == co::Role::App) has_app = true;
-  if (!has_app)
-    return fail("RCACHE0005 RCacheTopology " + g.topology_path +
-                ": the topology has no app node (role = \"app\"): nothing could prove a page current");
-  try {
-    g.secret = g.topo.secret();
-  } catch (const std::exception& e) {
-    return fail("RCACHE0006 RCacheTopology " + g.topology_path +
-                ": cannot read the fabric secret (secret_file): " + e.what());
-  }
-  g.size = c->size ? c->size : kDefaultSize;
-  g.max_entry = c->max_entry ? c->max_entry : kDefaultMaxEntry;
-  if (g.max_entry > g.size / 4)
-    return fail("RCACHE0007 RCacheMaxEntrySize " + std::to_string(g.max_entry) +
-                " is more than RCacheSize/4 (" + std::to_string(g.size / 4) +
-                "): lower it or raise RCacheSize");
-  g.version_timeout_ms =
-      c->version_timeout_ms > 0 ? uint32_t(c->version_timeout_ms) : g.topo.op_timeout_ms;
-  g.retry_after_ms = c->retry_after_ms >= 0 ? uint32_t(c->retry_after_ms) : kDefaultRetryAfter;
-  g.segment = self->segment_prefix + ".arena";
-  g.coop = c->coop >= 0 ? co::CoopScheme(c->coop) : co::CoopScheme::Off;
-  if (g.coop != co::CoopScheme::Off && self->role != co::Role::Proxy)
-    return fail("RCACHE0012 RCacheCoop " + std::string(co::to_string(g.coop)) + ": node " +
-                g.node + " is not a proxy (role = \"proxy\") in " + g.topology_path +
-                ": the directory of shared copies is partitioned over the proxies; set its role "
-                "or use RCacheCoop Off");
-  g.coop_pool.clear();
-  g.coop_threshold = c->coop_threshold ? c->coop_threshold : 16384;
-  g.coop_pool_slabs = c->coop_pool_slabs > 0 ? uint32_t(c->coop_pool_slabs) : 16;
-  g.coop_placement =
-      c->coop_placement >= 0 ? co::Placement(c->coop_placement) : co::Placement::MostFree;
-  if (co::uses_pool(g.coop)) {
-    if (c->coop_pool) {
-      for (int i = 0; i < c->coop_pool->nelts; ++i)
-        g.coop_pool.emplace_back(static_cast<const char**>(static_cast<void*>(c->coop_pool->elts))[i]);
-    } else {
-      for (const auto& n : g.topo.nodes)
-        if (n.role == co::Role::App) g.coop_pool.push_back(n.name);
-    }
-    for (const auto& name : g.coop_pool) {
-      const co::NodeInfo* d = nullptr;
-      for (const auto& n : g.topo.nodes)
-        if (n.name == name) d = &n;
-      if (!d || d->memd.empty())
-        return fail("RCACHE0015 RCacheCoopPool " + name + ": " +
-                    (d ? "the node has no memd address" : "no node of that name") + " in " +
-                    g.topology_path + ": name nodes whose memd has a [pool] section");
-    }
-  } else if (c->coop_pool) {
-    return fail("RCACHE0015 RCacheCoopPool is set but RCacheCoop " +
-                std::string(co::to_string(g.coop)) +
-                " uses no pool memory: use RCacheCoop MTACC or HYBCC, or remove it");
-  }
+  rc::ModuleConfig& m = *r;
+  g.topology_path = std::move(m.topology_path);
+  g.node = std::move(m.node);
+  g.topo = std::move(m.topo);
+  g.secret = std::move(m.secret);
+  g.segment = std::move(m.segment);
+  g.size = m.size;
+  g.max_entry = m.max_entry;
+  g.version_timeout_ms = m.version_timeout_ms;
+  g.retry_after_ms = m.retry_after_ms;
+  g.coop = m.coop;
+  g.coop_pool = std::move(m.coop_pool);
+  g.coop_threshold = m.coop_threshold;
+  g.coop_pool_slabs = m.coop_pool_slabs;
+  g.coop_placement = m.coop_placement;
   return OK;
 }
 

@@ -633,4 +633,92 @@ std::string render_metrics(const StatusSnapshot& s) {
   return m.text();
 }
 
+// ---- the server configuration ----------------------------------------------------------------
+
+base::Result<ModuleConfig> resolve_server_config(const ServerSettings& c) {
+  namespace co = coherence;
+  auto fail = [](const std::string& msg) -> base::Result<ModuleConfig> {
+    return base::Status(base::Code::InvalidArgument, msg);
+  };
+  if (c.topology.empty())
+    return fail("RCACHE0001 RCache On is used but RCacheTopology is not set: add "
+                "'RCacheTopology /etc/tierce/cluster.toml' to the main server configuration");
+  if (c.node.empty())
+    return fail("RCACHE0002 RCache On is used but RCacheNode is not set: add 'RCacheNode NAME' "
+                "naming this proxy's node in the topology file");
+  ModuleConfig g;
+  g.topology_path = c.topology;
+  g.node = c.node;
+  try {
+    g.topo = co::Topology::load(g.topology_path);
+    g.topo.require_app_nodes();
+  } catch (const std::exception& e) {
+    return fail(std::string("RCACHE0003 RCacheTopology ") + g.topology_path +
+                ": cannot load the topology: " + e.what());
+  }
+  const co::NodeInfo* self = nullptr;
+  for (const auto& n : g.topo.nodes)
+    if (n.name == g.node) self = &n;
+  if (!self)
+    return fail("RCACHE0004 RCacheNode " + g.node + ": no node of that name in " +
+                g.topology_path + ": use one of its [[node]] names");
+  if (self->segment_prefix.empty())
+    return fail("RCACHE0004 RCacheNode " + g.node + ": the node has no segment_prefix in " +
+                g.topology_path);
+  bool has_app = false;
+  for (const auto& n : g.topo.nodes)
+    if (n.role == co::Role::App) has_app = true;
+  if (!has_app)
+    return fail("RCACHE0005 RCacheTopology " + g.topology_path +
+                ": the topology has no app node (role = \"app\"): nothing could prove a page current");
+  try {
+    g.secret = g.topo.secret();
+  } catch (const std::exception& e) {
+    return fail("RCACHE0006 RCacheTopology " + g.topology_path +
+                ": cannot read the fabric secret (secret_file): " + e.what());
+  }
+  g.size = c.size ? c.size : kDefaultArenaSize;
+  g.max_entry = c.max_entry ? c.max_entry : kDefaultMaxEntry;
+  if (g.max_entry > g.size / 4)
+    return fail("RCACHE0007 RCacheMaxEntrySize " + std::to_string(g.max_entry) +
+                " is more than RCacheSize/4 (" + std::to_string(g.size / 4) +
+                "): lower it or raise RCacheSize");
+  g.version_timeout_ms =
+      c.version_timeout_ms > 0 ? uint32_t(c.version_timeout_ms) : g.topo.op_timeout_ms;
+  g.retry_after_ms = c.retry_after_ms >= 0 ? uint32_t(c.retry_after_ms) : kDefaultRetryAfterMs;
+  g.segment = self->segment_prefix + ".arena";
+  g.coop = c.coop >= 0 ? co::CoopScheme(c.coop) : co::CoopScheme::Off;
+  if (g.coop != co::CoopScheme::Off && self->role != co::Role::Proxy)
+    return fail("RCACHE0012 RCacheCoop " + std::string(co::to_string(g.coop)) + ": node " +
+                g.node + " is not a proxy (role = \"proxy\") in " + g.topology_path +
+                ": the directory of shared copies is partitioned over the proxies; set its role "
+                "or use RCacheCoop Off");
+  g.coop_threshold = c.coop_threshold ? c.coop_threshold : 16384;
+  g.coop_pool_slabs = c.coop_pool_slabs > 0 ? uint32_t(c.coop_pool_slabs) : 16;
+  g.coop_placement =
+      c.coop_placement >= 0 ? co::Placement(c.coop_placement) : co::Placement::MostFree;
+  if (co::uses_pool(g.coop)) {
+    if (c.coop_pool) {
+      g.coop_pool = *c.coop_pool;
+    } else {
+      for (const auto& n : g.topo.nodes)
+        if (n.role == co::Role::App) g.coop_pool.push_back(n.name);
+    }
+    for (const auto& name : g.coop_pool) {
+      const co::NodeInfo* d = nullptr;
+      for (const auto& n : g.topo.nodes)
+        if (n.name == name) d = &n;
+      if (!d || d->memd.empty())
+        return fail("RCACHE0015 RCacheCoopPool " + name + ": " +
+                    (d ? "the node has no memd address" : "no node of that name") + " in " +
+                    g.topology_path + ": name nodes whose memd has a [pool] section");
+    }
+  } else if (c.coop_pool) {
+    return fail("RCACHE0015 RCacheCoopPool is set but RCacheCoop " +
+                std::string(co::to_string(g.coop)) +
+                " uses no pool memory: use RCacheCoop MTACC or HYBCC, or remove it");
+  }
+  return g;
+}
+
 }  // namespace tierce::rcache

@@ -12,7 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
+#include "coherence/coop_cache.h"
 #include "coherence/hit.h"
+#include "coherence/slab_pool.h"
 #include "coherence/topology.h"
 
 namespace tierce::rcache {
@@ -206,5 +209,43 @@ std::string render_status_auto(const StatusSnapshot& s);
 std::string render_status_html(const StatusSnapshot& s);
 std::string render_metrics(const StatusSnapshot& s);
 std::string html_escape(std::string_view s);
+
+// ---- the server configuration (RCacheTopology, RCacheNode, RCacheSize, RCacheCoop...) --------
+
+inline constexpr uint64_t kDefaultArenaSize = 256ull << 20;
+inline constexpr uint64_t kDefaultMaxEntry = 1ull << 20;
+inline constexpr int kDefaultRetryAfterMs = 100;
+
+// The server-wide RCache* directives as the configuration left them (unset: empty, 0 or -1).
+struct ServerSettings {
+  std::string topology, node;  // empty: unset
+  uint64_t size = 0, max_entry = 0;
+  int version_timeout_ms = -1, retry_after_ms = -1;
+  int coop = -1;  // a coherence::CoopScheme
+  std::optional<std::vector<std::string>> coop_pool;  // RCacheCoopPool given
+  uint64_t coop_threshold = 0;
+  int coop_pool_slabs = -1;
+  int coop_placement = -1;  // a coherence::Placement
+};
+
+// What RCache On runs with: the topology loaded, this proxy's node, the secret, the defaults
+// filled in.
+struct ModuleConfig {
+  std::string topology_path, node;
+  coherence::Topology topo;
+  fabric::Secret secret;
+  std::string segment;  // this node's arena: its segment_prefix + ".arena"
+  uint64_t size = kDefaultArenaSize, max_entry = kDefaultMaxEntry;
+  uint32_t version_timeout_ms = 50, retry_after_ms = kDefaultRetryAfterMs;
+  coherence::CoopScheme coop = coherence::CoopScheme::Off;
+  std::vector<std::string> coop_pool;  // donor nodes (MTACC, HYBCC)
+  uint64_t coop_threshold = 16384;
+  uint32_t coop_pool_slabs = 16;
+  coherence::Placement coop_placement = coherence::Placement::MostFree;
+};
+
+// Resolves and checks the settings (start-up and `httpd -t`): the configuration, or why RCache
+// On cannot run with it (the message starts with its RCACHE id and says what to change).
+base::Result<ModuleConfig> resolve_server_config(const ServerSettings& s);
 
 }  // namespace tierce::rcache
