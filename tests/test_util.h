@@ -11,6 +11,7 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
@@ -129,16 +130,55 @@ inline std::string make_secret(const TempDir& dir) {
 
 // A tcp port on 127.0.0.1 that was free a moment ago (for configurations that must name ports
 // before the servers start).
+// A free TCP port on 127.0.0.1 for a server a test is about to start, the way
+// tools/tiercelab/procs.py's free_port picks one: below the kernel's ephemeral range (the kernel
+// hands ports of that range to outgoing connections — other tests', MariaDB clients' — at any
+// time, so a port it offered through bind(0) may be taken before the server binds it: seen as
+// "bind 127.0.0.1:34457: Address already in use" under ctest -j2), random, checked by binding it,
+// and never the same port twice in one process.
 inline uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static std::mutex mu;
+  static std::vector<uint16_t> handed_out;
+  std::lock_guard lk(mu);
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  constexpr int kLowest = 10000;
+  std::random_device rd;
+  std::mt19937 rng(rd());
+  auto try_bind = [](uint16_t port) -> uint16_t {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    socklen_t len = sizeof a;
+    if (ok) ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return ok ? ntohs(a.sin_port) : 0;
+  };
+  auto fresh = [&](uint16_t p) {
+    return p != 0 && std::find(handed_out.begin(), handed_out.end(), p) == handed_out.end();
+  };
+  for (int i = 0; i < 4000 && low - 1 - kLowest >= 1000; ++i) {
+    uint16_t p = try_bind(uint16_t(std::uniform_int_distribution<int>(kLowest, low - 1)(rng)));
+    if (fresh(p)) {
+      handed_out.push_back(p);
+      return p;
+    }
+  }
+  for (int i = 0; i < 1000; ++i) {  // no room below the range: the kernel's choice
+    uint16_t p = try_bind(0);
+    if (fresh(p)) {
+      handed_out.push_back(p);
+      return p;
+    }
+  }
+  throw std::runtime_error("free_port: no free port on 127.0.0.1");
 }
 
 // Collects log lines so tests can check which ids were logged, and how often.
