@@ -55,61 +55,41 @@ namespace {
 constexpr const char* kFilterName = "RCACHE_OUT";
 
 // ---- configuration ---------------------------------------------------------------------------
+// The directives as read (rc::ServerSettings, rc::PolicySettings: unset is empty, 0 or -1); what
+// they mean, their defaults and their merging are rcache_logic's.
+
+template <class T>
+apr_status_t destroy_in_pool(void* p) {
+  static_cast<T*>(p)->~T();
+  return APR_SUCCESS;
+}
+template <class T>
+T* pool_new(apr_pool_t* pool) {
+  T* t = new (apr_palloc(pool, sizeof(T))) T();
+  apr_pool_cleanup_register(pool, t, destroy_in_pool<T>, apr_pool_cleanup_null);
+  return t;
+}
 
 struct ServerConf {
-  const char* topology = nullptr;
-  const char* node = nullptr;
-  uint64_t size = 0;       // 0 = unset
-  uint64_t max_entry = 0;  // 0 = unset
-  int version_timeout_ms = -1;
-  int retry_after_ms = -1;
-  int store_set_cookie = -1;
-  int store_authorized = -1;
-  int require_tag = -1;
-  int store_cookie_requests = -1;
-  int strip_protocol_headers = -1;  // -1 unset (On); RCacheStripProtocolHeaders
-  int64_t max_age_s = -1;  // -1 unset: rc::kDefaultMaxAgeSeconds
-  int coop = -1;           // -1 unset (Off); else a co::CoopScheme
-  apr_array_header_t* coop_pool = nullptr;  // RCacheCoopPool node names (const char*)
-  uint64_t coop_threshold = 0;              // 0 unset
-  int coop_pool_slabs = -1;
-  int coop_placement = -1;                  // co::Placement
+  rc::ServerSettings settings;  // main server only (RCacheTopology, RCacheNode, RCacheSize...)
+  rc::PolicySettings policy;    // per vhost (RCacheStoreSetCookie... RCacheMaxAge)
 };
 
 struct DirConf {
-  int enabled = -1;  // -1 unset (Off)
+  int enabled = -1;  // RCache: -1 unset (Off)
 };
 
-
-// Process-wide state. The parent fills it in post_config (topology, secret, arena); children
-// inherit it over fork and add their own client in child_init.
-struct Global {
+// What the parent resolved and created (check_config, post_config); the children inherit it over
+// fork. The per-child objects are in Child (child_init).
+struct Process {
   bool enabled_anywhere = false;  // some "RCache On" in this configuration pass
-  std::string topology_path;
-  std::string node;
-  co::Topology topo;
-  tierce::fabric::Secret secret;
-  std::string segment;
-  uint64_t size = rc::kDefaultArenaSize;
-  uint64_t max_entry = rc::kDefaultMaxEntry;
-  uint32_t version_timeout_ms = 50;
-  uint32_t retry_after_ms = rc::kDefaultRetryAfterMs;
-  co::CacheArena* arena = nullptr;    // deleted only by its creator (the parent)
+  rc::ModuleConfig cfg;           // the resolved RCache* directives (rc::resolve_server_config)
+  // Created by the parent, mapped by every child (inherited): deleted only by its creator, as a
+  // child's exit may run the configuration pool's cleanups too (parent_cleanup).
+  co::CacheArena* arena = nullptr;
   pid_t arena_creator = 0;
-  co::ClusterClient* client = nullptr;  // per child
-  co::CoopScheme coop = co::CoopScheme::Off;  // RCacheCoop
-  co::ClusterCoopPeers* coop_peers = nullptr;  // per child, over `client`
-  co::CoopCache* coop_cache = nullptr;         // per child; nullptr when Off or no client
-  std::vector<std::string> coop_pool;          // donor nodes (MTACC, HYBCC)
-  uint64_t coop_threshold = 16384;
-  uint32_t coop_pool_slabs = 16;
-  co::Placement coop_placement = co::Placement::MostFree;
-  co::PoolOwner* pool_owner = nullptr;  // per child: its slabs of the donors' pool memory
-  co::PoolStore* pool_store = nullptr;  // per child
-  std::unique_ptr<std::atomic<int>[]> home_state;  // per child: 0 unknown, 1 ok, 2 failed
-  server_rec* server = nullptr;
 };
-Global g;
+Process g;
 
 ServerConf* sconf(server_rec* s) {
   return static_cast<ServerConf*>(ap_get_module_config(s->module_config, &rcache_module));
@@ -118,42 +98,40 @@ DirConf* dconf(request_rec* r) {
   return static_cast<DirConf*>(ap_get_module_config(r->per_dir_config, &rcache_module));
 }
 
-void* create_server_conf(apr_pool_t* p, server_rec*) {
-  return new (apr_pcalloc(p, sizeof(ServerConf))) ServerConf();
-}
+void* create_server_conf(apr_pool_t* p, server_rec*) { return pool_new<ServerConf>(p); }
 void* merge_server_conf(apr_pool_t* p, void* basev, void* addv) {
   auto* base = static_cast<ServerConf*>(basev);
   auto* add = static_cast<ServerConf*>(addv);
-  auto* m = new (apr_pcalloc(p, sizeof(ServerConf))) ServerConf(*base);
-  // Process-wide directives are main-server only; the policy switches may differ per vhost.
-  if (add->store_set_cookie != -1) m->store_set_cookie = add->store_set_cookie;
-  if (add->store_authorized != -1) m->store_authorized = add->store_authorized;
-  if (add->require_tag != -1) m->require_tag = add->require_tag;
-  if (add->store_cookie_requests != -1) m->store_cookie_requests = add->store_cookie_requests;
-  if (add->max_age_s != -1) m->max_age_s = add->max_age_s;
-  if (add->strip_protocol_headers != -1) m->strip_protocol_headers = add->strip_protocol_headers;
+  auto* m = pool_new<ServerConf>(p);
+  m->settings = base->settings;
+  m->policy = rc::merge_policy(base->policy, add->policy);
   return m;
 }
 void* create_dir_conf(apr_pool_t* p, char*) {
   return new (apr_pcalloc(p, sizeof(DirConf))) DirConf();
 }
 void* merge_dir_conf(apr_pool_t* p, void* basev, void* addv) {
+  auto* m = new (apr_pcalloc(p, sizeof(DirConf))) DirConf();
   auto* base = static_cast<DirConf*>(basev);
   auto* add = static_cast<DirConf*>(addv);
-  auto* m = new (apr_pcalloc(p, sizeof(DirConf))) DirConf();
-  m->enabled = add->enabled != -1 ? add->enabled : base->enabled;
+  m->enabled = rc::merge_enabled(base->enabled, add->enabled);
   return m;
 }
 
-rc::Policy policy_of(server_rec* s) {
-  ServerConf* c = sconf(s);
-  rc::Policy p;
-  p.store_set_cookie = c->store_set_cookie == 1;
-  p.store_authorized = c->store_authorized == 1;
-  p.require_tag = c->require_tag != 0;
-  p.store_cookie_requests = c->store_cookie_requests == 1;
-  p.max_age_s = c->max_age_s >= 0 ? c->max_age_s : rc::kDefaultMaxAgeSeconds;
-  return p;
+rc::Policy policy_of(server_rec* s) { return rc::resolve_policy(sconf(s)->policy); }
+
+// A directive's value into `into`, or httpd's configuration error.
+template <class T, class V>
+const char* take(cmd_parms* cmd, const tierce::base::Result<V>& v, T& into) {
+  if (!v) return apr_pstrdup(cmd->pool, v.message().c_str());
+  into = T(*v);
+  return nullptr;
+}
+// The same for a directive of the main server only.
+template <class T, class V>
+const char* take_global(cmd_parms* cmd, const tierce::base::Result<V>& v, T& into) {
+  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
+  return take(cmd, v, into);
 }
 
 const char* set_enabled(cmd_parms*, void* dc, int on) {
@@ -168,148 +146,70 @@ const char* set_topology(cmd_parms* cmd, void*, const char* arg) {
   if (!path || !*arg)
     return apr_psprintf(cmd->pool, "RCacheTopology: invalid path '%s': give the cluster topology "
                                    "file, e.g. RCacheTopology /etc/tierce/cluster.toml", arg);
-  sconf(cmd->server)->topology = path;
+  sconf(cmd->server)->settings.topology = path;
   return nullptr;
 }
 
 const char* set_node(cmd_parms* cmd, void*, const char* arg) {
   if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
   if (!*arg) return "RCacheNode: give this proxy's node name as the topology file names it";
-  sconf(cmd->server)->node = arg;
+  sconf(cmd->server)->settings.node = arg;
   return nullptr;
 }
 
 const char* set_size(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = rc::parse_size(arg);
-  if (!v || *v < (1ull << 20) || *v > (1ull << 40))
-    return apr_psprintf(cmd->pool,
-                        "RCacheSize: '%s' is not allowed: give the arena size in bytes with an "
-                        "optional K, M or G suffix, between 1M and 1024G (e.g. RCacheSize 256M)",
-                        arg);
-  sconf(cmd->server)->size = *v;
-  return nullptr;
+  return take_global(cmd, rc::arena_size_arg(arg), sconf(cmd->server)->settings.size);
 }
-
 const char* set_max_entry(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = rc::parse_size(arg);
-  if (!v || *v < 1024)
-    return apr_psprintf(cmd->pool,
-                        "RCacheMaxEntrySize: '%s' is not allowed: give a size of at least 1K with "
-                        "an optional K, M or G suffix, at most RCacheSize/4 (e.g. "
-                        "RCacheMaxEntrySize 1M)",
-                        arg);
-  sconf(cmd->server)->max_entry = *v;
-  return nullptr;
+  return take_global(cmd, rc::max_entry_arg(arg), sconf(cmd->server)->settings.max_entry);
 }
-
 const char* set_version_timeout(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = rc::parse_uint(arg, 1, 60000);
-  if (!v)
-    return apr_psprintf(cmd->pool,
-                        "RCacheVersionTimeout: '%s' is not allowed: give milliseconds from 1 to "
-                        "60000 (e.g. RCacheVersionTimeout 50)",
-                        arg);
-  sconf(cmd->server)->version_timeout_ms = int(*v);
-  return nullptr;
+  return take_global(cmd, rc::version_timeout_arg(arg),
+                     sconf(cmd->server)->settings.version_timeout_ms);
 }
-
 const char* set_retry_after(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = rc::parse_uint(arg, 0, 600000);
-  if (!v)
-    return apr_psprintf(cmd->pool,
-                        "RCacheRetryAfter: '%s' is not allowed: give milliseconds from 0 to "
-                        "600000 (e.g. RCacheRetryAfter 100)",
-                        arg);
-  sconf(cmd->server)->retry_after_ms = int(*v);
-  return nullptr;
+  return take_global(cmd, rc::retry_after_arg(arg), sconf(cmd->server)->settings.retry_after_ms);
 }
 
 const char* set_flag_member(cmd_parms* cmd, void*, int on) {
-  ServerConf* c = sconf(cmd->server);
+  rc::PolicySettings& c = sconf(cmd->server)->policy;
   auto which = reinterpret_cast<intptr_t>(cmd->info);
   int v = on ? 1 : 0;
-  if (which == 1) c->store_set_cookie = v;
-  else if (which == 2) c->store_authorized = v;
-  else if (which == 4) c->store_cookie_requests = v;
-  else if (which == 5) c->strip_protocol_headers = v;
-  else c->require_tag = v;
+  if (which == 1) c.store_set_cookie = v;
+  else if (which == 2) c.store_authorized = v;
+  else if (which == 4) c.store_cookie_requests = v;
+  else if (which == 5) c.strip_protocol_headers = v;
+  else c.require_tag = v;
   return nullptr;
 }
 
 const char* set_max_age(cmd_parms* cmd, void*, const char* arg) {
-  auto v = rc::parse_uint(arg, 0, uint64_t(rc::kMaxMaxAgeSeconds));
-  if (!v)
-    return apr_psprintf(cmd->pool,
-                        "RCacheMaxAge: '%s' is not allowed: give seconds from 1 to %lld, or 0 for "
-                        "no limit (e.g. RCacheMaxAge 600)",
-                        arg, (long long)rc::kMaxMaxAgeSeconds);
-  sconf(cmd->server)->max_age_s = int64_t(*v);
-  return nullptr;
+  return take(cmd, rc::max_age_arg(arg), sconf(cmd->server)->policy.max_age_s);
 }
 
 const char* set_coop(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = co::parse_coop_scheme(arg);
-  if (!v)
-    return apr_psprintf(cmd->pool,
-                        "RCacheCoop: '%s' is not a scheme: give Off (each proxy alone, the "
-                        "default), BCC (share copies, keep fetched ones too), CCWR (share "
-                        "copies without duplicating them), MTACC (as CCWR, and what the arena "
-                        "evicts moves to pool memory) or HYBCC (small pages as BCC, large ones "
-                        "in pool memory)",
-                        arg);
-  sconf(cmd->server)->coop = int(*v);
-  return nullptr;
+  return take_global(cmd, rc::coop_arg(arg), sconf(cmd->server)->settings.coop);
 }
 
 const char* add_coop_pool(cmd_parms* cmd, void*, const char* arg) {
   if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  ServerConf* c = sconf(cmd->server);
+  rc::ServerSettings& c = sconf(cmd->server)->settings;
   if (!*arg) return "RCacheCoopPool: give the names of the nodes whose memd donates memory ([pool])";
-  if (!c->coop_pool) c->coop_pool = apr_array_make(cmd->pool, 4, sizeof(const char*));
-  *static_cast<const char**>(apr_array_push(c->coop_pool)) = apr_pstrdup(cmd->pool, arg);
+  if (!c.coop_pool) c.coop_pool.emplace();
+  c.coop_pool->emplace_back(arg);
   return nullptr;
 }
 
 const char* set_coop_threshold(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = rc::parse_size(arg);
-  if (!v || *v < 1 || *v > (1ull << 30))
-    return apr_psprintf(cmd->pool,
-                        "RCacheCoopThreshold: '%s' is not allowed: give a size from 1 to 1G with "
-                        "an optional K, M or G suffix (HYBCC pools pages from this size; e.g. "
-                        "RCacheCoopThreshold 16K)",
-                        arg);
-  sconf(cmd->server)->coop_threshold = *v;
-  return nullptr;
+  return take_global(cmd, rc::coop_threshold_arg(arg), sconf(cmd->server)->settings.coop_threshold);
 }
-
 const char* set_coop_pool_slabs(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = rc::parse_uint(arg, 1, 65536);
-  if (!v)
-    return apr_psprintf(cmd->pool,
-                        "RCacheCoopPoolSlabs: '%s' is not allowed: give the most slabs of pool "
-                        "memory one httpd child holds, 1 to 65536 (e.g. RCacheCoopPoolSlabs 16)",
-                        arg);
-  sconf(cmd->server)->coop_pool_slabs = int(*v);
-  return nullptr;
+  return take_global(cmd, rc::coop_pool_slabs_arg(arg),
+                     sconf(cmd->server)->settings.coop_pool_slabs);
 }
-
 const char* set_coop_placement(cmd_parms* cmd, void*, const char* arg) {
-  if (const char* err = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return err;
-  auto v = co::parse_placement(arg);
-  if (!v)
-    return apr_psprintf(cmd->pool,
-                        "RCacheCoopPlacement: '%s' is not a policy: give local_first, most_free "
-                        "or power_of_two",
-                        arg);
-  sconf(cmd->server)->coop_placement = int(*v);
-  return nullptr;
+  return take_global(cmd, rc::coop_placement_arg(arg),
+                     sconf(cmd->server)->settings.coop_placement);
 }
 
 #define RC_FN(f) reinterpret_cast<cmd_func>(reinterpret_cast<void (*)()>(f))
@@ -419,25 +319,13 @@ int64_t now_us() {
   return int64_t(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
-template <class T>
-apr_status_t destroy_in_pool(void* p) {
-  static_cast<T*>(p)->~T();
-  return APR_SUCCESS;
-}
-template <class T>
-T* pool_new(apr_pool_t* pool) {
-  T* t = new (apr_palloc(pool, sizeof(T))) T();
-  apr_pool_cleanup_register(pool, t, destroy_in_pool<T>, apr_pool_cleanup_null);
-  return t;
-}
-
 // What the handler decided for a request, read by the output filter.
 enum class Mode { None, Hit, Candidate };
 struct RequestCtx {
   Mode mode = Mode::None;
   std::string base;  // base key
   uint64_t base_hash = 0;
-  uint32_t home = UINT32_MAX;  // the page's home (index in g.topo.nodes) once it was looked up
+  uint32_t home = UINT32_MAX;  // the page's home (index in g.cfg.topo.nodes) once it was looked up
 };
 
 // The request's cache key (coherence/key.h): scheme as httpd sees it (mod_ssl, or the scheme of
@@ -462,43 +350,12 @@ int rcache_pre_config(apr_pool_t*, apr_pool_t*, apr_pool_t*) {
 // (rc::resolve_server_config; this only reads the directives and keeps the result).
 int rcache_check_config(apr_pool_t*, apr_pool_t*, apr_pool_t*, server_rec* s) {
   if (!g.enabled_anywhere) return OK;
-  ServerConf* c = sconf(s);
-  rc::ServerSettings in;
-  in.topology = c->topology ? c->topology : "";
-  in.node = c->node ? c->node : "";
-  in.size = c->size;
-  in.max_entry = c->max_entry;
-  in.version_timeout_ms = c->version_timeout_ms;
-  in.retry_after_ms = c->retry_after_ms;
-  in.coop = c->coop;
-  if (c->coop_pool) {
-    in.coop_pool.emplace();
-    for (int i = 0; i < c->coop_pool->nelts; ++i)
-      in.coop_pool->emplace_back(static_cast<const char**>(static_cast<void*>(c->coop_pool->elts))[i]);
-  }
-  in.coop_threshold = c->coop_threshold;
-  in.coop_pool_slabs = c->coop_pool_slabs;
-  in.coop_placement = c->coop_placement;
-  auto r = rc::resolve_server_config(in);
+  auto r = rc::resolve_server_config(sconf(s)->settings);
   if (!r) {
     ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, nullptr, "%s", r.message().c_str());
     return HTTP_INTERNAL_SERVER_ERROR;
   }
-  rc::ModuleConfig& m = *r;
-  g.topology_path = std::move(m.topology_path);
-  g.node = std::move(m.node);
-  g.topo = std::move(m.topo);
-  g.secret = std::move(m.secret);
-  g.segment = std::move(m.segment);
-  g.size = m.size;
-  g.max_entry = m.max_entry;
-  g.version_timeout_ms = m.version_timeout_ms;
-  g.retry_after_ms = m.retry_after_ms;
-  g.coop = m.coop;
-  g.coop_pool = std::move(m.coop_pool);
-  g.coop_threshold = m.coop_threshold;
-  g.coop_pool_slabs = m.coop_pool_slabs;
-  g.coop_placement = m.coop_placement;
+  g.cfg = std::move(*r);
   return OK;
 }
 
@@ -507,7 +364,7 @@ apr_status_t parent_cleanup(void*) {
     delete g.arena;
     g.arena = nullptr;
     try {
-      tierce::fabric::SharedSegment::unlink(g.segment);
+      tierce::fabric::SharedSegment::unlink(g.cfg.segment);
     } catch (...) {
     }
   }
@@ -521,13 +378,13 @@ apr_status_t parent_cleanup(void*) {
 void forget_previous_copies(server_rec* s) {
   try {
     co::ClientTuning t;
-    t.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(g.version_timeout_ms, 200));
+    t.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(g.cfg.version_timeout_ms, 200));
     t.max_connections_per_node = 1;
-    co::ClusterClient client(g.topo, g.secret, t, nullptr);
-    const uint16_t self = co::node_index(g.topo, g.node);
+    co::ClusterClient client(g.cfg.topo, g.cfg.secret, t, nullptr);
+    const uint16_t self = co::node_index(g.cfg.topo, g.cfg.node);
     uint32_t dropped = 0;
     std::string failed;
-    for (const auto& n : g.topo.nodes) {
+    for (const auto& n : g.cfg.topo.nodes) {
       if (n.role != co::Role::Proxy) continue;
       auto reply = client.coop_update(n.name, co::dirwire::WithdrawNode{self});
       if (reply && co::update_ok(reply->status)) dropped += reply->count;
@@ -536,7 +393,7 @@ void forget_previous_copies(server_rec* s) {
     ap_log_error(APLOG_MARK, failed.empty() ? APLOG_INFO : APLOG_WARNING, 0, s,
                  "RCACHE0014 cooperative cache (RCacheCoop %s): %u copies of this node's previous "
                  "arena dropped from the directory%s%s",
-                 std::string(co::to_string(g.coop)).c_str(), dropped,
+                 std::string(co::to_string(g.cfg.coop)).c_str(), dropped,
                  failed.empty() ? "" : "; not reached (their hints fail verification and are "
                                        "withdrawn as peers meet them): ",
                  failed.c_str());
@@ -551,57 +408,61 @@ void forget_previous_copies(server_rec* s) {
 int rcache_post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   // The first pass is a dry run in a process that exits when httpd detaches: create nothing.
   if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG) return OK;
-  g.server = s;
   if (!g.enabled_anywhere) return OK;
   try {
-    g.arena = co::CacheArena::create(g.segment, g.size).release();
+    g.arena = co::CacheArena::create(g.cfg.segment, g.cfg.size).release();
     g.arena_creator = getpid();
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
                  "RCACHE0008 cannot create the cache arena %s (%" APR_UINT64_T_FMT " bytes): %s: check /dev/shm "
                  "space and permissions, or lower RCacheSize",
-                 g.segment.c_str(), (apr_uint64_t)g.size, e.what());
+                 g.cfg.segment.c_str(), (apr_uint64_t)g.cfg.size, e.what());
     return HTTP_INTERNAL_SERVER_ERROR;
   }
   apr_pool_cleanup_register(pconf, nullptr, parent_cleanup, apr_pool_cleanup_null);
-  if (g.coop != co::CoopScheme::Off) forget_previous_copies(s);
+  if (g.cfg.coop != co::CoopScheme::Off) forget_previous_copies(s);
   ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
                "RCACHE0009 cache arena %s created: %" APR_UINT64_T_FMT " bytes, entries up to %" APR_UINT64_T_FMT " bytes; node "
                "%s, topology %s, version reads time out after %u ms",
-               g.segment.c_str(), (apr_uint64_t)g.size,
-               (apr_uint64_t)g.max_entry, g.node.c_str(),
-               g.topology_path.c_str(), g.version_timeout_ms);
+               g.cfg.segment.c_str(), (apr_uint64_t)g.cfg.size,
+               (apr_uint64_t)g.cfg.max_entry, g.cfg.node.c_str(),
+               g.cfg.topology_path.c_str(), g.cfg.version_timeout_ms);
   return OK;
 }
 
-apr_status_t child_cleanup(void*) {
-  delete g.coop_cache;
-  g.coop_cache = nullptr;
-  // The owner first: its renewal thread may call on_lost (into the store) until it is joined.
-  delete g.pool_owner;  // frees this child's slabs at the donors (best effort; else the lease)
-  g.pool_owner = nullptr;
-  delete g.pool_store;
-  g.pool_store = nullptr;
-  delete g.coop_peers;
-  g.coop_peers = nullptr;
-  delete g.client;
-  g.client = nullptr;
+// One httpd child's cluster objects: made in child_init, destroyed with the child's pool
+// (end_child). Each member uses only those declared above it, so the implicit destruction (in
+// reverse) ends every user before what it uses. The one cycle: the pool owner's renewal thread
+// calls on_lost into the store, so the owner (which joins that thread) is declared after the
+// store and goes first; the store keeps a reference to the owner but does not use it in its
+// destructor. The owner frees this child's slabs at the donors (best effort; else the lease).
+struct Child {
+  std::unique_ptr<std::atomic<int>[]> home_state;  // per topology node: 0 unknown, 1 ok, 2 failed
+  std::unique_ptr<co::ClusterClient> client;       // nullptr: it could not be set up
+  std::unique_ptr<co::ClusterCoopPeers> coop_peers;  // over client (RCacheCoop)
+  std::unique_ptr<co::PoolStore> pool_store;         // over pool_owner, client (MTACC, HYBCC)
+  std::unique_ptr<co::PoolOwner> pool_owner;         // calls into pool_store
+  std::unique_ptr<co::CoopCache> coop_cache;  // nullptr when Off, without client or on failure
+};
+Child* g_child = nullptr;  // this child's, in its pool; nullptr in the parent
+
+apr_status_t end_child(void*) {
+  g_child->~Child();
+  g_child = nullptr;
   return APR_SUCCESS;
 }
 
-void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
-  if (!g.arena) return;
+std::unique_ptr<co::ClusterClient> make_client(server_rec* s) {
   co::ClientTuning t;
-  t.op_timeout = std::chrono::milliseconds(g.version_timeout_ms);
-  t.retry_after = std::chrono::milliseconds(g.retry_after_ms);
+  t.op_timeout = std::chrono::milliseconds(g.cfg.version_timeout_ms);
+  t.retry_after = std::chrono::milliseconds(g.cfg.retry_after_ms);
   int threads = 0;
   if (ap_mpm_query(AP_MPMQ_MAX_THREADS, &threads) != APR_SUCCESS || threads < 1) threads = 1;
   t.max_connections_per_node = size_t(std::max(threads, 1));
   try {
-    server_rec* main = s;
-    g.client = new co::ClusterClient(
-        g.topo, g.secret, t, [main](tierce::fabric::LogLevel l, std::string_view line) {
-          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0010 coherence: %.*s",
+    return std::make_unique<co::ClusterClient>(
+        g.cfg.topo, g.cfg.secret, t, [s](tierce::fabric::LogLevel l, std::string_view line) {
+          ap_log_error(APLOG_MARK, to_aplevel(l), 0, s, "RCACHE0010 coherence: %.*s",
                        int(line.size()), line.data());
         });
   } catch (const std::exception& e) {
@@ -609,57 +470,68 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
                  "RCACHE0011 cannot set up the cluster client: %s: this child serves nothing "
                  "from cache (every request is forwarded)",
                  e.what());
-    g.client = nullptr;
+    return nullptr;
   }
-  if (g.client && g.coop != co::CoopScheme::Off) {
-    try {
-      g.coop_peers = new co::ClusterCoopPeers(*g.client);
-      if (co::uses_pool(g.coop)) {
-        std::vector<co::PoolDonor> donors;
-        std::vector<uint16_t> indices;
-        for (const auto& name : g.coop_pool) {
-          const co::NodeInfo& n = g.topo.node(name);
-          donors.push_back(co::PoolDonor{name, g.topo.uri_of(n), name == g.node});
-          indices.push_back(co::node_index(g.topo, name));
-        }
-        co::PoolOwnerOptions po;
-        po.owner = g.node + "." + std::to_string(getpid());
-        po.client.secret = g.secret;
-        po.client.op_timeout = std::chrono::milliseconds(std::max<uint32_t>(g.version_timeout_ms, 200));
-        po.client.connect_timeout = po.client.op_timeout;
-        po.placement = g.coop_placement;
-        server_rec* main = s;
-        g.pool_owner = new co::PoolOwner(std::move(donors), po, [main](tierce::fabric::LogLevel l,
-                                                                        std::string_view line) {
-          ap_log_error(APLOG_MARK, to_aplevel(l), 0, main, "RCACHE0016 pool: %.*s",
-                       int(line.size()), line.data());
-        });
-        g.pool_store = new co::PoolStore(*g.pool_owner, *g.client, g.topo, std::move(indices),
-                                         g.coop_pool_slabs);
-        co::PoolStore* store = g.pool_store;
-        g.pool_owner->on_lost([store](const std::vector<co::OwnedSlab>& lost, const std::string&) {
-          store->lost(lost);
-        });
-        g.pool_owner->start();
-      }
-      g.coop_cache = new co::CoopCache(g.coop, g.topo, g.node, *g.arena, *g.coop_peers,
-                                       g.pool_store, size_t(g.coop_threshold));
-    } catch (const std::exception& e) {
-      ap_log_error(APLOG_MARK, APLOG_ERR, 0, s,
-                   "RCACHE0013 cannot set up the cooperative cache: %s: this child caches "
-                   "alone (RCacheCoop Off)",
-                   e.what());
-      delete g.pool_owner;
-      g.pool_owner = nullptr;
-      delete g.pool_store;
-      g.pool_store = nullptr;
-      delete g.coop_peers;
-      g.coop_peers = nullptr;
-    }
+}
+
+// MTACC, HYBCC: this child's share of the donors' pool memory.
+void start_pool(Child& c, server_rec* s) {
+  std::vector<co::PoolDonor> donors;
+  std::vector<uint16_t> indices;
+  for (const auto& name : g.cfg.coop_pool) {
+    const co::NodeInfo& n = g.cfg.topo.node(name);
+    donors.push_back(co::PoolDonor{name, g.cfg.topo.uri_of(n), name == g.cfg.node});
+    indices.push_back(co::node_index(g.cfg.topo, name));
   }
-  g.home_state.reset(new std::atomic<int>[g.topo.nodes.size()]);
-  for (size_t i = 0; i < g.topo.nodes.size(); ++i) g.home_state[i].store(0);
-  apr_pool_cleanup_register(pchild, nullptr, child_cleanup, apr_pool_cleanup_null);
+  co::PoolOwnerOptions po;
+  po.owner = g.cfg.node + "." + std::to_string(getpid());
+  po.client.secret = g.cfg.secret;
+  po.client.op_timeout =
+      std::chrono::milliseconds(std::max<uint32_t>(g.cfg.version_timeout_ms, 200));
+  po.client.connect_timeout = po.client.op_timeout;
+  po.placement = g.cfg.coop_placement;
+  c.pool_owner = std::make_unique<co::PoolOwner>(
+      std::move(donors), po, [s](tierce::fabric::LogLevel l, std::string_view line) {
+        ap_log_error(APLOG_MARK, to_aplevel(l), 0, s, "RCACHE0016 pool: %.*s", int(line.size()),
+                     line.data());
+      });
+  c.pool_store = std::make_unique<co::PoolStore>(*c.pool_owner, *c.client, g.cfg.topo,
+                                                 std::move(indices), g.cfg.coop_pool_slabs);
+  co::PoolStore* store = c.pool_store.get();
+  c.pool_owner->on_lost(
+      [store](const std::vector<co::OwnedSlab>& lost, const std::string&) { store->lost(lost); });
+  c.pool_owner->start();
+}
+
+// RCacheCoop: the peers, the pool memory, the cooperative cache over the arena. On failure the
+// child caches alone.
+void start_coop(Child& c, server_rec* s) {
+  try {
+    c.coop_peers = std::make_unique<co::ClusterCoopPeers>(*c.client);
+    if (co::uses_pool(g.cfg.coop)) start_pool(c, s);
+    c.coop_cache = std::make_unique<co::CoopCache>(g.cfg.coop, g.cfg.topo, g.cfg.node, *g.arena,
+                                                   *c.coop_peers, c.pool_store.get(),
+                                                   size_t(g.cfg.coop_threshold));
+  } catch (const std::exception& e) {
+    ap_log_error(APLOG_MARK, APLOG_ERR, 0, s,
+                 "RCACHE0013 cannot set up the cooperative cache: %s: this child caches "
+                 "alone (RCacheCoop Off)",
+                 e.what());
+    c.pool_owner.reset();
+    c.pool_store.reset();
+    c.coop_peers.reset();
+  }
+}
+
+void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
+  if (!g.arena) return;
+  g_child = new (apr_palloc(pchild, sizeof(Child))) Child();
+  apr_pool_cleanup_register(pchild, nullptr, end_child, apr_pool_cleanup_null);
+  Child& c = *g_child;
+  c.home_state.reset(new std::atomic<int>[g.cfg.topo.nodes.size()]);
+  for (size_t i = 0; i < g.cfg.topo.nodes.size(); ++i) c.home_state[i].store(0);
+  c.client = make_client(s);
+  if (c.client && g.cfg.coop != co::CoopScheme::Off) start_coop(c, s);
 }
 
 // ---- request path ------------------------------------------------------------------------------
@@ -667,7 +539,7 @@ void rcache_child_init(apr_pool_t* pchild, server_rec* s) {
 // RCacheStripProtocolHeaders: On (the default) everywhere but in an app-tier vhost of the same
 // httpd (the single-host layout of packaging/apache2/rcache.conf), which must receive the proxy's
 // Tierce-Key and send back its Tierce-Tag. Locations with RCache On strip whatever it says.
-bool strips_everything(server_rec* s) { return sconf(s)->strip_protocol_headers != 0; }
+bool strips_everything(server_rec* s) { return rc::strips_protocol_headers(sconf(s)->policy); }
 
 // Clients must not inject protocol headers (all requests, whatever RCache says, unless
 // RCacheStripProtocolHeaders Off; then rcache_handler strips those of RCache On locations).
@@ -683,7 +555,7 @@ void count(std::atomic<uint64_t> co::ArenaCounters::*m) {
 // Per-home accounting (tierce_rcache_home_*_total): the page's home is that of its base key, as
 // mod_appversion registers it (Tierce-Key is the base key's hash).
 uint32_t home_index(uint64_t base_hash) {
-  return uint32_t(&g.topo.home_of(base_hash) - g.topo.nodes.data());
+  return uint32_t(&g.cfg.topo.home_of(base_hash) - g.cfg.topo.nodes.data());
 }
 void count_home(uint32_t home, std::atomic<uint64_t> co::ArenaCounters::Home::*m) {
   if (g.arena && home < co::ArenaCounters::kHomeCounters)
@@ -740,20 +612,22 @@ int rcache_status_page(request_rec* r, bool metrics);
 // Adapts the hit decision (coherence/hit.h) to httpd: counters, log lines, serve or DECLINE.
 // Returns OK when the request was answered from the cache.
 int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
+  Child& c = *g_child;  // the handler checked it
   rc::HeaderGetter get = [r](const std::string& n) { return request_header(r, n); };
   co::HitQuery q{ctx->base, ctx->base_hash, now_us(), pol.max_age_s};
   NoClientReader no_client;
   std::optional<co::ClusterVersionReader> cluster;
   co::VersionReader* reader = &no_client;
-  if (g.client) reader = &cluster.emplace(*g.client);
+  if (c.client) reader = &cluster.emplace(*c.client);
   co::HitResult res =
-      co::decide_hit_coop(*g.arena, g.coop_cache, g.topo, q, rc::entry_format(ctx->base, get), *reader);
+      co::decide_hit_coop(*g.arena, c.coop_cache.get(), g.cfg.topo, q,
+                          rc::entry_format(ctx->base, get), *reader);
   const bool from_peer = !res.peer.empty();
 
   if (res.version_read) {
     g.arena->record_latency(res.read_ns);
-    if (g.home_state && res.entry)
-      g.home_state[res.entry->tag.home].store(res.home_version ? 1 : 2, std::memory_order_relaxed);
+    if (c.home_state && res.entry)
+      c.home_state[res.entry->tag.home].store(res.home_version ? 1 : 2, std::memory_order_relaxed);
   }
   const char* home = res.home.c_str();
   switch (res.verdict) {
@@ -785,14 +659,14 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
         // the directory by decide_hit_coop), forwarded.
         count(&co::ArenaCounters::misses);
         count(&co::ArenaCounters::tag_mismatches);
-        if (!from_peer && g.coop_cache) g.coop_cache->invalidate(res.key_hash, res.key);
+        if (!from_peer && c.coop_cache) c.coop_cache->invalidate(res.key_hash, res.key);
         ap_log_rerror(
             APLOG_MARK, APLOG_WARNING, 0, r,
             "RCACHE0036 %s entry of key %s tagged %s slot %" APR_UINT64_T_FMT
             ", which is not the key's (%s): erased, forwarded%s%s",
             from_peer ? "a peer's" : "an", co::to_hex(ctx->base_hash).c_str(), home,
             (apr_uint64_t)res.entry->tag.slot,
-            std::string(co::to_string(co::tag_binding(res.entry->tag, g.topo, ctx->base_hash)))
+            std::string(co::to_string(co::tag_binding(res.entry->tag, g.cfg.topo, ctx->base_hash)))
                 .c_str(),
             from_peer ? "; copy read from " : "", from_peer ? res.peer.c_str() : "");
       } else if (res.stale_cause == co::StaleCause::Expired) {
@@ -808,8 +682,8 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
         // erased locally and dropped at the directory here, so peers do not read it again.
         if (from_peer)
           g.arena->counters().coop.remote_stale.fetch_add(1, std::memory_order_relaxed);
-        else if (g.coop_cache)
-          g.coop_cache->invalidate(res.key_hash, res.key);
+        else if (c.coop_cache)
+          c.coop_cache->invalidate(res.key_hash, res.key);
         ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
                       "RCACHE0026 stale entry (stored version %" APR_UINT64_T_FMT ", home %s has %" APR_UINT64_T_FMT "): erased, "
                       "forwarded",
@@ -832,7 +706,7 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
   ctx->mode = Mode::Hit;
   if (from_peer) {
     g.arena->counters().coop.remote_hits.fetch_add(1, std::memory_order_relaxed);
-    for (const auto& f : res.fetched) g.coop_cache->keep_fetched(f);
+    for (const auto& f : res.fetched) c.coop_cache->keep_fetched(f);
   }
   ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r, "RCACHE0027 hit (version %" APR_UINT64_T_FMT " at %s%s%s)",
                 (apr_uint64_t)*res.home_version, home, from_peer ? ", copy read from " : "",
@@ -843,8 +717,8 @@ int lookup_and_adapt(request_rec* r, RequestCtx* ctx, const rc::Policy& pol) {
 int rcache_handler(request_rec* r) {
   if (r->handler && !std::strcmp(r->handler, "rcache-status")) return rcache_status_page(r, false);
   if (r->handler && !std::strcmp(r->handler, "rcache-metrics")) return rcache_status_page(r, true);
-  if (!g.arena || r->main || r->prev) return DECLINED;
-  if (dconf(r)->enabled != 1) return DECLINED;
+  if (!g.arena || !g_child || r->main || r->prev) return DECLINED;
+  if (!rc::cache_enabled(dconf(r)->enabled)) return DECLINED;
   if (!strips_everything(r->server)) strip_protocol_headers(r->pool, r->headers_in);
 
   rc::Policy pol = policy_of(r->server);
@@ -919,7 +793,7 @@ void finish_store(request_rec* r, RequestCtx* ctx, FilterState* st) {
   bool ok = false;
   // Stores one entry and, with RCacheCoop, publishes the copy at the key's directory home.
   auto put = [&](uint64_t h, const std::string& key, const std::string& payload) {
-    if (g.coop_cache) return g.coop_cache->store(h, key, tag, payload);
+    if (g_child->coop_cache) return g_child->coop_cache->store(h, key, tag, payload);
     return g.arena->store(h, key, tag, payload);
   };
   try {
@@ -966,7 +840,7 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
       rf.set_cookie = apr_table_get(r->headers_out, "Set-Cookie") ||
                       apr_table_get(r->err_headers_out, "Set-Cookie");
       rf.vary = joined(r->headers_out, "Vary");
-      st->c = rc::decide_response(rf, policy_of(r->server), g.topo);
+      st->c = rc::decide_response(rf, policy_of(r->server), g.cfg.topo);
       if (st->c.cacheable) {
         st->storing = true;
         st->resp.status = r->status;
@@ -986,7 +860,7 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
                       st->c.reason.c_str());
       }
     }
-    if (strips_everything(r->server) || dconf(r)->enabled == 1) {
+    if (strips_everything(r->server) || rc::cache_enabled(dconf(r)->enabled)) {
       strip_protocol_headers(r->pool, r->headers_out);
       strip_protocol_headers(r->pool, r->err_headers_out);
     }
@@ -1014,13 +888,13 @@ apr_status_t rcache_out_filter(ap_filter_t* f, apr_bucket_brigade* bb) {
       refuse_store(r, st, "reading the body failed");
       break;
     }
-    if (st->body.size() + len > g.max_entry) {
+    if (st->body.size() + len > g.cfg.max_entry) {
       st->storing = false;
       count(&co::ArenaCounters::store_refused);
       ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, r,
                     "RCACHE0034 response larger than RCacheMaxEntrySize (%" APR_UINT64_T_FMT "): passed through, "
                     "not stored",
-                    (apr_uint64_t)g.max_entry);
+                    (apr_uint64_t)g.cfg.max_entry);
       break;
     }
     st->body.append(data, len);
@@ -1039,80 +913,8 @@ int rcache_status_page(request_rec* r, bool metrics) {
     r->allowed = AP_METHOD_BIT << M_GET;
     return HTTP_METHOD_NOT_ALLOWED;
   }
-  rc::StatusSnapshot s;
-  s.node = g.node;
-  s.topology_path = g.topology_path;
-  s.cluster = g.topo.name;
-  if (g.arena) {
-    auto st = g.arena->stats();
-    s.entries = st.entries;
-    s.used_bytes = st.used_bytes;
-    s.capacity_bytes = st.capacity_bytes;
-    s.max_entry_bytes = g.max_entry;  // RCacheMaxEntrySize (the arena itself allows ring/4)
-    auto& c = g.arena->counters();
-    auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-    s.hits = ld(c.hits);
-    s.misses = ld(c.misses);
-    s.version_failures = ld(c.version_failures);
-    s.stale_rejects = ld(c.stale_rejects);
-    s.stores = ld(c.stores);
-    s.store_refused = ld(c.store_refused);
-    s.uncacheable = ld(c.uncacheable);
-    s.evictions = ld(c.evictions);
-    s.erased = ld(c.erased);
-    s.expired = ld(c.expired);
-    s.lock_timeouts = ld(c.lock_timeouts);
-    s.tag_mismatches = ld(c.tag_mismatches);
-    for (size_t i = 0; i < co::ArenaCounters::kLatencyBuckets; ++i) {
-      uint64_t n = ld(c.latency[i]);
-      s.latency_count += n;
-      s.latency_sum_ns += n * co::CacheArena::latency_bucket_lo(i);
-    }
-    s.p50_ns = g.arena->latency_percentile(0.5);
-    s.p90_ns = g.arena->latency_percentile(0.9);
-    s.p99_ns = g.arena->latency_percentile(0.99);
-    for (size_t i = 0; i < g.topo.nodes.size(); ++i) {
-      if (g.topo.nodes[i].role != co::Role::App) continue;
-      int hs = g.home_state ? g.home_state[i].load(std::memory_order_relaxed) : 0;
-      rc::HomeReach h{g.topo.nodes[i].name, hs == 1 ? "ok" : hs == 2 ? "failed" : "unknown"};
-      if (i < co::ArenaCounters::kHomeCounters) {
-        h.lookups = ld(c.home[i].lookups);
-        h.hits = ld(c.home[i].hits);
-        h.unverifiable = ld(c.home[i].unverifiable);
-      }
-      s.homes.push_back(std::move(h));
-    }
-    if (g.coop != co::CoopScheme::Off) {
-      const co::CoopCounters& k = c.coop;
-      s.coop.scheme = std::string(co::to_string(g.coop));
-      s.coop.counters = {{"lookups", ld(k.lookups)},
-                         {"dir_hits", ld(k.dir_hits)},
-                         {"dir_unreachable", ld(k.dir_unreachable)},
-                         {"copy_reads", ld(k.copy_reads)},
-                         {"copy_hits", ld(k.copy_hits)},
-                         {"copy_unreachable", ld(k.copy_unreachable)},
-                         {"remote_hits", ld(k.remote_hits)},
-                         {"remote_stale", ld(k.remote_stale)},
-                         {"remote_unverifiable", ld(k.remote_unverifiable)},
-                         {"kept_local", ld(k.kept_local)},
-                         {"stored_local", ld(k.stored_local)},
-                         {"stored_pool", ld(k.stored_pool)},
-                         {"pool_failures", ld(k.pool_failures)},
-                         {"demoted", ld(k.demoted)},
-                         {"publishes", ld(k.publishes)},
-                         {"publish_refused", ld(k.publish_refused)},
-                         {"withdrawals", ld(k.withdrawals)},
-                         {"invalidations", ld(k.invalidations)},
-                         {"messages_failed", ld(k.messages_failed)},
-                         {"lookup_ns", ld(k.lookup_ns)}};
-      for (size_t i = 0; i < co::kMissReasonCount; ++i)
-        s.coop.copy_misses.emplace_back(std::string(co::to_string(co::MissReason(i))),
-                                        ld(k.copy_misses[i]));
-      for (size_t i = 0; i < co::kDirMissReasonCount; ++i)
-        s.coop.dir_misses.emplace_back(std::string(co::to_string(co::DirMissReason(i))),
-                                       ld(k.dir_misses[i]));
-    }
-  }
+  const rc::StatusSnapshot s =
+      rc::status_snapshot(g.cfg, g.arena, g_child ? g_child->home_state.get() : nullptr);
   std::string body;
   if (metrics) {
     ap_set_content_type(r, "text/plain; version=0.0.4; charset=utf-8");

@@ -633,6 +633,88 @@ std::string render_metrics(const StatusSnapshot& s) {
   return m.text();
 }
 
+// ---- the status pages' numbers ---------------------------------------------------------------
+
+StatusSnapshot status_snapshot(const ModuleConfig& cfg, const coherence::CacheArena* arena,
+                               const std::atomic<int>* home_state) {
+  namespace co = coherence;
+  StatusSnapshot s;
+  s.node = cfg.node;
+  s.topology_path = cfg.topology_path;
+  s.cluster = cfg.topo.name;
+  if (arena) {
+    auto st = arena->stats();
+    s.entries = st.entries;
+    s.used_bytes = st.used_bytes;
+    s.capacity_bytes = st.capacity_bytes;
+    s.max_entry_bytes = cfg.max_entry;  // RCacheMaxEntrySize (the arena itself allows ring/4)
+    auto& c = arena->counters();
+    auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    s.hits = ld(c.hits);
+    s.misses = ld(c.misses);
+    s.version_failures = ld(c.version_failures);
+    s.stale_rejects = ld(c.stale_rejects);
+    s.stores = ld(c.stores);
+    s.store_refused = ld(c.store_refused);
+    s.uncacheable = ld(c.uncacheable);
+    s.evictions = ld(c.evictions);
+    s.erased = ld(c.erased);
+    s.expired = ld(c.expired);
+    s.lock_timeouts = ld(c.lock_timeouts);
+    s.tag_mismatches = ld(c.tag_mismatches);
+    for (size_t i = 0; i < co::ArenaCounters::kLatencyBuckets; ++i) {
+      uint64_t n = ld(c.latency[i]);
+      s.latency_count += n;
+      s.latency_sum_ns += n * co::CacheArena::latency_bucket_lo(i);
+    }
+    s.p50_ns = arena->latency_percentile(0.5);
+    s.p90_ns = arena->latency_percentile(0.9);
+    s.p99_ns = arena->latency_percentile(0.99);
+    for (size_t i = 0; i < cfg.topo.nodes.size(); ++i) {
+      if (cfg.topo.nodes[i].role != co::Role::App) continue;
+      int hs = home_state ? home_state[i].load(std::memory_order_relaxed) : 0;
+      HomeReach h{cfg.topo.nodes[i].name, hs == 1 ? "ok" : hs == 2 ? "failed" : "unknown"};
+      if (i < co::ArenaCounters::kHomeCounters) {
+        h.lookups = ld(c.home[i].lookups);
+        h.hits = ld(c.home[i].hits);
+        h.unverifiable = ld(c.home[i].unverifiable);
+      }
+      s.homes.push_back(std::move(h));
+    }
+    if (cfg.coop != co::CoopScheme::Off) {
+      const co::CoopCounters& k = c.coop;
+      s.coop.scheme = std::string(co::to_string(cfg.coop));
+      s.coop.counters = {{"lookups", ld(k.lookups)},
+                         {"dir_hits", ld(k.dir_hits)},
+                         {"dir_unreachable", ld(k.dir_unreachable)},
+                         {"copy_reads", ld(k.copy_reads)},
+                         {"copy_hits", ld(k.copy_hits)},
+                         {"copy_unreachable", ld(k.copy_unreachable)},
+                         {"remote_hits", ld(k.remote_hits)},
+                         {"remote_stale", ld(k.remote_stale)},
+                         {"remote_unverifiable", ld(k.remote_unverifiable)},
+                         {"kept_local", ld(k.kept_local)},
+                         {"stored_local", ld(k.stored_local)},
+                         {"stored_pool", ld(k.stored_pool)},
+                         {"pool_failures", ld(k.pool_failures)},
+                         {"demoted", ld(k.demoted)},
+                         {"publishes", ld(k.publishes)},
+                         {"publish_refused", ld(k.publish_refused)},
+                         {"withdrawals", ld(k.withdrawals)},
+                         {"invalidations", ld(k.invalidations)},
+                         {"messages_failed", ld(k.messages_failed)},
+                         {"lookup_ns", ld(k.lookup_ns)}};
+      for (size_t i = 0; i < co::kMissReasonCount; ++i)
+        s.coop.copy_misses.emplace_back(std::string(co::to_string(co::MissReason(i))),
+                                        ld(k.copy_misses[i]));
+      for (size_t i = 0; i < co::kDirMissReasonCount; ++i)
+        s.coop.dir_misses.emplace_back(std::string(co::to_string(co::DirMissReason(i))),
+                                       ld(k.dir_misses[i]));
+    }
+  }
+  return s;
+}
+
 // ---- the server configuration ----------------------------------------------------------------
 
 base::Result<ModuleConfig> resolve_server_config(const ServerSettings& c) {
@@ -720,5 +802,125 @@ base::Result<ModuleConfig> resolve_server_config(const ServerSettings& c) {
   }
   return g;
 }
+
+// ---- one directive's argument ----------------------------------------------------------------
+
+namespace {
+base::Status bad_arg(std::string msg) {
+  return base::Status(base::Code::InvalidArgument, std::move(msg));
+}
+std::string quoted(std::string_view directive, std::string_view arg) {
+  return std::string(directive) + ": '" + std::string(arg) + "'";
+}
+}  // namespace
+
+base::Result<uint64_t> arena_size_arg(std::string_view arg) {
+  auto v = parse_size(arg);
+  if (!v || *v < (1ull << 20) || *v > (1ull << 40))
+    return bad_arg(quoted("RCacheSize", arg) +
+                   " is not allowed: give the arena size in bytes with an optional K, M or G "
+                   "suffix, between 1M and 1024G (e.g. RCacheSize 256M)");
+  return *v;
+}
+
+base::Result<uint64_t> max_entry_arg(std::string_view arg) {
+  auto v = parse_size(arg);
+  if (!v || *v < 1024)
+    return bad_arg(quoted("RCacheMaxEntrySize", arg) +
+                   " is not allowed: give a size of at least 1K with an optional K, M or G "
+                   "suffix, at most RCacheSize/4 (e.g. RCacheMaxEntrySize 1M)");
+  return *v;
+}
+
+base::Result<int> version_timeout_arg(std::string_view arg) {
+  auto v = parse_uint(arg, 1, 60000);
+  if (!v)
+    return bad_arg(quoted("RCacheVersionTimeout", arg) +
+                   " is not allowed: give milliseconds from 1 to 60000 (e.g. "
+                   "RCacheVersionTimeout 50)");
+  return int(*v);
+}
+
+base::Result<int> retry_after_arg(std::string_view arg) {
+  auto v = parse_uint(arg, 0, 600000);
+  if (!v)
+    return bad_arg(quoted("RCacheRetryAfter", arg) +
+                   " is not allowed: give milliseconds from 0 to 600000 (e.g. RCacheRetryAfter "
+                   "100)");
+  return int(*v);
+}
+
+base::Result<int64_t> max_age_arg(std::string_view arg) {
+  auto v = parse_uint(arg, 0, uint64_t(kMaxMaxAgeSeconds));
+  if (!v)
+    return bad_arg(quoted("RCacheMaxAge", arg) + " is not allowed: give seconds from 1 to " +
+                   std::to_string(kMaxMaxAgeSeconds) +
+                   ", or 0 for no limit (e.g. RCacheMaxAge 600)");
+  return int64_t(*v);
+}
+
+base::Result<coherence::CoopScheme> coop_arg(std::string_view arg) {
+  auto v = coherence::parse_coop_scheme(arg);
+  if (!v)
+    return bad_arg(quoted("RCacheCoop", arg) +
+                   " is not a scheme: give Off (each proxy alone, the default), BCC (share "
+                   "copies, keep fetched ones too), CCWR (share copies without duplicating "
+                   "them), MTACC (as CCWR, and what the arena evicts moves to pool memory) or "
+                   "HYBCC (small pages as BCC, large ones in pool memory)");
+  return *v;
+}
+
+base::Result<uint64_t> coop_threshold_arg(std::string_view arg) {
+  auto v = parse_size(arg);
+  if (!v || *v < 1 || *v > (1ull << 30))
+    return bad_arg(quoted("RCacheCoopThreshold", arg) +
+                   " is not allowed: give a size from 1 to 1G with an optional K, M or G suffix "
+                   "(HYBCC pools pages from this size; e.g. RCacheCoopThreshold 16K)");
+  return *v;
+}
+
+base::Result<int> coop_pool_slabs_arg(std::string_view arg) {
+  auto v = parse_uint(arg, 1, 65536);
+  if (!v)
+    return bad_arg(quoted("RCacheCoopPoolSlabs", arg) +
+                   " is not allowed: give the most slabs of pool memory one httpd child holds, "
+                   "1 to 65536 (e.g. RCacheCoopPoolSlabs 16)");
+  return int(*v);
+}
+
+base::Result<coherence::Placement> coop_placement_arg(std::string_view arg) {
+  auto v = coherence::parse_placement(arg);
+  if (!v)
+    return bad_arg(quoted("RCacheCoopPlacement", arg) +
+                   " is not a policy: give local_first, most_free or power_of_two");
+  return *v;
+}
+
+// ---- what a virtual host and a location say -------------------------------------------------
+
+PolicySettings merge_policy(const PolicySettings& base, const PolicySettings& add) {
+  PolicySettings m = base;
+  if (add.store_set_cookie != -1) m.store_set_cookie = add.store_set_cookie;
+  if (add.store_authorized != -1) m.store_authorized = add.store_authorized;
+  if (add.require_tag != -1) m.require_tag = add.require_tag;
+  if (add.store_cookie_requests != -1) m.store_cookie_requests = add.store_cookie_requests;
+  if (add.max_age_s != -1) m.max_age_s = add.max_age_s;
+  if (add.strip_protocol_headers != -1) m.strip_protocol_headers = add.strip_protocol_headers;
+  return m;
+}
+
+Policy resolve_policy(const PolicySettings& s) {
+  Policy p;
+  p.store_set_cookie = s.store_set_cookie == 1;
+  p.store_authorized = s.store_authorized == 1;
+  p.require_tag = s.require_tag != 0;
+  p.store_cookie_requests = s.store_cookie_requests == 1;
+  p.max_age_s = s.max_age_s >= 0 ? s.max_age_s : kDefaultMaxAgeSeconds;
+  return p;
+}
+
+bool strips_protocol_headers(const PolicySettings& s) { return s.strip_protocol_headers != 0; }
+
+int merge_enabled(int base, int add) { return add != -1 ? add : base; }
 
 }  // namespace tierce::rcache

@@ -1,9 +1,12 @@
 // mod_rcache/rcache_logic.h — the parts of mod_rcache that do not need httpd: header filtering,
 // the cacheability rules, Tierce-Tag parsing, Vary handling, the payload format of arena entries,
 // directive value parsing, whether a captured body is complete, the entry format the hit
-// decision (coherence/hit.h) reads, and the status/metrics renderers. Unit-tested by
-// tests/rcache/test_rcache_logic.cc; mod_rcache.cc is the Apache glue around it.
+// decision (coherence/hit.h) reads, the status/metrics snapshot and renderers, and the RCache*
+// configuration (each directive's argument, vhost and location merging, the start-up
+// resolution). Unit-tested by tests/rcache (test_rcache_logic.cc, test_rcache_config.cc);
+// mod_rcache.cc is the Apache glue around it.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "coherence/arena.h"
 #include "coherence/coop_cache.h"
 #include "coherence/hit.h"
 #include "coherence/slab_pool.h"
@@ -247,5 +251,46 @@ struct ModuleConfig {
 // Resolves and checks the settings (start-up and `httpd -t`): the configuration, or why RCache
 // On cannot run with it (the message starts with its RCACHE id and says what to change).
 base::Result<ModuleConfig> resolve_server_config(const ServerSettings& s);
+
+// The status pages' numbers: the configuration, the arena's counters shared by all children
+// (nullptr: RCache is not on) and this child's last version read at each topology node
+// (home_state: 0 unknown, 1 ok, 2 failed; nullptr: none).
+StatusSnapshot status_snapshot(const ModuleConfig& cfg, const coherence::CacheArena* arena,
+                               const std::atomic<int>* home_state);
+
+// ---- one directive's argument ----------------------------------------------------------------
+// The value of RCacheSize, RCacheMaxEntrySize, ...; or the configuration error httpd prints
+// (naming the directive, what is allowed and an example).
+base::Result<uint64_t> arena_size_arg(std::string_view arg);         // RCacheSize
+base::Result<uint64_t> max_entry_arg(std::string_view arg);          // RCacheMaxEntrySize
+base::Result<int> version_timeout_arg(std::string_view arg);         // RCacheVersionTimeout
+base::Result<int> retry_after_arg(std::string_view arg);             // RCacheRetryAfter
+base::Result<int64_t> max_age_arg(std::string_view arg);             // RCacheMaxAge
+base::Result<coherence::CoopScheme> coop_arg(std::string_view arg);  // RCacheCoop
+base::Result<uint64_t> coop_threshold_arg(std::string_view arg);     // RCacheCoopThreshold
+base::Result<int> coop_pool_slabs_arg(std::string_view arg);         // RCacheCoopPoolSlabs
+base::Result<coherence::Placement> coop_placement_arg(std::string_view arg);  // RCacheCoopPlacement
+
+// ---- what a virtual host and a location say -------------------------------------------------
+// The switches a <VirtualHost> may set apart from the main server (RCacheStoreSetCookie,
+// RCacheStoreAuthorized, RCacheRequireTag, RCacheStoreCookieRequests, RCacheStripProtocolHeaders:
+// -1 unset, 0 Off, 1 On; RCacheMaxAge: -1 unset).
+struct PolicySettings {
+  int store_set_cookie = -1, store_authorized = -1, require_tag = -1, store_cookie_requests = -1;
+  int strip_protocol_headers = -1;
+  int64_t max_age_s = -1;
+};
+// A vhost's switches over the main server's: each one set in `add` wins. (The server-wide
+// ServerSettings are the main server's only: a vhost inherits them whole.)
+PolicySettings merge_policy(const PolicySettings& base, const PolicySettings& add);
+// The request rules of a (merged) server: unset switches take their defaults (RCacheRequireTag
+// On, the others Off; RCacheMaxAge kDefaultMaxAgeSeconds).
+Policy resolve_policy(const PolicySettings& s);
+// RCacheStripProtocolHeaders, On unless set Off.
+bool strips_protocol_headers(const PolicySettings& s);
+// RCache On|Off of nested locations (-1 unset, 0 Off, 1 On): the innermost setting wins; unset
+// everywhere is Off.
+int merge_enabled(int base, int add);
+inline bool cache_enabled(int merged) { return merged == 1; }
 
 }  // namespace tierce::rcache
