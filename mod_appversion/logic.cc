@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 
 #include "coherence/key.h"
+#include "coherence/layout.h"
 
 namespace tierce::appversion {
 
@@ -336,6 +338,110 @@ void Counters::metrics(base::Metrics& m) const {
           double(wait_quantile(counts, 0.99)) / 1e6);
   m.gauge("tierce_appversion_invalidation_wait_max_seconds", "Longest invalidation wait.",
           double(ld(wait_max_us)) / 1e6);
+}
+
+// ---- the configuration -----------------------------------------------------------------------
+
+DirSettings merge_dir(const DirSettings& base, const DirSettings& add) {
+  DirSettings m;
+  m.enabled = add.enabled != -1 ? add.enabled : base.enabled;
+  m.dependency_headers = add.dependency_headers ? add.dependency_headers : base.dependency_headers;
+  return m;
+}
+
+bool enabled(const DirSettings& d) { return d.enabled == 1; }
+
+std::vector<std::string> dependency_headers(const DirSettings& d) {
+  if (!d.dependency_headers) return {kDependsHeader};
+  return *d.dependency_headers;
+}
+
+std::string check_node_in_topology(const coherence::Topology& t, std::string_view topology_path,
+                                   std::string_view node) {
+  const coherence::NodeInfo* n = t.find(std::string(node));
+  if (!n)
+    return "node '" + std::string(node) + "' is not in the topology " + std::string(topology_path) +
+           "; name one of its [[node]] entries with role = \"app\"";
+  if (n->role != coherence::Role::App)
+    return "node '" + std::string(node) + "' has role proxy in " + std::string(topology_path) +
+           "; mod_appversion runs on an app node (role = \"app\")";
+  return "";
+}
+
+std::string check_against_topology(const coherence::Topology& t, std::string_view topology_path,
+                                   const std::vector<SeenValue>& schemes,
+                                   const std::vector<SeenValue>& ack_timeouts) {
+  const std::string cluster(coherence::to_string(t.coherence.scheme));
+  const std::string path(topology_path);
+  for (const auto& s : schemes)
+    if (s.value != cluster)
+      return "APPVER0023 AppVersionScheme " + s.value + " (" + s.where +
+             ") differs from the cluster's scheme " + cluster + " ([coherence] scheme in " + path +
+             "): one scheme per cluster, or pages registered under one are missed by updates "
+             "under the other. Remove AppVersionScheme (the topology decides) or make them equal";
+  const uint32_t bound = t.coherence.fence_bound_ms();
+  for (const auto& a : ack_timeouts)
+    if (std::stoul(a.value) < bound)
+      return "APPVER0024 AppVersionAckTimeout " + a.value + " (" + a.where +
+             ") is shorter than the fence bound " + std::to_string(bound) +
+             " ms ([coherence] lease_ms " + std::to_string(t.coherence.lease_ms) +
+             " + clock_skew_ms " + std::to_string(t.coherence.clock_skew_ms) + " in " + path +
+             "): an update could return while a home it could not reach still vouches for a "
+             "page that misses it. Remove AppVersionAckTimeout (the bound is what an update "
+             "waits at most) or raise it";
+  return "";
+}
+
+base::Result<std::optional<ModuleConfig>> resolve_server_config(const ServerSettings& s) {
+  namespace co = coherence;
+  auto fail = [](std::string msg) -> base::Result<std::optional<ModuleConfig>> {
+    return base::Status(base::Code::InvalidArgument, std::move(msg));
+  };
+  if (s.topology_path.empty() && s.node.empty()) {
+    if (s.any_enabled)
+      return fail("APPVER0004 AppVersion On is set but AppVersionTopology and AppVersionNode are "
+                  "not: add both to the main server configuration");
+    return std::optional<ModuleConfig>();
+  }
+  if (s.topology_path.empty() || s.node.empty())
+    return fail(std::string("APPVER0004 AppVersion") + (s.node.empty() ? "Node" : "Topology") +
+                " is missing: mod_appversion needs both AppVersionTopology and AppVersionNode in "
+                "the main server configuration");
+  ModuleConfig c;
+  try {
+    c.topology = co::Topology::load(s.topology_path);
+    c.topology.require_app_nodes();
+  } catch (const std::exception& e) {
+    return fail("APPVER0001 cannot load the topology " + s.topology_path + ": " + e.what());
+  }
+  const co::NodeInfo* self = c.topology.find(s.node);
+  if (!self || self->role != co::Role::App)
+    return fail("APPVER0002 AppVersionNode " + s.node + ": " +
+                (self ? "has role proxy" : "is not a node") + " in " + s.topology_path +
+                "; name a [[node]] with role = \"app\"");
+  try {
+    for (const co::NodeInfo* n : c.topology.app_nodes()) (void)c.topology.uri_of(*n);
+  } catch (const std::exception& e) {
+    return fail("APPVER0001 topology " + s.topology_path + ": " + e.what() +
+                " (every app node needs a memd URI of the cluster's transport)");
+  }
+  try {
+    c.secret = c.topology.secret();
+  } catch (const std::exception& e) {
+    return fail("APPVER0003 cannot read the cluster secret " + c.topology.secret_file +
+                " named by " + s.topology_path + ": " + e.what() +
+                " (it must exist, hold >= 16 bytes and not be readable by others: chmod 600, "
+                "owner root)");
+  }
+  if (std::string why = check_against_topology(c.topology, s.topology_path, s.schemes,
+                                                s.ack_timeouts);
+      !why.empty())
+    return fail(why);
+  c.node = s.node;
+  c.writer_segment = self->segment_prefix + co::kWriterSuffix;
+  c.tuning.op_timeout = std::chrono::milliseconds(s.op_timeout_ms);
+  c.tuning.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(s.op_timeout_ms, 200));
+  return std::optional<ModuleConfig>(std::move(c));
 }
 
 }  // namespace tierce::appversion

@@ -1,12 +1,14 @@
 // mod_appversion/logic.h — the parts of mod_appversion that need no httpd: directive argument
 // checks, the Tierce-Key request header, which response headers carry dependencies, which are
-// stripped, whether a page is registered, the Tierce-Tag value, and the counters the status
-// handler shows (a plain struct of atomics placed in shared memory by the module).
-// Unit-tested in tests/appversion/test_appversion_logic.cc.
+// stripped, whether a page is registered, the Tierce-Tag value, the counters the status
+// handler shows (a plain struct of atomics placed in shared memory by the module), and the
+// configuration: location merging and the start-up resolution against the topology.
+// Unit-tested in tests/appversion (test_appversion_logic.cc, test_appversion_config.cc).
 #pragma once
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,7 +16,10 @@
 #include <vector>
 
 #include "base/metrics.h"
+#include "base/status.h"
 #include "coherence/home.h"
+#include "coherence/pool.h"
+#include "coherence/topology.h"
 
 namespace tierce::appversion {
 
@@ -144,5 +149,63 @@ struct Counters {
   void metrics(base::Metrics& m) const;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters live in shared memory");
+
+// ---- the configuration -----------------------------------------------------------------------
+
+inline constexpr uint32_t kDefaultOpTimeoutMs = 200;
+
+// AppVersion and AppVersionDependencyHeaders as a <Location>/<Directory> left them.
+struct DirSettings {
+  int enabled = -1;  // -1 unset (Off), 0 Off, 1 On
+  // nullptr: unset (Tierce-Depends). Shared, not copied, by the merges of every request.
+  std::shared_ptr<const std::vector<std::string>> dependency_headers;
+};
+// Nested locations: each setting of the inner one (`add`) wins, the others are inherited.
+DirSettings merge_dir(const DirSettings& base, const DirSettings& add);
+bool enabled(const DirSettings& d);
+// The response headers that carry the page's dependencies (default: Tierce-Depends).
+std::vector<std::string> dependency_headers(const DirSettings& d);
+
+// A value a directive wrote that must agree with the topology, and where (file:line).
+struct SeenValue {
+  std::string value;
+  std::string where;
+};
+
+// Whichever of AppVersionTopology / AppVersionNode comes second checks the node: "" when it is
+// an app node of the topology, else the problem (without the directive name).
+std::string check_node_in_topology(const coherence::Topology& t, std::string_view topology_path,
+                                   std::string_view node);
+
+// AppVersionScheme and AppVersionAckTimeout values (wherever written) against the topology: ""
+// or the problem (APPVER0023: another scheme; APPVER0024: shorter than the fence bound).
+std::string check_against_topology(const coherence::Topology& t, std::string_view topology_path,
+                                   const std::vector<SeenValue>& schemes,
+                                   const std::vector<SeenValue>& ack_timeouts);
+
+// What the configuration pass left: the main server's directives, and what every directive
+// wherever written added.
+struct ServerSettings {
+  std::string topology_path;  // absolute; empty: unset
+  std::string node;           // empty: unset
+  uint32_t op_timeout_ms = kDefaultOpTimeoutMs;  // AppVersionOpTimeout
+  bool any_enabled = false;   // "AppVersion On" somewhere
+  std::vector<SeenValue> schemes, ack_timeouts;
+};
+
+// What the module runs with (prepared by the parent, as root; inherited by the children).
+struct ModuleConfig {
+  coherence::Topology topology;  // loaded again: the file may have changed since the directive
+  fabric::Secret secret;       // read as root, before the children drop privileges
+  std::string node;
+  std::string writer_segment;  // this node's invalidation counter (coherence/writer.h)
+  coherence::ClientTuning tuning;
+};
+
+// Resolves and checks the settings at start-up: the configuration; nullopt when the module is
+// loaded but not configured (no AppVersionTopology, no AppVersionNode, no AppVersion On); or
+// why it cannot run (the message starts with its APPVER id: 0004 a directive missing, 0001 the
+// topology, 0002 the node, 0003 the secret, 0023/0024 check_against_topology).
+base::Result<std::optional<ModuleConfig>> resolve_server_config(const ServerSettings& s);
 
 }  // namespace tierce::appversion

@@ -52,7 +52,6 @@ namespace base = tierce::base;
 
 namespace {
 
-constexpr uint32_t kDefaultOpTimeoutMs = 200;
 constexpr const char* kAbortNote = "tierce-php-aborted";  // r->notes, set by error_log_hook
 constexpr const char* kFilterName = "APPVERSION";
 constexpr const char* kStatusHandler = "appversion-status";
@@ -64,24 +63,15 @@ struct ServerConf {
   const char* topology_path = nullptr;  // absolute
   co::Topology* topology = nullptr;     // loaded by the directive (owned by the config pool)
   const char* node = nullptr;
-  const char* node_file = nullptr;      // where AppVersionNode was written (for messages)
-  int node_line = 0;
-  uint32_t op_timeout_ms = kDefaultOpTimeoutMs;
+  uint32_t op_timeout_ms = av::kDefaultOpTimeoutMs;
 };
 
-struct DirConf {
-  int enabled = -1;                          // -1 unset
-  apr_array_header_t* dep_headers = nullptr; // const char*; nullptr = unset
-};
+using DirConf = av::DirSettings;  // AppVersion, AppVersionDependencyHeaders
 
 // Values that must agree with the topology, wherever they were written (checked in post_config:
 // one scheme per cluster; no update may return before the fence bound).
-struct SeenValue {
-  std::string value;
-  std::string where;  // file:line
-};
-std::vector<SeenValue> g_schemes_seen;
-std::vector<SeenValue> g_ack_timeouts_seen;
+std::vector<av::SeenValue> g_schemes_seen;
+std::vector<av::SeenValue> g_ack_timeouts_seen;
 
 // What the parent prepared in post_config (as root), inherited by the children.
 struct Runtime {
@@ -107,24 +97,28 @@ apr_status_t delete_cleanup(void* p) {
   delete static_cast<T*>(p);
   return APR_SUCCESS;
 }
+template <class T>
+apr_status_t destroy_in_pool(void* p) {
+  static_cast<T*>(p)->~T();
+  return APR_SUCCESS;
+}
+// A T in `pool`, destroyed with it.
+template <class T>
+T* pool_new(apr_pool_t* pool, T value = T()) {
+  T* t = new (apr_palloc(pool, sizeof(T))) T(std::move(value));
+  apr_pool_cleanup_register(pool, t, destroy_in_pool<T>, apr_pool_cleanup_null);
+  return t;
+}
 
 void* create_server_conf(apr_pool_t* p, server_rec*) {
   void* mem = apr_pcalloc(p, sizeof(ServerConf));
   return new (mem) ServerConf();
 }
 
-void* create_dir_conf(apr_pool_t* p, char*) {
-  void* mem = apr_pcalloc(p, sizeof(DirConf));
-  return new (mem) DirConf();
-}
+void* create_dir_conf(apr_pool_t* p, char*) { return pool_new<DirConf>(p); }
 
 void* merge_dir_conf(apr_pool_t* p, void* basev, void* addv) {
-  auto* base = static_cast<DirConf*>(basev);
-  auto* add = static_cast<DirConf*>(addv);
-  auto* out = static_cast<DirConf*>(create_dir_conf(p, nullptr));
-  out->enabled = add->enabled != -1 ? add->enabled : base->enabled;
-  out->dep_headers = add->dep_headers ? add->dep_headers : base->dep_headers;
-  return out;
+  return pool_new(p, av::merge_dir(*static_cast<DirConf*>(basev), *static_cast<DirConf*>(addv)));
 }
 
 ServerConf* server_conf(server_rec* s) {
@@ -143,13 +137,6 @@ std::string where_of(cmd_parms* cmd) {
   return std::string(cmd->directive->filename ? cmd->directive->filename : "?") + ":" +
          std::to_string(cmd->directive->line_num);
 }
-std::vector<std::string> dep_headers_of(const DirConf* dc) {
-  if (!dc->dep_headers) return {av::kDependsHeader};
-  std::vector<std::string> out;
-  for (int i = 0; i < dc->dep_headers->nelts; ++i)
-    out.emplace_back(APR_ARRAY_IDX(dc->dep_headers, i, const char*));
-  return out;
-}
 
 const char* err(cmd_parms* cmd, const std::string& why) {
   return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, why.c_str());
@@ -159,14 +146,8 @@ const char* err(cmd_parms* cmd, const std::string& why) {
 // `apache2ctl -t` already reports an unknown node or a proxy node.
 const char* check_node_in_topology(cmd_parms* cmd, ServerConf* sc) {
   if (!sc->topology || !sc->node) return nullptr;
-  const co::NodeInfo* n = sc->topology->find(sc->node);
-  if (!n)
-    return err(cmd, std::string("node '") + sc->node + "' is not in the topology " +
-                        sc->topology_path + "; name one of its [[node]] entries with role = \"app\"");
-  if (n->role != co::Role::App)
-    return err(cmd, std::string("node '") + sc->node + "' has role proxy in " + sc->topology_path +
-                        "; mod_appversion runs on an app node (role = \"app\")");
-  return nullptr;
+  std::string why = av::check_node_in_topology(*sc->topology, sc->topology_path, sc->node);
+  return why.empty() ? nullptr : err(cmd, why);
 }
 
 const char* cmd_enabled(cmd_parms* cmd, void* dcv, int on) {
@@ -216,9 +197,8 @@ const char* cmd_dep_headers(cmd_parms* cmd, void* dcv, const char* args) {
   std::vector<std::string> names;
   std::string why = av::parse_header_names(args ? args : "", names);
   if (!why.empty()) return err(cmd, why);
-  auto* arr = apr_array_make(cmd->pool, static_cast<int>(names.size()), sizeof(const char*));
-  for (const auto& n : names) APR_ARRAY_PUSH(arr, const char*) = apr_pstrdup(cmd->pool, n.c_str());
-  static_cast<DirConf*>(dcv)->dep_headers = arr;
+  static_cast<DirConf*>(dcv)->dependency_headers =
+      std::make_shared<const std::vector<std::string>>(std::move(names));
   return nullptr;
 }
 
@@ -279,30 +259,6 @@ int pre_config(apr_pool_t*, apr_pool_t*, apr_pool_t*) {
   return OK;
 }
 
-// Directives that must agree with the topology. Returns the problem, or "".
-std::string check_against_topology(const co::Topology& t, const char* topology_path) {
-  const std::string cluster(co::to_string(t.coherence.scheme));
-  for (const auto& s : g_schemes_seen)
-    if (s.value != cluster)
-      return "APPVER0023 AppVersionScheme " + s.value + " (" + s.where +
-             ") differs from the cluster's scheme " + cluster + " ([coherence] scheme in " +
-             topology_path +
-             "): one scheme per cluster, or pages registered under one are missed by updates "
-             "under the other. Remove AppVersionScheme (the topology decides) or make them equal";
-  const uint32_t bound = t.coherence.fence_bound_ms();
-  for (const auto& a : g_ack_timeouts_seen)
-    if (std::stoul(a.value) < bound)
-      return "APPVER0024 AppVersionAckTimeout " + a.value + " (" + a.where +
-             ") is shorter than the fence bound " + std::to_string(bound) +
-             " ms ([coherence] lease_ms " + std::to_string(t.coherence.lease_ms) +
-             " + clock_skew_ms " + std::to_string(t.coherence.clock_skew_ms) + " in " +
-             topology_path +
-             "): an update could return while a home it could not reach still vouches for a "
-             "page that misses it. Remove AppVersionAckTimeout (the bound is what an update "
-             "waits at most) or raise it";
-  return "";
-}
-
 apr_status_t drop_runtime(void*) {
   delete g_runtime;
   g_runtime = nullptr;
@@ -326,80 +282,42 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   g_main_server = s;
   create_counters(pconf, s);
   ServerConf* sc = server_conf(s);
-  if (!sc->topology_path && !sc->node) {
-    if (g_any_enabled) {
-      ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
-                   "APPVER0004 AppVersion On is set but AppVersionTopology and AppVersionNode are "
-                   "not: add both to the main server configuration");
-      return HTTP_INTERNAL_SERVER_ERROR;
-    }
+  av::ServerSettings in;
+  in.topology_path = sc->topology_path ? sc->topology_path : "";
+  in.node = sc->node ? sc->node : "";
+  in.op_timeout_ms = sc->op_timeout_ms;
+  in.any_enabled = g_any_enabled;
+  in.schemes = g_schemes_seen;
+  in.ack_timeouts = g_ack_timeouts_seen;
+  auto resolved = av::resolve_server_config(in);
+  if (!resolved) {
+    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "%s", resolved.message().c_str());
+    return HTTP_INTERNAL_SERVER_ERROR;
+  }
+  if (!*resolved) {
     ap_log_error(APLOG_MARK, APLOG_INFO, 0, s,
                  "APPVER0017 mod_appversion loaded but not configured (no AppVersionTopology)");
     return OK;
   }
-  if (!sc->topology_path || !sc->node) {
-    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
-                 "APPVER0004 AppVersion%s is missing: mod_appversion needs both "
-                 "AppVersionTopology and AppVersionNode in the main server configuration",
-                 sc->node ? "Topology" : "Node");
-    return HTTP_INTERNAL_SERVER_ERROR;
-  }
+  av::ModuleConfig& cfg = **resolved;
   auto rt = std::make_unique<Runtime>();
-  try {
-    // Loaded again: the file may have changed since the directive read it (graceful restart).
-    rt->topology = co::Topology::load(sc->topology_path);
-    rt->topology.require_app_nodes();
-  } catch (const std::exception& e) {
-    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "APPVER0001 cannot load the topology %s: %s",
-                 sc->topology_path, e.what());
-    return HTTP_INTERNAL_SERVER_ERROR;
-  }
-  const co::NodeInfo* self = rt->topology.find(sc->node);
-  if (!self || self->role != co::Role::App) {
-    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
-                 "APPVER0002 AppVersionNode %s: %s in %s; name a [[node]] with role = \"app\"",
-                 sc->node, self ? "has role proxy" : "is not a node", sc->topology_path);
-    return HTTP_INTERNAL_SERVER_ERROR;
-  }
-  try {
-    for (const co::NodeInfo* n : rt->topology.app_nodes()) (void)rt->topology.uri_of(*n);
-  } catch (const std::exception& e) {
-    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
-                 "APPVER0001 topology %s: %s (every app node needs a memd URI of the cluster's "
-                 "transport)",
-                 sc->topology_path, e.what());
-    return HTTP_INTERNAL_SERVER_ERROR;
-  }
-  try {
-    // Read here, as root, before the children drop privileges: they keep it in memory.
-    rt->secret = rt->topology.secret();
-  } catch (const std::exception& e) {
-    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
-                 "APPVER0003 cannot read the cluster secret %s named by %s: %s (it must exist, "
-                 "hold >= 16 bytes and not be readable by others: chmod 600, owner root)",
-                 rt->topology.secret_file.c_str(), sc->topology_path, e.what());
-    return HTTP_INTERNAL_SERVER_ERROR;
-  }
-  if (std::string why = check_against_topology(rt->topology, sc->topology_path); !why.empty()) {
-    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "%s", why.c_str());
-    return HTTP_INTERNAL_SERVER_ERROR;
-  }
   try {
     // Created (or found) here, before any child forks: every child numbers its invalidations in
     // the same counter, which the node's writer agent (and memd) exports and every home reads
     // (writer.h); our topology's digest goes with every number.
-    rt->writer = std::make_unique<co::WriterLog>(self->segment_prefix + co::kWriterSuffix,
-                                                 rt->topology.coherence_digest());
+    rt->writer = std::make_unique<co::WriterLog>(cfg.writer_segment,
+                                                 cfg.topology.coherence_digest());
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
-                 "APPVER0025 cannot map this node's invalidation counter %s%s: %s (check "
+                 "APPVER0025 cannot map this node's invalidation counter %s: %s (check "
                  "/dev/shm space and permissions; the node's memd maps the same segment)",
-                 self->segment_prefix.c_str(), co::kWriterSuffix, e.what());
+                 cfg.writer_segment.c_str(), e.what());
     return HTTP_INTERNAL_SERVER_ERROR;
   }
-  rt->node = sc->node;
-  rt->tuning.op_timeout = std::chrono::milliseconds(sc->op_timeout_ms);
-  rt->tuning.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(sc->op_timeout_ms, 200));
+  rt->topology = std::move(cfg.topology);
+  rt->secret = std::move(cfg.secret);
+  rt->node = std::move(cfg.node);
+  rt->tuning = cfg.tuning;
   delete g_runtime;
   g_runtime = rt.release();
   apr_pool_cleanup_register(pconf, nullptr, drop_runtime, apr_pool_cleanup_null);
@@ -463,7 +381,7 @@ RequestState* state_of(request_rec* r) {
 
 bool enabled(request_rec* r) {
   DirConf* dc = dir_conf(r);
-  return dc && dc->enabled == 1;
+  return dc && av::enabled(*dc);
 }
 
 int header_parser(request_rec* r) {
@@ -692,7 +610,7 @@ void process_response(request_rec* r, FilterCtx* ctx) {
   }
 
   // b. registration
-  std::vector<std::string> dep_headers = dep_headers_of(dc);
+  std::vector<std::string> dep_headers = av::dependency_headers(*dc);
   bool deps_found = false;
   std::string deps = av::collect_values(hv.list, dep_headers, &deps_found);
   if (ctx->dep_note) deps_found = true;
