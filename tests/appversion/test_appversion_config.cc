@@ -11,6 +11,7 @@
 
 #include "coherence/layout.h"
 #include "mod_appversion/logic.h"
+#include "tests/support/topology.h"
 #include "tests/test_util.h"
 
 namespace av = tierce::appversion;
@@ -27,13 +28,9 @@ struct Cluster {
   explicit Cluster(const std::string& coherence = "", const std::string& transport = "tcp",
                    const std::string& secret_file = "") {
     std::string secret = secret_file.empty() ? tierce_test::make_secret(dir) : secret_file;
-    std::string t = "[cluster]\nname = \"t\"\nsecret_file = \"" + secret + "\"\ntransport = \"" +
-                    transport + "\"\n" + coherence;
-    auto node = [](const std::string& name, const std::string& role, int port) {
-      return "[[node]]\nname = \"" + name + "\"\nrole = \"" + role +
-             "\"\nmemd = [\"tcp://127.0.0.1:" + std::to_string(port) +
-             "\"]\nsegment_prefix = \"/tierce.t." + name + "\"\n";
-    };
+    using tierce_test::topology_node;
+    std::string t = tierce_test::topology_head(secret, transport, coherence);
+    auto node = topology_node;
     t += node("app1", "app", 17111) + node("app2", "app", 17112) + node("proxy1", "proxy", 17211);
     write_file(path, t);
   }

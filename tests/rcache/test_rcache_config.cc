@@ -9,6 +9,7 @@
 #include <string>
 
 #include "mod_rcache/rcache_logic.h"
+#include "tests/support/topology.h"
 #include "tests/test_util.h"
 
 namespace co = tierce::coherence;
@@ -24,11 +25,8 @@ struct Cluster {
   std::string path = dir / "cluster.toml";
   explicit Cluster(const std::string& extra_node = "", bool with_apps = true) {
     std::string secret = tierce_test::make_secret(dir);
-    std::string t = "[cluster]\nname = \"t\"\nsecret_file = \"" + secret + "\"\ntransport = \"tcp\"\n";
-    auto node = [](const std::string& name, const std::string& role, int port) {
-      return "[[node]]\nname = \"" + name + "\"\nrole = \"" + role + "\"\nmemd = [\"tcp://127.0.0.1:" +
-             std::to_string(port) + "\"]\nsegment_prefix = \"/tierce.t." + name + "\"\n";
-    };
+    std::string t = tierce_test::topology_head(secret);
+    auto node = tierce_test::topology_node;
     if (with_apps) t += node("app1", "app", 17101) + node("app2", "app", 17102);
     t += node("proxy1", "proxy", 17201) + node("proxy2", "proxy", 17202) + extra_node;
     write_file(path, t);
