@@ -11,7 +11,7 @@
 
 namespace tierce::base {
 
-SignalFd SignalFd::take(std::initializer_list<int> signals) {
+SignalFd SignalFd::take(const std::vector<int>& signals) {
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t set;
   sigemptyset(&set);

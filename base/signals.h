@@ -4,7 +4,7 @@
 
 #include <sys/types.h>
 
-#include <initializer_list>
+#include <vector>
 
 #include "base/fd.h"
 
@@ -21,7 +21,7 @@ class SignalFd {
   // Blocks `signals` in the calling thread (threads started afterwards inherit the mask, so none
   // of them is interrupted) and opens a non-blocking, close-on-exec signalfd for them; ignores
   // SIGPIPE (a peer gone is an EPIPE to handle, not a death). Throws std::system_error.
-  static SignalFd take(std::initializer_list<int> signals);
+  static SignalFd take(const std::vector<int>& signals);
 
   int fd() const { return fd_.get(); }
   // The next pending signal; none (false) when none is pending.

@@ -1,5 +1,6 @@
-// agents/lockd/main.cc — tierce-lockd, the process: command line, daemon start, pid file,
-// signals. The agent itself is agents/lockd/lockd.h; docs/dlm.md is the user's reference.
+// agents/lockd/main.cc — tierce-lockd, the process: command line, then what lockd brings to the
+// daemon kit (base/daemon_kit.h: start, pid file, signals, loop). The agent itself is
+// agents/lockd/lockd.h; docs/dlm.md is the user's reference.
 #include <getopt.h>
 #include <signal.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "agents/lockd/lockd.h"
 #include "base/config.h"
 #include "base/daemon.h"
+#include "base/daemon_kit.h"
 #include "base/errors.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -104,9 +106,111 @@ struct Options {
   bool foreground = false, check = false;
 };
 
+// The long options without a short one (the others are their letter).
+enum LongOnly {
+  kSocketMode = 'm', kPerClient = 'L', kPerUid = 'U', kClientsPerUid = 'C',
+  kProtection = 1000, kPreauth, kConns, kConnsPerIp, kMetricsFile, kMetricsInterval, kSpin
+};
+
+// optarg as a number lo..hi for the option `name`; nullopt (after the message) when it is not one.
+std::optional<size_t> number(const char* name, unsigned long long lo, unsigned long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(optarg, &end, 10);
+  if (!*optarg || *end || errno || x < lo || x > hi || optarg[0] == '-') {
+    std::fprintf(stderr, "%s: %s wants a number %llu..%llu, not '%s'\n", kProgram, name, lo, hi,
+                 optarg);
+    return std::nullopt;
+  }
+  return size_t(x);
+}
+
+enum class Took { Yes, No, Bad };  // an option that sets a setting: taken, not one, bad value
+
+// The options that set a setting (a key of the [lockd] table, or --user).
+Took take_setting(int c, Options* o) {
+  Settings& v = o->flags.values;
+  auto given = [&](const char* key) { o->flags.given.insert(key); };
+  // A numeric option into `field`, remembered as `key`.
+  auto count = [&](const char* name, unsigned long long lo, unsigned long long hi, size_t* field,
+                   const char* key) {
+    auto x = number(name, lo, hi);
+    if (!x) return Took::Bad;
+    *field = *x;
+    given(key);
+    return Took::Yes;
+  };
+  switch (c) {
+    case 't': v.topology = optarg; given("topology"); return Took::Yes;
+    case 'n': v.node = optarg; given("node"); return Took::Yes;
+    case 's': v.socket = optarg; given("socket"); return Took::Yes;
+    case 'd': v.state_dir = optarg; given("state_dir"); return Took::Yes;
+    case 'p': v.pid_file = optarg; given("pid_file"); return Took::Yes;
+    case 'v': v.log_level = base::LogLevel::Debug; given("log_level"); return Took::Yes;
+    case 'u':
+      if (!*optarg) {
+        std::fprintf(stderr, "%s: --user wants an account name\n", kProgram);
+        return Took::Bad;
+      }
+      o->user = optarg;
+      return Took::Yes;
+    case kSocketMode: {
+      char* end = nullptr;
+      unsigned long m = std::strtoul(optarg, &end, 8);
+      if (!*optarg || *end || m > 0777) {
+        std::fprintf(stderr, "%s: --socket-mode wants an octal mode like 0660, not '%s'\n",
+                     kProgram, optarg);
+        return Took::Bad;
+      }
+      v.socket_mode = mode_t(m);
+      given("socket_mode");
+      return Took::Yes;
+    }
+    case kPerClient:
+      return count("--max-locks-per-client", 1, Settings::kMaxQuota, &v.max_locks_per_client,
+                   "max_locks_per_client");
+    case kPerUid:
+      return count("--max-locks-per-uid", 1, Settings::kMaxQuota, &v.max_locks_per_uid,
+                   "max_locks_per_uid");
+    case kClientsPerUid:
+      return count("--max-clients-per-uid", 1, Settings::kMaxQuota, &v.max_clients_per_uid,
+                   "max_clients_per_uid");
+    case kProtection:
+      try {
+        v.protection = fabric::parse_protection(optarg);
+        given("protection");
+        return Took::Yes;
+      } catch (const std::exception&) {
+        std::fprintf(stderr, "%s: --protection wants mac, encrypt or none, not '%s'\n", kProgram,
+                     optarg);
+        return Took::Bad;
+      }
+    case kPreauth:
+      return count("--max-preauth-frame", 64, 65536, &v.max_preauth_frame, "max_preauth_frame");
+    case kConns:
+      return count("--max-connections", 1, 1'000'000, &v.max_connections, "max_connections");
+    case kConnsPerIp:
+      return count("--max-connections-per-ip", 0, 1'000'000, &v.max_connections_per_ip,
+                   "max_connections_per_ip");
+    case kMetricsFile:
+      if (!*optarg) {
+        std::fprintf(stderr, "%s: --metrics-file wants a file name\n", kProgram);
+        return Took::Bad;
+      }
+      v.metrics_file = optarg;
+      given("metrics_file");
+      return Took::Yes;
+    case kMetricsInterval:
+      return count("--metrics-interval-ms", Settings::kMinMetricsIntervalMs,
+                   Settings::kMaxMetricsIntervalMs, &v.metrics_interval_ms, "metrics_interval_ms");
+    case kSpin:
+      return count("--spin-us", 0, Settings::kMaxSpinUs, &v.spin_us, "spin_us");
+    default:
+      return Took::No;
+  }
+}
+
 std::optional<int> parse(int argc, char** argv, Options* o) {
-  enum { kSocketMode = 'm', kPerClient = 'L', kPerUid = 'U', kClientsPerUid = 'C',
-         kProtection = 1000, kPreauth, kConns, kConnsPerIp, kMetricsFile, kMetricsInterval, kSpin };
   static const option longopts[] = {
       {"config", required_argument, nullptr, 'c'},
       {"topology", required_argument, nullptr, 't'}, {"node", required_argument, nullptr, 'n'},
@@ -127,119 +231,12 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
       {"metrics-interval-ms", required_argument, nullptr, kMetricsInterval},
       {"spin-us", required_argument, nullptr, kSpin},
       {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
-  Settings& v = o->flags.values;
-  auto given = [&](const char* key) { o->flags.given.insert(key); };
-  // A number lo..hi for the option `name`; nullopt (after the message) when it is not one.
-  auto number = [&](const char* name, unsigned long long lo,
-                    unsigned long long hi) -> std::optional<size_t> {
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long x = std::strtoull(optarg, &end, 10);
-    if (!*optarg || *end || errno || x < lo || x > hi || optarg[0] == '-') {
-      std::fprintf(stderr, "%s: %s wants a number %llu..%llu, not '%s'\n", kProgram, name, lo, hi,
-                   optarg);
-      return std::nullopt;
-    }
-    return size_t(x);
-  };
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":c:t:n:s:d:p:fvVh", longopts, nullptr)) != -1) {
     switch (c) {
       case 'c': o->config = optarg; break;
-      case 't': v.topology = optarg; given("topology"); break;
-      case 'n': v.node = optarg; given("node"); break;
-      case 's': v.socket = optarg; given("socket"); break;
-      case 'd': v.state_dir = optarg; given("state_dir"); break;
-      case 'p': v.pid_file = optarg; given("pid_file"); break;
-      case 'u':
-        if (!*optarg) {
-          std::fprintf(stderr, "%s: --user wants an account name\n", kProgram);
-          return kExitUsage;
-        }
-        o->user = optarg;
-        break;
-      case kSocketMode: {
-        char* end = nullptr;
-        unsigned long m = std::strtoul(optarg, &end, 8);
-        if (!*optarg || *end || m > 0777) {
-          std::fprintf(stderr, "%s: --socket-mode wants an octal mode like 0660, not '%s'\n",
-                       kProgram, optarg);
-          return kExitUsage;
-        }
-        v.socket_mode = mode_t(m);
-        given("socket_mode");
-        break;
-      }
-      case kPerClient:
-      case kPerUid:
-      case kClientsPerUid: {
-        const char* name = c == kPerClient ? "--max-locks-per-client"
-                           : c == kPerUid  ? "--max-locks-per-uid"
-                                           : "--max-clients-per-uid";
-        auto x = number(name, 1, Settings::kMaxQuota);
-        if (!x) return kExitUsage;
-        if (c == kPerClient) v.max_locks_per_client = *x, given("max_locks_per_client");
-        if (c == kPerUid) v.max_locks_per_uid = *x, given("max_locks_per_uid");
-        if (c == kClientsPerUid) v.max_clients_per_uid = *x, given("max_clients_per_uid");
-        break;
-      }
-      case kProtection:
-        try {
-          v.protection = fabric::parse_protection(optarg);
-          given("protection");
-        } catch (const std::exception&) {
-          std::fprintf(stderr, "%s: --protection wants mac, encrypt or none, not '%s'\n", kProgram,
-                       optarg);
-          return kExitUsage;
-        }
-        break;
-      case kPreauth: {
-        auto x = number("--max-preauth-frame", 64, 65536);
-        if (!x) return kExitUsage;
-        v.max_preauth_frame = *x;
-        given("max_preauth_frame");
-        break;
-      }
-      case kConns: {
-        auto x = number("--max-connections", 1, 1'000'000);
-        if (!x) return kExitUsage;
-        v.max_connections = *x;
-        given("max_connections");
-        break;
-      }
-      case kConnsPerIp: {
-        auto x = number("--max-connections-per-ip", 0, 1'000'000);
-        if (!x) return kExitUsage;
-        v.max_connections_per_ip = *x;
-        given("max_connections_per_ip");
-        break;
-      }
-      case kMetricsFile:
-        if (!*optarg) {
-          std::fprintf(stderr, "%s: --metrics-file wants a file name\n", kProgram);
-          return kExitUsage;
-        }
-        v.metrics_file = optarg;
-        given("metrics_file");
-        break;
-      case kMetricsInterval: {
-        auto x = number("--metrics-interval-ms", Settings::kMinMetricsIntervalMs,
-                        Settings::kMaxMetricsIntervalMs);
-        if (!x) return kExitUsage;
-        v.metrics_interval_ms = *x;
-        given("metrics_interval_ms");
-        break;
-      }
-      case kSpin: {
-        auto x = number("--spin-us", 0, Settings::kMaxSpinUs);
-        if (!x) return kExitUsage;
-        v.spin_us = *x;
-        given("spin_us");
-        break;
-      }
       case 'f': o->foreground = true; break;
-      case 'v': v.log_level = base::LogLevel::Debug; given("log_level"); break;
       case 'k': o->check = true; break;
       case 'V': std::printf("%s %s\n", kProgram, TIERCE_VERSION); return kExitOk;
       case 'h': usage(stdout); return kExitOk;
@@ -248,6 +245,10 @@ std::optional<int> parse(int argc, char** argv, Options* o) {
                      argv[optind - 1], kProgram);
         return kExitUsage;
       default:
+        if (Took t = take_setting(c, o); t != Took::No) {
+          if (t == Took::Bad) return kExitUsage;
+          break;
+        }
         std::fprintf(stderr, "%s: unknown option '%s'; see %s --help\n", kProgram,
                      argv[optind - 1], kProgram);
         return kExitUsage;
@@ -377,23 +378,30 @@ class Reload {
   base::Reloader reloader_;
 };
 
-int run(const Options& o) {
+// What the start needs, checked before anything runs.
+struct Prepared {
   Settings st;
-  if (auto code = settle(o, &st)) return *code;
   cluster::Topology topo;
   fabric::Secret secret;
+  std::optional<base::Account> user;  // --user
+};
+
+// The settings, the topology (this node, every member's address) and --user; prints the problem
+// and returns its exit code, or kExitOk after --check.
+std::optional<int> prepare(const Options& o, Prepared* p) {
+  if (auto code = settle(o, &p->st)) return *code;
+  const Settings& st = p->st;
   try {
-    topo = cluster::Topology::load(st.topology);
-    (void)topo.rank_of(st.node);
-    for (const auto* n : topo.lockd_nodes()) (void)topo.lockd_uri_of(*n);
-    secret = topo.secret();
+    p->topo = cluster::Topology::load(st.topology);
+    (void)p->topo.rank_of(st.node);
+    for (const auto* n : p->topo.lockd_nodes()) (void)p->topo.lockd_uri_of(*n);
+    p->secret = p->topo.secret();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
     return kExitUsage;
   }
   // --user: resolved now, so an unknown account is a usage error (exit 2) and nothing needs NSS
   // after the drop.
-  std::optional<base::Account> user;
   if (!o.user.empty()) {
     base::Account a;
     std::string why;
@@ -411,177 +419,180 @@ int run(const Options& o) {
                    kProgram, o.user.c_str());
       return kExitUsage;
     }
-    user = std::move(a);
+    p->user = std::move(a);
   }
   if (o.check) {
     std::printf("%s: %s is fine: node %s is member %u of %zu (%s)\n", kProgram, st.topology.c_str(),
-                st.node.c_str(), topo.rank_of(st.node), topo.lockd_nodes().size(),
-                std::string(cluster::to_string(topo.dlm.algorithm)).c_str());
+                st.node.c_str(), p->topo.rank_of(st.node), p->topo.lockd_nodes().size(),
+                std::string(cluster::to_string(p->topo.dlm.algorithm)).c_str());
     return kExitOk;
   }
-  base::StartupReport report;
-  if (!o.foreground) {
-    try {
-      report = base::daemonize(kProgram, false);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
-                   e.what());
-      return kExitFailure;
-    }
-  }
-  auto level = std::make_shared<std::atomic<fabric::LogLevel>>(st.log_level);
-  fabric::LogSink log = base::level_filter(
-      o.foreground ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug)
-                   : base::syslog_sink(kProgram),
-      level);
-  auto fail = [&](int code, const std::string& line) {
-    log(fabric::LogLevel::Error, line);
-    if (report.detached()) report.failed(code, line);
-    return code;
+  return std::nullopt;
+}
+
+LockdOptions lockd_options(const Settings& st, fabric::LogSink log) {
+  LockdOptions lo;
+  lo.socket_path = st.socket;
+  lo.state_dir = st.state_dir;
+  lo.ipc.socket_mode = st.socket_mode;
+  lo.ipc.max_holds_per_client = st.max_locks_per_client;
+  lo.ipc.max_locks_per_uid = st.max_locks_per_uid;
+  lo.ipc.max_clients_per_uid = st.max_clients_per_uid;
+  lo.protection = st.protection;
+  lo.max_preauth_frame = st.max_preauth_frame;
+  lo.max_connections = st.max_connections;
+  lo.max_connections_per_ip = st.max_connections_per_ip;
+  lo.spin = std::chrono::microseconds(st.spin_us);
+  lo.ipc.spin = lo.spin;
+  lo.log = std::move(log);
+  return lo;
+}
+
+base::DaemonMessages messages(const Settings& st) {
+  base::DaemonMessages m;
+  m.user_mismatch = [](const base::Account& u) {
+    return "LOCKD0040 --user " + u.name + " asks to drop to uid " + std::to_string(u.uid) +
+           ", but tierce-lockd runs as uid " + std::to_string(::geteuid()) +
+           ", not root: start it as root or as " + u.name + ", or leave --user out";
   };
-  if (user && ::geteuid() != 0) {
-    if (!base::running_as(*user))
-      return fail(kExitFailure, "LOCKD0040 --user " + user->name + " asks to drop to uid " +
-                                    std::to_string(user->uid) + ", but tierce-lockd runs as uid " +
-                                    std::to_string(::geteuid()) +
-                                    ", not root: start it as root or as " + user->name +
-                                    ", or leave --user out");
-    user.reset();  // already that user: nothing to drop
-  }
-  base::PidFile pid;
-  if (!st.pid_file.empty()) {
-    pid_t stale = 0;
-    try {
-      pid = base::PidFile::acquire(st.pid_file, &stale);
-    } catch (const base::AlreadyRunning& e) {
-      return fail(kExitRunning, "LOCKD0006 another tierce-lockd holds " + st.pid_file +
-                                    (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : ""));
-    } catch (const std::exception& e) {
-      return fail(kExitFailure, std::string("LOCKD0008 cannot write the pid file: ") + e.what());
-    }
-  }
-  base::SignalFd signals;
-  try {
-    signals = base::SignalFd::take({SIGTERM, SIGINT, SIGHUP, SIGUSR1});
-  } catch (const std::system_error& e) {
-    return fail(kExitFailure, std::string("LOCKD0007 cannot set up signal handling: ") + e.what());
+  m.pid_file_held = [&st](pid_t pid) {
+    return "LOCKD0006 another tierce-lockd holds " + st.pid_file +
+           (pid > 0 ? " (pid " + std::to_string(pid) + ")" : "");
+  };
+  m.pid_file_failed = [](const std::string& why) {
+    return "LOCKD0008 cannot write the pid file: " + why;
+  };
+  m.signals_failed = "LOCKD0007 cannot set up signal handling: ";
+  m.no_new_privs_failed = "LOCKD0041 ";
+  m.drop_failed = "LOCKD0041 cannot drop privileges to user ";
+  m.running_as = "LOCKD0042 running as user ";
+  m.stopping = "LOCKD0003 received ";
+  return m;
+}
+
+// The running agent, in the daemon kit (base/daemon_kit.h).
+class Daemon {
+ public:
+  Daemon(const Options& o, Prepared p) : o_(o), p_(std::move(p)) {}
+
+  int run() {
+    base::DaemonSpec spec;
+    spec.program = kProgram;
+    spec.foreground = spec.to_stderr = o_.foreground;
+    spec.log_level = p_.st.log_level;
+    spec.user = p_.user;
+    spec.pid_file = p_.st.pid_file;
+    spec.signals = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+    base::DaemonKit kit(std::move(spec), messages(p_.st));
+    base::DaemonHooks h;
+    h.start = [this](base::DaemonKit& k) -> int {
+      log_ = k.log();
+      try {
+        lockd_ =
+            std::make_unique<Lockd>(p_.topo, p_.st.node, p_.secret, lockd_options(p_.st, log_));
+      } catch (const std::exception& e) {
+        return k.fail(kExitFailure, std::string("LOCKD0005 cannot start: ") + e.what());
+      }
+      return kExitOk;
+    };
+    h.hand_over = [this](const base::Account& u) { hand_over(u); };
+    h.started = [this](base::DaemonKit& k) { return started(k); };
+    h.reload = [this] {
+      if (o_.config.empty())
+        log_(fabric::LogLevel::Info,
+             "LOCKD0009 SIGHUP: tierce-lockd has nothing to reload (started without --config); "
+             "membership changes need a restart of every lockd with the new topology");
+      else
+        (*reload_)();
+    };
+    h.signal = [this](base::Signal sig) {
+      if (sig.number == SIGUSR1)
+        log_(fabric::LogLevel::Info,
+             "LOCKD0004 status:\n" + lockd_->status_text() + reload_->counters());
+    };
+    h.stop = [this] { stop(); };
+    int code = kit.run(h);
+    stop();  // a start that failed: lockd goes before the pid file (the kit's)
+    return code;
   }
 
-  if (user) {
-    // Before lockd starts its threads, so that every one of them carries it (per-thread).
-    try {
-      base::set_no_new_privs();
-    } catch (const std::exception& e) {
-      return fail(kExitFailure, std::string("LOCKD0041 ") + e.what());
-    }
+ private:
+  // Everything that needed root is done (socket bound, state dir's epoch written, pid file).
+  // The socket keeps its group and mode (who may lock); its owner becomes the user, and so does
+  // the pid file's, so both stay the daemon's to write. Removing them at stop needs their
+  // directory to be writable by the user; otherwise the pid file is emptied and the socket is
+  // left for the next start to replace (docs/dlm.md "Running as a user").
+  void hand_over(const base::Account& u) {
+    base::give_to(p_.st.socket, u, /*keep_group=*/true);
+    // The fabric socket of a shm topology too (a sticky directory lets only its owner remove it).
+    fabric::Address a = fabric::parse_address(p_.topo.lockd_uri_of(p_.topo.node(p_.st.node)));
+    if (a.transport == fabric::Transport::Shm) base::give_to(a.path, u, true);
   }
-  std::unique_ptr<Lockd> lockd;
-  try {
-    LockdOptions lo;
-    lo.socket_path = st.socket;
-    lo.state_dir = st.state_dir;
-    lo.ipc.socket_mode = st.socket_mode;
-    lo.ipc.max_holds_per_client = st.max_locks_per_client;
-    lo.ipc.max_locks_per_uid = st.max_locks_per_uid;
-    lo.ipc.max_clients_per_uid = st.max_clients_per_uid;
-    lo.protection = st.protection;
-    lo.max_preauth_frame = st.max_preauth_frame;
-    lo.max_connections = st.max_connections;
-    lo.max_connections_per_ip = st.max_connections_per_ip;
-    lo.spin = std::chrono::microseconds(st.spin_us);
-    lo.ipc.spin = lo.spin;
-    lo.log = log;
-    lockd = std::make_unique<Lockd>(topo, st.node, secret, lo);
-  } catch (const std::exception& e) {
-    return fail(kExitFailure, std::string("LOCKD0005 cannot start: ") + e.what());
-  }
-  if (user) {
-    // Everything that needed root is done (socket bound, state dir's epoch written, pid file).
-    // The socket keeps its group and mode (who may lock); its owner becomes the user, and so does
-    // the pid file's, so both stay the daemon's to write. Removing them at stop needs their
-    // directory to be writable by the user; otherwise the pid file is emptied and the socket is
-    // left for the next start to replace (docs/dlm.md "Running as a user").
-    try {
-      pid.chown_to(user->uid, user->gid);
-      base::give_to(st.socket, *user, /*keep_group=*/true);
-      // The fabric socket of a shm topology too (a sticky directory lets only its owner remove it).
-      fabric::Address a = fabric::parse_address(topo.lockd_uri_of(topo.node(st.node)));
-      if (a.transport == fabric::Transport::Shm) base::give_to(a.path, *user, true);
-      base::drop_to(*user);
-    } catch (const std::exception& e) {
-      return fail(kExitFailure,
-                  "LOCKD0041 cannot drop privileges to user " + user->name + ": " + e.what());
+
+  int started(base::DaemonKit& k) {
+    const Settings& st = p_.st;
+    if (k.user()) {
+      for (const std::string& f : {st.pid_file, st.socket}) {
+        std::string dir = base::DaemonKit::unwritable_dir(f);
+        if (!dir.empty())
+          log_(fabric::LogLevel::Warn,
+               "LOCKD0043 user " + k.user()->name + " cannot write " + dir + ": " + f +
+                   " will not be removed at stop (a pid file is emptied instead); make the "
+                   "directory the user's (e.g. install -d -o " + k.user()->name + " " + dir + ")");
+      }
     }
-    log(fabric::LogLevel::Info, "LOCKD0042 running as user " + user->name + " (uid " +
-                                    std::to_string(user->uid) + ", gid " +
-                                    std::to_string(user->gid) + ") from now on");
-    for (const std::string& f : {st.pid_file, st.socket}) {
-      if (f.empty()) continue;
-      size_t slash = f.find_last_of('/');
-      std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : f.substr(0, slash);
-      if (::access(dir.c_str(), W_OK) != 0)
-        log(fabric::LogLevel::Warn,
-            "LOCKD0043 user " + user->name + " cannot write " + dir + ": " + f +
-                " will not be removed at stop (a pid file is emptied instead); make the "
-                "directory the user's (e.g. install -d -o " + user->name + " " + dir + ")");
-    }
+    log_(fabric::LogLevel::Info,
+         "LOCKD0017 settings: " +
+             (o_.config.empty() ? std::string("command line only")
+                                : "file " + o_.config + " under the command line") +
+             "; max_locks_per_client " + std::to_string(st.max_locks_per_client) +
+             ", max_locks_per_uid " + std::to_string(st.max_locks_per_uid) +
+             ", max_clients_per_uid " + std::to_string(st.max_clients_per_uid) +
+             ", protection " + std::string(fabric::to_string(st.protection)) + ", spin_us " +
+             std::to_string(st.spin_us));
+    start_metrics();
+    reload_ = std::make_unique<Reload>(o_, &p_.st, lockd_.get(), k.level(), log_,
+                                       [this] { start_metrics(); });
+    return kExitOk;
   }
-  log(fabric::LogLevel::Info,
-      "LOCKD0017 settings: " + (o.config.empty() ? std::string("command line only")
-                                                 : "file " + o.config + " under the command line") +
-          "; max_locks_per_client " + std::to_string(st.max_locks_per_client) +
-          ", max_locks_per_uid " + std::to_string(st.max_locks_per_uid) +
-          ", max_clients_per_uid " + std::to_string(st.max_clients_per_uid) + ", protection " +
-          std::string(fabric::to_string(st.protection)) + ", spin_us " +
-          std::to_string(st.spin_us));
+
   // metrics_file: rewritten every metrics_interval_ms as lockd's user (after the drop: its
   // directory must be writable by that user; LOCKD0050 says so once if it is not); removed at a
   // clean stop. Restarted by a reload that changes either key.
-  std::unique_ptr<base::TextfileWriter> metrics;
-  auto start_metrics = [&] {
-    metrics.reset();
+  void start_metrics() {
+    const Settings& st = p_.st;
+    metrics_.reset();
     if (st.metrics_file.empty()) return;
-    metrics = std::make_unique<base::TextfileWriter>(
+    metrics_ = std::make_unique<base::TextfileWriter>(
         st.metrics_file, std::chrono::milliseconds(st.metrics_interval_ms),
-        [l = lockd.get()] { return l->metrics_text(); }, log, "LOCKD0050");
-    log(fabric::LogLevel::Info, "LOCKD0051 metrics written to " + st.metrics_file + " every " +
-                                    std::to_string(st.metrics_interval_ms) + " ms");
-  };
-  start_metrics();
-  Reload reload(o, &st, lockd.get(), level, log, start_metrics);
-  report.ready();
-  base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
-  for (;;) {
-    base::Signal sig = signals.wait(-1);
-    if (!sig) continue;
-    if (sig.number == SIGUSR1) {
-      log(fabric::LogLevel::Info, "LOCKD0004 status:\n" + lockd->status_text() + reload.counters());
-      continue;
-    }
-    if (sig.number == SIGHUP) {
-      if (o.config.empty())
-        log(fabric::LogLevel::Info,
-            "LOCKD0009 SIGHUP: tierce-lockd has nothing to reload (started without --config); "
-            "membership changes need a restart of every lockd with the new topology");
-      else
-        reload();
-      continue;
-    }
-    log(fabric::LogLevel::Info, std::string("LOCKD0003 received ") +
-                                    (sig.number == SIGTERM ? "SIGTERM" : "SIGINT") + " from pid " +
-                                    std::to_string(sig.from) + ": stopping");
-    break;
+        [l = lockd_.get()] { return l->metrics_text(); }, log_, "LOCKD0050");
+    log_(fabric::LogLevel::Info, "LOCKD0051 metrics written to " + st.metrics_file + " every " +
+                                     std::to_string(st.metrics_interval_ms) + " ms");
   }
-  metrics.reset();  // removes the file before lockd's numbers stop moving
-  lockd->stop();
-  return kExitOk;
-}
+
+  void stop() {
+    metrics_.reset();  // removes the file before lockd's numbers stop moving
+    if (lockd_) lockd_->stop();
+    reload_.reset();
+    lockd_.reset();
+  }
+
+  const Options& o_;
+  Prepared p_;
+  fabric::LogSink log_;
+  std::unique_ptr<Lockd> lockd_;
+  std::unique_ptr<base::TextfileWriter> metrics_;
+  std::unique_ptr<Reload> reload_;
+};
 
 }  // namespace
 }  // namespace tierce::lockd
 
 int main(int argc, char** argv) {
-  tierce::lockd::Options o;
-  if (auto code = tierce::lockd::parse(argc, argv, &o)) return *code;
-  return tierce::lockd::run(o);
+  using namespace tierce::lockd;
+  Options o;
+  if (auto code = parse(argc, argv, &o)) return *code;
+  Prepared p;
+  if (auto code = prepare(o, &p)) return *code;
+  return Daemon(o, std::move(p)).run();
 }

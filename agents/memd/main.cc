@@ -1,5 +1,6 @@
-// agents/memd/main.cc — tierce-memd, the process: command line, daemon start, pid file, signals,
-// main loop. The logic it runs is agents/memd/memd.h; docs/memd.md is the user's reference.
+// agents/memd/main.cc — tierce-memd, the process: command line, then what memd brings to the
+// daemon kit (base/daemon_kit.h: start, pid file, signals, loop). The logic it runs is
+// agents/memd/memd.h; docs/memd.md is the user's reference.
 #include <getopt.h>
 #include <signal.h>
 #include <unistd.h>
@@ -7,7 +8,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -19,6 +19,7 @@
 #include "agents/memd/memd.h"
 #include "base/config.h"
 #include "base/daemon.h"
+#include "base/daemon_kit.h"
 #include "base/errors.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -207,161 +208,126 @@ class Daemon {
     LogTarget target = cfg_.log;
     if (target == LogTarget::Auto)
       target = opts_.foreground ? LogTarget::Stderr : LogTarget::Syslog;
-    to_stderr_ = target == LogTarget::Stderr;
-    if (!opts_.foreground) {
-      try {
-        report_ = daemonize(kProgram, to_stderr_);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
-                     e.what());
-        return kExitFailure;
-      }
-    }
-    level_ = std::make_shared<std::atomic<fabric::LogLevel>>(cfg_.log_level);
-    log_ = level_filter(
-        to_stderr_ ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug) : syslog_sink(kProgram),
-        level_);
-    reloader_ = Reloader(cfg_.source, log_, {"MEMD0010", "MEMD0011", "MEMD0013"});
-    log_(fabric::LogLevel::Info, std::string("MEMD0001 ") + kProgram + " " + TIERCE_VERSION +
-                                     " starting (config " + cfg_.source + ", pid " +
-                                     std::to_string(::getpid()) + ")");
-    int code = start();
-    if (code != kExitOk) return code;
-    code = loop();
-    shutdown();
+    DaemonSpec spec;
+    spec.program = kProgram;
+    spec.foreground = opts_.foreground;
+    spec.to_stderr = target == LogTarget::Stderr;
+    spec.log_level = cfg_.log_level;
+    spec.user = user_;  // [memd] user: memd sets up as root, then drops to it
+    spec.pid_file = cfg_.pid_file;
+    spec.ready_file = cfg_.ready_file;
+    spec.clear_ready_file = true;
+    // With `user` the ready file is written before the drop (its directory is usually root's),
+    // so it appears just before the first rescan instead of just after it.
+    spec.ready_before_drop = true;
+    spec.remove_ready_file = true;
+    spec.notify_stopping = true;
+    spec.signals = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+    DaemonKit kit(std::move(spec), messages());
+    DaemonHooks h;
+    h.start = [this](DaemonKit& k) { return start(k); };
+    h.hand_over = [this](const Account& u) {
+      for (const std::string& f : memd_->created_files()) give_to(f, u);  // shm sockets, segments
+    };
+    h.started = [this](DaemonKit& k) { return started(k); };
+    h.ready_text = [this] { return join_lines(memd_->bound_uris(), "\n") + "\n"; };
+    h.wait = [this](int fd) { return memd_->poll_once(fd, std::chrono::milliseconds(1000)); };
+    h.reload = [this] { reload(); };
+    h.signal = [this](Signal sig) {
+      if (sig.number != SIGUSR1) return;
+      std::istringstream in(memd_->status_text());
+      for (std::string line; std::getline(in, line);)
+        log_(fabric::LogLevel::Info, "MEMD0014 status " + line);
+    };
+    h.stop = [this] { stop(); };
+    int code = kit.run(h);
+    metrics_.reset();  // a start that failed: the server goes before the pid file (the kit's)
+    memd_.reset();
     return code;
   }
 
  private:
-  // A startup failure: logged, told to the starting process, and shown on the terminal even when
-  // logs go to syslog.
-  int fail(int code, const std::string& line) {
-    log_(fabric::LogLevel::Error, line);
-    if (report_.detached()) {
-      report_.failed(code, line);
-    } else if (!to_stderr_) {
-      std::fprintf(stderr, "%s: %s\n", kProgram, line.c_str());
-    }
-    return code;
+  DaemonMessages messages() const {
+    DaemonMessages m;
+    m.starting = [this] {
+      return std::string("MEMD0001 ") + kProgram + " " + TIERCE_VERSION + " starting (config " +
+             cfg_.source + ", pid " + std::to_string(::getpid()) + ")";
+    };
+    m.user_mismatch = [this](const Account& u) {
+      return "MEMD0040 [memd] user = \"" + u.name + "\" asks to drop to uid " +
+             std::to_string(u.uid) + ", but memd runs as uid " + std::to_string(::geteuid()) +
+             ", not root: start it as root or as " + u.name + ", or remove user from " +
+             cfg_.source;
+    };
+    m.pid_file_held = [this](pid_t pid) {
+      return "MEMD0006 another tierce-memd is already running" +
+             (pid > 0 ? " (pid " + std::to_string(pid) + ")" : std::string()) + " with pid file " +
+             cfg_.pid_file + "; stop it first (kill -TERM " +
+             (pid > 0 ? std::to_string(pid) : std::string("PID")) +
+             ") or give this one another pid_file";
+    };
+    m.pid_file_failed = [](const std::string& why) {
+      return "MEMD0008 cannot write the pid file: " + why +
+             "; create its directory (writable by memd's user) or change pid_file";
+    };
+    m.pid_file_stale = [this](pid_t stale) {
+      return "MEMD0007 pid file " + cfg_.pid_file + " named pid " + std::to_string(stale) +
+             ", which no longer runs tierce-memd (unclean stop?); taken over";
+    };
+    m.signals_failed = "MEMD0012 cannot set up signal handling: ";
+    m.no_new_privs_failed = "MEMD0041 ";
+    m.drop_failed = "MEMD0041 cannot drop privileges to user ";
+    m.running_as = "MEMD0042 running as user ";
+    m.ready_file_failed = [](const std::string& why) {
+      return "MEMD0009 cannot write the ready file: " + why +
+             "; create its directory (writable by memd's user) or change ready_file";
+    };
+    m.stopping = "MEMD0003 received ";
+    m.stopped = "MEMD0004 stopped";
+    m.unexpected = [](const std::string& what) {
+      return "MEMD0016 unexpected failure, stopping: " + what +
+             "; please report it with the log lines before this one";
+    };
+    return m;
   }
 
-  int start() {
-    // [memd] user: started as root, memd sets up as root then drops to it (drop_privileges);
-    // started as that user already, there is nothing to drop; as anyone else it cannot.
-    if (user_ && ::geteuid() != 0) {
-      if (!running_as(*user_))
-        return fail(kExitFailure,
-                    "MEMD0040 [memd] user = \"" + user_->name + "\" asks to drop to uid " +
-                        std::to_string(user_->uid) + ", but memd runs as uid " +
-                        std::to_string(::geteuid()) + ", not root: start it as root or as " +
-                        user_->name + ", or remove user from " + cfg_.source);
-      user_.reset();  // already that user
-    }
-    if (!cfg_.pid_file.empty()) {
-      pid_t stale = 0;
-      try {
-        pid_file_ = PidFile::acquire(cfg_.pid_file, &stale);
-      } catch (const AlreadyRunning& e) {
-        return fail(kExitRunning,
-                    "MEMD0006 another tierce-memd is already running" +
-                        (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : std::string()) +
-                        " with pid file " + cfg_.pid_file + "; stop it first (kill -TERM " +
-                        (e.pid() > 0 ? std::to_string(e.pid()) : std::string("PID")) +
-                        ") or give this one another pid_file");
-      } catch (const std::exception& e) {
-        return fail(kExitFailure,
-                    std::string("MEMD0008 cannot write the pid file: ") + e.what() +
-                        "; create its directory (writable by memd's user) or change pid_file");
-      }
-      if (stale > 0)
-        log_(fabric::LogLevel::Warn,
-             "MEMD0007 pid file " + cfg_.pid_file + " named pid " + std::to_string(stale) +
-                 ", which no longer runs tierce-memd (unclean stop?); taken over");
-    }
-    if (!cfg_.ready_file.empty())
-      ::unlink(cfg_.ready_file.c_str());  // never let a launcher read an old one
-
-    if (user_) {
-      // Before memd starts its threads, so that every one of them carries it (per-thread).
-      try {
-        set_no_new_privs();
-      } catch (const std::exception& e) {
-        return fail(kExitFailure, std::string("MEMD0041 ") + e.what());
-      }
-    }
-    // Signals are taken synchronously through a signalfd. Blocked before the server starts its
-    // threads, which inherit the mask, so no thread is interrupted by them.
-    try {
-      signals_ = SignalFd::take({SIGTERM, SIGINT, SIGHUP, SIGUSR1});
-    } catch (const std::system_error& e) {
-      return fail(kExitFailure, std::string("MEMD0012 cannot set up signal handling: ") + e.what());
-    }
-
+  // As root (before the drop): the server, its sockets bound; segments are opened only by the
+  // first rescan, with the user's rights.
+  int start(DaemonKit& kit) {
+    log_ = kit.log();
+    level_ = kit.level();
+    reloader_ = Reloader(cfg_.source, log_, {"MEMD0010", "MEMD0011", "MEMD0013"});
     try {
       memd_ = std::make_unique<Memd>(cfg_, secret_, log_);
     } catch (const fabric::FabricError& e) {
       // The file passed its checks, so what fails here is the environment (address or socket in
       // use, name resolution, no RDMA device): a runtime failure, exit 1.
-      return fail(kExitFailure, std::string("MEMD0005 cannot start serving: ") + e.what() +
-                                    "; free the address (ss -ltnp / ss -lxp), create the socket's "
-                                    "directory, or change [memd] listen in " +
-                                    cfg_.source);
+      return kit.fail(kExitFailure, std::string("MEMD0005 cannot start serving: ") + e.what() +
+                                        "; free the address (ss -ltnp / ss -lxp), create the "
+                                        "socket's directory, or change [memd] listen in " +
+                                        cfg_.source);
     } catch (const std::exception& e) {
-      return fail(kExitFailure, std::string("MEMD0005 cannot start serving: ") + e.what());
+      return kit.fail(kExitFailure, std::string("MEMD0005 cannot start serving: ") + e.what());
     }
-    auto uris = memd_->bound_uris();
-    auto write_ready = [&]() -> int {
-      if (cfg_.ready_file.empty()) return kExitOk;
-      try {
-        write_file_atomically(cfg_.ready_file, join_lines(uris, "\n") + "\n");
-        wrote_ready_ = true;
-      } catch (const std::exception& e) {
-        return fail(kExitFailure,
-                    std::string("MEMD0009 cannot write the ready file: ") + e.what() +
-                        "; create its directory (writable by memd's user) or change ready_file");
-      }
-      return kExitOk;
-    };
-    if (user_) {
-      // The ready file is written before the drop (its directory is usually root's), so with
-      // `user` it appears just before the first rescan instead of just after it.
-      if (int code = write_ready(); code != kExitOk) return code;
-      if (int code = drop_privileges(); code != kExitOk) return code;
-      memd_->rescan();  // segments are opened with the user's rights from the first rescan on
-    } else {
-      memd_->rescan();
-      if (int code = write_ready(); code != kExitOk) return code;
-    }
+    return kExitOk;
+  }
+
+  int started(DaemonKit& kit) {
+    if (kit.user()) warn_what_the_user_cannot(*kit.user());
+    memd_->rescan();
     start_metrics();
     size_t exported = 0;
     for (auto& r : memd_->regions()) exported += r.state == RegionState::Exported;
     log_(fabric::LogLevel::Info, "MEMD0002 node " + cfg_.node + " serving on " +
-                                     join_lines(uris, ", ") + "; " + std::to_string(exported) +
-                                     " of " + std::to_string(cfg_.regions.size()) +
-                                     " region(s) exported");
-    report_.ready();
-    notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
+                                     join_lines(memd_->bound_uris(), ", ") + "; " +
+                                     std::to_string(exported) + " of " +
+                                     std::to_string(cfg_.regions.size()) + " region(s) exported");
     return kExitOk;
   }
 
-  // Gives what memd must still write or remove after the drop to the user (pid file, ready file,
-  // its shm sockets and role segments), then becomes the user for good (base::drop_to).
-  int drop_privileges() {
-    const Account& u = *user_;
-    try {
-      pid_file_.chown_to(u.uid, u.gid);
-      if (wrote_ready_) give_to(cfg_.ready_file, u);
-      for (const std::string& f : memd_->created_files()) give_to(f, u);
-      base::drop_to(u);
-    } catch (const std::exception& e) {
-      if (wrote_ready_) ::unlink(cfg_.ready_file.c_str());  // memd will not serve
-      return fail(kExitFailure, std::string("MEMD0041 cannot drop privileges to user ") + u.name +
-                                    ": " + e.what());
-    }
-    log_(fabric::LogLevel::Info, "MEMD0042 running as user " + u.name + " (uid " +
-                                     std::to_string(u.uid) + ", gid " + std::to_string(u.gid) +
-                                     ") from now on");
-    // What the user can no longer do, said once now rather than at the first SIGHUP or stop.
+  // After the drop: what the user can no longer do, said once now rather than at the first
+  // SIGHUP or stop.
+  void warn_what_the_user_cannot(const Account& u) {
     if (::access(cfg_.source.c_str(), R_OK) != 0) {
       int e = errno;
       log_(fabric::LogLevel::Warn,
@@ -370,50 +336,12 @@ class Daemon {
                "(e.g. chgrp " + u.name + " FILE; chmod 640 FILE)");
     }
     for (const std::string& f : {cfg_.pid_file, cfg_.ready_file}) {
-      if (f.empty()) continue;
-      std::string dir = std::filesystem::path(f).parent_path().string();
-      if (dir.empty()) dir = ".";
-      if (::access(dir.c_str(), W_OK) != 0)
+      std::string dir = DaemonKit::unwritable_dir(f);
+      if (!dir.empty())
         log_(fabric::LogLevel::Warn,
              "MEMD0043 user " + u.name + " cannot write " + dir + ": " + f +
                  " will be emptied, not removed, at stop; make the directory the user's "
                  "(e.g. install -d -o " + u.name + " " + dir + ")");
-    }
-    return kExitOk;
-  }
-
-  int loop() {
-    try {
-      for (;;) {
-        if (!memd_->poll_once(signals_.fd(), std::chrono::milliseconds(1000))) continue;
-        while (Signal sig = signals_.next()) {
-          switch (sig.number) {
-            case SIGTERM:
-            case SIGINT:
-              log_(fabric::LogLevel::Info, std::string("MEMD0003 received ") +
-                                               (sig.number == SIGTERM ? "SIGTERM" : "SIGINT") +
-                                               " from pid " + std::to_string(sig.from) +
-                                               ": stopping");
-              return kExitOk;
-            case SIGHUP:
-              reload();
-              break;
-            case SIGUSR1: {
-              std::istringstream in(memd_->status_text());
-              for (std::string line; std::getline(in, line);)
-                log_(fabric::LogLevel::Info, "MEMD0014 status " + line);
-              break;
-            }
-            default:
-              break;
-          }
-        }
-      }
-    } catch (const std::exception& e) {
-      log_(fabric::LogLevel::Error, std::string("MEMD0016 unexpected failure, stopping: ") +
-                                        e.what() +
-                                        "; please report it with the log lines before this one");
-      return kExitFailure;
     }
   }
 
@@ -467,30 +395,19 @@ class Daemon {
                                      std::to_string(cfg_.metrics_interval.count()) + " ms");
   }
 
-  void shutdown() {
-    notify_systemd("STOPPING=1");
+  void stop() {
     metrics_.reset();
     if (memd_) memd_->stop();
     memd_.reset();
-    if (wrote_ready_ && ::unlink(cfg_.ready_file.c_str()) != 0 &&
-        (errno == EACCES || errno == EPERM))
-      (void)!::truncate(cfg_.ready_file.c_str(), 0);  // dropped to a user who may not remove it
-    pid_file_.release();
-    log_(fabric::LogLevel::Info, "MEMD0004 stopped");
   }
 
   Options opts_;
   Config cfg_;
   fabric::Secret secret_;
-  std::optional<Account> user_;  // [memd] user, while there is a drop still to do
-  bool to_stderr_ = true;
-  StartupReport report_;
+  std::optional<Account> user_;  // [memd] user
   std::shared_ptr<std::atomic<fabric::LogLevel>> level_;
   fabric::LogSink log_;
-  PidFile pid_file_;
-  SignalFd signals_;
   std::unique_ptr<base::TextfileWriter> metrics_;
-  bool wrote_ready_ = false;
   std::unique_ptr<Memd> memd_;
   Reloader reloader_;
 };

@@ -1,6 +1,6 @@
-// ftp_adts/server/main.cc — tierce-ftpd, the process: command line, configuration, daemon start,
-// pid file, the control socket, signals; then the pre-forking master (master.h). docs/ftp.md
-// "tierce-ftpd" is the user's reference.
+// ftp_adts/server/main.cc — tierce-ftpd, the process: command line, configuration, the control
+// socket, what ftpd brings to the daemon kit (base/daemon_kit.h: start, pid file, signals); then
+// the pre-forking master (master.h). docs/ftp.md "tierce-ftpd" is the user's reference.
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <signal.h>
@@ -18,6 +18,7 @@
 
 #include "base/config.h"
 #include "base/daemon.h"
+#include "base/daemon_kit.h"
 #include "base/log.h"
 #include "base/signals.h"
 #include "ftp_adts/ftp/tls.h"
@@ -244,19 +245,26 @@ class Reload {
   base::Reloader reloader_;
 };
 
-int run(const Options& o) {
-  if (o.hash) return hash_from_stdin();
+// What the start needs, checked before anything runs.
+struct Prepared {
   Config cfg;
+  std::shared_ptr<ftp::TlsContext> tls;
+  PrivsepPlan privsep;
+};
+
+// The configuration, its TLS files and accounts; prints the problems and returns their exit
+// code, or kExitOk after --check.
+std::optional<int> prepare(const Options& o, Prepared* p) {
+  Config& cfg = p->cfg;
   try {
     cfg = load_config(o.config);
   } catch (const ConfigError& e) {
-    for (auto& p : e.problems()) std::fprintf(stderr, "%s: %s\n", kProgram, p.c_str());
+    for (auto& problem : e.problems()) std::fprintf(stderr, "%s: %s\n", kProgram, problem.c_str());
     return kExitUsage;
   }
-  std::shared_ptr<ftp::TlsContext> tls;
   if (cfg.tls) {
     try {
-      tls = ftp::TlsContext::server(cfg.tls_cert, cfg.tls_key);
+      p->tls = ftp::TlsContext::server(cfg.tls_cert, cfg.tls_key);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: %s: tls.cert/tls.key: %s\n", kProgram, cfg.source.c_str(),
                    e.what());
@@ -265,16 +273,15 @@ int run(const Options& o) {
   }
   // Privilege separation (privsep.h) whenever started as root. The accounts are resolved here, so
   // a missing one stops the start (and --check says so), not the first login.
-  PrivsepPlan privsep;
   const bool root = ::geteuid() == 0;
   if (root || o.check) {
     std::vector<std::string> problems;
-    privsep = resolve_accounts(cfg, &problems);
+    p->privsep = resolve_accounts(cfg, &problems);
     if (!problems.empty()) {
-      for (auto& p : problems) std::fprintf(stderr, "%s: %s\n", kProgram, p.c_str());
+      for (auto& problem : problems) std::fprintf(stderr, "%s: %s\n", kProgram, problem.c_str());
       return kExitUsage;
     }
-    privsep.enabled = root;
+    p->privsep.enabled = root;
   }
   if (o.check) {
     std::printf("%s: %s is fine: %zu user(s)%s, %u workers, max %u sessions\n", kProgram,
@@ -282,99 +289,104 @@ int run(const Options& o) {
                 cfg.workers, cfg.max_sessions);
     return kExitOk;
   }
-
-  base::StartupReport report;
-  if (!o.foreground) {
-    try {
-      report = base::daemonize(kProgram, false);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s: cannot go to the background: %s; try --foreground\n", kProgram,
-                   e.what());
-      return kExitFailure;
-    }
-  }
-  auto level = std::make_shared<std::atomic<fabric::LogLevel>>(cfg.log_level);
-  fabric::LogSink log = base::level_filter(
-      o.foreground ? fabric::stderr_sink(kProgram, fabric::LogLevel::Debug)
-                   : base::syslog_sink(kProgram),
-      level);
-  auto fail = [&](int code, const std::string& line) {
-    log(fabric::LogLevel::Error, line);
-    if (report.detached()) report.failed(code, line);
-    return code;
-  };
-  base::PidFile pid;
-  if (!o.pid_file.empty()) {
-    pid_t stale = 0;
-    try {
-      pid = base::PidFile::acquire(o.pid_file, &stale);
-    } catch (const base::AlreadyRunning& e) {
-      return fail(base::kExitRunning,
-                  "FTPD0011 another tierce-ftpd holds " + o.pid_file +
-                      (e.pid() > 0 ? " (pid " + std::to_string(e.pid()) + ")" : ""));
-    } catch (const std::exception& e) {
-      return fail(kExitFailure, std::string("FTPD0011 cannot write the pid file: ") + e.what());
-    }
-  }
-  std::unique_ptr<Xferlog> xferlog;
-  try {
-    xferlog = std::make_unique<Xferlog>(cfg.xferlog);
-  } catch (const std::exception& e) {
-    return fail(kExitFailure, std::string("FTPD0012 cannot open the xferlog: ") + e.what());
-  }
-
-  base::SignalFd signals;
-  try {
-    signals = base::SignalFd::take({SIGTERM, SIGINT, SIGHUP, SIGCHLD});
-  } catch (const std::system_error& e) {
-    return fail(kExitFailure, std::string("FTPD0007 cannot set up signal handling: ") + e.what());
-  }
-
-  std::string err;
-  SockAddr bound;
-  int lfd = bind_control(cfg, &err, &bound);
-  if (lfd < 0) return fail(kExitFailure, "FTPD0009 " + err);
-  std::string host = bound.host();
-  std::string where = (bound.family() == AF_INET6 ? "[" + host + "]" : host) + ":" +
-                      std::to_string(bound.port());
-  log(fabric::LogLevel::Info, "FTPD0001 listening on " + where + ", " +
-                                  std::to_string(cfg.workers) + " workers, max " +
-                                  std::to_string(cfg.max_sessions) + " sessions");
-  if (o.foreground) {
-    std::printf("%s: listening on %s\n", kProgram, where.c_str());
-    std::fflush(stdout);
-  }
-  if (privsep.enabled)
-    log(fabric::LogLevel::Info,
-        "FTPD0021 privilege separation on: each session runs as its account after login "
-        "(anonymous and users without run_as: " + cfg.unprivileged_user + ", uid " +
-            std::to_string(privsep.unprivileged.uid) + "), one session per worker");
-  else
-    log(fabric::LogLevel::Info, "FTPD0020 privilege separation off: not started as root (uid " +
-                                    std::to_string(::geteuid()) +
-                                    "); every session runs as this user");
-  // The ready file last: whoever waits on it finds the startup lines above already logged.
-  if (!cfg.ready_file.empty()) {
-    try {
-      base::write_file_atomically(cfg.ready_file, std::to_string(bound.port()) + "\n");
-    } catch (const std::exception& e) {
-      return fail(kExitFailure, std::string("FTPD0013 cannot write the ready file: ") + e.what());
-    }
-  }
-  report.ready();
-  base::notify_systemd("READY=1\nMAINPID=" + std::to_string(::getpid()));
-  MasterEnv env{&cfg, log, tls, xferlog.get(), &privsep, {}, {}, TIERCE_VERSION, where};
-  Reload reload(&cfg, &env, &privsep, level, log);
-  env.reload = [&reload] { return reload(); };
-  env.reload_counters = [&reload] { return reload.counters(); };
-  return run_master(env, lfd, signals.fd());
+  return std::nullopt;
 }
+
+base::DaemonMessages messages(const Options& o) {
+  base::DaemonMessages m;
+  m.pid_file_held = [&o](pid_t pid) {
+    return "FTPD0011 another tierce-ftpd holds " + o.pid_file +
+           (pid > 0 ? " (pid " + std::to_string(pid) + ")" : "");
+  };
+  m.pid_file_failed = [](const std::string& why) {
+    return "FTPD0011 cannot write the pid file: " + why;
+  };
+  m.signals_failed = "FTPD0007 cannot set up signal handling: ";
+  m.ready_file_failed = [](const std::string& why) {
+    return "FTPD0013 cannot write the ready file: " + why;
+  };
+  return m;
+}
+
+// The master in the daemon kit (base/daemon_kit.h): the kit starts it; run_master (master.h)
+// then has the signals and the workers.
+class Daemon {
+ public:
+  Daemon(const Options& o, Prepared p) : o_(o), p_(std::move(p)) {}
+
+  int run() {
+    base::DaemonSpec spec;
+    spec.program = kProgram;
+    spec.foreground = spec.to_stderr = o_.foreground;
+    spec.log_level = p_.cfg.log_level;
+    spec.pid_file = o_.pid_file;
+    spec.ready_file = p_.cfg.ready_file;  // written last: the startup lines are logged already
+    spec.signals = {SIGTERM, SIGINT, SIGHUP, SIGCHLD};
+    base::DaemonKit kit(std::move(spec), messages(o_));
+    base::DaemonHooks h;
+    h.start = [this](base::DaemonKit& k) { return start(k); };
+    h.ready_text = [this] { return std::to_string(bound_.port()) + "\n"; };
+    h.serve = [this](base::DaemonKit& k) {
+      MasterEnv env{&p_.cfg, k.log(), p_.tls, xferlog_.get(), &p_.privsep, {}, {},
+                    TIERCE_VERSION, where_};
+      Reload reload(&p_.cfg, &env, &p_.privsep, k.level(), k.log());
+      env.reload = [&reload] { return reload(); };
+      env.reload_counters = [&reload] { return reload.counters(); };
+      return run_master(env, lfd_, k.signals().fd());
+    };
+    return kit.run(h);
+  }
+
+ private:
+  int start(base::DaemonKit& k) {
+    const Config& cfg = p_.cfg;
+    try {
+      xferlog_ = std::make_unique<Xferlog>(cfg.xferlog);
+    } catch (const std::exception& e) {
+      return k.fail(kExitFailure, std::string("FTPD0012 cannot open the xferlog: ") + e.what());
+    }
+    std::string err;
+    lfd_ = bind_control(cfg, &err, &bound_);
+    if (lfd_ < 0) return k.fail(kExitFailure, "FTPD0009 " + err);
+    std::string host = bound_.host();
+    where_ = (bound_.family() == AF_INET6 ? "[" + host + "]" : host) + ":" +
+             std::to_string(bound_.port());
+    k.log()(fabric::LogLevel::Info, "FTPD0001 listening on " + where_ + ", " +
+                                        std::to_string(cfg.workers) + " workers, max " +
+                                        std::to_string(cfg.max_sessions) + " sessions");
+    if (o_.foreground) {
+      std::printf("%s: listening on %s\n", kProgram, where_.c_str());
+      std::fflush(stdout);
+    }
+    if (p_.privsep.enabled)
+      k.log()(fabric::LogLevel::Info,
+              "FTPD0021 privilege separation on: each session runs as its account after login "
+              "(anonymous and users without run_as: " + cfg.unprivileged_user + ", uid " +
+                  std::to_string(p_.privsep.unprivileged.uid) + "), one session per worker");
+    else
+      k.log()(fabric::LogLevel::Info, "FTPD0020 privilege separation off: not started as root "
+                                      "(uid " + std::to_string(::geteuid()) +
+                                          "); every session runs as this user");
+    return kExitOk;
+  }
+
+  const Options& o_;
+  Prepared p_;
+  std::unique_ptr<Xferlog> xferlog_;
+  int lfd_ = -1;  // the control socket (bind_control)
+  SockAddr bound_;
+  std::string where_;  // its address, as logged
+};
 
 }  // namespace
 }  // namespace tierce::ftpd
 
 int main(int argc, char** argv) {
-  tierce::ftpd::Options o;
-  if (auto code = tierce::ftpd::parse(argc, argv, &o)) return *code;
-  return tierce::ftpd::run(o);
+  using namespace tierce::ftpd;
+  Options o;
+  if (auto code = parse(argc, argv, &o)) return *code;
+  if (o.hash) return hash_from_stdin();
+  Prepared p;
+  if (auto code = prepare(o, &p)) return *code;
+  return Daemon(o, std::move(p)).run();
 }
