@@ -1,7 +1,7 @@
 // tools/tierce-check/check.h — what tierce-check's parts share: the options, the records a run
 // produces, the state its threads share, and the functions of options.cc (the command line) and
 // workload.cc (the readers, writers and --during commands; the proxies' metrics). main.cc runs
-// them, then analyses and reports the run.
+// them; analysis.h checks the finished run and report.h reports it.
 #pragma once
 
 #include <atomic>
