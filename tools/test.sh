@@ -8,11 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/deps.sh
 t=$SECONDS
-# TIERCE_CMAKE_ARGS: extra configure options (CI: -DTIERCE_DEBUG_LINES_ONLY=ON), space-separated.
-# shellcheck disable=SC2086
-bash tools/build.sh build ${TIERCE_CMAKE_ARGS:-}
-echo "== build: $((SECONDS - t)) s"
 exclude=()
+ondemand=OFF  # said every time: a build dir CI left ON builds every test again
 if [[ -n "${TIERCE_TESTS_PASSED:-}" ]]; then
   passed=$(realpath "$TIERCE_TESTS_PASSED")
   if [[ ! -s "$passed" ]]; then
@@ -21,7 +18,19 @@ if [[ -n "${TIERCE_TESTS_PASSED:-}" ]]; then
   fi
   # Each name matched literally (regex metacharacters escaped), whole.
   exclude=(-E "^($(sed 's/[][\.*^$+?(){}|]/\\&/g' "$passed" | paste -sd'|'))\$")
+  # Only the tests that run here are built: tests/ is left out of `all`, and what the remaining
+  # tests' commands name is built after it (about half the compile time is the tests').
+  ondemand=ON
+fi
+# TIERCE_CMAKE_ARGS: extra configure options (CI: -DTIERCE_DEBUG_LINES_ONLY=ON), space-separated.
+# shellcheck disable=SC2086
+bash tools/build.sh build ${TIERCE_CMAKE_ARGS:-} -DTIERCE_TESTS_ON_DEMAND=$ondemand
+if [[ $ondemand == ON ]]; then
+  mapfile -t targets < <(python3 tools/tests_to_build.py build "${exclude[@]}")
+  echo "== building the ${#targets[@]} test targets the remaining tests name (tools/tests_to_build.py)"
+  [[ ${#targets[@]} -eq 0 ]] || cmake --build build -j "$(nproc)" --target "${targets[@]}"
   echo "== not run again here: the $(wc -l < "$passed") tests that passed in the sanitizer phase ($passed)"
 fi
+echo "== build: $((SECONDS - t)) s"
 cd build
 ctest --output-on-failure -j 2 "${exclude[@]}" "$@"
