@@ -157,7 +157,7 @@ bool AdtsChannel::configure(Kind kind, unsigned streams, size_t block, bool zero
   return true;
 }
 
-int AdtsChannel::listen(const std::string& host, uint16_t lo, uint16_t hi, std::string* err) {
+base::Result<int> AdtsChannel::listen(const std::string& host, uint16_t lo, uint16_t hi) {
   stop_accepting(*impl_);
   if (impl_->session) impl_->session->close();
   impl_->session.reset();
@@ -165,8 +165,7 @@ int AdtsChannel::listen(const std::string& host, uint16_t lo, uint16_t hi, std::
   try {
     listener = std::make_shared<adts::Listener>(host, lo, hi, impl_->params);
   } catch (const std::exception& e) {
-    *err = e.what();
-    return -1;
+    return base::Status(base::Code::Unavailable, e.what());
   }
   impl_->port = listener->port();
   impl_->listener = listener;
@@ -210,11 +209,10 @@ bool AdtsChannel::ready() const {
   return !impl_->accepting->done || impl_->accepting->session;
 }
 
-bool AdtsChannel::wait_session(std::string* err) {
+base::Status AdtsChannel::wait_session() {
   TransferResult r;
-  if (session_of(*impl_, &r)) return true;
-  *err = r.error;
-  return false;
+  if (session_of(*impl_, &r)) return {};
+  return base::Status(base::Code::Unavailable, r.error);
 }
 
 void AdtsChannel::reset() {

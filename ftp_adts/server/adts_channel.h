@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/status.h"
 #include "ftp_adts/server/data.h"
 
 namespace tierce::ftpd {
@@ -35,13 +36,12 @@ class AdtsChannel {
   // EPSV/PASV after TPRT: listens for the data session's streams and starts accepting them at
   // once, in the background (a client may wait for its HELLO-ACKs before it sends the next
   // command), while the control connection goes on serving commands. The listener stays open
-  // until the session is complete or the data timeout. Ends the previous data session. Port, or
-  // -1 with *err.
-  int listen(const std::string& host, uint16_t lo, uint16_t hi, std::string* err);
+  // until the session is complete or the data timeout. Ends the previous data session. The port,
+  // or why there is no listener (Unavailable).
+  base::Result<int> listen(const std::string& host, uint16_t lo, uint16_t hi);
   // For a transfer command: waits (at most the rest of the data timeout) for the session the
-  // listener is accepting. true when a session is up; false with *err when none came (the
-  // transfer then gets 425).
-  bool wait_session(std::string* err);
+  // listener is accepting. A failure (Unavailable) when none came: the transfer then gets 425.
+  base::Status wait_session();
   // A session is up, or a listener is still accepting one.
   bool ready() const;
   // TPRT STREAM / QUIT: closes everything (a listener still accepting included) and forgets the

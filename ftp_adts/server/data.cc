@@ -116,19 +116,18 @@ TransferResult zero_copy_move(DataConn& c, const TransferOptions& o, MoveFn&& mo
   return r;
 }
 
-// Writes all of `bytes` to the data connection (plain or TLS).
-TransferResult::Status write_all(DataConn& c, std::string_view bytes, const TransferOptions& o,
-                                 std::string* err) {
+// Writes all of `bytes` to the data connection (plain or TLS): a result with its status and
+// error (no bytes counted: the caller counts what it gave).
+TransferResult write_all(DataConn& c, std::string_view bytes, const TransferOptions& o) {
   if (auto* t = c.tls()) {
-    if (abort_pending(o)) return TransferResult::Status::Aborted;
+    if (abort_pending(o)) return fail({}, TransferResult::Status::Aborted, "aborted");
     try {
       t->set_timeout(o.timeout);
       t->write_all({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
     } catch (const ftp::TlsError& e) {
-      *err = e.what();
-      return TransferResult::Status::PeerError;
+      return fail({}, TransferResult::Status::PeerError, e.what());
     }
-    return TransferResult::Status::Ok;
+    return {};
   }
   size_t off = 0;
   while (off < bytes.size()) {
@@ -140,17 +139,14 @@ TransferResult::Status write_all(DataConn& c, std::string_view bytes, const Tran
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
       Wait w = wait_for(c.fd(), POLLOUT, o);
-      if (w == Wait::Abort) return TransferResult::Status::Aborted;
-      if (w == Wait::Timeout) {
-        *err = "no progress on the data connection";
-        return TransferResult::Status::Timeout;
-      }
+      if (w == Wait::Abort) return fail({}, TransferResult::Status::Aborted, "aborted");
+      if (w == Wait::Timeout)
+        return fail({}, TransferResult::Status::Timeout, "no progress on the data connection");
       continue;
     }
-    *err = std::strerror(errno);
-    return TransferResult::Status::PeerError;
+    return fail({}, TransferResult::Status::PeerError, std::strerror(errno));
   }
-  return TransferResult::Status::Ok;
+  return {};
 }
 
 }  // namespace
@@ -319,8 +315,8 @@ void DataPort::set_active(const SockAddr& target) {
   active_ = true;
 }
 
-std::unique_ptr<DataConn> DataPort::open(const SockAddr& peer, Millis timeout, std::string* err,
-                                         const std::function<void(const std::string&)>& log) {
+base::Result<std::unique_ptr<DataConn>> DataPort::open(
+    const SockAddr& peer, Millis timeout, const std::function<void(const std::string&)>& log) {
   auto deadline = Clock::now() + timeout;
   if (listen_fd_ >= 0) {
     for (;;) {
@@ -329,9 +325,9 @@ std::unique_ptr<DataConn> DataPort::open(const SockAddr& peer, Millis timeout, s
       int r = left.count() > 0 ? ::poll(&p, 1, to_poll_ms(left)) : 0;
       if (r < 0 && errno == EINTR) continue;
       if (r == 0) {
-        *err = "the client did not connect to the passive port in time";
         reset();
-        return nullptr;
+        return base::Status(base::Code::DeadlineExceeded,
+                            "the client did not connect to the passive port in time");
       }
       SockAddr from;
       from.len = sizeof from.ss;
@@ -339,9 +335,9 @@ std::unique_ptr<DataConn> DataPort::open(const SockAddr& peer, Millis timeout, s
                          SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
-        *err = std::string("accept: ") + std::strerror(errno);
+        const int e = errno;
         reset();
-        return nullptr;
+        return base::Status(base::Code::Internal, std::string("accept: ") + std::strerror(e));
       }
       if (!from.same_host(peer)) {
         // Someone else raced for the port (passive-mode hijack): drop, keep waiting.
@@ -351,21 +347,20 @@ std::unique_ptr<DataConn> DataPort::open(const SockAddr& peer, Millis timeout, s
         continue;
       }
       reset();  // one connection per PASV
-      return std::make_unique<DataConn>(fd);
+      return {std::make_unique<DataConn>(fd)};
     }
   }
   if (active_) {
     SockAddr t = target_;
     reset();
     int fd = ::socket(t.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-      *err = std::string("socket: ") + std::strerror(errno);
-      return nullptr;
-    }
+    if (fd < 0)
+      return base::Status(base::Code::Internal, std::string("socket: ") + std::strerror(errno));
     if (::connect(fd, reinterpret_cast<sockaddr*>(&t.ss), t.len) != 0 && errno != EINPROGRESS) {
-      *err = "connect to " + t.host() + ":" + std::to_string(t.port()) + ": " + std::strerror(errno);
+      std::string why =
+          "connect to " + t.host() + ":" + std::to_string(t.port()) + ": " + std::strerror(errno);
       ::close(fd);
-      return nullptr;
+      return base::Status(base::Code::Unavailable, std::move(why));
     }
     pollfd p{fd, POLLOUT, 0};
     int r;
@@ -377,16 +372,16 @@ std::unique_ptr<DataConn> DataPort::open(const SockAddr& peer, Millis timeout, s
     socklen_t sl = sizeof soerr;
     if (r > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
     if (r <= 0 || soerr != 0) {
-      *err = "connect to " + t.host() + ":" + std::to_string(t.port()) + ": " +
-             (r <= 0 ? "timed out" : std::strerror(soerr));
+      std::string why = "connect to " + t.host() + ":" + std::to_string(t.port()) + ": " +
+                        (r <= 0 ? "timed out" : std::strerror(soerr));
       ::close(fd);
-      return nullptr;
+      return base::Status(r <= 0 ? base::Code::DeadlineExceeded : base::Code::Unavailable,
+                          std::move(why));
     }
     set_nonblocking(fd, false);
-    return std::make_unique<DataConn>(fd);
+    return {std::make_unique<DataConn>(fd)};
   }
-  *err = "use PORT or PASV first";
-  return nullptr;
+  return base::Status(base::Code::FailedPrecondition, "use PORT or PASV first");
 }
 
 // ---- TYPE A ----
@@ -449,9 +444,8 @@ TransferResult send_file(DataConn& c, int file_fd, uint64_t offset, const Transf
       converted = to_crlf(chunk, &prev_cr);
       chunk = converted;
     }
-    std::string err;
-    auto s = write_all(c, chunk, o, &err);
-    if (s != TransferResult::Status::Ok) return fail(r, s, err.empty() ? "aborted" : err);
+    const TransferResult w = write_all(c, chunk, o);
+    if (w.status != TransferResult::Status::Ok) return fail(r, w.status, w.error);
     r.bytes += chunk.size();
   }
   if (!c.tls()) set_nonblocking(c.fd(), false);
@@ -461,30 +455,28 @@ TransferResult send_file(DataConn& c, int file_fd, uint64_t offset, const Transf
 TransferResult send_bytes(DataConn& c, std::string_view bytes, const TransferOptions& o) {
   TransferResult r;
   if (!c.tls()) set_nonblocking(c.fd(), true);
-  std::string err;
-  auto s = write_all(c, bytes, o, &err);
+  const TransferResult w = write_all(c, bytes, o);
   if (!c.tls()) set_nonblocking(c.fd(), false);
-  if (s != TransferResult::Status::Ok) return fail(r, s, err.empty() ? "aborted" : err);
+  if (w.status != TransferResult::Status::Ok) return fail(r, w.status, w.error);
   r.bytes = bytes.size();
   return r;
 }
 
 namespace {
 
-// Writes buf at *off; false with *err on failure.
-bool pwrite_all(int fd, const char* p, size_t n, uint64_t* off, std::string* err) {
+// Writes buf at *off (advanced by what was written).
+base::Status pwrite_all(int fd, const char* p, size_t n, uint64_t* off) {
   while (n > 0) {
     ssize_t w = ::pwrite(fd, p, n, off_t(*off));
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      *err = std::string("write: ") + (w < 0 ? std::strerror(errno) : "no space");
-      return false;
-    }
+    if (w <= 0)
+      return base::Status(base::Code::Internal,
+                          std::string("write: ") + (w < 0 ? std::strerror(errno) : "no space"));
     p += w;
     n -= size_t(w);
     *off += uint64_t(w);
   }
-  return true;
+  return {};
 }
 
 }  // namespace
@@ -527,25 +519,23 @@ TransferResult receive_file(DataConn& c, int file_fd, uint64_t offset, const Tra
       }
       got = size_t(n);
     }
-    std::string err;
     bool over = got > o.max_bytes - r.bytes;
     if (over) got = size_t(o.max_bytes - r.bytes);  // what fits goes to the file, then 552
     r.bytes += got;
     if (o.ascii) {
       std::string conv = from_crlf({buf.data(), got}, &held_cr);
-      if (!pwrite_all(file_fd, conv.data(), conv.size(), &off, &err))
-        return fail(r, TransferResult::Status::LocalError, err);
-    } else if (!pwrite_all(file_fd, buf.data(), got, &off, &err)) {
-      return fail(r, TransferResult::Status::LocalError, err);
+      if (base::Status w = pwrite_all(file_fd, conv.data(), conv.size(), &off); !w.ok())
+        return fail(r, TransferResult::Status::LocalError, w.message());
+    } else if (base::Status w = pwrite_all(file_fd, buf.data(), got, &off); !w.ok()) {
+      return fail(r, TransferResult::Status::LocalError, w.message());
     }
     if (over)
       return fail(r, TransferResult::Status::Quota,
                   "more than the limit of " + std::to_string(o.max_bytes) + " bytes");
   }
   if (held_cr) {
-    std::string err;
-    if (!pwrite_all(file_fd, "\r", 1, &off, &err))
-      return fail(r, TransferResult::Status::LocalError, err);
+    if (base::Status w = pwrite_all(file_fd, "\r", 1, &off); !w.ok())
+      return fail(r, TransferResult::Status::LocalError, w.message());
   }
   return r;
 }

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/status.h"
 #include "ftp_adts/ftp/tls.h"
 
 namespace tierce::ftpd {
@@ -71,9 +72,10 @@ class DataPort {
   bool ready() const { return listen_fd_ >= 0 || active_; }
   void reset();
   // The connection: accept (only from `peer`'s host; others are dropped and logged) or connect.
-  // nullptr with *err on failure / timeout.
-  std::unique_ptr<DataConn> open(const SockAddr& peer, Millis timeout, std::string* err,
-                                 const std::function<void(const std::string&)>& log);
+  // A failure or the timeout: Unavailable (the peer did not connect, refused, timed out),
+  // Internal (a system call), FailedPrecondition (no PORT or PASV yet), with the reason.
+  base::Result<std::unique_ptr<DataConn>> open(const SockAddr& peer, Millis timeout,
+                                               const std::function<void(const std::string&)>& log);
 
  private:
   int listen_fd_ = -1;

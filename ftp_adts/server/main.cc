@@ -21,6 +21,7 @@
 #include "base/daemon_kit.h"
 #include "base/log.h"
 #include "base/signals.h"
+#include "base/status.h"
 #include "ftp_adts/ftp/tls.h"
 #include "ftp_adts/server/config.h"
 #include "ftp_adts/server/data.h"
@@ -131,25 +132,22 @@ int hash_from_stdin() {
   return kExitOk;
 }
 
-// The control socket: bound, listening, non-blocking (workers poll it; see master.h).
-int bind_control(const Config& cfg, std::string* err, SockAddr* bound) {
+// The control socket: bound, listening, non-blocking (workers poll it; see master.h). Its
+// descriptor; *bound the address it is bound to.
+base::Result<int> bind_control(const Config& cfg, SockAddr* bound) {
   SockAddr a;
-  if (!SockAddr::parse(cfg.listen_host, cfg.listen_port, &a)) {
-    *err = "bad listen address " + cfg.listen_host;
-    return -1;
-  }
+  if (!SockAddr::parse(cfg.listen_host, cfg.listen_port, &a))
+    return base::Status(base::Code::InvalidArgument, "bad listen address " + cfg.listen_host);
   int fd = ::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    *err = std::string("socket: ") + std::strerror(errno);
-    return -1;
-  }
+  if (fd < 0)
+    return base::Status(base::Code::Internal, std::string("socket: ") + std::strerror(errno));
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&a.ss), a.len) != 0 || ::listen(fd, 128) != 0) {
-    *err = "cannot listen on " + cfg.listen_host + ":" + std::to_string(cfg.listen_port) + ": " +
-           std::strerror(errno);
+    std::string why = "cannot listen on " + cfg.listen_host + ":" +
+                      std::to_string(cfg.listen_port) + ": " + std::strerror(errno);
     ::close(fd);
-    return -1;
+    return base::Status(base::Code::Unavailable, std::move(why));
   }
   *bound = SockAddr::local_of(fd);
   return fd;
@@ -345,9 +343,9 @@ class Daemon {
     } catch (const std::exception& e) {
       return k.fail(kExitFailure, std::string("FTPD0012 cannot open the xferlog: ") + e.what());
     }
-    std::string err;
-    lfd_ = bind_control(cfg, &err, &bound_);
-    if (lfd_ < 0) return k.fail(kExitFailure, "FTPD0009 " + err);
+    base::Result<int> bound = bind_control(cfg, &bound_);
+    if (!bound.ok()) return k.fail(kExitFailure, "FTPD0009 " + bound.message());
+    lfd_ = *bound;
     std::string host = bound_.host();
     where_ = (bound_.family() == AF_INET6 ? "[" + host + "]" : host) + ":" +
              std::to_string(bound_.port());

@@ -80,9 +80,9 @@ char ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
   const bool privsep = env.privsep && env.privsep->enabled;
   SessionEnv senv{env.cfg, env.log, env.xferlog, env.tls, {}};
   if (privsep) {
-    senv.after_login = [&env](const std::string& user, bool anonymous, std::string* err) {
+    senv.after_login = [&env](const std::string& user, bool anonymous) -> base::Status {
       Account a = env.privsep->account_for(user, anonymous);
-      if (!drop_privileges(a, err)) return false;
+      if (base::Status dropped = drop_privileges(a); !dropped.ok()) return dropped;
       // This process is the worker's own copy of the configuration (fork), and it serves no other
       // session: no user's name, root or hash is left for the session's account to find. The
       // Config object is not const (main's), only our view of it.
@@ -92,7 +92,7 @@ char ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
         env.log(LogLevel::Debug, "FTPD0023 session of " + user + " runs as " + a.name + " (uid " +
                                      std::to_string(a.uid) + ", gid " + std::to_string(a.gid) +
                                      ")");
-      return true;
+      return {};
     };
   }
   unsigned served = 0;

@@ -67,21 +67,18 @@ PrivsepPlan resolve_accounts(const Config& cfg, std::vector<std::string>* proble
   return plan;
 }
 
-bool drop_privileges(const Account& a, std::string* err) {
+base::Status drop_privileges(const Account& a) {
   try {
     base::drop_to(a);  // setgroups, setresgid, setresuid, the no-way-back proof, NO_NEW_PRIVS
   } catch (const base::PrivilegeError& e) {
-    *err = e.what();
-    return false;
+    return base::Status(base::Code::Internal, e.what());
   }
   // The credential change cleared the parent-death signal (prctl(2)): set it again so the session
   // still ends with the master. The process is no longer dumpable either (ptrace by another
   // session of the same account is refused): left so on purpose.
-  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
-    *err = "PR_SET_PDEATHSIG: " + base::errno_text(errno);
-    return false;
-  }
-  return true;
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0)
+    return base::Status(base::Code::Internal, "PR_SET_PDEATHSIG: " + base::errno_text(errno));
+  return {};
 }
 
 void wipe_user_table(Config* cfg) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/privileges.h"
+#include "base/status.h"
 #include "ftp_adts/server/config.h"
 
 namespace tierce::ftpd {
@@ -44,9 +45,9 @@ struct PrivsepPlan {
 // root) are appended to *problems, one line each, naming the key. `enabled` is set by the caller.
 PrivsepPlan resolve_accounts(const Config& cfg, std::vector<std::string>* problems);
 
-// Becomes `a` for good (see above). False with *err set when any step failed or root could be
-// regained; the caller must then end the session.
-bool drop_privileges(const Account& a, std::string* err);
+// Becomes `a` for good (see above). A failure (Code::Internal: a step failed, or root could be
+// regained) means the caller must end the session.
+base::Status drop_privileges(const Account& a);
 
 // Overwrites then frees the user table of this process's configuration (names, roots, password
 // hashes): a session running as its user keeps no other user's data, nor its own hash.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "fabric/log.h"
 #include "ftp_adts/ftp/tls.h"
 #include "ftp_adts/server/config.h"
@@ -21,9 +22,9 @@ struct SessionEnv {
   Xferlog* xferlog = nullptr;
   std::shared_ptr<ftp::TlsContext> tls;  // nullptr: no [tls], AUTH TLS is refused
   // Called once the password is accepted and the user's root is open, before the 230 reply:
-  // privilege separation (privsep.h) drops to the user's account there. False (with *err): the
-  // session is ended with 421. Empty: nothing to do (not started as root).
-  std::function<bool(const std::string& user, bool anonymous, std::string* err)> after_login;
+  // privilege separation (privsep.h) drops to the user's account there. A failure: the session
+  // is ended with 421. Empty: nothing to do (not started as root).
+  std::function<base::Status(const std::string& user, bool anonymous)> after_login;
 };
 
 // What one session did, for the master's metrics (master.h; docs/ftp.md "Metrics").

@@ -159,7 +159,7 @@ class Session {
   uint64_t upload_allowance(uint64_t offset) const;
   void finish_transfer(const TransferResult& r, const std::string& path, char direction,
                        Clock::time_point start, bool log_xfer);
-  std::unique_ptr<DataConn> open_data(std::string* err);
+  base::Result<std::unique_ptr<DataConn>> open_data();
   TransferOptions transfer_options(bool ascii);
   // By value: after_login may wipe the user table these come from (and `u` with it: its limits
   // are read before).

@@ -45,9 +45,11 @@ void Session::login_ok(std::string name, std::string root, bool anonymous, bool 
     return;
   }
   // ---- privilege separation (privsep.h): the one call of the session into it ----
-  if (std::string err; env_.after_login && !env_.after_login(name, anonymous, &err)) {
+  const base::Status dropped =
+      env_.after_login ? env_.after_login(name, anonymous) : base::Status();
+  if (!dropped.ok()) {
     log(LogLevel::Error, "FTPD0205 " + peer_.host() + ": cannot drop privileges for " + name +
-                             ": " + err + "; session ended");
+                             ": " + dropped.message() + "; session ended");
     ctl_.reply(421, "Internal error; try later");
     quit_ = true;
     return;

@@ -41,40 +41,36 @@ int scratch_file() {
 
 // TYPE A conversion of [in_off, EOF) of `in` to `out` from offset out_off, kConvertChunk bytes at
 // a time (to_crlf / from_crlf carry a CR across chunk boundaries). Bytes written in *written.
-// false with *err on an I/O error.
+// An I/O error: Code::Internal with its text.
 constexpr size_t kConvertChunk = 256 << 10;
-bool convert_file(int in, uint64_t in_off, int out, uint64_t out_off, bool crlf,
-                  uint64_t* written, std::string* err) {
+base::Status convert_file(int in, uint64_t in_off, int out, uint64_t out_off, bool crlf,
+                          uint64_t* written) {
   std::vector<char> buf(kConvertChunk);
   bool carry = false;
-  auto put = [&](const std::string& b) {
+  auto put = [&](const std::string& b) -> base::Status {
     for (size_t done = 0; done < b.size();) {
       ssize_t n = ::pwrite(out, b.data() + done, b.size() - done, off_t(out_off));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        *err = n < 0 ? std::strerror(errno) : "short write";
-        return false;
-      }
+      if (n <= 0)
+        return base::Status(base::Code::Internal, n < 0 ? std::strerror(errno) : "short write");
       done += size_t(n);
       out_off += uint64_t(n);
       *written += uint64_t(n);
     }
-    return true;
+    return {};
   };
   for (;;) {
     ssize_t n = ::pread(in, buf.data(), buf.size(), off_t(in_off));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *err = std::strerror(errno);
-      return false;
-    }
+    if (n < 0) return base::Status(base::Code::Internal, std::strerror(errno));
     if (n == 0) break;
     in_off += uint64_t(n);
     std::string_view chunk(buf.data(), size_t(n));
-    if (!put(crlf ? to_crlf(chunk, &carry) : from_crlf(chunk, &carry))) return false;
+    if (base::Status s = put(crlf ? to_crlf(chunk, &carry) : from_crlf(chunk, &carry)); !s.ok())
+      return s;
   }
   if (!crlf && carry) return put("\r");  // a CR at the very end is data
-  return true;
+  return {};
 }
 
 }  // namespace
@@ -213,7 +209,9 @@ int Session::listen_passive(const std::string& host) {
   int port;
   std::string err;
   if (adts_.configured()) {
-    port = adts_.listen(host, cfg_.pasv_min, cfg_.pasv_max, &err);
+    base::Result<int> listening = adts_.listen(host, cfg_.pasv_min, cfg_.pasv_max);
+    port = listening.ok() ? *listening : -1;
+    err = listening.message();
   } else {
     port = port_.listen_passive(local_, cfg_.pasv_min, cfg_.pasv_max);
     if (port < 0) err = std::strerror(-port);
@@ -326,10 +324,10 @@ bool Session::data_channel_ready() {
     // commands are served): the client gets every reply so far, then the transfer waits for
     // them, at most the data timeout.
     ctl_.flush();
-    std::string err;
-    if (!adts_.wait_session(&err)) {
-      log(LogLevel::Warn, "FTPD0404 " + who() + ": ADTS data session not established: " + err);
-      ctl_.reply(425, "Cannot open the ADTS data session: " + err);
+    if (base::Status up = adts_.wait_session(); !up.ok()) {
+      log(LogLevel::Warn,
+          "FTPD0404 " + who() + ": ADTS data session not established: " + up.message());
+      ctl_.reply(425, "Cannot open the ADTS data session: " + up.message());
       return false;
     }
     return true;
@@ -341,16 +339,17 @@ bool Session::data_channel_ready() {
   return true;
 }
 
-std::unique_ptr<DataConn> Session::open_data(std::string* err) {
-  auto conn = port_.open(peer_, std::chrono::seconds(cfg_.data_timeout_s), err,
-                         [this](const std::string& m) { log(LogLevel::Warn, "FTPD0106 " + m); });
-  if (!conn) return nullptr;
+base::Result<std::unique_ptr<DataConn>> Session::open_data() {
+  auto opened = port_.open(peer_, std::chrono::seconds(cfg_.data_timeout_s),
+                           [this](const std::string& m) { log(LogLevel::Warn, "FTPD0106 " + m); });
+  if (!opened.ok()) return opened;
+  std::unique_ptr<DataConn> conn = std::move(opened).value();
   if (prot_p_) {
     try {
       conn->start_tls(env_.tls, std::chrono::seconds(cfg_.data_timeout_s));
     } catch (const std::exception& e) {
-      *err = std::string("TLS on the data connection failed: ") + e.what();
-      return nullptr;
+      return base::Status(base::Code::Unavailable,
+                          std::string("TLS on the data connection failed: ") + e.what());
     }
     if (cfg_.tls_require_reuse && !conn->tls()->session_reused()) {
       // As vsftpd's require_ssl_reuse: the data connection must resume the TLS session of this
@@ -358,11 +357,11 @@ std::unique_ptr<DataConn> Session::open_data(std::string* err) {
       // handshake) cannot take the data. curl, lftp and tierce-ftp resume.
       log(LogLevel::Warn, "FTPD0405 " + who() + ": data connection without TLS session reuse " +
                               "refused ([tls] require_reuse)");
-      *err = "TLS session reuse required on the data connection";
-      return nullptr;
+      return base::Status(base::Code::PermissionDenied,
+                          "TLS session reuse required on the data connection");
     }
   }
-  return conn;
+  return {std::move(conn)};
 }
 
 TransferOptions Session::transfer_options(bool ascii) {
@@ -395,11 +394,10 @@ TransferResult Session::send_plain_or_adts(int fd, uint64_t offset, uint64_t siz
         return r;
       }
       uint64_t converted = 0;
-      std::string err;
-      if (!convert_file(fd, offset, tmp, 0, true, &converted, &err)) {
+      if (base::Status s = convert_file(fd, offset, tmp, 0, true, &converted); !s.ok()) {
         ::close(tmp);
         r.status = TransferResult::Status::LocalError;
-        r.error = "TYPE A conversion: " + err;
+        r.error = "TYPE A conversion: " + s.message();
         return r;
       }
       r = adts_.send_file(tmp, 0, converted);
@@ -408,14 +406,14 @@ TransferResult Session::send_plain_or_adts(int fd, uint64_t offset, uint64_t siz
     }
     return adts_.send_file(fd, offset, size > offset ? size - offset : 0);
   }
-  std::string err;
-  auto conn = open_data(&err);
-  if (!conn) {
+  auto opened = open_data();
+  if (!opened.ok()) {
     TransferResult r;
     r.status = TransferResult::Status::PeerError;
-    r.error = "cannot open the data connection: " + err;
+    r.error = "cannot open the data connection: " + opened.message();
     return r;
   }
+  std::unique_ptr<DataConn> conn = std::move(opened).value();
   TransferResult r = from_memory ? ftpd::send_bytes(*conn, mem, transfer_options(false))
                                  : ftpd::send_file(*conn, fd, offset, transfer_options(ascii_));
   if (r.status == TransferResult::Status::Ok) conn->finish();
@@ -438,23 +436,22 @@ TransferResult Session::receive_plain_or_adts(int fd, uint64_t offset, uint64_t 
     TransferResult r = adts_.receive_file(tmp, 0, max);
     if (r.status == TransferResult::Status::Ok) {
       uint64_t written = 0;
-      std::string err;
-      if (!convert_file(tmp, 0, fd, offset, false, &written, &err)) {
+      if (base::Status s = convert_file(tmp, 0, fd, offset, false, &written); !s.ok()) {
         r.status = TransferResult::Status::LocalError;
-        r.error = "TYPE A conversion: " + err;
+        r.error = "TYPE A conversion: " + s.message();
       }
     }
     ::close(tmp);
     return r;
   }
-  std::string err;
-  auto conn = open_data(&err);
-  if (!conn) {
+  auto opened = open_data();
+  if (!opened.ok()) {
     TransferResult r;
     r.status = TransferResult::Status::PeerError;
-    r.error = "cannot open the data connection: " + err;
+    r.error = "cannot open the data connection: " + opened.message();
     return r;
   }
+  std::unique_ptr<DataConn> conn = std::move(opened).value();
   TransferOptions o = transfer_options(ascii_);
   o.max_bytes = max;
   TransferResult r = ftpd::receive_file(*conn, fd, offset, o);
