@@ -13,7 +13,7 @@
 
 namespace tierce::base {
 
-bool lookup_account(const std::string& name, Account* out, std::string* why) {
+Result<Account> lookup_account(const std::string& name) {
   long hint = ::sysconf(_SC_GETPW_R_SIZE_MAX);
   std::vector<char> buf(size_t(hint > 0 ? hint : 4096));
   passwd pw{};
@@ -26,32 +26,29 @@ bool lookup_account(const std::string& name, Account* out, std::string* why) {
     }
     if (!found) {
       // getpwnam_r(3): 0 (or, with some NSS modules, ENOENT/ESRCH/EBADF/EPERM) means "not there".
-      *why = (e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM)
-                 ? std::string("no such account")
-                 : errno_text(e);
-      return false;
+      if (e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM)
+        return Status(Code::NotFound, "no such account");
+      return Status(Code::Internal, errno_text(e));
     }
     break;
   }
-  out->name = name;
-  out->uid = pw.pw_uid;
-  out->gid = pw.pw_gid;
+  Account out;
+  out.name = name;
+  out.uid = pw.pw_uid;
+  out.gid = pw.pw_gid;
   int n = 32;
   for (;;) {
-    out->groups.assign(size_t(n), 0);
+    out.groups.assign(size_t(n), 0);
     int want = n;
-    if (::getgrouplist(name.c_str(), pw.pw_gid, out->groups.data(), &want) >= 0) {
-      out->groups.resize(size_t(want));
+    if (::getgrouplist(name.c_str(), pw.pw_gid, out.groups.data(), &want) >= 0) {
+      out.groups.resize(size_t(want));
       break;
     }
     if (want <= n) want = n * 2;  // some NSS modules do not report the size needed
-    if (want > 65536) {
-      *why = "too many supplementary groups";
-      return false;
-    }
+    if (want > 65536) return Status(Code::ResourceExhausted, "too many supplementary groups");
     n = want;
   }
-  return true;
+  return out;
 }
 
 namespace {

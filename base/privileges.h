@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace tierce::base {
 
 struct Account {
@@ -42,9 +44,10 @@ class PrivilegeError : public std::runtime_error {
   int error_;
 };
 
-// Fills *out with the account `name` (uid, primary gid, supplementary groups). False with *why
-// when it cannot: "no such account", the lookup's errno text, or "too many supplementary groups".
-bool lookup_account(const std::string& name, Account* out, std::string* why);
+// The account `name` (uid, primary gid, supplementary groups), or why not: NotFound ("no such
+// account"), Internal (the lookup's errno text), ResourceExhausted ("too many supplementary
+// groups").
+Result<Account> lookup_account(const std::string& name);
 
 // Becomes `a` for good (see above). Throws PrivilegeError. Prereq: running as root (or with
 // CAP_SETUID + CAP_SETGID); as anyone else setgroups fails with EPERM.

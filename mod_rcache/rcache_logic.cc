@@ -298,25 +298,20 @@ std::optional<TagText> parse_tag(std::string_view value) {
   return TagText{std::string(f[0]), *slot, *version};
 }
 
-std::optional<uint32_t> resolve_tag_home(const TagText& t, const coherence::Topology& topo,
-                                         std::string* why) {
+base::Result<uint32_t> resolve_tag_home(const TagText& t, const coherence::Topology& topo) {
+  using base::Code;
   for (size_t i = 0; i < topo.nodes.size(); ++i) {
     const auto& n = topo.nodes[i];
     if (n.name != t.node) continue;
-    if (n.role != coherence::Role::App) {
-      if (why) *why = "Tierce-Tag names node '" + t.node + "', which is not an app node";
-      return std::nullopt;
-    }
-    if (t.slot >= topo.version_slots) {
-      if (why)
-        *why = "Tierce-Tag slot " + std::to_string(t.slot) + " >= version_slots " +
-               std::to_string(topo.version_slots);
-      return std::nullopt;
-    }
+    if (n.role != coherence::Role::App)
+      return {Code::InvalidArgument,
+              "Tierce-Tag names node '" + t.node + "', which is not an app node"};
+    if (t.slot >= topo.version_slots)
+      return {Code::InvalidArgument, "Tierce-Tag slot " + std::to_string(t.slot) +
+                                         " >= version_slots " + std::to_string(topo.version_slots)};
     return uint32_t(i);
   }
-  if (why) *why = "Tierce-Tag names node '" + t.node + "', unknown in the topology";
-  return std::nullopt;
+  return {Code::InvalidArgument, "Tierce-Tag names node '" + t.node + "', unknown in the topology"};
 }
 
 RequestAction decide_request(const RequestFacts& f, const Policy& p) {
@@ -358,9 +353,8 @@ Cacheability decide_response(const ResponseFacts& f, const Policy& p,
   if (!f.tag) return no("no Tierce-Tag (nothing proves the page current)");
   auto t = parse_tag(*f.tag);
   if (!t) return no("malformed Tierce-Tag '" + *f.tag + "'");
-  std::string why;
-  auto home = resolve_tag_home(*t, topo, &why);
-  if (!home) return no(why);
+  auto home = resolve_tag_home(*t, topo);
+  if (!home.ok()) return no(home.message());
   c.binding = coherence::tag_binding(coherence::Tag{*home, t->slot, t->version}, topo, f.key_hash);
   if (c.binding != coherence::TagBinding::Bound) {
     const coherence::NodeInfo& key_home = topo.home_of(f.key_hash);

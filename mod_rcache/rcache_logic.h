@@ -102,9 +102,9 @@ struct TagText {
   uint64_t version = 0;
 };
 std::optional<TagText> parse_tag(std::string_view value);
-// The index of `node` in topo.nodes when it is an app node and slot < version_slots.
-std::optional<uint32_t> resolve_tag_home(const TagText& t, const coherence::Topology& topo,
-                                         std::string* why = nullptr);
+// The index of `node` in topo.nodes when it is an app node and slot < version_slots; else
+// InvalidArgument saying which.
+base::Result<uint32_t> resolve_tag_home(const TagText& t, const coherence::Topology& topo);
 
 // ---- the rules -----------------------------------------------------------------------------------
 inline constexpr int64_t kDefaultMaxAgeSeconds = 600;

@@ -403,15 +403,15 @@ std::optional<int> prepare(const Options& o, Prepared* p) {
   // --user: resolved now, so an unknown account is a usage error (exit 2) and nothing needs NSS
   // after the drop.
   if (!o.user.empty()) {
-    base::Account a;
-    std::string why;
-    if (!base::lookup_account(o.user, &a, &why)) {
+    base::Result<base::Account> found = base::lookup_account(o.user);
+    if (!found.ok()) {
       std::fprintf(stderr,
                    "%s: --user \"%s\": %s; create the account (useradd --system %s) or name "
                    "another one\n",
-                   kProgram, o.user.c_str(), why.c_str(), o.user.c_str());
+                   kProgram, o.user.c_str(), found.message().c_str(), o.user.c_str());
       return kExitUsage;
     }
+    const base::Account& a = *found;
     if (a.uid == 0) {
       std::fprintf(stderr,
                    "%s: --user \"%s\" is root (uid 0): nothing would be dropped; name an "

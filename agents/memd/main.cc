@@ -142,15 +142,16 @@ std::optional<int> load(const std::string& path, Config* cfg, fabric::Secret* se
 // kExitUsage when it does not exist or is root (nothing would be dropped).
 std::optional<int> resolve_user(const Config& cfg, std::optional<Account>* out) {
   if (cfg.user.empty()) return std::nullopt;
-  Account a;
-  std::string why;
-  if (!lookup_account(cfg.user, &a, &why)) {
+  base::Result<Account> found = lookup_account(cfg.user);
+  if (!found.ok()) {
     std::fprintf(stderr,
                  "%s: %s: [memd] user: \"%s\": %s; create the account (useradd --system %s) or "
                  "name another one\n",
-                 kProgram, cfg.source.c_str(), cfg.user.c_str(), why.c_str(), cfg.user.c_str());
+                 kProgram, cfg.source.c_str(), cfg.user.c_str(), found.message().c_str(),
+                 cfg.user.c_str());
     return kExitUsage;
   }
+  const Account& a = *found;
   if (a.uid == 0) {
     std::fprintf(stderr,
                  "%s: %s: [memd] user: \"%s\" is root (uid 0): nothing would be dropped; name an "

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/status.h"
 #include "ftp_adts/adts/buffer_pool.h"
 #include "ftp_adts/adts/pipeline.h"
 #include "ftp_adts/adts/session_common.h"
@@ -74,18 +75,20 @@ void pread_full(int fd, uint8_t* dst, uint64_t len, uint64_t pos) {
   }
 }
 
-// Writes `len` bytes to the file at `pos` (pipelined receive); false and *err on a failed write.
-bool pwrite_full(int fd, const uint8_t* src, uint64_t len, uint64_t pos, std::string* err) {
+// A failed write of the received file (Code::Internal, errno's text).
+base::Status write_failed(int e) {
+  return base::Status(base::Code::Internal, "writing the file: " + wire::errno_text(e));
+}
+
+// Writes `len` bytes to the file at `pos` (pipelined receive).
+base::Status pwrite_full(int fd, const uint8_t* src, uint64_t len, uint64_t pos) {
   for (uint64_t w = 0; w < len;) {
     ssize_t r = ::pwrite(fd, src + w, size_t(len - w), off_t(pos + w));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      *err = "writing the file: " + wire::errno_text(r < 0 ? errno : EIO);
-      return false;
-    }
+    if (r <= 0) return write_failed(r < 0 ? errno : EIO);
     w += uint64_t(r);
   }
-  return true;
+  return {};
 }
 
 // Pads a DATA block whose file shrank under sendfile with zeros: the header promised the bytes.
@@ -225,12 +228,12 @@ class TcpSession final : public Session {
     wire::recv_all(socks_[i].get(), h, sizeof h, p_.timeout);
     return wire::decode_header(h);
   }
-  // Payload of one DATA into the file at `foff` by splice; false if a local write failed (the
-  // rest of the payload was read and dropped so the stream stays in step).
-  bool splice_to_file(unsigned i, int file, uint64_t foff, uint64_t len, std::string* err,
-                      uint64_t* zc, uint64_t* copied);
-  bool read_pwrite(int sock, int file, uint64_t foff, uint64_t len, std::string* err,
-                   std::vector<uint8_t>& scratch);
+  // Payload of one DATA into the file at `foff` by splice; a failure if a local write failed
+  // (the rest of the payload was read and dropped so the stream stays in step).
+  base::Status splice_to_file(unsigned i, int file, uint64_t foff, uint64_t len, uint64_t* zc,
+                              uint64_t* copied);
+  base::Status read_pwrite(int sock, int file, uint64_t foff, uint64_t len,
+                           std::vector<uint8_t>& scratch);
   void read_ahead(SendTransfer& t);
   void send_stream(SendTransfer& t, unsigned i, const std::function<void()>& tick);
   // BEGIN on stream 0 (or an early ABORT on every stream) of transfer `id`; a network failure
@@ -407,19 +410,18 @@ uint64_t TcpSession::send(const Source& src, const Progress& progress) {
 
 // ---- receive ----------------------------------------------------------------------------------
 
-bool TcpSession::read_pwrite(int sock, int file, uint64_t foff, uint64_t len, std::string* err,
-                             std::vector<uint8_t>& scratch) {
-  bool ok = true;
+base::Status TcpSession::read_pwrite(int sock, int file, uint64_t foff, uint64_t len,
+                                     std::vector<uint8_t>& scratch) {
+  base::Status st;
   if (scratch.empty()) scratch.resize(kScratch);
   while (len > 0) {
     size_t k = size_t(std::min<uint64_t>(len, scratch.size()));
     wire::recv_all(sock, scratch.data(), k, p_.timeout);
-    for (size_t w = 0; ok && w < k;) {
+    for (size_t w = 0; st.ok() && w < k;) {
       ssize_t r = ::pwrite(file, scratch.data() + w, k - w, off_t(foff + w));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
-        *err = "writing the file: " + wire::errno_text(r < 0 ? errno : EIO);
-        ok = false;
+        st = write_failed(r < 0 ? errno : EIO);
         break;
       }
       w += size_t(r);
@@ -427,11 +429,11 @@ bool TcpSession::read_pwrite(int sock, int file, uint64_t foff, uint64_t len, st
     foff += k;
     len -= k;
   }
-  return ok;
+  return st;
 }
 
-bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t len,
-                                std::string* err, uint64_t* zc, uint64_t* copied) {
+base::Status TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t len,
+                                        uint64_t* zc, uint64_t* copied) {
   int sock = socks_[i].get();
   Pipe& pp = pipes_[i];
   std::vector<uint8_t> scratch;
@@ -447,9 +449,9 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
   }
   if (pp.unsupported) {
     *copied += len;
-    return read_pwrite(sock, file, foff, len, err, scratch);
+    return read_pwrite(sock, file, foff, len, scratch);
   }
-  bool ok = true;
+  base::Status st;  // the first failed write; the block is read to its end all the same
   while (len > 0) {
     ssize_t in = ::splice(sock, nullptr, pp.w.get(), nullptr, size_t(std::min<uint64_t>(len, kPipeSize)),
                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -464,7 +466,8 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
       if (e == EINVAL) {  // this socket/kernel cannot splice: read+pwrite for the rest
         pp.unsupported = true;
         *copied += len;
-        return read_pwrite(sock, file, foff, len, err, scratch) && ok;
+        base::Status rest = read_pwrite(sock, file, foff, len, scratch);
+        return rest.ok() ? st : rest;
       }
       wire::throw_errno(Code::PeerClosed, "splice from the stream", e);
     }
@@ -474,7 +477,7 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
     size_t left = size_t(in);
     while (left > 0) {
       ssize_t out = -1;
-      if (ok) {
+      if (st.ok()) {
         loff_t o = loff_t(foff);
         out = ::splice(pp.r.get(), nullptr, file, &o, left, SPLICE_F_MOVE);
         if (out > 0) {
@@ -484,10 +487,7 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
           continue;
         }
         if (out < 0 && errno == EINTR) continue;
-        if (out < 0 && errno != EINVAL) {
-          *err = "writing the file: " + wire::errno_text(errno);
-          ok = false;
-        }
+        if (out < 0 && errno != EINVAL) st = write_failed(errno);
       }
       // Splice to this file refused (EINVAL), or a failed write: move the pipe's bytes by hand
       // (pwrite, or drop them once the write failed) so the stream stays framed.
@@ -495,13 +495,12 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
       ssize_t r = ::read(pp.r.get(), scratch.data(), std::min(left, scratch.size()));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) throw AdtsError(Code::LocalIo, "reading the splice pipe: " + wire::errno_text(errno));
-      if (ok) {
+      if (st.ok()) {
         for (ssize_t w = 0; w < r;) {
           ssize_t x = ::pwrite(file, scratch.data() + w, size_t(r - w), off_t(foff + uint64_t(w)));
           if (x < 0 && errno == EINTR) continue;
           if (x <= 0) {
-            *err = "writing the file: " + wire::errno_text(x < 0 ? errno : EIO);
-            ok = false;
+            st = write_failed(x < 0 ? errno : EIO);
             break;
           }
           w += x;
@@ -512,7 +511,7 @@ bool TcpSession::splice_to_file(unsigned i, int file, uint64_t foff, uint64_t le
       left -= size_t(r);
     }
   }
-  return ok;
+  return st;
 }
 
 wire::Header TcpSession::read_begin(const Sink& sink) {
@@ -581,9 +580,9 @@ void TcpSession::write_behind(RecvTransfer& t) {
   try {
     while (std::optional<Chunk> c = t.queue->pop(p_.timeout)) {
       if (t.local_fail) continue;
-      std::string err;
-      if (!pwrite_full(t.sink.fd, c->buf.data(), c->length, t.sink.offset + c->offset, &err)) {
-        t.local_err.set(AdtsError(Code::LocalIo, err));
+      base::Status w = pwrite_full(t.sink.fd, c->buf.data(), c->length, t.sink.offset + c->offset);
+      if (!w.ok()) {
+        t.local_err.set(AdtsError(Code::LocalIo, w.message()));
         t.local_fail = true;
       }
     }
@@ -643,13 +642,12 @@ void TcpSession::receive_stream(RecvTransfer& t, unsigned i, const std::function
         t.gate->advance(h.offset + h.length);
       } else if (!t.local_fail && t.gate->wait_turn(i, h.offset)) {
         // Our turn: every byte below h.offset is in the file; splice this block after them.
-        std::string err;
         uint64_t z = 0, c = 0;
-        bool ok = splice_to_file(i, t.sink.fd, t.sink.offset + h.offset, h.length, &err, &z, &c);
+        base::Status w = splice_to_file(i, t.sink.fd, t.sink.offset + h.offset, h.length, &z, &c);
         t.zc += z;
         t.copied += c;
-        if (!ok) {
-          t.local_err.set(AdtsError(Code::LocalIo, err));
+        if (!w.ok()) {
+          t.local_err.set(AdtsError(Code::LocalIo, w.message()));
           t.local_fail = true;
           t.gate->release();  // the file ends at the failure; the others drop their blocks
         } else {

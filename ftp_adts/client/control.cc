@@ -575,7 +575,9 @@ BatchResult FtpClient::adts_retr_one(const BatchItem& it, bool rest_sent) {
   std::string open_err;
   Fd drain;
   if (fd < 0 && it.open_local) {
-    fd = it.open_local(&open_err);
+    base::Result<int> opened = it.open_local();
+    fd = opened.ok() ? *opened : -1;
+    open_err = opened.message();
     if (fd < 0) {
       // The transfer is coming anyway: drain it so the session stays in step, then report.
       if (open_err.empty()) open_err = "cannot open the local file";
@@ -646,8 +648,9 @@ uint64_t FtpClient::retr(const BatchItem& it, uint64_t total_hint, const Progres
   auto pd = start_plain(what, rest, nullptr);
   int fd = it.fd;
   if (fd < 0 && it.open_local) {
-    std::string err;
-    fd = it.open_local(&err);
+    base::Result<int> opened = it.open_local();
+    fd = opened.ok() ? *opened : -1;
+    std::string err = opened.message();
     if (fd < 0) {
       if (pd) {
         pd->close();  // the server sees the data connection go and ends the transfer (426)

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "ftp_adts/client/dataconn.h"
 #include "ftp_adts/client/errors.h"
 #include "ftp_adts/client/listing.h"
@@ -62,8 +63,8 @@ struct BatchItem {
   bool append = false;      // put: APPE instead of STOR
   // get with fd == -1: opens the local file only once the server has accepted the RETR (its
   // 150/125), so a refused RETR (55x) creates and truncates nothing. Returns the fd (still owned
-  // by the caller) or -1 with *err set; the transfer is then drained and reported as Exit::Local.
-  std::function<int(std::string* err)> open_local = {};
+  // by the caller), or why it could not: the transfer is then drained and reported as Exit::Local.
+  std::function<base::Result<int>()> open_local = {};
 };
 struct BatchResult {
   bool ok = false;

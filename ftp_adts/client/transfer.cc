@@ -136,13 +136,12 @@ TransferOutcome get_file(FtpClient& c, const std::string& remote, const std::str
   // the RETR: a refused get (55x) leaves an existing file untouched and creates nothing. A
   // transfer that breaks after it started keeps the partial file, for -c to resume.
   Fd fd;
-  auto open_local = [&](std::string* err) -> int {
+  auto open_local = [&]() -> base::Result<int> {
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC);
     fd.reset(::open(local.c_str(), flags, 0644));
-    if (!fd) {
-      *err = "cannot open " + local + ": " + std::strerror(errno);
-      return -1;
-    }
+    if (!fd)
+      return base::Status(base::Code::Internal,
+                          "cannot open " + local + ": " + std::strerror(errno));
     return fd.get();
   };
   out.resumed_from = offset;
@@ -152,8 +151,8 @@ TransferOutcome get_file(FtpClient& c, const std::string& remote, const std::str
                      [&](uint64_t done, uint64_t) { bar.set(offset + done); });
   bar.finish();
   if (!fd) {
-    std::string err;
-    if (open_local(&err) < 0) throw ClientError(Exit::Local, err);
+    if (base::Result<int> opened = open_local(); !opened.ok())
+      throw ClientError(Exit::Local, opened.message());
   }
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) local_fail("cannot stat", local);

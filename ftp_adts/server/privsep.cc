@@ -14,20 +14,19 @@ namespace tierce::ftpd {
 
 namespace {
 
-// base::lookup_account, then the policy of the sessions: never root. False with *why when the
-// account cannot be used.
-bool lookup(const std::string& name, Account* out, std::string* why) {
-  if (!base::lookup_account(name, out, why)) return false;
-  if (out->uid == 0 || out->gid == 0) {
-    *why = "it is root (uid or gid 0); sessions must not run as root";
-    return false;
-  }
-  for (gid_t g : out->groups)
-    if (g == 0) {
-      *why = "it is a member of group 0 (root); sessions must not run with group root";
-      return false;
-    }
-  return true;
+// base::lookup_account, then the policy of the sessions: never root.
+base::Result<Account> lookup(const std::string& name) {
+  base::Result<Account> a = base::lookup_account(name);
+  if (!a.ok()) return a;
+  if (a->uid == 0 || a->gid == 0)
+    return base::Status(base::Code::PermissionDenied,
+                        "it is root (uid or gid 0); sessions must not run as root");
+  for (gid_t g : a->groups)
+    if (g == 0)
+      return base::Status(
+          base::Code::PermissionDenied,
+          "it is a member of group 0 (root); sessions must not run with group root");
+  return a;
 }
 
 void wipe(std::string* s) {
@@ -49,20 +48,21 @@ const Account& PrivsepPlan::account_for(const std::string& user, bool anonymous)
 
 PrivsepPlan resolve_accounts(const Config& cfg, std::vector<std::string>* problems) {
   PrivsepPlan plan;
-  std::string why;
-  if (!lookup(cfg.unprivileged_user, &plan.unprivileged, &why))
+  if (base::Result<Account> a = lookup(cfg.unprivileged_user); a.ok())
+    plan.unprivileged = *a;
+  else
     problems->push_back(cfg.source + ": unprivileged_user: \"" + cfg.unprivileged_user +
-                        "\": " + why + "; create the account (useradd --system " +
+                        "\": " + a.message() + "; create the account (useradd --system " +
                         cfg.unprivileged_user + ") or name another one");
   for (const UserConfig& u : cfg.users) {
     if (u.run_as.empty()) continue;
-    Account a;
-    if (!lookup(u.run_as, &a, &why)) {
+    base::Result<Account> a = lookup(u.run_as);
+    if (!a.ok()) {
       problems->push_back(cfg.source + ": user.run_as: user \"" + u.name + "\": \"" + u.run_as +
-                          "\": " + why + "; create the account or name another one");
+                          "\": " + a.message() + "; create the account or name another one");
       continue;
     }
-    plan.by_user[u.name] = a;
+    plan.by_user[u.name] = *a;
   }
   return plan;
 }

@@ -35,10 +35,9 @@ boost::test_tools::assertion_result needs_root(boost::unit_test::test_unit_id) {
 }
 
 base::Account nobody() {
-  base::Account a;
-  std::string why;
-  BOOST_TEST_REQUIRE(base::lookup_account("nobody", &a, &why), "lookup nobody: " << why);
-  return a;
+  base::Result<base::Account> a = base::lookup_account("nobody");
+  BOOST_TEST_REQUIRE(a.ok(), "lookup nobody: " << a.message());
+  return *a;
 }
 
 // Runs `fn` in a forked child; returns what it wrote to the pipe (its report) and its exit code.
@@ -84,10 +83,10 @@ BOOST_AUTO_TEST_CASE(lookup_finds_nobody_with_its_groups) {
 }
 
 BOOST_AUTO_TEST_CASE(unknown_user_is_an_error_naming_no_such_account) {
-  base::Account a;
-  std::string why;
-  BOOST_TEST(!base::lookup_account("tierce-no-such-user-" + random_suffix(), &a, &why));
-  BOOST_TEST(why == "no such account");
+  base::Result<base::Account> a = base::lookup_account("tierce-no-such-user-" + random_suffix());
+  BOOST_TEST(!a.ok());
+  BOOST_TEST(a.status().code() == base::Code::NotFound);
+  BOOST_TEST(a.message() == "no such account");
 }
 
 BOOST_AUTO_TEST_CASE(drop_to_nobody_for_good, *boost::unit_test::precondition(needs_root)) {
@@ -125,9 +124,9 @@ BOOST_AUTO_TEST_CASE(drop_to_nobody_for_good, *boost::unit_test::precondition(ne
 BOOST_AUTO_TEST_CASE(drop_without_privileges_fails_naming_the_call,
                      *boost::unit_test::precondition(needs_root)) {
   const base::Account who = nobody();
-  base::Account root;
-  std::string why;
-  BOOST_TEST_REQUIRE(base::lookup_account("root", &root, &why));
+  base::Result<base::Account> found = base::lookup_account("root");
+  BOOST_TEST_REQUIRE(found.ok());
+  const base::Account root = *found;
   auto [report, code] = in_child([&](std::string* out) {
     base::drop_to(who);
     if (!base::running_as(who)) {

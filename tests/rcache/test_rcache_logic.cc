@@ -167,15 +167,18 @@ BOOST_AUTO_TEST_CASE(tag_parsing) {
     BOOST_TEST(!parse_tag(bad), "'" << bad << "' should be malformed");
 
   auto tp = topo();
-  std::string why;
   BOOST_TEST(resolve_tag_home(*parse_tag("app1 17 1"), tp).value() == 1u);
   BOOST_TEST(resolve_tag_home(*parse_tag("app2 1023 1"), tp).value() == 2u);
-  BOOST_TEST(!resolve_tag_home(*parse_tag("app2 1024 1"), tp, &why));
-  BOOST_TEST(why.find("version_slots") != std::string::npos);
-  BOOST_TEST(!resolve_tag_home(*parse_tag("proxy1 1 1"), tp, &why));
-  BOOST_TEST(why.find("not an app node") != std::string::npos);
-  BOOST_TEST(!resolve_tag_home(*parse_tag("nobody 1 1"), tp, &why));
-  BOOST_TEST(why.find("unknown") != std::string::npos);
+  auto slot = resolve_tag_home(*parse_tag("app2 1024 1"), tp);
+  BOOST_TEST(!slot.ok());
+  BOOST_TEST(slot.message().find("version_slots") != std::string::npos);
+  auto proxy = resolve_tag_home(*parse_tag("proxy1 1 1"), tp);
+  BOOST_TEST(!proxy.ok());
+  BOOST_TEST(proxy.message().find("not an app node") != std::string::npos);
+  auto unknown = resolve_tag_home(*parse_tag("nobody 1 1"), tp);
+  BOOST_TEST(!unknown.ok());
+  BOOST_TEST(unknown.message().find("unknown") != std::string::npos);
+  BOOST_TEST(unknown.status().code() == tierce::base::Code::InvalidArgument);
 }
 
 BOOST_AUTO_TEST_CASE(cache_control_parsing) {
