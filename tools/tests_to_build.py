@@ -7,11 +7,19 @@ their commands name. For a build configured with -DTIERCE_TESTS_ON_DEMAND=ON (te
 usage: tests_to_build.py BUILD_DIR [ctest selection arguments, e.g. -E REGEX]
 
 A test whose executable is not named on its command line (found by a script some other way) is
-not covered: it fails in that phase with its file missing, never passes or skips by mistake."""
+not covered: it fails in that phase with its file missing, never passes or skips by mistake.
+
+ctest's JSON leaves out the command of a test whose executable does not exist yet (which is the
+point here), so the commands are read from the generated CTestTestfile.cmake files; the JSON
+gives which tests the selection keeps."""
 import json
 import os
+import re
 import subprocess
 import sys
+
+ADD_TEST = re.compile(r"^add_test\(\[=\[(.+?)\]=\]\s+(.*)\)\s*$")
+QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 def ninja_outputs(build):
@@ -26,12 +34,27 @@ def tests(build, select):
     return json.loads(out).get("tests", [])
 
 
+def commands(build):
+    """{test name: [command and arguments]} from every CTestTestfile.cmake under build."""
+    out = {}
+    for root, _, files in os.walk(build):
+        if "CTestTestfile.cmake" not in files:
+            continue
+        with open(os.path.join(root, "CTestTestfile.cmake")) as f:
+            for line in f:
+                m = ADD_TEST.match(line.strip())
+                if m:
+                    out[m.group(1)] = QUOTED.findall(m.group(2))
+    return out
+
+
 def needed(build, select):
     build = os.path.realpath(build)
     outputs = ninja_outputs(build)
+    argv = commands(build)
     want = set()
     for t in tests(build, select):
-        for arg in t.get("command", []):
+        for arg in t.get("command") or argv.get(t["name"], []):
             # An argument may be a path or an option with one (--checker=PATH).
             for part in (arg, arg.split("=", 1)[-1]):
                 if not part.startswith(build + os.sep):
