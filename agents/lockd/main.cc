@@ -411,7 +411,7 @@ std::optional<int> prepare(const Options& o, Prepared* p) {
                    kProgram, o.user.c_str(), found.message().c_str(), o.user.c_str());
       return kExitUsage;
     }
-    const base::Account& a = *found;
+    base::Account a = std::move(found).value();
     if (a.uid == 0) {
       std::fprintf(stderr,
                    "%s: --user \"%s\" is root (uid 0): nothing would be dropped; name an "

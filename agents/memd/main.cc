@@ -151,7 +151,7 @@ std::optional<int> resolve_user(const Config& cfg, std::optional<Account>* out) 
                  cfg.user.c_str());
     return kExitUsage;
   }
-  const Account& a = *found;
+  Account a = std::move(found).value();
   if (a.uid == 0) {
     std::fprintf(stderr,
                  "%s: %s: [memd] user: \"%s\" is root (uid 0): nothing would be dropped; name an "
