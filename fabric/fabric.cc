@@ -124,14 +124,18 @@ Address parse_address(std::string_view uri) {
   return a;
 }
 
-bool verbs_device_available(std::string* why) {
-  return verbs_probe(why);
+bool verbs_device_available() {
+  return verbs_probe().ok();
+}
+
+base::Result<std::string> verbs_device_probe() {
+  return verbs_probe();
 }
 
 Transport resolve_auto(Transport preferred, bool peer_on_same_host) {
   if (preferred != Transport::Auto) return preferred;
   if (peer_on_same_host) return Transport::Shm;
-  if (verbs_probe(nullptr)) return Transport::Verbs;
+  if (verbs_probe().ok()) return Transport::Verbs;
   return Transport::Tcp;
 }
 

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "fabric/auth.h"
 #include "fabric/errors.h"
 #include "fabric/log.h"
@@ -67,8 +68,10 @@ struct Address {
 };
 Address parse_address(std::string_view uri);  // throws Errc::Config with a hint
 
-// Whether this host has an active RDMA device; `why` says what was found (for logs and skips).
-bool verbs_device_available(std::string* why = nullptr);
+// Whether this host has an active RDMA device.
+bool verbs_device_available();
+// What was found, for logs and skips: the active port, or why there is none (Unavailable).
+base::Result<std::string> verbs_device_probe();
 // `auto` resolved: shm when the peer is on this host, verbs when a device is active, else tcp.
 Transport resolve_auto(Transport preferred, bool peer_on_same_host);
 

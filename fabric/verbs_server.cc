@@ -964,10 +964,9 @@ bool ServerConn::stream_open(const wire::Header& req, std::span<const uint8_t> p
 // Entry point
 
 std::unique_ptr<Listener> make_verbs_listener(const Address& a, ServeContext ctx) {
-  std::string why;
-  if (!verbs_probe(&why))
-    throw FabricError(Errc::NoDevice,
-                      "cannot listen on " + a.uri() + ": " + why + "; use a tcp:// listen address");
+  if (auto probe = verbs_probe(); !probe.ok())
+    throw FabricError(Errc::NoDevice, "cannot listen on " + a.uri() + ": " + probe.message() +
+                                          "; use a tcp:// listen address");
   return std::make_unique<VerbsListener>(a, ctx);
 }
 

@@ -28,10 +28,9 @@ struct ContextDeleter {
 
 }  // namespace
 
-bool verbs_probe(std::string* why) {
-  auto say = [&](std::string s) {
-    if (why) *why = std::move(s);
-  };
+base::Result<std::string> verbs_probe() {
+  std::string found;  // the active port, or why there is none
+  auto say = [&](std::string s) { found = std::move(s); };
   int n = 0;
   errno = 0;
   std::unique_ptr<ibv_device*, DeviceListDeleter> list(ibv_get_device_list(&n));
@@ -43,11 +42,11 @@ bool verbs_probe(std::string* why) {
     else
       say("ibv_get_device_list failed: " + verbs::err_text(e) +
           " (is /dev/infiniband accessible?)");
-    return false;
+    return base::Status(base::Code::Unavailable, found);
   }
   if (n <= 0) {
     say("no RDMA device found (ibv_get_device_list returned an empty list; see `ibv_devices`)");
-    return false;
+    return base::Status(base::Code::Unavailable, found);
   }
   std::string seen;
   for (int i = 0; i < n; ++i) {
@@ -74,7 +73,7 @@ bool verbs_probe(std::string* why) {
       if (pa.state == IBV_PORT_ACTIVE) {
         say(name + " port " + std::to_string(p) + " is active (" +
             (pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand") + ")");
-        return true;
+        return found;
       }
       seen += name + " port " + std::to_string(p) + ": " + ibv_port_state_str(pa.state) + "; ";
     }
@@ -82,17 +81,16 @@ bool verbs_probe(std::string* why) {
   if (seen.size() >= 2) seen.resize(seen.size() - 2);
   say("no active RDMA port (" + seen +
       "); check cables and, on InfiniBand, the subnet manager (`ibstat`)");
-  return false;
+  return base::Status(base::Code::Unavailable, found);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Entry points
 
 std::unique_ptr<Connection> verbs_connect(const Address& a, const ClientOptions& opts) {
-  std::string why;
-  if (!verbs_probe(&why))
-    throw FabricError(Errc::NoDevice,
-                      "cannot connect to " + a.uri() + ": " + why + "; use tcp:// instead");
+  if (auto probe = verbs_probe(); !probe.ok())
+    throw FabricError(Errc::NoDevice, "cannot connect to " + a.uri() + ": " + probe.message() +
+                                          "; use tcp:// instead");
   return std::make_unique<verbs::VerbsConnection>(a, opts);
 }
 

@@ -6,15 +6,17 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "fabric/fabric.h"
 #include "fabric/listener.h"
 #include "fabric/stream_transport.h"
 
 namespace tierce::fabric {
 
-// True when ibv_get_device_list finds a device with an active port. Note: it returns NULL (errno
-// ENOSYS) on a kernel without RDMA support, which is "no device", not an error.
-bool verbs_probe(std::string* why);
+// The active port ibv_get_device_list finds ("mlx5_0 port 1 is active (RoCE)"), or why there is
+// none (Unavailable). Note: it returns NULL (errno ENOSYS) on a kernel without RDMA support, which
+// is "no device", not an error.
+base::Result<std::string> verbs_probe();
 
 // Throws FabricError{NoDevice} when there is no device.
 std::unique_ptr<Listener> make_verbs_listener(const Address& a, ServeContext ctx);

@@ -775,8 +775,9 @@ int run(const Options& o) {
   // Fail before a long run, not after it, when the CSV cannot be written.
   if (auto dir = std::filesystem::path(o.csv).parent_path(); !dir.empty())
     std::filesystem::create_directories(dir);
-  std::string verbs_why;
-  bool verbs = fab::verbs_device_available(&verbs_why);
+  const tierce::base::Result<std::string> verbs_probe = fab::verbs_device_probe();
+  const bool verbs = verbs_probe.ok();
+  const std::string verbs_why = verbs ? *verbs_probe : verbs_probe.message();
   fab::Secret secret = random_secret();
 
   std::printf(

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
+
 namespace tierce::adts {
 
 using Millis = std::chrono::milliseconds;
@@ -186,7 +188,9 @@ uint64_t send_file(int sock, int fd, uint64_t offset, uint64_t length, Millis ti
 uint64_t receive_file(int sock, int fd, uint64_t offset, Millis timeout,
                       const PlainOptions& o = {});
 
-// Whether the verbs channel can run here; `why` says what was found.
-bool verbs_available(std::string* why = nullptr);
+// Whether the verbs channel can run here.
+bool verbs_available();
+// What was found: the RDMA devices, or why there is none (Unavailable).
+base::Result<std::string> verbs_probe();
 
 }  // namespace tierce::adts

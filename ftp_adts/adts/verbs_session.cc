@@ -46,10 +46,9 @@
 
 namespace tierce::adts {
 
-bool verbs_available(std::string* why) {
-  auto say = [&](std::string s) {
-    if (why) *why = std::move(s);
-  };
+base::Result<std::string> verbs_probe() {
+  std::string found;  // the devices, or why there is none
+  auto say = [&](std::string s) { found = std::move(s); };
   int n = 0;
   errno = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -59,7 +58,7 @@ bool verbs_available(std::string* why) {
                       "ib_uverbs and the HCA's driver, or set up soft-RoCE with `rdma link add`)"
                     : "ibv_get_device_list failed: " + wire::errno_text(e) +
                           " (is /dev/infiniband accessible?)");
-    return false;
+    return base::Status(base::Code::Unavailable, found);
   }
   std::string names;
   for (int i = 0; i < n; ++i) {
@@ -69,10 +68,14 @@ bool verbs_available(std::string* why) {
   ibv_free_device_list(list);
   if (n <= 0) {
     say("no RDMA device found (ibv_get_device_list returned an empty list; see `ibv_devices`)");
-    return false;
+    return base::Status(base::Code::Unavailable, found);
   }
   say("RDMA devices: " + names);
-  return true;
+  return found;
+}
+
+bool verbs_available() {
+  return verbs_probe().ok();
 }
 
 namespace {
@@ -98,9 +101,8 @@ constexpr int kAccessLocalWrite = IBV_ACCESS_LOCAL_WRITE;
 }
 
 void require_device() {
-  std::string why;
-  if (!verbs_available(&why))
-    throw AdtsError(Code::NoDevice, "verbs channel: no RDMA device: " + why);
+  if (auto probe = verbs_probe(); !probe.ok())
+    throw AdtsError(Code::NoDevice, "verbs channel: no RDMA device: " + probe.message());
 }
 
 // ---- owners (created in this order, released in reverse) -------------------------------------

@@ -558,9 +558,9 @@ int main(int argc, char* argv[]) {
     return 2;
   }
   if (g_backend == "verbs") {
-    std::string why;
-    if (!verbs_device_available(&why)) {
-      std::printf("SKIPPED: verbs conformance needs an active RDMA device: %s\n", why.c_str());
+    if (auto probe = verbs_device_probe(); !probe.ok()) {
+      std::printf("SKIPPED: verbs conformance needs an active RDMA device: %s\n",
+                  probe.message().c_str());
       return 77;
     }
   }

@@ -90,10 +90,9 @@ int main(int argc, char** argv) {
   };
   try {
     if (cmd == "transports") {
-      std::string why;
-      bool v = verbs_device_available(&why);
-      std::printf("tcp    yes\nshm    yes (same host only)\nverbs  %s (%s)\n", v ? "yes" : "no",
-                  why.c_str());
+      tierce::base::Result<std::string> v = verbs_device_probe();
+      std::printf("tcp    yes\nshm    yes (same host only)\nverbs  %s (%s)\n",
+                  v.ok() ? "yes" : "no", v.ok() ? v->c_str() : v.message().c_str());
       return 0;
     }
     if (cmd == "segment") {

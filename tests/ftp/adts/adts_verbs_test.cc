@@ -47,8 +47,9 @@ BOOST_AUTO_TEST_CASE(file_round_trip_over_verbs) {
 }
 
 int main(int argc, char* argv[]) {
-  std::string why;
-  if (!verbs_available(&why)) {
+  const auto probe = verbs_probe();
+  if (!probe.ok()) {
+    const std::string& why = probe.message();
     // Without a device the channel must refuse clearly, not crash or hang.
     try {
       Listener l("127.0.0.1", 0, 0, params());
