@@ -22,7 +22,7 @@ FLOORS = [
     ["fabric", "sqldeps"],
     ["cluster"],
     ["coherence", "dlm", "ftp_adts/ftp", "ftp_adts/adts"],
-    ["agents/memd", "agents/lockd", "mod_rcache", "mod_appversion", "php_ext", "ftp_adts/server",
+    ["agents/memd", "agents/lockd", "agents/binlogd", "mod_rcache", "mod_appversion", "php_ext", "ftp_adts/server",
      "ftp_adts/client", "tools/tierce-check", "tools/tierce-fabric", "tools/tierce-lock",
      "tools/tierce-wanem", "sample"],
     ["tests", "benchmarks"],  # may include anything

@@ -26,6 +26,7 @@ import tempfile
 PREFIXES = {
     "ADT": "ftp/adts (the ADTS data transfer)",
     "APPVER": "mod_appversion",
+    "BINLOGD": "tierce-binlogd (invalidation from the change log)",
     "COH": "coherence/ (homes, cache logic, pool, cooperative cache)",
     "DLM": "dlm/ (the lock engine)",
     "FAB": "fabric/",

@@ -76,9 +76,12 @@ DEFAULTS = {
     "php": "explicit",          # explicit | auto | linearizable (the tierce PHP extension)
     "netns": False,             # every node (and MariaDB) in its own network namespace
     "arbiter": False,           # [arbiter]: the database drops lost app nodes (docs/coherence.md)
+    "binlogd": True,            # --cache tierce: tierce-binlogd on app1 (docs/binlog.md)
 }
 # The arbiter's table and user (--arbiter): a schema of its own beside the application's.
 ARBITER_TABLE, ARBITER_USER = "tierce.fence", "tierce_fence"
+BINLOG_USER = "tierce_binlog"
+BINLOGD = os.path.join("agents", "binlogd", "tierce-binlogd")
 ARBITER_DROP_AFTER_MS = 3000  # 3 x the lease of the clusters written here
 # netns mode: every node has its own address, so the ports are fixed.
 NETNS_PORTS = {"httpd": 8000, "memd": 7000, "writer": 7050, "mariadb": 3306,
@@ -86,7 +89,7 @@ NETNS_PORTS = {"httpd": 8000, "memd": 7000, "writer": 7050, "mariadb": 3306,
 IPTABLES = "/usr/sbin/iptables"
 # The processes of a node that signal_proc / restart_proc act on. "writer" is an app node's writer
 # agent: a second tierce-memd with only [writer] (docs/coherence.md "The writer agent").
-PROCS = ("memd", "writer", "httpd")
+PROCS = ("memd", "writer", "httpd", "binlogd")
 SIGNALS = {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "KILL": signal.SIGKILL, "TERM": signal.SIGTERM}
 
 
@@ -137,7 +140,7 @@ def all_processes(st):
         if r.get("process"):
             out.append(r["process"])
     for n in st.get("nodes", []):
-        for key in ("memd", "writer", "httpd"):
+        for key in ("memd", "writer", "httpd", "binlogd"):
             if n.get(key):
                 out.append(n[key])
         out.extend(n.get("load", []))
@@ -242,7 +245,12 @@ def start_mariadb(d, st, deadline):
             f"--socket={m['socket']}",
             f"--pid-file={run}/mysqld.pid", f"--port={m['port']}", f"--bind-address={m['host']}",
             "--skip-name-resolve", "--innodb-buffer-pool-size=256M", "--max-connections=1000",
-            f"--log-error={m['error_log']}"]
+            f"--log-error={m['error_log']}",
+            # The change log tierce-binlogd reads (docs/binlog.md): every row change, whole rows,
+            # column names and keys. sync_binlog and innodb_flush_log_at_trx_commit keep their
+            # defaults (0 and 1).
+            f"--log-bin={datadir}/binlog", "--server-id=1", "--binlog-format=ROW",
+            "--binlog-row-image=FULL", "--binlog-row-metadata=FULL"]
     m["process"] = procs.spawn("mariadb", argv, os.path.join(run, "mariadbd.out"), netns=m.get("netns"))
     m["process"]["error_log"] = m["error_log"]
     save_state(d, st)
@@ -261,6 +269,11 @@ def start_mariadb(d, st, deadline):
     if m.get("netns"):  # the app nodes connect from their own addresses on the cluster's subnet
         sql += (f" CREATE USER '{DB_USER}'@'{m['subnet']}' IDENTIFIED BY '{DB_PASSWORD}';"
                 f" GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'{m['subnet']}';")
+    if st["options"].get("binlogd"):
+        hosts = ["127.0.0.1", "localhost"] + ([m["subnet"]] if m.get("netns") else [])
+        for h in hosts:
+            sql += (f" CREATE USER '{BINLOG_USER}'@'{h}' IDENTIFIED BY '{m['binlog_password']}';"
+                    f" GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{BINLOG_USER}'@'{h}';")
     if st["options"].get("arbiter"):
         # The homes' user manages the arbiter's tables; the application only reads its rows (the
         # locking read of every write transaction: sample/php/lib.php, the PHP extension).
@@ -554,6 +567,50 @@ def start_writer(st, n, deadline):
     return rec
 
 
+def binlogd_conf(st, n):
+    """Writes app node n's binlogd.toml: the sample's tables mapped to the names its pages use
+    (conf/binlogd.toml), and with --php auto/linearizable the extension's automatic names too."""
+    m = st["mariadb"]
+    conf = os.path.join(n["dir"], "binlogd.toml")
+    out = ["# Written by tools/tierce-cluster (template: conf/binlogd.toml).", "[binlogd]",
+           f"topology = {toml_str(node_topology(st, n))}", f"node = {toml_str(n['name'])}",
+           f"state_file = {toml_str(os.path.join(n['dir'], 'run', 'binlogd.gtid'))}",
+           f"metrics_file = {toml_str(os.path.join(n['dir'], 'run', 'binlogd.prom'))}",
+           "metrics_interval_ms = 1000", f"databases = [{toml_str(DB_NAME)}]",
+           f"auto_names = {'true' if st['options'].get('php', 'explicit') != 'explicit' else 'false'}",
+           "", "[mariadb]", f"host = {toml_str(m['host'])}", f"port = {m['port']}",
+           f"user = {toml_str(BINLOG_USER)}", f"password_file = {toml_str(m['binlog_password_file'])}",
+           "server_id = 4242", "heartbeat_ms = 250", ""]
+    for table, names in (("items", ["item:{id}", "category:{category_id}", "user:{seller_id}"]),
+                         ("bids", ["item:{item_id}", "user:{user_id}"]),
+                         ("users", ["user:{id}"]),
+                         ("categories", ["category:{id}", "categories"])):
+        out += ["[[table]]", f"name = {toml_str(table)}",
+                "names = [" + ", ".join(toml_str(x) for x in names) + "]", ""]
+    write_file(conf, "\n".join(out))
+    return conf
+
+
+def start_binlogd(st, n, deadline):
+    """Starts tierce-binlogd beside app node n (its writer counter numbers the agent's rounds) and
+    waits until it reads the binlog (BINLOGD0133 in its log)."""
+    if not n.get("binlogd_conf"):
+        n["binlogd_conf"] = binlogd_conf(st, n)
+    logp = os.path.join(n["dir"], "logs", "binlogd.log")
+    start_size = os.path.getsize(logp) if os.path.exists(logp) else 0
+    rec = procs.spawn(f"{n['name']}/binlogd",
+                      [os.path.join(st["options"]["build"], BINLOGD), "--foreground", "--config",
+                       n["binlogd_conf"]], logp, netns=n.get("netns"))
+    n["binlogd"] = rec
+
+    def reading():
+        with open(logp, "rb") as f:
+            f.seek(start_size)
+            return b"BINLOGD0133" in f.read()
+    wait_until(f"{n['name']}/binlogd to read the binlog", reading, deadline, [rec], [logp])
+    return rec
+
+
 def start_httpd(st, n):
     logs = os.path.join(n["dir"], "logs")
     os.makedirs(logs, exist_ok=True)
@@ -796,6 +853,11 @@ def up(d=DEFAULT_DIR, **kw):
         raise ClusterError(f"--coop must be off, bcc, ccwr, mtacc or hybcc, not {opts['coop']}")
     if opts["coop"] != "off" and opts["cache"] != "tierce":
         raise ClusterError("--coop needs --cache tierce (cooperative caching is mod_rcache's)")
+    if opts["cache"] != "tierce":
+        opts["binlogd"] = False  # it invalidates through the homes: tierce only
+    if opts["binlogd"] and not os.access(os.path.join(opts["build"], BINLOGD), os.X_OK):
+        raise ClusterError(f"{os.path.join(opts['build'], BINLOGD)} not found: build it first, or "
+                           "--no-binlogd")
     if opts["arbiter"] and opts["cache"] != "tierce":
         raise ClusterError("--arbiter needs --cache tierce (it is the homes' fence)")
     if opts["transport"] not in ("tcp", "shm"):
@@ -850,7 +912,9 @@ def up(d=DEFAULT_DIR, **kw):
                       "socket": os.path.join(d, "mariadb", "run", "mysqld.sock"),
                       "error_log": os.path.join(d, "mariadb", "run", "error.log"),
                       "arbiter_password": os.urandom(12).hex(),
-                      "arbiter_password_file": os.path.join(d, "arbiter-password")},
+                      "arbiter_password_file": os.path.join(d, "arbiter-password"),
+                      "binlog_password": os.urandom(12).hex(),
+                      "binlog_password_file": os.path.join(d, "binlogd-password")},
           "nodes": []}
     os.makedirs(os.path.join(d, "run"), exist_ok=True)
     i = 1
@@ -918,6 +982,10 @@ def up(d=DEFAULT_DIR, **kw):
         with open(st["secret_file"], "wb") as f:
             os.fchmod(f.fileno(), 0o600)
             f.write(base64.b64encode(os.urandom(32)) + b"\n")
+        if opts["binlogd"]:
+            with open(st["mariadb"]["binlog_password_file"], "w") as f:
+                os.fchmod(f.fileno(), 0o600)
+                f.write(st["mariadb"]["binlog_password"] + "\n")
         if opts["arbiter"]:
             with open(st["mariadb"]["arbiter_password_file"], "w") as f:
                 os.fchmod(f.fileno(), 0o600)
@@ -963,6 +1031,9 @@ def up(d=DEFAULT_DIR, **kw):
                 save_state(d, st)
             for n in group:
                 node_ready(st, n, deadline)
+        if opts["binlogd"]:
+            start_binlogd(st, apps[0], deadline)
+            save_state(d, st)
         for n in apps:
             if opts["app_load"]:
                 start_load(n, opts["app_load"])
@@ -1009,7 +1080,7 @@ def _stop_all(st):
     # stopping proxies, apps, memds, writers and relays one after the other added those up
     # (~10 s of each cluster test's teardown).
     killed += procs.stop([n.get("httpd") for n in st.get("nodes", [])], deadline=10)
-    killed += procs.stop([n.get(k) for n in st.get("nodes", []) for k in ("memd", "writer")]
+    killed += procs.stop([n.get(k) for n in st.get("nodes", []) for k in ("memd", "writer", "binlogd")]
                          + [r.get("process") for r in st.get("relays", [])], deadline=5)
     if st.get("mariadb", {}).get("process"):
         killed += procs.stop([st["mariadb"]["process"]], deadline=30)
@@ -1172,6 +1243,9 @@ def start_proc_ready(d, st, n, proc, deadline):
     if proc == "writer":
         start_writer(st, n, deadline)  # waits for its ready file itself
         save_state(d, st)
+    elif proc == "binlogd":
+        start_binlogd(st, n, deadline)  # waits until it reads the binlog
+        save_state(d, st)
     elif proc == "memd":
         start_memd(st, n, deadline)
         save_state(d, st)
@@ -1196,6 +1270,11 @@ def restart_proc(d, name, which, timeout=60.0):
         raise ClusterError(f"restart-proc wants memd, writer, httpd or all, not {' '.join(which)}")
     if "memd" in wanted and st["options"]["cache"] != "tierce":
         raise ClusterError(f"{name} has no memd (--cache {st['options']['cache']})")
+    if "binlogd" in wanted and not n.get("binlogd_conf"):
+        if "all" in which:
+            wanted.remove("binlogd")
+        else:
+            raise ClusterError(f"{name} runs no tierce-binlogd (app1 of a cluster up without --no-binlogd does)")
     if "writer" in wanted and not n.get("writer_conf"):
         if "all" in which:
             wanted.remove("writer")
