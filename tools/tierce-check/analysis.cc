@@ -31,6 +31,9 @@ Run merge(std::vector<ThreadOut>& outs, int64_t t0, double elapsed) {
     for (auto& w : o.writes) run.writes.push_back(std::move(w));
     run.rlat.insert(run.rlat.end(), o.read_lat_ms.begin(), o.read_lat_ms.end());
     run.wlat.insert(run.wlat.end(), o.write_lat_ms.begin(), o.write_lat_ms.end());
+    run.sql_lat.insert(run.sql_lat.end(), o.sql_lat_ms.begin(), o.sql_lat_ms.end());
+    run.sql_writes_ok += o.sql_writes_ok;
+    run.sql_writes_total += o.sql_writes_total;
     run.reads_ok += o.reads_ok;
     run.writes_ok += o.writes_ok;
     run.reads_total += o.reads_total;
@@ -56,9 +59,11 @@ struct Hist {
 };
 using Histories = std::unordered_map<uint64_t, Hist>;
 
-Histories histories(const std::vector<WriteRec>& writes) {
+// The histories of the writes through PHP (sql = false) or of the SQL writes (sql = true).
+Histories histories(const std::vector<WriteRec>& writes, bool sql) {
   std::unordered_map<uint64_t, std::vector<size_t>> by_key;
-  for (size_t i = 0; i < writes.size(); ++i) by_key[writes[i].key].push_back(i);
+  for (size_t i = 0; i < writes.size(); ++i)
+    if (writes[i].sql == sql) by_key[writes[i].key].push_back(i);
   Histories hist;
   for (auto& [k, v] : by_key) {
     std::sort(v.begin(), v.end(), [&](size_t a, size_t b) { return writes[a].t_ret < writes[b].t_ret; });
@@ -79,6 +84,16 @@ Histories histories(const std::vector<WriteRec>& writes) {
   return hist;
 }
 
+// Distinct page reads (read start, target) of the records' reads (indexes in `reads`), sorted.
+template <class T>
+std::vector<std::pair<int64_t, uint16_t>> distinct_pages(const std::vector<ReadRec>& reads, const std::vector<T>& v) {
+  std::vector<std::pair<int64_t, uint16_t>> pages;
+  for (const T& s : v) pages.emplace_back(reads[s.read].t_start, reads[s.read].target);
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  return pages;
+}
+
 void find_stale(const Run& run, const Histories& hist, Analysis& a) {
   const auto& reads = run.reads;
   for (size_t i = 0; i < reads.size(); ++i) {
@@ -94,11 +109,49 @@ void find_stale(const Run& run, const Histories& hist, Analysis& a) {
   std::sort(a.stale.begin(), a.stale.end(),
             [&](auto& x, auto& y) { return reads[x.read].t_start < reads[y.read].t_start; });
   // Distinct stale page reads (a page has one marker today, but count pages not markers).
-  auto& seen = a.stale_pages;
-  for (auto& s : a.stale) seen.emplace_back(reads[s.read].t_start, reads[s.read].target);
-  std::sort(seen.begin(), seen.end());
-  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-  a.stale_reads = (long long)seen.size();
+  a.stale_pages = distinct_pages(reads, a.stale);
+  a.stale_reads = (long long)a.stale_pages.size();
+}
+
+// --sql-writers: reads older than an SQL write committed more than the bound before they started
+// (a read already stale by the strict rule is counted there only).
+void find_sql_stale(const Options& opt, const Run& run, Analysis& a) {
+  const Histories hist = histories(run.writes, true);
+  const int64_t bound = int64_t(std::llround(opt.sql_stale_bound_ms * 1e6));
+  std::vector<bool> strict(run.reads.size(), false);
+  for (const Stale& s : a.stale) strict[s.read] = true;
+  SqlAnalysis& q = a.sql;
+  for (size_t i = 0; i < run.reads.size(); ++i) {
+    const ReadRec& r = run.reads[i];
+    auto it = hist.find(r.key);
+    if (it == hist.end()) continue;
+    const Hist& h = it->second;
+    // SQL writes committed more than `bound` before the read started: t_ret < t_start - bound
+    size_t n = size_t(std::lower_bound(h.t.begin(), h.t.end(), r.t_start - bound) - h.t.begin());
+    if (n == 0) continue;
+    ++q.checked;
+    if (r.seen < h.maxv[n - 1] && !strict[i]) q.stale.push_back({i, h.idx[n - 1], h.maxv[n - 1]});
+  }
+  std::sort(q.stale.begin(), q.stale.end(),
+            [&](auto& x, auto& y) { return run.reads[x.read].t_start < run.reads[y.read].t_start; });
+  q.stale_reads = (long long)distinct_pages(run.reads, q.stale).size();
+}
+
+void sql_windows(Run& run, Analysis& a) {
+  SqlAnalysis& q = a.sql;
+  q.txns = run.sql_writes_total;
+  q.txns_ok = run.sql_writes_ok;
+  for (int64_t w : sql_stale_windows(run.reads, run.writes)) {
+    q.window_ms.push_back(double(w) / 1e6);
+    q.nonzero += w > 0;
+  }
+  q.versions = (long long)q.window_ms.size();
+  std::vector<double> tmp = q.window_ms;
+  q.p50 = pct(tmp, 0.5);
+  q.p99 = pct(tmp, 0.99);
+  q.max = tmp.empty() ? 0 : *std::max_element(tmp.begin(), tmp.end());
+  q.commit_p50 = pct(run.sql_lat, 0.5);
+  q.commit_p99 = pct(run.sql_lat, 0.99);
 }
 
 // Read-read inversions: a read older than a read of the same entity that ended before it started.
@@ -177,6 +230,9 @@ void count_seconds(const Run& run, Analysis& a) {
 void decide(const Options& opt, const Run& run, Analysis& a) {
   auto& failures = a.failures;
   if (a.stale_reads > 0) failures.push_back(std::to_string(a.stale_reads) + " stale read(s)");
+  if (a.sql.stale_reads > 0)
+    failures.push_back(std::to_string(a.sql.stale_reads) + " SQL stale read(s) (started > " +
+                       fmt("%g", opt.sql_stale_bound_ms) + " ms after an SQL commit of their entity)");
   if (opt.strict && a.inversions > 0)
     failures.push_back(std::to_string(a.inversions) + " read-read inversion(s) (--strict)");
   if (a.error_ratio > opt.max_error_ratio)
@@ -185,6 +241,7 @@ void decide(const Options& opt, const Run& run, Analysis& a) {
   if (a.ops_done == 0) failures.push_back("no operation was done");
   if (run.reads_total > 0 && run.reads_ok == 0) failures.push_back("no read succeeded");
   if (run.writes_total > 0 && run.writes_ok == 0) failures.push_back("no write succeeded");
+  else if (run.sql_writes_total > 0 && run.sql_writes_ok == 0) failures.push_back("no SQL write succeeded");
   for (auto& d : opt.during) {
     if (!d.started)
       failures.push_back("--during '" + d.command + "'@" + fmt("%g", d.at_s) + " did not run (the run ended at " +
@@ -197,10 +254,46 @@ void decide(const Options& opt, const Run& run, Analysis& a) {
 
 }  // namespace
 
+std::vector<int64_t> sql_stale_windows(const std::vector<ReadRec>& reads, const std::vector<WriteRec>& writes) {
+  // Per entity: its reads by start, with the suffix minima of the version seen (non-decreasing,
+  // so the last read showing less than v is found by one binary search).
+  struct Index {
+    std::vector<int64_t> start;
+    std::vector<uint64_t> sufmin;
+  };
+  std::unordered_map<uint64_t, std::vector<size_t>> by_key;
+  for (const WriteRec& w : writes)
+    if (w.sql) by_key[w.key];
+  for (size_t i = 0; i < reads.size(); ++i)
+    if (auto it = by_key.find(reads[i].key); it != by_key.end()) it->second.push_back(i);
+  std::unordered_map<uint64_t, Index> idx;
+  for (auto& [k, v] : by_key) {
+    std::sort(v.begin(), v.end(), [&](size_t x, size_t y) { return reads[x].t_start < reads[y].t_start; });
+    Index& ix = idx[k];
+    ix.sufmin.resize(v.size());
+    for (size_t i : v) ix.start.push_back(reads[i].t_start);
+    for (size_t j = v.size(); j-- > 0;)
+      ix.sufmin[j] = j + 1 < v.size() ? std::min(reads[v[j]].seen, ix.sufmin[j + 1]) : reads[v[j]].seen;
+  }
+  std::vector<int64_t> out;
+  for (const WriteRec& w : writes) {
+    if (!w.sql) continue;
+    const Index& ix = idx[w.key];
+    // the reads that started after the commit: [lo, n); those showing less than w.version: the
+    // last one is j - 1, j = the first index whose suffix minimum is >= w.version
+    size_t lo = size_t(std::upper_bound(ix.start.begin(), ix.start.end(), w.t_ret) - ix.start.begin());
+    size_t j = size_t(std::lower_bound(ix.sufmin.begin(), ix.sufmin.end(), w.version) - ix.sufmin.begin());
+    out.push_back(j > lo ? ix.start[j - 1] - w.t_ret : 0);
+  }
+  return out;
+}
+
 Analysis analyse(const Options& opt, Run& run) {
   Analysis a;
-  const Histories hist = histories(run.writes);
+  const Histories hist = histories(run.writes, false);
   find_stale(run, hist, a);
+  find_sql_stale(opt, run, a);
+  sql_windows(run, a);
   check_inversions(run, a);
   count_windows(opt, run, hist, a);
   if (opt.timeline) count_seconds(run, a);

@@ -50,9 +50,21 @@ struct Window {
   }
 };
 
+// --mariadb* (or cluster.json's "mariadb"): where --sql-writers connect (TCP). What neither gives:
+// the sample app's defaults (sample/php/lib.php), tierce / tierce, database rubis.
+struct MariaDbTarget {
+  std::string host;  // empty: not given
+  unsigned port = 3306;
+  std::optional<std::string> user, password, database;
+  std::string text() const { return host + ":" + std::to_string(port); }
+};
+
 struct Options {
   std::vector<std::string> proxies, apps;
   int readers = 8, writers = 2;
+  int sql_writers = 0;             // --sql-writers: threads that update MariaDB directly
+  double sql_stale_bound_ms = 1000;  // --sql-stale-bound-ms: the staleness allowed after an SQL commit
+  MariaDbTarget mariadb;
   std::optional<long long> ops;
   std::optional<double> duration;
   double write_ratio = 0.1;
@@ -70,6 +82,7 @@ struct Options {
   double timeout = 10;
   std::string cache = "unknown";
   std::string site;  // Host header of reads through the proxies
+  int write_threads() const { return writers + sql_writers; }
 };
 
 // Exits 2 with `msg` and the usage text.
@@ -89,10 +102,14 @@ struct ReadRec {
   std::string path;
   std::string headers;  // cache-related response headers, "Name: value; ..."
 };
+// One entity's new version from a write. A PHP write (POST) returned at t_ret; an SQL write
+// (--sql-writers, sql = true) committed at t_ret (COMMIT returned), its COMMIT sent at t_commit_sent.
 struct WriteRec {
   uint64_t key = 0, version = 0;
   int64_t t_start = 0, t_ret = 0;
+  int64_t t_commit_sent = 0;  // SQL writes only
   uint16_t target = 0;
+  bool sql = false;
   std::string what;
 };
 struct ErrorSample {
@@ -109,7 +126,9 @@ struct ThreadOut {
   std::vector<ReadRec> reads;       // one per marker of a successful read
   std::vector<WriteRec> writes;     // one per entity of a successful write
   std::vector<double> read_lat_ms;  // successful reads
-  std::vector<double> write_lat_ms;
+  std::vector<double> write_lat_ms;  // successful PHP writes
+  std::vector<double> sql_lat_ms;    // successful SQL writes (transaction start to COMMIT returned)
+  long long sql_writes_ok = 0, sql_writes_total = 0;  // also in writes_ok / writes_total
   long long reads_ok = 0, writes_ok = 0, reads_total = 0, writes_total = 0;
   long long xcache_seen = 0, xcache_hits = 0;  // successful reads with an X-Cache-like header / saying HIT
   std::map<std::string, long long> read_errors, write_errors;
@@ -145,6 +164,18 @@ double rel_s(const Shared& sh, int64_t t);
 void reader(Shared& sh, int idx, ThreadOut& out);
 void writer(Shared& sh, int idx, ThreadOut& out);
 void run_during(Shared& sh, During& d);
+// What the reader and writer threads share (workload.cc): the pacing gate, the --rate schedule
+// (0: the run ended), and an error counted by kind with the first few kept as samples.
+bool may_go(Shared& sh, bool writer);
+int64_t next_slot(Shared& sh, bool writer);
+void note_error(Shared& sh, ThreadOut& out, bool writer, const std::string& kind, const std::string& target,
+                const std::string& what);
+
+// --sql-writers (sqlwriter.cc): sql_init() once before the threads start (libmariadb's global
+// state), then one sql_writer thread each: transactions straight on MariaDB that change what
+// bid.php / edit.php change, one WriteRec (sql = true) per entity.
+void sql_init();
+void sql_writer(Shared& sh, int idx, ThreadOut& out);
 
 // ------------------------------------------------------------------------------------------------
 // proxy metrics (mod_rcache /rcache-metrics, Prometheus text)

@@ -5,7 +5,12 @@
 // line. Readers record their start time, GET item/category/user pages through the proxies and
 // parse the `<meta name="tierce-data" content="KEY=VERSION">` markers. After the run every read is
 // checked against the writes that RETURNED BEFORE the read STARTED: a version smaller than the
-// highest such write's is a STALE READ. Reads are also checked against each other: a read showing
+// highest such write's is a STALE READ. --sql-writers N: threads that update MariaDB directly
+// (bypassing PHP: no invalidation) and record each entity's version and commit time; a read that
+// starts more than --sql-stale-bound-ms after such a commit and shows an older version is an SQL
+// STALE READ (bounded staleness, what a change-log agent such as tierce-binlogd promises); the
+// stale window of each SQL write (how long after its commit a read still showed an older version)
+// is reported. Reads are also checked against each other: a read showing
 // a version older than one some read of the same entity (through any proxy) showed and returned
 // before this read started is a READ-READ INVERSION (inversions.h): reported always, a failure
 // with --strict. Errors (refused, timeouts, 5xx, missing marker) are counted
@@ -49,11 +54,13 @@ void resolve_targets(Options& opt, Shared& sh) {
     if (opt.direct) sh.read_targets.push_back(u);
   }
   if (opt.write_ratio >= 1) opt.readers = 0;
-  if (opt.write_ratio <= 0) opt.writers = 0;
+  if (opt.write_ratio <= 0) opt.writers = opt.sql_writers = 0;
   if (opt.readers > 0 && sh.read_targets.empty())
     usage_error(opt.direct ? "--direct needs at least one --app (or --cluster)" : "no --proxy given (or --cluster)");
   if (opt.writers > 0 && sh.write_targets.empty()) usage_error("no --app given (or --cluster): writers need one");
-  if (opt.readers + opt.writers == 0) usage_error("no reader and no writer thread");
+  if (opt.sql_writers > 0 && opt.mariadb.host.empty())
+    usage_error("--sql-writers needs --mariadb HOST:PORT (or --cluster with a \"mariadb\" object)");
+  if (opt.readers + opt.write_threads() == 0) usage_error("no reader and no writer thread");
 }
 
 // Hot sets (a seeded sample of the ids, 1-based as tierce-datagen loads them) and the budgets.
@@ -71,7 +78,7 @@ void plan_workload(const Options& opt, Shared& sh) {
   sh.hot_users = sample(users);
   sh.hot_cats = sample(cats);
   if (opt.ops) {
-    sh.w_budget = opt.writers ? (long long)std::llround(double(*opt.ops) * opt.write_ratio) : 0;
+    sh.w_budget = opt.write_threads() ? (long long)std::llround(double(*opt.ops) * opt.write_ratio) : 0;
     sh.r_budget = opt.readers ? *opt.ops - sh.w_budget : 0;
     if (!opt.readers) sh.w_budget = *opt.ops;
   }
@@ -82,6 +89,9 @@ void announce(const Options& opt, const Shared& sh) {
   std::fprintf(stderr, "tierce-check: cache=%s %s; %d readers -> %zu %s, %d writers -> %zu app node(s); ",
                opt.cache.c_str(), opt.direct ? "DIRECT reads" : "reads through the proxies", opt.readers,
                sh.read_targets.size(), opt.direct ? "app node(s)" : "proxies", opt.writers, sh.write_targets.size());
+  if (opt.sql_writers)
+    std::fprintf(stderr, "%d SQL writers -> MariaDB %s (stale bound %.0f ms); ", opt.sql_writers,
+                 opt.mariadb.text().c_str(), opt.sql_stale_bound_ms);
   if (opt.ops) std::fprintf(stderr, "%lld ops (%lld reads, %lld writes)", *opt.ops, sh.r_budget, sh.w_budget);
   else std::fprintf(stderr, "%.0f s", *opt.duration);
   std::fprintf(stderr, "; hot sets %zu items, %zu users, %zu categories\n", sh.hot_items.size(), sh.hot_users.size(),
@@ -91,8 +101,8 @@ void announce(const Options& opt, const Shared& sh) {
 // --rate: the open loop's intervals.
 void plan_rate(const Options& opt, Shared& sh) {
   if (!opt.rate) return;
-  double rr = opt.readers ? *opt.rate * (opt.writers ? 1 - opt.write_ratio : 1) : 0;
-  double wr = opt.writers ? *opt.rate * (opt.readers ? opt.write_ratio : 1) : 0;
+  double rr = opt.readers ? *opt.rate * (opt.write_threads() ? 1 - opt.write_ratio : 1) : 0;
+  double wr = opt.write_threads() ? *opt.rate * (opt.readers ? opt.write_ratio : 1) : 0;
   sh.read_interval_ns = rr > 0 ? std::max<int64_t>(1, int64_t(1e9 / rr)) : 0;
   sh.write_interval_ns = wr > 0 ? std::max<int64_t>(1, int64_t(1e9 / wr)) : 0;
   if (!opt.quiet)
@@ -105,12 +115,15 @@ std::vector<ThreadOut> run_workload(Options& opt, Shared& sh, double& elapsed) {
   sh.t0 = now_ns();
   if (opt.duration) sh.stop_at = sh.t0 + int64_t(*opt.duration * 1e9);
   sh.readers_left = opt.readers;
-  sh.writers_left = opt.writers;
-  std::vector<ThreadOut> outs(size_t(opt.readers + opt.writers));
+  sh.writers_left = opt.write_threads();
+  std::vector<ThreadOut> outs(size_t(opt.readers + opt.write_threads()));
   std::vector<std::thread> threads;
+  if (opt.sql_writers) sql_init();
   for (int i = 0; i < opt.readers; ++i) threads.emplace_back(reader, std::ref(sh), i, std::ref(outs[size_t(i)]));
   for (int i = 0; i < opt.writers; ++i)
     threads.emplace_back(writer, std::ref(sh), i, std::ref(outs[size_t(opt.readers + i)]));
+  for (int i = 0; i < opt.sql_writers; ++i)
+    threads.emplace_back(sql_writer, std::ref(sh), i, std::ref(outs[size_t(opt.readers + opt.writers + i)]));
   std::vector<std::thread> during_threads;
   for (auto& d : opt.during) during_threads.emplace_back(run_during, std::ref(sh), std::ref(d));
   std::atomic<bool> workers_done{false};

@@ -43,6 +43,8 @@ const char* kUsage =
     "                    [--timeout 10] [--direct] [--json FILE] [--quiet]\n"
     "                    [--window NAME=FROM-TO]... [--no-pace] [--site HOST[:PORT]] [--strict]\n"
     "                    [--rate OPS_PER_S] [--timeline]\n"
+    "                    [--sql-writers 0] [--sql-stale-bound-ms 1000] [--mariadb HOST[:PORT]]\n"
+    "                    [--mariadb-user tierce] [--mariadb-password tierce] [--mariadb-database rubis]\n"
     "Readers GET item.php / category.php / user.php through the proxies (--direct: the app "
     "nodes);\n"
     "writers POST bid.php / edit.php to the app nodes. A read showing an entity version older "
@@ -76,8 +78,19 @@ const char* kUsage =
     "the site name the proxies share, as a load balancer in front of them forwards it: the "
     "proxies\n"
     "then share cache keys (RCacheCoop).\n"
-    "Exit: 0 no stale read, errors <= --max-error-ratio (and with --strict no read-read "
-    "inversion);\n"
+    "--sql-writers N: N more writer threads that update MariaDB directly, bypassing PHP (as a cron\n"
+    "job or an administrator would: the app sends no invalidation), changing what bid.php / edit.php\n"
+    "change, in one transaction each, and recording each entity's new version and commit time. They\n"
+    "share the writes' budget and pacing with the --writers. MariaDB: --mariadb HOST[:PORT] (TCP),\n"
+    "--mariadb-user, --mariadb-password, --mariadb-database, or cluster.json's \"mariadb\".\n"
+    "Their promise is BOUNDED staleness: a read that starts more than --sql-stale-bound-ms after\n"
+    "such a commit and shows an older version of the entity is an SQL STALE READ (fails the run);\n"
+    "one within the bound is not, but counts in the STALE WINDOW of that write: the start of the\n"
+    "last read still showing an older version minus the commit time, 0 when none did (count, p50,\n"
+    "p99, max, how many non-zero; --json \"sql\"). SQL errors (refused, deadlock, timeouts) count\n"
+    "as write errors (kinds sql_*). Writes through PHP keep the strict rule above.\n"
+    "Exit: 0 no stale read (and no SQL stale read), errors <= --max-error-ratio (and with --strict\n"
+    "no read-read inversion);\n"
     "1 otherwise; 2 bad usage.\n";
 
 long long to_ll(const std::string& opt, const std::string& v, long long lo, long long hi) {
@@ -95,6 +108,33 @@ double to_d(const std::string& opt, const std::string& v, double lo, double hi) 
     usage_error(opt + " wants a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
   return x;
 }
+// --mariadb HOST[:PORT] (port 3306 when left out).
+void parse_mariadb(const std::string& opt, const std::string& v, MariaDbTarget& m) {
+  size_t colon = v.rfind(':');
+  m.host = v.substr(0, colon);
+  if (colon != std::string::npos) m.port = unsigned(to_ll(opt + " (port)", v.substr(colon + 1), 1, 65535));
+  if (m.host.empty() || m.host.find_first_of(" \t/") != std::string::npos)
+    usage_error(opt + " wants HOST[:PORT], got '" + v + "'");
+}
+
+// cluster.json's "mariadb" object: what the command line left out.
+void load_cluster_mariadb(const nlohmann::json& j, MariaDbTarget& m) {
+  auto db = j.find("mariadb");
+  if (db == j.end() || !db->is_object()) return;
+  auto str = [&](const char* k, std::optional<std::string>& dst) {
+    auto v = db->find(k);
+    if (!dst && v != db->end() && v->is_string()) dst = v->get<std::string>();
+  };
+  str("user", m.user);
+  str("password", m.password);
+  str("database", m.database);
+  auto host = db->find("host"), port = db->find("port");
+  if (m.host.empty() && host != db->end() && host->is_string()) {
+    m.host = host->get<std::string>();
+    if (port != db->end() && port->is_number_unsigned()) m.port = port->get<unsigned>();
+  }
+}
+
 }  // namespace
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -180,6 +220,12 @@ Options parse_args(int argc, char** argv) {
       o.pace = false;
     } else if (a == "--timeline")
       o.timeline = true;
+    else if (a == "--sql-writers") o.sql_writers = int(to_ll(a, val(), 0, 1024));
+    else if (a == "--sql-stale-bound-ms") o.sql_stale_bound_ms = to_d(a, val(), 0, 1e7);
+    else if (a == "--mariadb") parse_mariadb(a, val(), o.mariadb);
+    else if (a == "--mariadb-user") o.mariadb.user = val();
+    else if (a == "--mariadb-password") o.mariadb.password = val();
+    else if (a == "--mariadb-database") o.mariadb.database = val();
     else if (a == "--max-error-ratio") o.max_error_ratio = to_d(a, val(), 0, 1);
     else if (a == "--timeout") o.timeout = to_d(a, val(), 0.01, 3600);
     else usage_error("unknown argument '" + a + "'");
@@ -224,6 +270,7 @@ void load_cluster(Options& o) {
     num("categories", o.categories);
     if (auto c = opts->find("cache"); c != opts->end() && c->is_string()) o.cache = c->get<std::string>();
   }
+  load_cluster_mariadb(j, o.mariadb);
   if (auto st = j.find("state"); st != j.end() && st->is_string() && *st != "up")
     std::fprintf(stderr, "tierce-check: warning: %s says state '%s', not 'up'\n", o.cluster_path.c_str(),
                  st->get<std::string>().c_str());

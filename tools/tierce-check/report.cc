@@ -31,6 +31,20 @@ std::string ranges_text(const Window& w) {
   return r + " s";
 }
 
+// --sql-writers: the writes straight to MariaDB, their bounded staleness and stale windows.
+void print_sql(const Options& opt, const SqlAnalysis& q) {
+  std::printf("  SQL writes      %lld ok of %lld to MariaDB %s, commit latency p50 %.2f ms p99 %.2f ms, %lld entity "
+              "versions recorded\n",
+              q.txns_ok, q.txns, opt.mariadb.text().c_str(), q.commit_p50, q.commit_p99, q.versions);
+  std::printf("  SQL checked     %lld reads (an SQL write of the entity committed > %g ms before the read started)\n",
+              q.checked, opt.sql_stale_bound_ms);
+  std::printf("  SQL STALE READS %lld (older than an SQL write committed > %g ms before the read started)\n",
+              q.stale_reads, opt.sql_stale_bound_ms);
+  std::printf("  SQL stale window over %lld SQL entity versions: p50 %.1f ms p99 %.1f ms max %.1f ms; %lld non-zero "
+              "(a read after the commit still showed an older version)\n",
+              q.versions, q.p50, q.p99, q.max, q.nonzero);
+}
+
 void print_summary(const Options& opt, const Shared& sh, const Run& run, const Analysis& a) {
   const double elapsed = run.elapsed;
   std::printf("tierce-check: %s (cache=%s%s%s)\n", a.pass ? "PASS" : "FAIL", opt.cache.c_str(),
@@ -43,6 +57,7 @@ void print_summary(const Options& opt, const Shared& sh, const Run& run, const A
               run.writes_ok, elapsed > 0 ? double(run.writes_ok) / elapsed : 0, a.wp50, a.wp99, run.writes.size());
   std::printf("  checked reads   %lld (entity written before the read started)\n", a.checked);
   std::printf("  STALE READS     %lld\n", a.stale_reads);
+  if (opt.sql_writers) print_sql(opt, a.sql);
   std::printf("  READ INVERSIONS %lld of %lld reads with an earlier-ended read of their entity (%s)\n", a.inversions,
               a.inv.checked, opt.strict ? "--strict: each fails the run" : "informational; --strict fails on them");
   std::printf("  errors          %lld (ratio %.4f, max %.4f); reads: %s; writes: %s\n", a.read_errors + a.write_errors,
@@ -109,6 +124,19 @@ void print_findings(const Shared& sh, const Run& run, const Analysis& a) {
                   double(r.t_start - w.t_ret) / 1e6, r.headers.empty() ? "(none of interest)" : r.headers.c_str());
     }
   }
+  if (!a.sql.stale.empty()) {
+    std::printf("  first SQL stale reads (of %zu stale markers):\n", a.sql.stale.size());
+    for (size_t k = 0; k < a.sql.stale.size() && k < 10; ++k) {
+      const ReadRec& r = run.reads[a.sql.stale[k].read];
+      const WriteRec& w = run.writes[a.sql.stale[k].write];
+      std::printf("    %s: seen %llu, expected >= %llu; read GET %s via %s started %.6f s ended %.6f s; "
+                  "%s committed %.6f s (%.1f ms before the read)\n      headers: %s\n",
+                  key_name(r.key).c_str(), (unsigned long long)r.seen, (unsigned long long)a.sql.stale[k].expected,
+                  r.path.c_str(), target_name(sh, r.target, true).c_str(), run.rel(r.t_start), run.rel(r.t_end),
+                  w.what.c_str(), run.rel(w.t_ret), double(r.t_start - w.t_ret) / 1e6,
+                  r.headers.empty() ? "(none of interest)" : r.headers.c_str());
+    }
+  }
   if (!a.inv.found.empty()) {
     std::printf("  first read-read inversions (of %lld):\n", a.inversions);
     for (size_t k = 0; k < a.inv.found.size() && k < 5; ++k) {
@@ -132,6 +160,16 @@ std::string json_errors(const std::map<std::string, long long>& m) {
   return s + "}";
 }
 
+void json_sql(std::ostringstream& j, const Options& opt, const SqlAnalysis& q) {
+  j << ",\n  \"sql_stale_reads\": " << q.stale_reads << ",\n  \"sql\": {\"writers\": " << opt.sql_writers
+    << ", \"mariadb\": " << json_escape(opt.mariadb.text()) << ", \"stale_bound_ms\": " << opt.sql_stale_bound_ms
+    << ", \"writes\": " << q.txns << ", \"writes_ok\": " << q.txns_ok << ", \"entity_versions\": " << q.versions
+    << ", \"checked_reads\": " << q.checked << ", \"stale_reads\": " << q.stale_reads
+    << ", \"commit_latency_ms\": {\"p50\": " << q.commit_p50 << ", \"p99\": " << q.commit_p99 << "}"
+    << ", \"stale_window_ms\": {\"count\": " << q.versions << ", \"p50\": " << q.p50 << ", \"p99\": " << q.p99
+    << ", \"max\": " << q.max << ", \"nonzero\": " << q.nonzero << "}}";
+}
+
 void json_summary(std::ostringstream& j, const Options& opt, const Shared& sh, const Run& run, const Analysis& a) {
   const double elapsed = run.elapsed;
   j << "{\n  \"pass\": " << (a.pass ? "true" : "false") << ",\n  \"cache\": " << json_escape(opt.cache)
@@ -149,6 +187,7 @@ void json_summary(std::ostringstream& j, const Options& opt, const Shared& sh, c
     << ",\n  \"errors\": " << (a.read_errors + a.write_errors) << ",\n  \"error_ratio\": " << a.error_ratio
     << ",\n  \"max_error_ratio\": " << opt.max_error_ratio;
   j << ",\n  \"read_errors\": " << json_errors(run.rerr) << ",\n  \"write_errors\": " << json_errors(run.werr);
+  if (opt.sql_writers) json_sql(j, opt, a.sql);
   if (opt.rate)
     j << ",\n  \"rate\": {\"ops_per_s\": " << *opt.rate << ", \"late\": " << sh.late.load()
       << ", \"late_ms\": " << double(kLateNs) / 1e6 << ", \"max_lag_ms\": " << double(sh.max_lag.load()) / 1e6
@@ -224,6 +263,17 @@ void json_findings(std::ostringstream& j, const Shared& sh, const Run& run, cons
       << ", \"via\": " << json_escape(target_name(sh, r.target, true)) << ", \"read_start_s\": " << run.rel(r.t_start)
       << ", \"read_end_s\": " << run.rel(r.t_end) << ", \"write\": " << json_escape(w.what)
       << ", \"write_return_s\": " << run.rel(w.t_ret) << ", \"headers\": " << json_escape(r.headers) << "}";
+  }
+  j << "],\n  \"sql_stale\": [";
+  for (size_t k = 0; k < a.sql.stale.size() && k < 10; ++k) {
+    const ReadRec& r = run.reads[a.sql.stale[k].read];
+    const WriteRec& w = run.writes[a.sql.stale[k].write];
+    j << (k ? ",\n    " : "\n    ") << "{\"entity\": " << json_escape(key_name(r.key)) << ", \"seen\": " << r.seen
+      << ", \"expected\": " << a.sql.stale[k].expected << ", \"path\": " << json_escape(r.path)
+      << ", \"via\": " << json_escape(target_name(sh, r.target, true)) << ", \"read_start_s\": " << run.rel(r.t_start)
+      << ", \"read_end_s\": " << run.rel(r.t_end) << ", \"write\": " << json_escape(w.what)
+      << ", \"commit_s\": " << run.rel(w.t_ret) << ", \"commit_sent_s\": " << run.rel(w.t_commit_sent)
+      << ", \"headers\": " << json_escape(r.headers) << "}";
   }
   j << "],\n  \"inversions\": [";
   for (size_t k = 0; k < a.inv.found.size() && k < 5; ++k) {

@@ -119,7 +119,7 @@ bool may_go(Shared& sh, bool writer) {
     bool other_gone = writer ? (sh.readers_left.load() == 0 || (sh.r_budget >= 0 && r >= sh.r_budget))
                              : (sh.writers_left.load() == 0 || (sh.w_budget >= 0 && w >= sh.w_budget));
     if (other_gone || ratio <= 0 || ratio >= 1 || !sh.opt->pace) return true;
-    double slack = 8.0 * (sh.opt->readers + sh.opt->writers) + 20;
+    double slack = 8.0 * (sh.opt->readers + sh.opt->write_threads()) + 20;
     double implied_r = double(r) / (1 - ratio), implied_w = double(w) / ratio;
     if (writer ? implied_w <= implied_r + slack : implied_r <= implied_w + slack) return true;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
