@@ -57,6 +57,8 @@ def run_checker(a, d):
         argv += ["--site", SITE]
     if a.strict:
         argv.append("--strict")
+    if a.sql_writers:
+        argv += ["--sql-writers", str(a.sql_writers), "--sql-stale-bound-ms", f"{a.sql_stale_bound_ms:g}"]
     for spec in a.restart:
         node, _, at = spec.partition("@")
         argv += ["--during", f"{CLUSTER} restart-node {node} --dir {d}@{at or '5'}"]
@@ -141,6 +143,10 @@ def main():
     ap.add_argument("--hot", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--restart", action="append", default=[], metavar="NODE@SECONDS")
+    ap.add_argument("--sql-writers", type=int, default=0,
+                    help="tierce-check --sql-writers: writers straight to MariaDB (tierce-binlogd "
+                         "invalidates their pages)")
+    ap.add_argument("--sql-stale-bound-ms", type=float, default=1000.0)
     ap.add_argument("--max-error-ratio", type=float, default=0.01)
     ap.add_argument("--php", choices=["explicit", "auto", "linearizable"],
                     help="tierce-cluster up --php: dependencies from the app's headers (explicit) or "

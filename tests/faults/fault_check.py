@@ -152,6 +152,30 @@ EXTRA = {
                           "until the heal, when the homes re-admit it; after that nothing fails"),
 }
 VARIANTS.update(EXTRA)
+
+# The change-log agent's faults (issue 31): tierce-binlogd runs beside app1 and invalidates what
+# the SQL writers (tierce-check --sql-writers, straight to MariaDB) change. While it is down or
+# frozen those writes stay stale (bounded staleness: the checker's --sql-stale-bound-ms covers the
+# fault and the recovery); after it, every row change must have been invalidated: a read that
+# starts more than the bound after an SQL commit and shows older data fails the run. The PHP
+# writers keep the strict rule throughout. Closed set (they group), not in "mixed".
+BINLOG = {
+    "binlogd_kill": ("n", ["signal app1 binlogd KILL"], ["restart-proc app1 binlogd"], False, False,
+                     "the agent killed and restarted: it resumes after its saved position (no event "
+                     "lost); SQL writes stay stale while it is down; nothing should fail"),
+    "binlogd_stop": ("n'", ["signal app1 binlogd STOP"], ["signal app1 binlogd CONT"], False, False,
+                     "the agent frozen: the server's stream waits, it catches up after CONT"),
+    "binlog_purged": ("o", ["signal app1 binlogd KILL", (1, "purge-binlogs")],
+                      ["restart-proc app1 binlogd"], False, False,
+                      "the agent down while the binlogs past its position are purged: at its restart "
+                      "the server no longer has its position, it invalidates everything once and "
+                      "reads on from the current position"),
+    "mariadb_restart": ("p", ["restart-db --signal KILL"], [], False, True,
+                        "MariaDB killed and started again (crash recovery): every request that needs "
+                        "the database fails until it is back, the agent reconnects with backoff and "
+                        "resumes after its position"),
+}
+VARIANTS.update(BINLOG)
 # Variants that need the arbiter (tierce-cluster up --arbiter; --arbiter runs any variant with it).
 ARBITER_VARIANTS = {"app2_host_loss_arbiter", "partition_arbiter"}
 # Where the healthy homes' window begins, in seconds after the fault (default 2 x lease): with the
@@ -272,6 +296,9 @@ class Round:
                 "--write-ratio", f"{a.write_ratio:g}", "--timeline", "--json", result]
         if a.rate:
             argv += ["--rate", f"{a.rate:g}"]  # open loop
+        if a.sql_writers:
+            argv += ["--sql-writers", str(a.sql_writers), "--sql-stale-bound-ms",
+                     f"{a.sql_stale_bound_ms:g}"]
         if a.coop != "off":
             argv += ["--site", SITE]  # both proxies then share cache keys (and copies)
         for name, rs in self.ranges.items():
@@ -621,6 +648,13 @@ def main():
                     help="fail when, from 2 x lease after a fault began until it ended, the hit ratio "
                          "of the pages homed at the healthy nodes is below this times its value "
                          "before the fault (issue 29: 0.9); default off")
+    ap.add_argument("--sql-writers", type=int,
+                    help="tierce-check --sql-writers: writers straight to MariaDB, whose pages "
+                         "tierce-binlogd invalidates (default 0; 1 with the binlog variants)")
+    ap.add_argument("--sql-stale-bound-ms", type=float,
+                    help="tierce-check --sql-stale-bound-ms (default: 1 000, 1 500 with app-link relays "
+                         "(a round may wait out the fence bound), fault + recovery + 1 s with the "
+                         "binlog variants)")
     ap.add_argument("--hot", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--request-timeout", type=float, default=30.0,
@@ -696,6 +730,13 @@ def main():
         a.app_links = "relay" if any(VARIANTS[n][3] for n in names) else "direct"
     if a.app_links == "direct" and any(VARIANTS[n][3] for n in names) and not a.netns:
         ap.error(f"{a.variant} needs --app-links relay")
+
+    binlog_faults = any(n in BINLOG for n in names)
+    if a.sql_writers is None:
+        a.sql_writers = 1 if binlog_faults else 0
+    if a.sql_stale_bound_ms is None:
+        a.sql_stale_bound_ms = ((a.fault_for + 4) * 1000 if binlog_faults
+                                else 1500 if a.app_links == "relay" else 1000)
 
     why_skip, why_fail = prerequisites(a)
     if not why_skip and a.netns:
@@ -855,6 +896,25 @@ def summarize(a, rounds, problems, elapsed, drops=()):
           f"{c_errors} of {c_ops}, ratio {c_ratio:.4f}, allowed {a.max_error_ratio:g})")
     if reads_only:
         print(f"  writes refused while a home was unreachable (linearizable mode, expected): {refused}")
+    sqls = [res["sql"] for _, _, res in rounds if res and res.get("sql") and res["sql"].get("writers")]
+    if sqls:
+        sw = [x["stale_window_ms"] for x in sqls]
+        s["sql"] = {"writes_ok": sum(x["writes_ok"] for x in sqls),
+                    "checked_reads": sum(x["checked_reads"] for x in sqls),
+                    "stale_reads": sum(x["stale_reads"] for x in sqls),
+                    "stale_bound_ms": a.sql_stale_bound_ms,
+                    "stale_window_ms": {"max": max(w["max"] for w in sw),
+                                        "p99": max(w["p99"] for w in sw),
+                                        "nonzero": sum(w["nonzero"] for w in sw)}}
+        q = s["sql"]
+        print(f"  SQL writes (straight to MariaDB, invalidated by tierce-binlogd): {q['writes_ok']} ok, "
+              f"{q['checked_reads']} reads checked against the {a.sql_stale_bound_ms:g} ms bound, "
+              f"SQL STALE {q['stale_reads']}; stale window p99 {q['stale_window_ms']['p99']:.0f} ms, max "
+              f"{q['stale_window_ms']['max']:.0f} ms ({q['stale_window_ms']['nonzero']} non-zero)")
+        if q["stale_reads"] and not any("SQL" in p for p in problems):
+            problems.append(f"{q['stale_reads']} SQL stale read(s) (older than an SQL write committed "
+                            f"more than {a.sql_stale_bound_ms:g} ms before)")
+            s["pass"] = False
     for t, line in drops:
         print(f"  arbiter: app1 dropped a node {'?' if t is None else f'{t:.2f}'} s after its first failed "
               f"renewal: {line[:160]}")

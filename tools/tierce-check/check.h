@@ -64,6 +64,7 @@ struct Options {
   int readers = 8, writers = 2;
   int sql_writers = 0;             // --sql-writers: threads that update MariaDB directly
   double sql_stale_bound_ms = 1000;  // --sql-stale-bound-ms: the staleness allowed after an SQL commit
+  double sql_rate = 20;            // --sql-rate: SQL transactions per second, all SQL writers (0: budget)
   MariaDbTarget mariadb;
   std::optional<long long> ops;
   std::optional<double> duration;

@@ -43,7 +43,7 @@ const char* kUsage =
     "                    [--timeout 10] [--direct] [--json FILE] [--quiet]\n"
     "                    [--window NAME=FROM-TO]... [--no-pace] [--site HOST[:PORT]] [--strict]\n"
     "                    [--rate OPS_PER_S] [--timeline]\n"
-    "                    [--sql-writers 0] [--sql-stale-bound-ms 1000] [--mariadb HOST[:PORT]]\n"
+    "                    [--sql-writers 0] [--sql-rate 20] [--sql-stale-bound-ms 1000] [--mariadb HOST[:PORT]]\n"
     "                    [--mariadb-user tierce] [--mariadb-password tierce] [--mariadb-database rubis]\n"
     "Readers GET item.php / category.php / user.php through the proxies (--direct: the app "
     "nodes);\n"
@@ -80,8 +80,11 @@ const char* kUsage =
     "then share cache keys (RCacheCoop).\n"
     "--sql-writers N: N more writer threads that update MariaDB directly, bypassing PHP (as a cron\n"
     "job or an administrator would: the app sends no invalidation), changing what bid.php / edit.php\n"
-    "change, in one transaction each, and recording each entity's new version and commit time. They\n"
-    "share the writes' budget and pacing with the --writers. MariaDB: --mariadb HOST[:PORT] (TCP),\n"
+    "change, in one transaction each, and recording each entity's new version and commit time, at\n"
+    "--sql-rate transactions per second in all (default 20; beside the --ops budget, until the\n"
+    "readers are done: their row locks would otherwise serialize the PHP writers and set the\n"
+    "run's length); --sql-rate 0: as fast as they can, sharing the writes' budget and pacing with\n"
+    "the --writers. MariaDB: --mariadb HOST[:PORT] (TCP),\n"
     "--mariadb-user, --mariadb-password, --mariadb-database, or cluster.json's \"mariadb\".\n"
     "Their promise is BOUNDED staleness: a read that starts more than --sql-stale-bound-ms after\n"
     "such a commit and shows an older version of the entity is an SQL STALE READ (fails the run);\n"
@@ -222,6 +225,7 @@ Options parse_args(int argc, char** argv) {
       o.timeline = true;
     else if (a == "--sql-writers") o.sql_writers = int(to_ll(a, val(), 0, 1024));
     else if (a == "--sql-stale-bound-ms") o.sql_stale_bound_ms = to_d(a, val(), 0, 1e7);
+    else if (a == "--sql-rate") o.sql_rate = to_d(a, val(), 0, 1e6);
     else if (a == "--mariadb") parse_mariadb(a, val(), o.mariadb);
     else if (a == "--mariadb-user") o.mariadb.user = val();
     else if (a == "--mariadb-password") o.mariadb.password = val();

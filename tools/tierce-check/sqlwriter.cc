@@ -232,13 +232,28 @@ void sql_writer(Shared& sh, int idx, ThreadOut& out) {
   SqlConn conn(*sh.opt);
   const std::string target = "mariadb " + sh.opt->mariadb.text();
   long long seq = 0;
+  // --sql-rate: this thread's share of it, beside the budget, until the readers are done.
+  const double rate = sh.opt->sql_rate > 0 && sh.opt->readers > 0 ? sh.opt->sql_rate / sh.opt->sql_writers : 0;
+  const int64_t interval = rate > 0 ? int64_t(1e9 / rate) : 0;
+  int64_t due = now_ns() + (interval ? interval * idx / std::max(1, sh.opt->sql_writers) : 0);
   for (;;) {
-    if (!may_go(sh, true)) break;
-    long long n = sh.w_started.fetch_add(1);
-    if (sh.w_budget >= 0 && n >= sh.w_budget) break;
+    int64_t t_start = 0;
+    if (interval) {
+      while (!sh.stop.load() && sh.readers_left.load() > 0 && now_ns() < due &&
+             !(sh.stop_at && now_ns() >= sh.stop_at))
+        std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<int64_t>(due - now_ns(), 20'000'000)));
+      if (sh.stop.load() || sh.readers_left.load() == 0 || (sh.stop_at && now_ns() >= sh.stop_at)) break;
+      t_start = now_ns();
+      due += interval;
+      if (due < t_start) due = t_start;  // late: no burst to catch up
+    } else {
+      if (!may_go(sh, true)) break;
+      long long n = sh.w_started.fetch_add(1);
+      if (sh.w_budget >= 0 && n >= sh.w_budget) break;
+      t_start = next_slot(sh, true);  // --rate: the scheduled time (latency from it)
+      if (t_start == 0) break;
+    }
     SqlOp op = pick_op(sh, rng, idx, seq);
-    int64_t t_start = next_slot(sh, true);  // --rate: the scheduled time (latency from it)
-    if (t_start == 0) break;
     out.writes_total++;
     out.sql_writes_total++;
     SqlTxn txn;

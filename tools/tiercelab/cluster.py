@@ -241,26 +241,8 @@ def start_mariadb(d, st, deadline):
                            stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise Failure(f"mariadb-install-db failed (exit {r.returncode})", [install_log])
-    argv = ["mariadbd", "--no-defaults", "--user=mysql", f"--datadir={datadir}", f"--tmpdir={tmpdir}",
-            f"--socket={m['socket']}",
-            f"--pid-file={run}/mysqld.pid", f"--port={m['port']}", f"--bind-address={m['host']}",
-            "--skip-name-resolve", "--innodb-buffer-pool-size=256M", "--max-connections=1000",
-            f"--log-error={m['error_log']}",
-            # The change log tierce-binlogd reads (docs/binlog.md): every row change, whole rows,
-            # column names and keys. sync_binlog and innodb_flush_log_at_trx_commit keep their
-            # defaults (0 and 1).
-            f"--log-bin={datadir}/binlog", "--server-id=1", "--binlog-format=ROW",
-            "--binlog-row-image=FULL", "--binlog-row-metadata=FULL"]
-    m["process"] = procs.spawn("mariadb", argv, os.path.join(run, "mariadbd.out"), netns=m.get("netns"))
-    m["process"]["error_log"] = m["error_log"]
-    save_state(d, st)
+    spawn_mariadb(d, st, deadline)
     client = ["mariadb", "--no-defaults", "-S", m["socket"], "-uroot"]
-
-    def ready():
-        return os.path.exists(m["socket"]) and subprocess.run(
-            client + ["-e", "SELECT 1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
-    wait_until("MariaDB to accept connections", ready, deadline, [m["process"]],
-               [m["error_log"], m["process"]["log"]])
     sql = (f"CREATE DATABASE {DB_NAME}; "
            f"CREATE USER '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}'; "
            f"CREATE USER '{DB_USER}'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; "
@@ -288,6 +270,79 @@ def start_mariadb(d, st, deadline):
     r = subprocess.run(client + ["-e", sql], capture_output=True, text=True)
     if r.returncode != 0:
         raise ClusterError(f"creating the database and user failed: {r.stderr.strip()}")
+
+
+def spawn_mariadb(d, st, deadline):
+    """Starts mariadbd on the cluster's data directory, port and socket; waits until it accepts
+    connections (also used by restart_db)."""
+    m = st["mariadb"]
+    base = m["dir"]
+    datadir, run, tmpdir = os.path.join(base, "db"), os.path.join(base, "run"), os.path.join(base, "tmp")
+    argv = ["mariadbd", "--no-defaults", "--user=mysql", f"--datadir={datadir}", f"--tmpdir={tmpdir}",
+            f"--socket={m['socket']}",
+            f"--pid-file={run}/mysqld.pid", f"--port={m['port']}", f"--bind-address={m['host']}",
+            "--skip-name-resolve", "--innodb-buffer-pool-size=256M", "--max-connections=1000",
+            f"--log-error={m['error_log']}",
+            # The change log tierce-binlogd reads (docs/binlog.md): every row change, whole rows,
+            # column names and keys. sync_binlog and innodb_flush_log_at_trx_commit keep their
+            # defaults (0 and 1).
+            f"--log-bin={datadir}/binlog", "--server-id=1", "--binlog-format=ROW",
+            "--binlog-row-image=FULL", "--binlog-row-metadata=FULL"]
+    m["process"] = procs.spawn("mariadb", argv, os.path.join(run, "mariadbd.out"), netns=m.get("netns"))
+    m["process"]["error_log"] = m["error_log"]
+    save_state(d, st)
+    client = ["mariadb", "--no-defaults", "-S", m["socket"], "-uroot"]
+
+    def ready():
+        return os.path.exists(m["socket"]) and subprocess.run(
+            client + ["-e", "SELECT 1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    wait_until("MariaDB to accept connections", ready, deadline, [m["process"]],
+               [m["error_log"], m["process"]["log"]])
+
+
+def db_sql(d, sql, timeout=30.0):
+    """Runs SQL as the database's root (over its unix socket); returns its output. For fault
+    tests: FLUSH BINARY LOGS, PURGE BINARY LOGS ..."""
+    d, st = _up_state(d)
+    m = st["mariadb"]
+    argv = ["mariadb", "--no-defaults", "-S", m["socket"], "-uroot", "-e", sql]
+    # (a unix socket: reachable from the host also when MariaDB runs in a namespace)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise ClusterError(f"sql: {r.stderr.strip()}")
+    _note_fault(d, st, {"sql": sql})
+    log(f"sql: {sql}")
+    return r.stdout
+
+
+def purge_binlogs(d):
+    """FLUSH BINARY LOGS, then PURGE every binlog before the new one: a replica whose position is
+    older finds it gone (the binlog agent's purged-position fault)."""
+    db_sql(d, "FLUSH BINARY LOGS")
+    out = db_sql(d, "SHOW MASTER STATUS").splitlines()
+    if len(out) < 2:
+        raise ClusterError("purge-binlogs: SHOW MASTER STATUS returned nothing (is log_bin on?)")
+    current = out[1].split("\t")[0]
+    db_sql(d, f"PURGE BINARY LOGS TO '{current}'")
+    return current
+
+
+def restart_db(d, sig="TERM", timeout=60.0):
+    """Stops MariaDB (TERM: a clean shutdown; KILL: a crash, recovered at start) and starts it again
+    on the same data directory, port and socket; waits until it accepts connections."""
+    d, st = _up_state(d)
+    m = st["mariadb"]
+    sig = sig.upper()
+    if sig not in ("TERM", "KILL"):
+        raise ClusterError(f"restart-db takes TERM or KILL, not {sig}")
+    rec = m.get("process")
+    if rec and procs.alive(rec):
+        procs.stop([rec], SIGNALS[sig], deadline=30 if sig == "TERM" else 5)
+    spawn_mariadb(d, st, time.monotonic() + timeout)
+    save_state(d, st)
+    _note_fault(d, st, {"restart_db": sig})
+    log(f"MariaDB restarted after SIG{sig} (pid {m['process']['pid']})")
+    return st
 
 
 def arbiter_rows(st):

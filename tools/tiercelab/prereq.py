@@ -100,7 +100,7 @@ def find_target(build, name):
 
 CLUSTER_PACKAGES = ("/usr/sbin/apache2", "/usr/sbin/mariadbd", "/usr/lib/apache2/modules/libphp8.2.so")
 CLUSTER_TARGETS = ("mod_rcache/mod_rcache.so", "mod_appversion/mod_appversion.so",
-                   "agents/memd/tierce-memd")
+                   "agents/memd/tierce-memd", "agents/binlogd/tierce-binlogd")
 DATAGEN = ("sample/tierce-datagen", "sample/datagen/tierce-datagen")
 
 
