@@ -109,12 +109,21 @@ Agent::Agent(Settings settings, std::string password, base::LogSink log)
   }
   counters_.position = persisted_.text();
   lags_ms_.reserve(kLagRing);
+  if (!s_.audit_file.empty()) {
+    audit_ = std::fopen(s_.audit_file.c_str(), "ae");
+    if (!audit_)
+      throw std::runtime_error("BINLOGD0143 cannot open the audit file " + s_.audit_file + ": " +
+                               std::strerror(errno));
+  }
   SourceSettings src = s_.mariadb;
   src.password = password_;
   source_ = std::make_unique<BinlogSource>(src, mapping_);
 }
 
-Agent::~Agent() { stop(); }
+Agent::~Agent() {
+  stop();
+  if (audit_) std::fclose(audit_);
+}
 
 void Agent::start() {
   reader_ = std::thread([this] { read_loop(); });
@@ -165,6 +174,7 @@ bool Agent::read_session(bool& first) {
     all.synthetic = true;
     all.tx.invalidate_all = true;
     all.tx.why_all = why;
+    all.tx.gtid = "@" + cur->text();  // (audit: covers every transaction up to there)
     all.tx.arrived = Clock::now();
     push(std::move(all));
     {
@@ -306,6 +316,22 @@ void Agent::invalidate(std::vector<Item>& batch) {
                                " not acknowledged by every home (" + homes +
                                "): those homes are fenced until they catch up");
     }
+  }
+  if (audit_) {
+    // One line per transaction, after its invalidation: when (CLOCK_REALTIME, so that a client
+    // can compare it with its own commit times), which, how many rows, and what was invalidated.
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+    for (const Item& it : batch) {
+      std::string line = std::to_string(ns) + " " + it.tx.gtid + " " + std::to_string(it.tx.rows);
+      if (all) line += " *";
+      else
+        for (const auto& n : it.tx.names) line += " " + n;
+      line += "\n";
+      std::fwrite(line.data(), 1, line.size(), audit_);
+    }
+    std::fflush(audit_);
   }
   std::lock_guard<std::mutex> l(mu_);
   GtidPosition p = persisted_;

@@ -16,6 +16,7 @@
 // (bounded staleness, docs/binlog.md): it says so (BINLOGD0150, the lag metrics) and the cache
 // keeps serving.
 #pragma once
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -102,6 +103,7 @@ class Agent {
   size_t lag_next_ = 0;
   std::chrono::steady_clock::time_point last_alarm_{};
   std::thread reader_, invalidator_;
+  FILE* audit_ = nullptr;  // audit_file, when set
 };
 
 }  // namespace tierce::binlogd

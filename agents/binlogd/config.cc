@@ -15,7 +15,7 @@ const std::vector<std::string_view> kBinlogdKeys = {
     "topology",     "node",      "state_file",             "pid_file",
     "user",         "log_level", "metrics_file",           "metrics_interval_ms",
     "databases",    "auto_names", "unknown_tables",        "max_batch_transactions",
-    "lag_alarm_ms"};
+    "lag_alarm_ms", "audit_file"};
 const std::vector<std::string_view> kMariadbKeys = {"host",      "port",         "socket",
                                                     "user",      "password_file", "server_id",
                                                     "heartbeat_ms"};
@@ -78,6 +78,7 @@ void parse_binlogd(const base::CheckedTable& t, Settings& s) {
   }
   if (auto v = t.integer("max_batch_transactions", 1, 100000, 256))
     s.max_batch_transactions = size_t(*v);
+  take(t.path("audit_file", "\"/var/lib/tierce/binlogd.audit\""), s.audit_file);
   if (auto v = t.integer("lag_alarm_ms", 10, 3600000, 1000))
     s.lag_alarm = std::chrono::milliseconds(*v);
 }

@@ -16,6 +16,8 @@
 //   unknown_tables = "invalidate-all"  # or "ignore": tables with no [[table]] (auto_names off)
 //   max_batch_transactions = 256  # transactions carried by one invalidation round at most
 //   lag_alarm_ms = 1000           # a transaction older than this, not yet invalidated: logged
+//   audit_file = ""               # tests: "ACKED_UNIX_NS GTID ROWS NAMES|*" per transaction
+//                                 # (GTID "@POSITION": an invalidate-all covering up to there)
 //   [mariadb]
 //   host = "127.0.0.1"  port = 3306  socket = ""  user = "tierce_binlog"
 //   password_file = "/etc/tierce/binlogd.password"  # mode 600; its first line
@@ -41,6 +43,7 @@ namespace tierce::binlogd {
 
 struct Settings {
   std::string topology, node, state_file, pid_file, metrics_file, user;
+  std::string audit_file;  // every invalidated transaction, one line (tests, benchmarks)
   base::LogLevel log_level = base::LogLevel::Info;
   std::chrono::milliseconds metrics_interval{5000};
   size_t max_batch_transactions = 256;

@@ -787,6 +787,19 @@ def main():
             if checked >= a.min_checked:
                 break
             say(f"{checked} reads checked so far (want {a.min_checked}): another round")
+        if a.sql_writers and rounds and not problems:
+            # Every row change in the binlogs was invalidated (binlog_audit.py: MariaDB's own
+            # decoder against the agent's audit file).
+            import binlog_audit
+            au = binlog_audit.audit(d)
+            a.audit = {k: (len(v) if k == "missing" else v) for k, v in au.items()}
+            say(f"binlog audit: {au['transactions']} transactions ({au['rows']} rows) in the binlogs: "
+                f"{au['by_names']} invalidated by name, {au['by_invalidate_all']} by an invalidate-all, "
+                f"{len(au['missing'])} missing")
+            for g, names in au["missing"][:10]:
+                say(f"  MISSING {g}: {' '.join(names) or '(no audit line)'}")
+            if au["missing"]:
+                problems.append(f"binlog audit: {len(au['missing'])} transaction(s) not invalidated")
     except (tprereq.Terminated, KeyboardInterrupt) as e:
         problems.append(f"interrupted ({e})")
     except Exception as e:  # noqa: BLE001 — report anything as a failure, still clean up
@@ -805,6 +818,7 @@ def main():
             problems.append("left after down: " + ", ".join(left))
 
     drops = drop_times(d) if a.arbiter else []
+    a.audit = getattr(a, "audit", None)
     summary = summarize(a, rounds, problems, time.monotonic() - t_start, drops)
     if a.json:
         with open(a.json, "w") as f:
@@ -884,6 +898,7 @@ def summarize(a, rounds, problems, elapsed, drops=()):
                                     or [0])},
          "fault_at": a.fault_at, "fault_for": a.fault_for, "after": a.after,
          "min_healthy_ratio": a.min_healthy_ratio, "timeline": timelines, "problems": problems,
+         "binlog_audit": a.audit,
          "arbiter": a.arbiter, "drops": [{"after_first_failed_renewal_s": t, "log": line} for t, line in drops]}
     if tot["stale_reads"] and not any("stale" in p for p in problems):
         problems.append(f"{tot['stale_reads']} stale read(s)")

@@ -82,6 +82,11 @@ DEFAULTS = {
 ARBITER_TABLE, ARBITER_USER = "tierce.fence", "tierce_fence"
 BINLOG_USER = "tierce_binlog"
 BINLOGD = os.path.join("agents", "binlogd", "tierce-binlogd")
+# The sample's tables mapped to the names its pages depend on (conf/binlogd.toml's [[table]]s).
+BINLOG_TABLES = (("items", ("item:{id}", "category:{category_id}", "user:{seller_id}")),
+                 ("bids", ("item:{item_id}", "user:{user_id}")),
+                 ("users", ("user:{id}",)),
+                 ("categories", ("category:{id}", "categories")))
 ARBITER_DROP_AFTER_MS = 3000  # 3 x the lease of the clusters written here
 # netns mode: every node has its own address, so the ports are fixed.
 NETNS_PORTS = {"httpd": 8000, "memd": 7000, "writer": 7050, "mariadb": 3306,
@@ -632,14 +637,12 @@ def binlogd_conf(st, n):
            f"state_file = {toml_str(os.path.join(n['dir'], 'run', 'binlogd.gtid'))}",
            f"metrics_file = {toml_str(os.path.join(n['dir'], 'run', 'binlogd.prom'))}",
            "metrics_interval_ms = 1000", f"databases = [{toml_str(DB_NAME)}]",
+           f"audit_file = {toml_str(os.path.join(n['dir'], 'run', 'binlogd.audit'))}",
            f"auto_names = {'true' if st['options'].get('php', 'explicit') != 'explicit' else 'false'}",
            "", "[mariadb]", f"host = {toml_str(m['host'])}", f"port = {m['port']}",
            f"user = {toml_str(BINLOG_USER)}", f"password_file = {toml_str(m['binlog_password_file'])}",
            "server_id = 4242", "heartbeat_ms = 250", ""]
-    for table, names in (("items", ["item:{id}", "category:{category_id}", "user:{seller_id}"]),
-                         ("bids", ["item:{item_id}", "user:{user_id}"]),
-                         ("users", ["user:{id}"]),
-                         ("categories", ["category:{id}", "categories"])):
+    for table, names in BINLOG_TABLES:
         out += ["[[table]]", f"name = {toml_str(table)}",
                 "names = [" + ", ".join(toml_str(x) for x in names) + "]", ""]
     write_file(conf, "\n".join(out))
