@@ -33,4 +33,6 @@ if [[ $ondemand == ON ]]; then
 fi
 echo "== build: $((SECONDS - t)) s"
 cd build
-ctest --output-on-failure -j 2 "${exclude[@]}" "$@"
+# -j 3: two tests on the two CPU slots (cmake/TierceTestResources.cmake) and a model check at
+# SCHED_IDLE beside them, on the time they leave idle.
+ctest --output-on-failure -j 3 "${exclude[@]}" "$@"
