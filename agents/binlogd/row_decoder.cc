@@ -33,10 +33,13 @@ size_t meta_bytes(uint8_t type) {
   }
 }
 
-bool numeric(uint8_t type) {  // the columns the SIGNEDNESS bitmap has a bit for
+// The columns the SIGNEDNESS bitmap has a bit for: the server's numeric fields (Field_num),
+// YEAR included (a Field_tiny, always "unsigned"). Without YEAR here, every integer after a YEAR
+// column would read its neighbour's bit.
+bool numeric(uint8_t type) {
   switch (type) {
     case kDecimal: case kTiny: case kShort: case kLong: case kFloat: case kDouble: case kLongLong:
-    case kInt24: case kNewDecimal:
+    case kInt24: case kYear: case kNewDecimal:
       return true;
     default:
       return false;
