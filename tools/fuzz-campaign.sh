@@ -27,12 +27,13 @@ done
 shift $((OPTIND - 1))
 all=(fuzz_wire fuzz_fabric_handshake fuzz_ftp_command fuzz_adts_wire fuzz_headers
      fuzz_coherence_messages fuzz_sql_deps fuzz_config fuzz_coop_slot fuzz_coop_directory
-     fuzz_coop_copy)
+     fuzz_coop_copy fuzz_binlog_rows)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 declare -A max_len=([fuzz_ftp_command]=8192 [fuzz_coop_slot]=1024 [fuzz_coop_directory]=1024
   [fuzz_coop_copy]=1024 [fuzz_coherence_messages]=512 [fuzz_sql_deps]=4096
-  [fuzz_fabric_handshake]=8192 [fuzz_adts_wire]=8192 [fuzz_config]=4096 [fuzz_headers]=4096)
+  [fuzz_fabric_handshake]=8192 [fuzz_adts_wire]=8192 [fuzz_config]=4096 [fuzz_headers]=4096
+  [fuzz_binlog_rows]=4096)
 
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

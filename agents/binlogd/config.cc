@@ -81,6 +81,14 @@ void parse_binlogd(const base::CheckedTable& t, Settings& s) {
   take(t.path("audit_file", "\"/var/lib/tierce/binlogd.audit\""), s.audit_file);
   if (auto v = t.integer("lag_alarm_ms", 10, 3600000, 1000))
     s.lag_alarm = std::chrono::milliseconds(*v);
+  // Required. A key present with a wrong value has its own problem already.
+  if (!t.node("topology"))
+    t.problem("[binlogd] topology is missing; write e.g. topology = \"/etc/tierce/cluster.toml\"");
+  if (!t.node("node"))
+    t.problem("[binlogd] node is missing; write e.g. node = \"app1\" (the app node it runs beside)");
+  if (!t.node("state_file"))
+    t.problem("[binlogd] state_file is missing; write e.g. state_file = "
+              "\"/var/lib/tierce/binlogd.gtid\"");
 }
 
 void parse_mariadb(const base::CheckedTable& t, Settings& s) {
@@ -93,7 +101,10 @@ void parse_mariadb(const base::CheckedTable& t, Settings& s) {
   if (auto v = t.path("password_file", "\"/etc/tierce/binlogd.password\"")) s.password_file = *v;
   if (auto v = t.integer("server_id", 1, 4294967295, 4242)) m.server_id = uint32_t(*v);
   if (auto v = t.integer("heartbeat_ms", 100, 60000, 500)) m.heartbeat = std::chrono::milliseconds(*v);
-  if (m.user.empty()) t.problem("[mariadb] user is missing; write e.g. user = \"tierce_binlog\"");
+  if (!t.node("user")) t.problem("[mariadb] user is missing; write e.g. user = \"tierce_binlog\"");
+  if (!t.node("password_file"))
+    t.problem("[mariadb] password_file is missing; write e.g. password_file = "
+              "\"/etc/tierce/binlogd.password\"");
 }
 
 void parse_table(const base::CheckedTable& t, Settings& s) {
@@ -101,8 +112,9 @@ void parse_table(const base::CheckedTable& t, Settings& s) {
   TableRule r;
   auto name = t.string("name", "\"items\"");
   auto names = strings(t, "names", "[\"item:{id}\"]");
-  if (!name) t.problem(t.name() + " name is missing; write e.g. name = \"items\"");
-  if (!names) t.problem(t.name() + " names is missing; write e.g. names = [\"item:{id}\"]");
+  if (!t.node("name")) t.problem(t.name() + " name is missing; write e.g. name = \"items\"");
+  if (!t.node("names"))
+    t.problem(t.name() + " names is missing; write e.g. names = [\"item:{id}\"]");
   if (!name || !names) return;
   size_t dot = name->find('.');
   if (dot != std::string::npos) {
@@ -112,6 +124,13 @@ void parse_table(const base::CheckedTable& t, Settings& s) {
     r.table = *name;
   }
   r.templates = *names;
+  // The templates checked here, so that a bad one is reported at its line.
+  MappingSettings one;
+  one.tables.push_back(r);
+  if (auto m = Mapping::make(std::move(one)); !m.ok()) {
+    t.problem_at("names", m.message());
+    return;
+  }
   s.mapping.tables.push_back(std::move(r));
 }
 
@@ -144,7 +163,8 @@ Settings parse_config(std::string_view text, const std::string& source_name) {
   else c.problem("the [binlogd] table is missing; start the file with [binlogd]");
   if (const toml::table* t = table_of(c, root, "mariadb")) parse_mariadb(c.table(*t, "[mariadb]"), s);
   else c.problem("the [mariadb] table is missing (host, port, user, password_file)");
-  if (const toml::node* n = root.get("table")) {
+  const toml::node* tables = root.get("table");
+  if (const toml::node* n = tables) {
     const toml::array* a = n->as_array();
     if (!a || !a->is_array_of_tables())
       c.problem(n->source(), "table: expected [[table]] entries (an array of tables)");
@@ -152,13 +172,9 @@ Settings parse_config(std::string_view text, const std::string& source_name) {
       for (size_t i = 0; i < a->size(); ++i)
         parse_table(c.table(*a->get(i)->as_table(), "[[table]] #" + std::to_string(i + 1)), s);
   }
-  if (s.topology.empty()) c.problem("[binlogd] topology is missing; write e.g. topology = \"/etc/tierce/cluster.toml\"");
-  if (s.node.empty()) c.problem("[binlogd] node is missing; write e.g. node = \"app1\" (the app node it runs beside)");
-  if (s.state_file.empty()) c.problem("[binlogd] state_file is missing; write e.g. state_file = \"/var/lib/tierce/binlogd.gtid\"");
-  if (s.password_file.empty()) c.problem("[mariadb] password_file is missing; write e.g. password_file = \"/etc/tierce/binlogd.password\"");
-  auto m = Mapping::make(s.mapping);
+  auto m = Mapping::make(s.mapping);  // each [[table]] was checked: this cannot fail today
   if (!m) c.problem(m.message());
-  if (!s.mapping.auto_names && s.mapping.tables.empty() &&
+  if (!s.mapping.auto_names && !tables &&
       s.mapping.unknown_tables == UnknownTables::InvalidateAll)
     c.problem("neither auto_names = true nor any [[table]]: every row change would invalidate "
               "everything; describe the tables the pages depend on, or set auto_names = true");

@@ -85,12 +85,17 @@ bool Mapping::watched(std::string_view database) const {
 
 const Mapping::Compiled* Mapping::rule_for(std::string_view database,
                                            std::string_view table) const {
+  // A rule naming the database ("db.items") before one for the table in any database
+  // ("items"), whatever their order in the file; among equals, the first.
   std::string d = lower(database), t = lower(table);
+  const Compiled* any = nullptr;
   for (const Compiled& c : compiled_) {
     const TableRule& r = s_.tables[c.rule];
-    if (lower(r.table) == t && (r.database.empty() || lower(r.database) == d)) return &c;
+    if (lower(r.table) != t) continue;
+    if (!r.database.empty() && lower(r.database) == d) return &c;
+    if (r.database.empty() && !any) any = &c;
   }
-  return nullptr;
+  return any;
 }
 
 base::Status Mapping::render(const TableMap& t, const Compiled& c,

@@ -22,7 +22,7 @@ namespace tierce::binlogd {
 enum class UnknownTables { InvalidateAll, Ignore };
 
 struct TableRule {
-  std::string database;  // "" = any watched database
+  std::string database;  // "" = any watched database (a rule naming the database comes first)
   std::string table;
   std::vector<std::string> templates;  // "item:{id}": text and {column} placeholders
 };

@@ -33,10 +33,13 @@ size_t meta_bytes(uint8_t type) {
   }
 }
 
-bool numeric(uint8_t type) {  // the columns the SIGNEDNESS bitmap has a bit for
+// The columns the SIGNEDNESS bitmap has a bit for: the server's numeric fields (Field_num),
+// YEAR included (a Field_tiny, always "unsigned"). Without YEAR here, every integer after a YEAR
+// column would read its neighbour's bit.
+bool numeric(uint8_t type) {
   switch (type) {
     case kDecimal: case kTiny: case kShort: case kLong: case kFloat: case kDouble: case kLongLong:
-    case kInt24: case kNewDecimal:
+    case kInt24: case kYear: case kNewDecimal:
       return true;
     default:
       return false;
@@ -272,6 +275,7 @@ base::Result<std::vector<RowPair>> decode_rows(const TableMap& t, sqldeps::RowCh
   while (r.at < rows.size()) {
     RowPair pair;
     base::Status s;
+    size_t start = r.at;
     switch (kind) {
       case sqldeps::RowChange::Insert: s = row_image(t, present, r, pair.after); break;
       case sqldeps::RowChange::Delete: s = row_image(t, present, r, pair.before); break;
@@ -281,6 +285,14 @@ base::Result<std::vector<RowPair>> decode_rows(const TableMap& t, sqldeps::RowCh
         break;
     }
     if (!s.ok()) return s;
+    // An image of no column (an empty column bitmap) takes no byte: the bytes left cannot be
+    // rows of it, and reading on would never end.
+    if (r.at == start)
+      return base::Status(Code::InvalidArgument,
+                          "row image of " + t.database + "." + t.table.name +
+                              ": the event's column bitmap is empty, yet " +
+                              std::to_string(rows.size() - r.at) + " bytes of rows remain",
+                          "BINLOGD0102");
     out.push_back(std::move(pair));
   }
   return out;

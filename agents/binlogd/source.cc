@@ -46,13 +46,14 @@ bool neutral_statement(const std::string& sql) {
   return false;
 }
 
-// The numbers of the SIGNEDNESS bitmap: one bit per numeric column.
+// The numbers of the SIGNEDNESS bitmap: one bit per numeric column, YEAR included (as
+// row_decoder.cc's numeric()).
 size_t numeric_columns(const MARIADB_STRING& types) {
   size_t n = 0;
   for (size_t i = 0; i < types.length; ++i) {
     unsigned t = static_cast<unsigned char>(types.str[i]);
     if (t <= MYSQL_TYPE_DOUBLE || t == MYSQL_TYPE_LONGLONG || t == MYSQL_TYPE_INT24 ||
-        t == MYSQL_TYPE_NEWDECIMAL)
+        t == MYSQL_TYPE_YEAR || t == MYSQL_TYPE_NEWDECIMAL)
       n += t != MYSQL_TYPE_NULL ? 1 : 0;
   }
   return n;
