@@ -48,11 +48,12 @@ if(APXS_FOUND)
           DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/apache2 COMPONENT apache EXCLUDE_FROM_ALL)
 endif()
 install(FILES ${_pkg}/etc/cluster.toml ${_pkg}/etc/memd.toml ${_pkg}/etc/writer.toml ${_pkg}/etc/lockd.toml
+              ${_pkg}/etc/binlogd.toml
         DESTINATION /etc/tierce COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${PROJECT_SOURCE_DIR}/conf/cluster.toml
         DESTINATION ${CMAKE_INSTALL_DATADIR}/tierce/conf COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/systemd/tierce-memd.service ${_pkg}/systemd/tierce-writer.service
-              ${_pkg}/systemd/tierce-lockd.service
+              ${_pkg}/systemd/tierce-lockd.service ${_pkg}/systemd/tierce-binlogd.service
         DESTINATION /lib/systemd/system COMPONENT agents EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/etc/ftpd.toml DESTINATION /etc/tierce COMPONENT ftp EXCLUDE_FROM_ALL)
 install(FILES ${_pkg}/systemd/tierce-ftpd.service DESTINATION /lib/systemd/system COMPONENT ftp EXCLUDE_FROM_ALL)
@@ -66,6 +67,7 @@ if(HELP2MAN AND NOT TIERCE_ANY_SANITIZER)
   set(_man
       "tierce-memd|8|agents|Tierce node daemon: region exporter, home of cached page versions"
       "tierce-lockd|8|agents|Tierce lock manager daemon"
+      "tierce-binlogd|8|agents|Tierce cache invalidation from the MariaDB binlog"
       "tierce-ftpd|8|ftp|Tierce FTP and FTPS server with ADTS data sessions"
       "tierce-ftp|1|ftp|Tierce FTP client: get, put, resume and mirror trees"
       "tierce-lock|1|agents|run a command under a cluster-wide Tierce lock"
@@ -95,7 +97,8 @@ if(HELP2MAN AND NOT TIERCE_ANY_SANITIZER)
 endif()
 
 # /usr/share/doc/<package>: copyright, changelog.Debian.gz and the reference each one needs.
-set(_docs_agents docs/memd.md docs/dlm.md docs/coherence.md docs/packaging.md docs/ARCHITECTURE.md)
+set(_docs_agents docs/memd.md docs/dlm.md docs/coherence.md docs/packaging.md docs/ARCHITECTURE.md
+    docs/OPERATIONS.md)
 set(_docs_apache mod_rcache/README.md mod_appversion/README.md docs/coherence.md docs/packaging.md)
 set(_docs_ftp docs/ftp.md docs/packaging.md)
 set(_docs_php docs/php_extension.md docs/packaging.md)
@@ -175,14 +178,15 @@ set(_v "${PROJECT_VERSION}-1")
 set(CPACK_DEBIAN_AGENTS_PACKAGE_NAME tierce-agents)
 set(CPACK_DEBIAN_AGENTS_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_AGENTS_PACKAGE_DEPENDS "adduser, init-system-helpers (>= 1.54~)")
-set(CPACK_DEBIAN_AGENTS_DESCRIPTION "Tierce node agents: tierce-memd, tierce-lockd and tools
+set(CPACK_DEBIAN_AGENTS_DESCRIPTION "Tierce node agents: tierce-memd, tierce-lockd, tierce-binlogd and tools
 Tierce makes multi-tier web sites fast and correct: proxies cache dynamic pages
 with strong coherence, nodes share cache memory, lock across nodes and
 replicate sites. This package holds the node daemons, tierce-memd (region
-exporter and home of the cached pages' versions) and tierce-lockd (the lock
-manager), with systemd units, and the tools tierce-lock, tierce-check,
-tierce-fabric and tierce-wanem. /etc/tierce holds a single-host
-configuration.")
+exporter and home of the cached pages' versions), tierce-lockd (the lock
+manager) and tierce-binlogd (invalidates the pages that writes made outside
+the application change, read from the MariaDB binlog), with systemd units,
+and the tools tierce-lock, tierce-check, tierce-fabric and tierce-wanem.
+/etc/tierce holds a single-host configuration.")
 set(CPACK_DEBIAN_AGENTS_PACKAGE_CONTROL_EXTRA
     "${_pkg}/debian/agents/postinst;${_pkg}/debian/agents/prerm;${_pkg}/debian/agents/postrm;${_pkg}/debian/agents/conffiles")
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# tierce-entrypoint ROLE — PID 1 of the Tierce images (docker/README.md): app | proxy | db.
+# tierce-entrypoint ROLE — PID 1 of the Tierce images (docker/README.md): app | proxy | db | binlogd.
 # Starts the role's processes the way the packages' units would (memd first, ready, then httpd),
 # logs to stderr (podman/docker logs), forwards SIGTERM, and exits when any of them exits, so that
 # the engine's restart policy — not a half-dead container — handles a crash.
@@ -64,6 +64,10 @@ app)
          TIERCE_DB_NAME=${TIERCE_DB_NAME:-rubis}
   listen=${TIERCE_MEMD_LISTEN:-tcp://$(hostname -i | awk '{print $1}'):7101}
   install -d -m 0755 -o tierce -g tierce /run/tierce
+  # /dev/shm may be a volume shared with this node's binlogd container (compose.yaml): give it the
+  # mode of a host's /dev/shm (a new volume is root's 0755), so that memd, once it is user tierce,
+  # may still remove its segments there.
+  chmod 1777 /dev/shm
   cat > /etc/tierce/memd.toml <<EOF
 # Written by tierce-entrypoint: the home of app node $TIERCE_NODE (docs/memd.md).
 [memd]
@@ -120,8 +124,13 @@ db)
     mariadb-install-db --user=mysql --datadir=/var/lib/mysql --auth-root-authentication-method=socket \
       --skip-test-db >/tmp/install.log 2>&1 || { cat /tmp/install.log >&2; die "mariadb-install-db failed"; }
   fi
+  # The change log tierce-binlogd reads (the binlogd service; docs/OPERATIONS.md "tierce-binlogd"):
+  # every row change, whole rows, column names and keys; kept a day (a binlogd stopped longer
+  # invalidates everything once when it comes back).
   mariadbd --user=mysql --datadir=/var/lib/mysql --socket=/run/mysqld/mysqld.sock --port=3306 \
     --bind-address=0.0.0.0 --skip-name-resolve --max-connections=1000 --innodb-buffer-pool-size=256M \
+    --log-bin=/var/lib/mysql/binlog --server-id=1 --binlog-format=ROW --binlog-row-image=FULL \
+    --binlog-row-metadata=FULL --binlog-expire-logs-seconds=86400 \
     --log-error=/dev/stderr &
   pids+=($!)
   for _ in $(seq 600); do
@@ -142,12 +151,94 @@ db)
       --seed "$seed" --schema /usr/share/tierce/sample/schema.sql >&2 || { stop_all; die "tierce-datagen failed"; }
     touch /var/lib/mysql/.tierce-loaded
   fi
+  # tierce-binlogd's account, at every start (a data volume from before it gets it; a new password
+  # applies): created after the load, so the agent's first start does not read the load's rows.
+  if [[ -n ${TIERCE_BINLOG_PASSWORD:-} ]]; then
+    buser=${TIERCE_BINLOG_USER:-tierce_binlog}
+    [[ $buser =~ ^[A-Za-z0-9_]+$ ]] || { stop_all; die "TIERCE_BINLOG_USER: letters, digits and _ only"; }
+    bpw=${TIERCE_BINLOG_PASSWORD//\'/\'\'}
+    mariadb -uroot -e "CREATE USER IF NOT EXISTS '$buser'@'%' IDENTIFIED BY '$bpw';
+      ALTER USER '$buser'@'%' IDENTIFIED BY '$bpw';
+      GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '$buser'@'%';" \
+      || { stop_all; die "creating the binlog account $buser failed (above)"; }
+    say "binlog account $buser: REPLICATION SLAVE, REPLICATION CLIENT"
+  fi
   say "MariaDB is ready: database $name, account $user"
   touch /run/mysqld/tierce.ready
   supervise
   ;;
+binlogd)
+  need_cluster_files
+  for v in TIERCE_DB_HOST TIERCE_BINLOG_PASSWORD; do
+    [[ -n ${!v:-} ]] || die "$v is not set (the database whose binlog this agent reads)"
+  done
+  host=${TIERCE_DB_HOST:-} port=${TIERCE_DB_PORT:-3306} buser=${TIERCE_BINLOG_USER:-tierce_binlog}
+  name=${TIERCE_DB_NAME:-rubis}
+  # The writer counter of node $TIERCE_NODE numbers this agent's invalidations; the node's memd
+  # creates it in its container's /dev/shm. Seeing it here proves that this container shares that
+  # /dev/shm (compose.yaml: the same volume on both); without it the agent would number in a
+  # counter of its own that no home reads.
+  say "waiting for $TIERCE_NODE's writer counter in /dev/shm (its memd creates it)"
+  seg=""
+  for _ in $(seq 1200); do
+    seg=$(compgen -G "/dev/shm/tierce.*.$TIERCE_NODE.writer" | head -n 1 || true)
+    [[ -n $seg ]] && break
+    sleep 0.1
+  done
+  [[ -n $seg ]] || die "no /dev/shm/tierce.*.$TIERCE_NODE.writer after 120 s: this container does not share $TIERCE_NODE's /dev/shm (mount the same volume at /dev/shm in both), or its memd does not run"
+  install -d -m 0755 -o tierce -g tierce /run/tierce
+  # The state (a volume): root:tierce 0770, as the unit's StateDirectory makes it.
+  install -d /var/lib/tierce/binlogd
+  chown root:tierce /var/lib/tierce/binlogd
+  chmod 0770 /var/lib/tierce/binlogd
+  (umask 077 && printf '%s\n' "$TIERCE_BINLOG_PASSWORD" > /etc/tierce/binlogd.password)
+  cat > /etc/tierce/binlogd.toml <<EOF
+# Written by tierce-entrypoint: tierce-binlogd beside app node $TIERCE_NODE (the package's
+# /etc/tierce/binlogd.toml with this stack's values; every key: /usr/share/tierce/conf/binlogd.toml).
+[binlogd]
+topology = "/etc/tierce/cluster.toml"
+node = "$TIERCE_NODE"
+state_file = "/var/lib/tierce/binlogd/binlogd.gtid"
+pid_file = "/run/tierce/binlogd.pid"
+user = "tierce"
+log_level = "${TIERCE_BINLOGD_LOG_LEVEL:-info}"
+metrics_file = "/run/tierce/binlogd.prom"
+databases = ["$name"]
+auto_names = false
+unknown_tables = "invalidate-all"
+
+[mariadb]
+host = "$host"
+port = $port
+user = "$buser"
+password_file = "/etc/tierce/binlogd.password"
+server_id = 4242
+
+# The sample site's tables and the names its pages depend on (sample/php).
+[[table]]
+name = "items"
+names = ["item:{id}", "category:{category_id}", "user:{seller_id}"]
+
+[[table]]
+name = "bids"
+names = ["item:{item_id}", "user:{user_id}"]
+
+[[table]]
+name = "users"
+names = ["user:{id}"]
+
+[[table]]
+name = "categories"
+names = ["category:{id}", "categories"]
+EOF
+  tierce-binlogd --config /etc/tierce/binlogd.toml --check || die "tierce-binlogd refused its configuration (above)"
+  tierce-binlogd --foreground --config /etc/tierce/binlogd.toml &
+  pids+=($!)
+  say "tierce-binlogd beside $TIERCE_NODE started (pid $!): the binlog of $host:$port as $buser, counter $seg"
+  supervise
+  ;;
 *)
-  echo "usage: tierce-entrypoint app|proxy|db" >&2
+  echo "usage: tierce-entrypoint app|proxy|db|binlogd" >&2
   exit 2
   ;;
 esac

@@ -1,7 +1,7 @@
 // agents/binlogd/main.cc — tierce-binlogd: invalidation from MariaDB's change log (agent.h), in
 // the daemon kit (base/daemon_kit.h: start, pid file, signals, drop, loop).
 //
-//   tierce-binlogd --config /etc/tierce/binlogd.toml [--foreground] [--check]
+//   tierce-binlogd --config /etc/tierce/binlogd.toml [--foreground] [--check] [--version]
 //
 // Exit codes (base/daemon.h): 0 stopped cleanly or --check passed, 1 a start that failed, 2 a bad
 // command line or configuration, 3 another tierce-binlogd holds the pid file.
@@ -20,6 +20,10 @@
 #include "base/metrics.h"
 #include "base/privileges.h"
 
+#ifndef TIERCE_VERSION
+#define TIERCE_VERSION "0.0.0"
+#endif
+
 namespace tierce::binlogd {
 namespace {
 
@@ -36,7 +40,9 @@ const char* kUsage =
     "row change touches, through the cluster's invalidation rounds (docs/binlog.md).\n"
     "  -c, --config FILE  the settings ([binlogd], [mariadb], [[table]]; conf/binlogd.toml)\n"
     "  -f, --foreground   stay in the foreground, log to stderr\n"
-    "      --check        check the file (and the password file) and exit\n";
+    "      --check        check the file (and the password file) and exit\n"
+    "  -V, --version      print the version and exit\n"
+    "  -h, --help         print this help and exit\n";
 
 std::optional<int> parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
@@ -45,6 +51,10 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
     else if (a.rfind("--config=", 0) == 0) o.config = a.substr(9);
     else if (a == "-f" || a == "--foreground") o.foreground = true;
     else if (a == "--check") o.check = true;
+    else if (a == "-V" || a == "--version") {
+      std::cout << kProgram << " " << TIERCE_VERSION << "\n";
+      return base::kExitOk;
+    }
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return base::kExitOk;

@@ -9,9 +9,11 @@ this machine, then purged (docs/packaging.md).
    from "packages installed": `a2enmod rcache appversion`, start tierce-memd as its unit does,
    (re)start Apache — here a private httpd on 127.0.0.1 with ephemeral ports that Includes
    /etc/apache2/mods-enabled, never the system instance. tierce-lockd and tierce-ftpd are started
-   from their units too. With systemd as PID 1 `systemctl start`; otherwise the units'
-   RuntimeDirectory/StateDirectory, ExecStartPre and ExecStart lines are run as the unit's user and
-   group with a NOTIFY_SOCKET of our own, so Type=notify is checked (READY=1) either way.
+   from their units too; tierce-binlogd is not (it needs MariaDB with a binlog): its unit's
+   ExecStartPre --check runs on the shipped binlogd.toml. With systemd as PID 1 `systemctl
+   start`; otherwise the units' RuntimeDirectory/StateDirectory, ExecStartPre and ExecStart lines
+   are run as the unit's user and group with a NOTIFY_SOCKET of our own, so Type=notify is checked
+   (READY=1) either way.
 3. A tiny PHP app (Tierce-Depends / Tierce-Invalidate headers) behind the packaged confs: first
    GET a miss, second a hit (Age header, mod_rcache's Hits counter, PHP not run again); an update
    POSTed through the cache; the next GET shows the new content.
@@ -220,14 +222,18 @@ class Test:
                                       "/etc/apache2/mods-available/appversion.conf",
                                       "/usr/share/tierce/apache2/proxy.conf.in",
                                       "/usr/share/doc/libapache2-mod-tierce/copyright"],
-            "tierce-agents": ["/usr/sbin/tierce-memd", "/usr/sbin/tierce-lockd", "/usr/bin/tierce-lock",
+            "tierce-agents": ["/usr/sbin/tierce-memd", "/usr/sbin/tierce-lockd", "/usr/sbin/tierce-binlogd",
+                              "/usr/bin/tierce-lock",
                               "/usr/bin/tierce-check", "/usr/bin/tierce-fabric", "/usr/bin/tierce-wanem",
                               "/etc/tierce/memd.toml", "/etc/tierce/lockd.toml", "/etc/tierce/cluster.toml",
-                              "/etc/tierce/writer.toml",
+                              "/etc/tierce/writer.toml", "/etc/tierce/binlogd.toml",
                               "/lib/systemd/system/tierce-memd.service",
                               "/lib/systemd/system/tierce-writer.service",
                               "/lib/systemd/system/tierce-lockd.service",
+                              "/lib/systemd/system/tierce-binlogd.service",
+                              "/usr/share/tierce/conf/binlogd.toml",
                               "/usr/share/man/man8/tierce-memd.8.gz", "/usr/share/man/man8/tierce-lockd.8.gz",
+                              "/usr/share/man/man8/tierce-binlogd.8.gz",
                               "/usr/share/man/man1/tierce-lock.1.gz", "/usr/share/man/man1/tierce-check.1.gz"],
             "tierce-ftp": ["/usr/sbin/tierce-ftpd", "/usr/bin/tierce-ftp", "/etc/tierce/ftpd.toml",
                            "/lib/systemd/system/tierce-ftpd.service",
@@ -247,7 +253,7 @@ class Test:
         etc = {
             "libapache2-mod-tierce": {f for f in want["libapache2-mod-tierce"] if f.startswith("/etc/")},
             "tierce-agents": {"/etc/tierce/memd.toml", "/etc/tierce/lockd.toml", "/etc/tierce/cluster.toml",
-                              "/etc/tierce/writer.toml"},
+                              "/etc/tierce/writer.toml", "/etc/tierce/binlogd.toml"},
             "tierce-ftp": {"/etc/tierce/ftpd.toml"},
             "php8.2-tierce": {"/etc/php/8.2/mods-available/tierce.ini"},
             "libtierce-lock0": set(),
@@ -330,11 +336,35 @@ class Test:
             raise Failure("systemd-analyze is missing: apt-get install systemd (tools/deps.sh installs it); "
                           "the units must be verified")
         units = [f"/lib/systemd/system/{u}.service"
-                 for u in ("tierce-memd", "tierce-writer", "tierce-lockd", "tierce-ftpd")]
+                 for u in ("tierce-memd", "tierce-writer", "tierce-lockd", "tierce-binlogd", "tierce-ftpd")]
         r = run(["systemd-analyze", "verify"] + units, check_rc=False)
         check(r.returncode == 0 and not (r.stdout + r.stderr).strip(),
-              "systemd-analyze verify: the four units are clean" +
+              "systemd-analyze verify: the five units are clean" +
               ("" if r.returncode == 0 else ": " + r.stdout + r.stderr))
+        self.check_binlogd_conf()
+
+    def check_binlogd_conf(self):
+        """tierce-binlogd needs MariaDB with a binlog, so it is not started here; its unit's
+        ExecStartPre --check runs on the shipped binlogd.toml, with the password file the admin
+        writes (removed again: the purge keeps files it does not know)."""
+        u = Unit("/lib/systemd/system/tierce-binlogd.service")
+        check(u.get("Type") == "notify" and u.get("Group") == "tierce",
+              "tierce-binlogd.service: Type=notify, Group=tierce")
+        check(not os.path.lexists("/etc/systemd/system/multi-user.target.wants/tierce-binlogd.service"),
+              "tierce-binlogd.service is not enabled by the package")
+        pw = "/etc/tierce/binlogd.password"
+        check(not os.path.exists(pw), f"the package ships no {pw} (the admin's)")
+        try:
+            fd = os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, b"packages-test\n")
+            os.close(fd)
+            argv = u.all("ExecStartPre")[0].lstrip("-+@!:").split()
+            r = run(argv, check_rc=False)
+            check(r.returncode == 0, "the shipped /etc/tierce/binlogd.toml passes the unit's --check" +
+                  ("" if r.returncode == 0 else ": " + r.stdout + r.stderr))
+        finally:
+            if os.path.exists(pw):
+                os.unlink(pw)
 
     def start_unit(self, name):
         """Starts a unit: systemctl with systemd as PID 1, else the unit's own lines."""
