@@ -53,8 +53,8 @@ base::Result<Mapping> Mapping::make(MappingSettings settings) {
           size_t j = t.find('}', i);
           if (j == std::string::npos) return bad("'{' without its '}'");
           std::string col = t.substr(i + 1, j - i - 1);
-          if (col.empty() || col.find('{') != std::string::npos)
-            return bad("a placeholder must name a column: {id}");
+          if (col.empty() || col.find_first_of("{ \t") != std::string::npos)
+            return bad("a placeholder must name a column, without spaces: {id}");
           parts.push_back({true, lower(col)});
           i = j + 1;
           continue;

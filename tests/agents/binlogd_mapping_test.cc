@@ -172,7 +172,7 @@ BOOST_AUTO_TEST_CASE(a_rendered_name_that_is_no_valid_name_invalidates_everythin
 
 BOOST_AUTO_TEST_CASE(make_refuses_invalid_templates) {
   for (const char* tpl : {"item:{id", "item:id}", "item:{}", "{", "}", "item:{a{b}", "item {id}",
-                          "a,b:{id}", "", "x\x01:{id}", "item:{id}}"}) {
+                          "a,b:{id}", "", "x\x01:{id}", "item:{id}}", "item:{ id }"}) {
     auto m = Mapping::make(rules({{"", "items", {"ok:{id}", tpl}}}));
     BOOST_TEST(!m.ok(), "accepted \"" << tpl << "\"");
     if (m.ok()) continue;
