@@ -41,7 +41,11 @@ CONFIGS = {  # name -> tierce-cluster up options
     "mod_cache-1h": {"cache": "mod_cache", "ttl": 3600},
     "tierce-tcp": {"cache": "tierce", "transport": "tcp"},
     "tierce-shm": {"cache": "tierce", "transport": "shm"},
+    # The same without tierce-binlogd (issue 31: the agent must not cost the hit path anything;
+    # it only adds invalidation rounds for writes): not in the default list, ask for it.
+    "tierce-shm-nobinlogd": {"cache": "tierce", "transport": "shm", "binlogd": False},
 }
+DEFAULT_CONFIGS = [c for c in CONFIGS if c != "tierce-shm-nobinlogd"]
 
 PROFILES = {
     # hot set: items 1..items, categories 1..cats, users 1..users (each proxy caches all of them)
@@ -264,7 +268,7 @@ def main():
     ap.add_argument("--out", help="output directory (default benchmarks/results/coherent_cache-<timestamp>/)")
     ap.add_argument("--build", default=os.path.join(REPO, "build"), help="build directory")
     ap.add_argument("--dir", default="/tmp/tierce-coherent-cache", help="cluster state directory")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma list among " + ",".join(CONFIGS))
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma list among " + ",".join(CONFIGS))
     ap.add_argument("--sweep-config", default="tierce-shm", help="configuration of the two sweeps")
     ap.add_argument("--no-sweeps", action="store_true", help="only the throughput table")
     ap.add_argument("--duration", type=float, help="seconds per measured row (overrides the profile)")

@@ -293,7 +293,8 @@ def check_modes(checker, lib, port, failures):
         failures.append(f"immediate: exit {rc}, stale {res.get('stale_reads')}, SQL stale {res.get('sql_stale_reads')},"
                         f" errors {res.get('errors')}, sql {sql} (want exit 0, no stale read, no error, >= 20 SQL "
                         "writes of >= 3 entities each, >= 100 reads checked each way, no non-zero window)")
-    sql_only = ["--writers", "0", "--sql-writers", "1", "--write-ratio", "0.05"]
+    # --sql-rate 0: the SQL writer takes the writes' budget and pacing, so the reads follow it
+    sql_only = ["--writers", "0", "--sql-writers", "1", "--sql-rate", "0", "--write-ratio", "0.05"]
     # (b) pages 2 s late after SQL writes: more than the 1 s bound
     rc, res, _ = run(checker, lib, port, 2000, sql_only + ["--duration", "4"])
     w = res.get("sql", {}).get("stale_window_ms", {})
