@@ -1,14 +1,17 @@
 # cmake/TierceTestResources.cmake — how ctest shares this machine's CPUs between tests
 # (docs/testing.md, "Scheduling").
 #
-# One resource, "cpu", with 2 slots (tests/ctest-resources.json, CTEST_RESOURCE_SPEC_FILE: plain
-# `ctest` uses it too). Every test takes one slot; a test that must have the machine to itself
-# (RUN_SERIAL: the cluster and fault tests, timing-sensitive ones) or runs two processes
-# (PROCESSORS 2) takes both, instead of RUN_SERIAL. The spin model checks
-# (^(dlm|coherence)_model_) take none: they run at SCHED_IDLE (chrt --idle 0), on the CPU time the
-# others leave — a cluster test leaves ~15 % of two cores idle (it waits on the network, the
-# database, sleeps), which used to be lost while the models waited for their own turn. With
-# `ctest -j3` a model runs beside two tests or a cluster test, and never takes a cycle they want.
+# Two resources (tests/ctest-resources.json, CTEST_RESOURCE_SPEC_FILE: plain `ctest` uses it too):
+#   cpu   2 slots. Every test takes one; a test that must have the machine to itself (RUN_SERIAL:
+#         the cluster and fault tests, timing-sensitive ones) or runs two processes (PROCESSORS 2)
+#         takes both, instead of RUN_SERIAL.
+#   idle  2 slots, one per spin model check (^(dlm|coherence)_model_). The models take no cpu
+#         slot: they run at SCHED_IDLE (chrt --idle 0), on the CPU time the others leave — a
+#         cluster test leaves ~15 % of two cores idle (it waits on the network, the database,
+#         sleeps), which used to be lost while the models waited for their own turn.
+# `ctest -j4` (tools/test.sh): two tests (or a cluster test) and two models. The -j limit counts a
+# model too, which is why the models have slots of their own: at -j3 three models could fill
+# the -j limit and keep a cluster test waiting (seen here).
 #
 # add_test is wrapped (once, here) so that every test of the tree gets this without each
 # directory saying it: the wrapper prefixes the models' command with chrt, and defers to the end
@@ -18,6 +21,7 @@ set(TIERCE_IDLE_TESTS "^(dlm|coherence)_model_")
 
 function(_tierce_test_resources name)
   if(name MATCHES "${TIERCE_IDLE_TESTS}")
+    set_tests_properties(${name} PROPERTIES RESOURCE_GROUPS "idle:1")
     return()
   endif()
   get_test_property(${name} RESOURCE_GROUPS given)
