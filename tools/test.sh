@@ -33,6 +33,4 @@ if [[ $ondemand == ON ]]; then
 fi
 echo "== build: $((SECONDS - t)) s"
 cd build
-# -j 4: two tests on the two CPU slots (cmake/TierceTestResources.cmake) and two model checks at
-# SCHED_IDLE beside them, on the time they leave idle.
-ctest --output-on-failure -j 4 "${exclude[@]}" "$@"
+ctest --output-on-failure -j 2 "${exclude[@]}" "$@"
