@@ -135,6 +135,13 @@ char ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
       if (::write(ctl, &kIdle, 1) != 1) ::_exit(0);
       continue;
     }
+    // Privilege separation: this process serves this one session and then exits, so it gives up
+    // the listening socket before the first client byte is read. Code running in the session
+    // (any login, anonymous included) can then not accept() other clients' connections.
+    if (privsep) {
+      ::close(listen_fd);
+      listen_fd = -1;
+    }
     const SessionStats stats = serve_session(senv, fd);
     ++served;
     const std::string report = encode_session_stats(stats);

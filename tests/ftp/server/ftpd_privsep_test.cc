@@ -21,6 +21,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "tests/ftp/server/ftpd_harness.h"
@@ -225,6 +226,75 @@ BOOST_AUTO_TEST_CASE(root_cannot_be_regained) {
   BOOST_TEST(status_field(w, "CapPrm") == "0000000000000000");
   BOOST_TEST(status_field(w, "CapEff") == "0000000000000000");
   BOOST_TEST(f.server->log().find("FTPD0205") == std::string::npos);
+}
+
+namespace {
+// The socket inodes a process holds ("socket:[N]" links under /proc/PID/fd).
+std::set<std::string> socket_inodes(pid_t pid) {
+  std::set<std::string> out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char buf[64];
+    ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), buf, sizeof buf - 1);
+    std::string link(buf, n > 0 ? size_t(n) : 0);
+    if (link.rfind("socket:[", 0) == 0) out.insert(link.substr(8, link.size() - 9));
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Inodes of the TCP sockets in LISTEN state (st 0A), IPv4 and IPv6.
+std::set<std::string> listening_inodes() {
+  std::set<std::string> out;
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream s(line);
+      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, ino;
+      s >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> ino;
+      if (st == "0A") out.insert(ino);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+// Issue 32: a logged-in session gives up the listening socket before it reads the client's first
+// byte, and never holds another session's connection: code running in it (anonymous included)
+// cannot accept() other users' connections.
+BOOST_AUTO_TEST_CASE(session_holds_no_listener_nor_other_sessions) {
+  if (!need_root("session_holds_no_listener_nor_other_sessions")) return;
+  Fixture f;
+  auto anon = f.connect();
+  auto alice = f.connect();
+  pid_t wa = serving_pid(*f.server, *anon);
+  pid_t wb = serving_pid(*f.server, *alice);
+  BOOST_REQUIRE(wa > 0);
+  BOOST_REQUIRE(wb > 0);
+  BOOST_REQUIRE(wa != wb);
+  // Already before the login (the greeting is the only byte sent so far): no listener.
+  const std::set<std::string> listening = listening_inodes();
+  BOOST_REQUIRE(!listening.empty());  // the server's own listener, held by the master
+  for (const auto& ino : socket_inodes(wa))
+    BOOST_TEST(!listening.count(ino), "pre-login worker " << wa << " holds listener " << ino);
+  BOOST_REQUIRE(anon->login("anonymous", "me@example.org"));
+  BOOST_REQUIRE(alice->login("alice", "wonderland"));
+  const std::set<std::string> a = socket_inodes(wa), b = socket_inodes(wb);
+  for (const auto& ino : a) {
+    BOOST_TEST(!listening.count(ino), "anonymous session " << wa << " holds listener " << ino);
+    BOOST_TEST(!b.count(ino), "sessions " << wa << " and " << wb << " share socket " << ino);
+  }
+  for (const auto& ino : b)
+    BOOST_TEST(!listening.count(ino), "alice's session " << wb << " holds listener " << ino);
+  // What a session holds: its control connection and its pipe to the master (a data connection
+  // only during a transfer).
+  BOOST_TEST(a.size() <= 3u, "anonymous session holds " << a.size() << " sockets");
+  BOOST_TEST(anon->cmd("NOOP").code == 200);
+  BOOST_TEST(alice->cmd("NOOP").code == 200);
 }
 
 BOOST_AUTO_TEST_CASE(file_permissions_are_the_accounts) {
