@@ -27,5 +27,13 @@ if ((${#missing[@]})); then
   apt-get update -q
   # Services (apache2, mariadb, redis-server) must not start by themselves: Tierce runs private
   # instances.
-  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # CI (a throw-away machine): dpkg without fsync per file, and no man-db index rebuild after
+  # each batch of man pages (both only cost time there; a user's machine keeps the defaults).
+  ci_opts=()
+  if [[ ${CI:-} == true ]]; then
+    ci_opts=(-o Dpkg::Options::=--force-unsafe-io)
+    echo "man-db man-db/auto-update boolean false" | debconf-set-selections 2>/dev/null || true
+  fi
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends \
+    "${ci_opts[@]}" "${missing[@]}"
 fi
