@@ -6,7 +6,9 @@
 #include "ftp_adts/ftp/tls.h"
 
 #include <arpa/inet.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/rand.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -198,8 +200,19 @@ SSL_TICKET_RETURN on_ticket_decrypt(SSL* s, SSL_SESSION*, const unsigned char*, 
   }
 }
 
-int on_ticket_generate(SSL*, void*) {
-  return 1;
+// The SSL ex_data slot that points at a control connection's SessionBinding.
+int binding_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+// Server: a ticket issued on a control connection carries its binding (ticket app data), which a
+// data connection's resumption brings back (resumed_binding).
+int on_ticket_generate(SSL* s, void*) {
+  auto* b = static_cast<const SessionBinding*>(SSL_get_ex_data(s, binding_index()));
+  if (!b) return 1;
+  SSL_SESSION* sess = SSL_get0_session(s);
+  return sess && SSL_SESSION_set1_ticket_appdata(sess, b->data(), b->size()) == 1 ? 1 : 0;
 }
 
 }  // namespace
@@ -223,9 +236,28 @@ std::shared_ptr<TlsContext> TlsContext::server(const std::string& cert_pem,
   // Session resumption between the control and data channels needs an id context.
   static const unsigned char kSid[] = "tierce-ftpd";
   SSL_CTX_set_session_id_context(ctx, kSid, sizeof kSid - 1);
-  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+  // Resumption by tickets only (they carry the control connection's binding); no server-side
+  // session cache, which would resume by session id without it.
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_session_ticket_cb(ctx, on_ticket_generate, on_ticket_decrypt, nullptr);
   return owner;
+}
+
+void TlsContext::new_ticket_keys() {
+  unsigned char keys[80];  // name 16, HMAC 32, AES 32 (SSL_CTX_set_tlsext_ticket_keys)
+  if (RAND_bytes(keys, sizeof keys) != 1 ||
+      SSL_CTX_set_tlsext_ticket_keys(ctx_, keys, sizeof keys) != 1) {
+    OPENSSL_cleanse(keys, sizeof keys);
+    throw TlsError("TLS: cannot set new session ticket keys: " + ssl_errors());
+  }
+  OPENSSL_cleanse(keys, sizeof keys);
+}
+
+SessionBinding new_session_binding() {
+  SessionBinding b{};
+  if (RAND_bytes(b.data(), int(b.size())) != 1)
+    throw TlsError("TLS: RAND_bytes failed: " + ssl_errors());
+  return b;
 }
 
 std::shared_ptr<TlsContext> TlsContext::client(bool verify) {
@@ -275,10 +307,16 @@ SSL* new_ssl(SSL_CTX* ctx, int fd) {
 }  // namespace
 
 std::unique_ptr<TlsConnection> TlsConnection::accept(std::shared_ptr<TlsContext> ctx, int fd,
-                                                     std::chrono::milliseconds timeout) {
+                                                     std::chrono::milliseconds timeout,
+                                                     const SessionBinding* bind) {
   if (!ctx) throw TlsError("TLS accept: no context");
   SSL* ssl = new_ssl(ctx->native(), fd);
   std::unique_ptr<TlsConnection> c(new TlsConnection(std::move(ctx), ssl, fd, timeout));
+  if (bind) {
+    c->bind_ = std::make_unique<SessionBinding>(*bind);
+    if (SSL_set_ex_data(ssl, binding_index(), c->bind_.get()) != 1)
+      throw TlsError("TLS accept: SSL_set_ex_data: " + ssl_errors());
+  }
   SSL_set_accept_state(ssl);
   drive(
       ssl, fd, timeout, "handshake (accept)", [ssl] { return SSL_accept(ssl); }, false);
@@ -377,6 +415,15 @@ void TlsConnection::shutdown() {
 
 bool TlsConnection::session_reused() const {
   return SSL_session_reused(ssl_) == 1;
+}
+
+bool TlsConnection::resumed_binding(const SessionBinding& b) const {
+  if (SSL_session_reused(ssl_) != 1) return false;
+  SSL_SESSION* sess = SSL_get0_session(ssl_);
+  void* data = nullptr;
+  size_t len = 0;
+  if (!sess || SSL_SESSION_get0_ticket_appdata(sess, &data, &len) != 1) return false;
+  return len == b.size() && CRYPTO_memcmp(data, b.data(), len) == 0;
 }
 
 }  // namespace tierce::ftp

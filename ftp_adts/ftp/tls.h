@@ -4,6 +4,7 @@
 
 #include <openssl/ssl.h>
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <span>
@@ -27,6 +28,9 @@ class TlsContext {
   static std::shared_ptr<TlsContext> client(bool verify);
   ~TlsContext();
   SSL_CTX* native() const { return ctx_; }
+  // Server: new random session ticket keys for this context (a forked worker calls it, so that no
+  // other worker can decrypt its tickets, nor it theirs).
+  void new_ticket_keys();
 
  private:
   explicit TlsContext(SSL_CTX* c) : ctx_(c) {}
@@ -37,13 +41,21 @@ class TlsContext {
 // mode: the connection uses recv/send with MSG_DONTWAIT | MSG_NOSIGNAL and waits in poll).
 // Blocking with a deadline: every call throws TlsError on a timeout or a TLS failure; each call
 // gets the whole timeout (a timeout of 0 means no deadline).
+// A server control connection's mark on the session tickets it issues (ticket app data): a data
+// connection that resumes a ticket carrying it resumed this control connection's session, not
+// another client's. Random per control connection.
+using SessionBinding = std::array<unsigned char, 16>;
+SessionBinding new_session_binding();
+
 class TlsConnection {
  public:
   // Server side handshake. On a data channel a client may resume the control channel's session
   // (curl and lftp do; we accept but do not require reuse): any context made by
   // TlsContext::server() allows it, and a resumed handshake sends no new TLS 1.3 tickets.
+  // `bind` (a control connection): every ticket issued on it carries that mark.
   static std::unique_ptr<TlsConnection> accept(std::shared_ptr<TlsContext> ctx, int fd,
-                                               std::chrono::milliseconds timeout);
+                                               std::chrono::milliseconds timeout,
+                                               const SessionBinding* bind = nullptr);
   // Client side; `reuse` offers the control channel's session on a data channel.
   static std::unique_ptr<TlsConnection> connect(std::shared_ptr<TlsContext> ctx, int fd,
                                                 const std::string& sni_host,
@@ -55,6 +67,9 @@ class TlsConnection {
   void shutdown();                           // sends close_notify (best effort)
   // True when the handshake resumed a session (client: the one offered with `reuse`).
   bool session_reused() const;
+  // Server: true when the handshake resumed a ticket marked `b` (issued on the control connection
+  // with that binding). A fresh handshake or another connection's ticket: false.
+  bool resumed_binding(const SessionBinding& b) const;
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   int fd() const { return fd_; }
 
@@ -64,6 +79,7 @@ class TlsConnection {
   SSL* ssl_;
   int fd_;
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<SessionBinding> bind_;  // a server control connection's mark (ex_data points here)
   bool failed_ = false;  // a fatal error happened: OpenSSL forbids SSL_shutdown afterwards
 };
 

@@ -196,7 +196,8 @@ void Control::start_tls(std::shared_ptr<ftp::TlsContext> ctx, Millis timeout) {
   // Anything the client sent before the handshake finished would be plaintext injected into the
   // protected session (CVE-2011-0411 style): drop it.
   in_.clear();
-  tls_ = ftp::TlsConnection::accept(std::move(ctx), fd_, timeout);
+  binding_ = ftp::new_session_binding();
+  tls_ = ftp::TlsConnection::accept(std::move(ctx), fd_, timeout, &binding_);
 }
 
 }  // namespace tierce::ftpd

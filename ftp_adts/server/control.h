@@ -51,9 +51,11 @@ class Control {
   // Writes the pending replies; false if the peer is gone (the session then ends).
   bool flush();
 
-  // AUTH TLS: the handshake on the control connection (after the 234 was flushed).
+  // AUTH TLS: the handshake on the control connection (after the 234 was flushed). The tickets
+  // it issues carry a fresh binding, which a data connection must bring back (require_reuse).
   void start_tls(std::shared_ptr<ftp::TlsContext> ctx, Millis timeout);
   bool tls() const { return tls_ != nullptr; }
+  const ftp::SessionBinding& tls_binding() const { return binding_; }
   ftp::TlsConnection* tls_connection() { return tls_.get(); }
 
  private:
@@ -70,6 +72,7 @@ class Control {
   bool discarding_ = false;  // inside an over-long line: drop up to the next LF
   std::string out_;
   std::unique_ptr<ftp::TlsConnection> tls_;
+  ftp::SessionBinding binding_{};
 };
 
 }  // namespace tierce::ftpd

@@ -78,6 +78,16 @@ char ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGHUP, SIG_IGN);
   const bool privsep = env.privsep && env.privsep->enabled;
+  // This worker's own session ticket keys: a ticket issued by another worker (another client's
+  // session) cannot be decrypted here, nor this worker's there.
+  if (env.tls) {
+    try {
+      env.tls->new_ticket_keys();
+    } catch (const std::exception& e) {
+      if (env.log) env.log(LogLevel::Error, std::string("FTPD0406 worker: ") + e.what());
+      ::_exit(1);
+    }
+  }
   SessionEnv senv{env.cfg, env.log, env.xferlog, env.tls, {}};
   if (privsep) {
     senv.after_login = [&env](const std::string& user, bool anonymous) -> base::Status {

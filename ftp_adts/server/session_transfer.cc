@@ -351,12 +351,16 @@ base::Result<std::unique_ptr<DataConn>> Session::open_data() {
       return base::Status(base::Code::Unavailable,
                           std::string("TLS on the data connection failed: ") + e.what());
     }
-    if (cfg_.tls_require_reuse && !conn->tls()->session_reused()) {
+    if (cfg_.tls_require_reuse && !conn->tls()->resumed_binding(ctl_.tls_binding())) {
       // As vsftpd's require_ssl_reuse: the data connection must resume the TLS session of this
-      // server's control connection, so a stranger who raced for the port (with a fresh
-      // handshake) cannot take the data. curl, lftp and tierce-ftp resume.
-      log(LogLevel::Warn, "FTPD0405 " + who() + ": data connection without TLS session reuse " +
-                              "refused ([tls] require_reuse)");
+      // control connection, so a stranger who raced for the port (with a fresh handshake, or
+      // with a ticket of their own session on this server) cannot take the data. curl, lftp and
+      // tierce-ftp resume.
+      log(LogLevel::Warn, "FTPD0405 " + who() + ": data connection " +
+                              (conn->tls()->session_reused()
+                                   ? "resumed another control connection's TLS session"
+                                   : "without TLS session reuse") +
+                              ": refused ([tls] require_reuse)");
       return base::Status(base::Code::PermissionDenied,
                           "TLS session reuse required on the data connection");
     }

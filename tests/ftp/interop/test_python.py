@@ -41,6 +41,22 @@ class ReusingFTP_TLS(ftplib.FTP_TLS):
         return conn, size
 
 
+class ForeignSessionFTP_TLS(ftplib.FTP_TLS):
+    """FTP_TLS whose PROT P data connections resume *another* control connection's TLS session
+    (`foreign`, a session of the same server): what a client racing for another user's data port
+    with a ticket of its own session would send. tierce-ftpd must refuse it (issue 32)."""
+
+    def __init__(self, foreign, **kw):
+        super().__init__(**kw)
+        self.foreign = foreign
+
+    def ntransfercmd(self, cmd, rest=None):
+        conn, size = ftplib.FTP.ntransfercmd(self, cmd, rest)
+        if self._prot_p:
+            conn = self.context.wrap_socket(conn, server_hostname=self.host, session=self.foreign)
+        return conn, size
+
+
 def retr(ftp, name, rest=None):
     buf = io.BytesIO()
     ftp.retrbinary("RETR " + name, buf.write, rest=rest)
@@ -186,6 +202,26 @@ def body(a, ck, srv, root, cert, a_data):
     ck.check("tls.bin" in tls.nlst(), "FTP_TLS: NLST")
     if not a.vsftpd:
         ck.check("tls.bin" in [n for n, _ in tls.mlsd()], "FTP_TLS: MLSD")
+    if not a.vsftpd:
+        # The data connection must resume this control connection's session: a second client
+        # whose data connection resumes the first client's session is refused, and the
+        # first client's own transfers go on.
+        other = ForeignSessionFTP_TLS(tls.sock.session, context=ctx, timeout=20)
+        other.connect(srv.host, srv.port)
+        other.login(srv.user, srv.password)
+        other.prot_p()
+        # The server answers 426 and drops the data connection; the client may see that first
+        # as a TLS error on the data connection.
+        got = expect_error(retr, other, "b.txt")
+        ck.check(got is not None, "PROT P data resuming another control connection's TLS "
+                 "session is refused", "the transfer succeeded")
+        other.close()
+        ck.check(retr(tls, "b.txt") == b"bee\n", "FTP_TLS PROT P: own session still resumes")
+        # Refused either way: this worker's own ticket keys cannot decrypt the other worker's
+        # ticket (no reuse), and a ticket of this worker from another session carries another
+        # binding.
+        ck.check("refused ([tls] require_reuse)" in srv.log_text(),
+                 "FTPD0405 says why the data connection was refused")
     tls.prot_c()
     ck.check(retr(tls, "b.txt") == b"bee\n", "FTP_TLS PROT C (clear data): RETR")
     tls.quit()
