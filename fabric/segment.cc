@@ -250,6 +250,30 @@ SharedSegment SharedSegment::open_or_create(const std::string& name, size_t data
   for (int attempt = 0; attempt < 8; ++attempt) {
     int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd >= 0) {
+      // An existing object is used only if it is one we could have created: owned by this user
+      // (or by root, who may create it for services of several users), no permission beyond
+      // `mode`. Else someone else created it first (e.g. a local user pre-creating the name,
+      // mode 0666) and could still read or write what we put there.
+      struct stat st {};
+      if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        errno = e;
+        throw_errno("fstat segment " + name);
+      }
+      if ((st.st_uid != ::geteuid() && st.st_uid != 0) || (st.st_mode & 0777 & ~mode) != 0) {
+        ::close(fd);
+        char m[8], w[8];
+        std::snprintf(m, sizeof m, "%04o", unsigned(st.st_mode & 07777));
+        std::snprintf(w, sizeof w, "%04o", mode & 0777);
+        throw FabricError(Errc::NotPermitted,
+                          "segment " + name + " exists, owned by uid " +
+                              std::to_string(st.st_uid) + " with mode " + m +
+                              "; this process (uid " + std::to_string(::geteuid()) +
+                              ") uses only a segment that it or root owns, with at most mode " + w +
+                              ": another user may have created it to read or change it; remove "
+                              "it (rm /dev/shm" + name + ") and start again");
+      }
       SharedSegment s = map_fd(fd, name, false, 0);
       if (s.size() < data_len)
         throw FabricError(Errc::BadRequest, "segment " + name + " holds " +

@@ -150,7 +150,9 @@ class SharedSegment {
   // Maps the named segment if it exists, else creates it — never replacing one another process
   // created meanwhile (it is published with link(2), which fails on an existing name): two
   // processes that race here end up mapping the same object. `data_len` applies to a new one; an
-  // existing one smaller than that is an error (another layout).
+  // existing one smaller than that is an error (another layout). An existing one owned by another
+  // user than this one or root, or with permissions beyond `mode`, is refused (NotPermitted):
+  // someone else created the name first and could read or change it.
   static SharedSegment open_or_create(const std::string& name, size_t data_len,
                                       unsigned mode = 0600);
   // Maps a segment from a file descriptor (taken over: closed with the segment).

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "base/net.h"
 #include "fabric/fabric.h"
 #include "fabric/listener.h"
 #include "fabric/responder.h"
@@ -99,7 +100,8 @@ class SocketListener final : public Listener {
                "max_connections (" + std::to_string(ctx_.opts->max_connections) + ") reached");
         continue;
       }
-      std::string host = per_ip ? host_of(peer) : std::string();
+      // IPv6 peers counted by their /64 (base::address_group).
+      std::string host = per_ip ? base::address_group(host_of(peer)) : std::string();
       if (per_ip && per_ip_[host] >= ctx_.opts->max_connections_per_ip) {
         g.unlock();
         refuse(c, peer, "FAB0107",

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/metrics.h"
+#include "base/net.h"
 #include "ftp_adts/server/data.h"
 #include "ftp_adts/server/session.h"
 
@@ -397,7 +398,8 @@ void Master::message(pid_t pid, Worker& w, std::string_view m) {
     return;
   }
   if (w.state != Worker::State::Retiring) w.state = Worker::State::Busy;
-  std::string host(m.substr(1));
+  // Counted by address group: an IPv6 client by its /64 (base::address_group).
+  std::string host = base::address_group(m.substr(1));
   size_t same = 0;
   for (auto& [p, o] : workers_) same += p != pid && !o.peer.empty() && o.peer == host;
   char answer = kAccept;

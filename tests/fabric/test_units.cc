@@ -333,6 +333,39 @@ BOOST_AUTO_TEST_CASE(open_or_create_never_replaces_and_still_named_tells_a_repla
   }
 }
 
+// Issue 32: a name pre-created by someone else (another owner, or a wider mode) is refused, not
+// used: its creator could read or change what the segment holds (a writer's counter).
+BOOST_AUTO_TEST_CASE(open_or_create_refuses_a_segment_it_could_not_have_created) {
+  std::string name = "/tierce-unit-ooc-foreign-" + std::to_string(getpid());
+  SharedSegment::unlink(name);
+  {
+    auto mine = SharedSegment::create(name, 64, 0600);
+    ::fchmod(mine.fd(), 0666);  // as a local user pre-creating the name would
+    try {
+      SharedSegment::open_or_create(name, 64, 0600);
+      BOOST_FAIL("a mode-0666 segment was used");
+    } catch (const FabricError& e) {
+      BOOST_TEST((e.code() == Errc::NotPermitted));
+      BOOST_TEST(std::string(e.what()).find("mode 0666") != std::string::npos, e.what());
+    }
+    ::fchmod(mine.fd(), 0640);  // group read: wider than 0600 as well
+    BOOST_CHECK_THROW(SharedSegment::open_or_create(name, 64, 0600), FabricError);
+    BOOST_CHECK_NO_THROW(SharedSegment::open_or_create(name, 64, 0640));  // what was asked for
+    if (::geteuid() == 0) {  // another owner (root can give it away)
+      ::fchmod(mine.fd(), 0600);
+      BOOST_REQUIRE(::fchown(mine.fd(), 65534, 65534) == 0);
+      try {
+        SharedSegment::open_or_create(name, 64, 0600);
+        BOOST_FAIL("a segment of uid 65534 was used");
+      } catch (const FabricError& e) {
+        BOOST_TEST(std::string(e.what()).find("owned by uid 65534") != std::string::npos,
+                   e.what());
+      }
+    }
+    SharedSegment::unlink(name);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(lease_cap_bounds_every_renewal) {
   auto seg = SharedSegment::create_anonymous("cap", 64);
   SegmentHeader* h = seg.header();
