@@ -20,11 +20,20 @@
 namespace tierce::fabric {
 
 Secret::Secret(std::string bytes) : bytes_(std::move(bytes)) {
-  if (bytes_.size() < kMinSecretBytes)
+  if (bytes_.size() < kMinSecretBytes) {
+    const size_t n = bytes_.size();
+    wipe();  // no destructor runs for an object whose constructor throws
     throw FabricError(Errc::Config,
-                      "shared secret is " + std::to_string(bytes_.size()) + " bytes; at least " +
+                      "shared secret is " + std::to_string(n) + " bytes; at least " +
                           std::to_string(kMinSecretBytes) +
                           " are needed (e.g. head -c 32 /dev/urandom | base64 > secret)");
+  }
+}
+
+void Secret::wipe() noexcept {
+  // The whole buffer: a string that shrank keeps old bytes past its size.
+  if (bytes_.capacity()) OPENSSL_cleanse(bytes_.data(), bytes_.capacity());
+  bytes_.clear();
 }
 
 Secret Secret::from_file(const std::string& path) {
@@ -49,21 +58,29 @@ Secret Secret::from_file(const std::string& path) {
                                                         unsigned(st.st_mode & 07777));
                                           return std::string(m);
                                         }() + "): chmod 600 " + path);
-  std::string s;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  // The file is read into one buffer of its size (no reallocation leaves a copy behind), and the
+  // read buffer and that one are overwritten once the Secret holds the bytes.
+  if (st.st_size > off_t(1) << 20)
+    throw FabricError(Errc::Config, "secret file " + path + " is over 1 MiB: not a secret?");
+  std::string s(size_t(st.st_size), '\0');
+  size_t got = 0;
+  while (got < s.size()) {
+    ssize_t n = ::read(fd.get(), s.data() + got, s.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno("read secret file " + path);
+    if (n < 0) {
+      OPENSSL_cleanse(s.data(), s.size());
+      throw_errno("read secret file " + path);
+    }
     if (n == 0) break;
-    s.append(buf, size_t(n));
-    if (s.size() > (size_t(1) << 20))
-      throw FabricError(Errc::Config, "secret file " + path + " is over 1 MiB: not a secret?");
+    got += size_t(n);
   }
-  auto b = s.find_first_not_of(" \t\r\n");
-  auto e = s.find_last_not_of(" \t\r\n");
-  s = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-  return Secret(std::move(s));
+  auto b = s.find_first_not_of(" \t\r\n\0");
+  auto e = s.find_last_not_of(" \t\r\n\0");
+  std::string trimmed = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  OPENSSL_cleanse(s.data(), s.size());
+  Secret out(std::move(trimmed));  // throws when too short: `trimmed` is then wiped below
+  OPENSSL_cleanse(trimmed.data(), trimmed.capacity());
+  return out;
 }
 
 Nonce make_nonce() {

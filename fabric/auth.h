@@ -35,11 +35,31 @@ struct HandshakeParams {
 using Nonce = std::array<uint8_t, 32>;
 using Mac = std::array<uint8_t, 32>;
 
+// The cluster secret. Every copy overwrites its bytes when it is destroyed or assigned over
+// (OPENSSL_cleanse), so a freed copy leaves nothing behind in the heap for a memory scan to find.
 class Secret {
  public:
   Secret() = default;
   // Throws FabricError{Config} when shorter than kMinSecretBytes.
   explicit Secret(std::string bytes);
+  Secret(const Secret&) = default;
+  Secret(Secret&& o) noexcept : bytes_(std::move(o.bytes_)) { o.wipe(); }
+  Secret& operator=(const Secret& o) {
+    if (this != &o) {
+      wipe();
+      bytes_ = o.bytes_;
+    }
+    return *this;
+  }
+  Secret& operator=(Secret&& o) noexcept {
+    if (this != &o) {
+      wipe();
+      bytes_ = std::move(o.bytes_);
+      o.wipe();
+    }
+    return *this;
+  }
+  ~Secret() { wipe(); }
   // Reads a secret file (surrounding whitespace stripped). Refuses (FabricError{Config}, with the
   // fix in the message) a file that its group or others may read or write, or that is owned by
   // neither the running user nor root.
@@ -48,6 +68,7 @@ class Secret {
   const std::string& bytes() const { return bytes_; }
 
  private:
+  void wipe() noexcept;  // overwrites the bytes (and the string's whole buffer), then clears
   std::string bytes_;
 };
 
