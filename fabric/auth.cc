@@ -74,8 +74,8 @@ Secret Secret::from_file(const std::string& path) {
     if (n == 0) break;
     got += size_t(n);
   }
-  auto b = s.find_first_not_of(" \t\r\n\0");
-  auto e = s.find_last_not_of(" \t\r\n\0");
+  auto b = s.find_first_not_of(" \t\r\n");
+  auto e = s.find_last_not_of(" \t\r\n");
   std::string trimmed = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
   OPENSSL_cleanse(s.data(), s.size());
   Secret out(std::move(trimmed));  // throws when too short: `trimmed` is then wiped below
