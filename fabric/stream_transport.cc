@@ -327,8 +327,16 @@ class ReplyBatch {
       send_with_fd(fd_, hb, sizeof hb, reply.fd_to_pass, d);
     } else {
       auto body = reply.direct.empty() ? std::span<const uint8_t>(reply.payload) : reply.direct;
-      if (body.size() > FrameReader::kBufferSize) {  // large: no extra copy
+      if (body.size() > FrameReader::kBufferSize) {  // large: no extra copy, but see below
         flush(d);
+        if (!reply.direct.empty() && prot_ && prot_->mode() == Protection::Mac) {
+          // A live region (a READ): its owner may write it while it is sent. The tag must cover
+          // the bytes that go out, so they are taken once, here; MACing the region and then
+          // sending it again made the client see a bad MAC whenever a write fell in between.
+          // (Encrypt mode copies anyway; unprotected frames carry no tag to disagree with.)
+          snapshot_.assign(body.begin(), body.end());
+          body = snapshot_;
+        }
         send_frame(fd_, reply.header, body, d, prot_);
       } else {
         append_sealed_frame(out_, reply.header, body, prot_);
@@ -342,6 +350,7 @@ class ReplyBatch {
   int fd_;
   FrameProtector* prot_;
   std::vector<uint8_t> out_;
+  std::vector<uint8_t> snapshot_;  // a large READ's bytes in Mac mode (add)
 };
 
 enum class StreamOpened { Refused, Handed, Close };

@@ -78,7 +78,9 @@ std::string client_handshake(int fd, const Secret& secret, Deadline d,
                              Protection wanted = Protection::None,
                              FrameProtector* prot = nullptr);
 
-// Sends one frame (header + payload, then its tag when prot is active) on a socket.
+// Sends one frame (header + payload, then its tag when prot is active) on a socket. In Mac mode
+// a large payload is MACed in place and then sent: it must not change during the call (a live
+// region is copied first: ReplyBatch in stream_transport.cc).
 void send_frame(int fd, const wire::Header& h, std::span<const uint8_t> payload, Deadline d,
                 FrameProtector* prot = nullptr);
 // Appends one frame (sealed when prot is active) to `out`. Frames must be sent in the order
