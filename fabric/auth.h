@@ -5,14 +5,23 @@
 // constant time and answers AUTH_OK with mac_s = HMAC-SHA256(secret, "tierce-s" || cn || sn), which
 // the client checks. Either side closes on a mismatch. Fresh nonces on both sides keep a recorded
 // exchange from being replayed; the secret itself never crosses the wire.
+//
+// Identity (version 3, identity.h): the secret proves membership only. A server with a node key
+// appends to AUTH_OK its Ed25519 signature of the transcript ("tierce-S", version, both protection
+// settings, sn, cn, its HELLO name); a client that expects a node checks it with that node's public
+// key. A client with a node key appends to AUTH its name and its signature ("tierce-C", the same
+// fields and both names); a server that knows the cluster's keys checks it.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "fabric/identity.h"
 #include "fabric/wire.h"
 
 namespace tierce::fabric {
@@ -80,6 +89,55 @@ Mac server_proof(const Secret& s, const Nonce& server_nonce, const Nonce& client
 // Constant-time comparison.
 bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b);
 
+// Who a client expects at the other end, and who it is (identity.h). Every field optional.
+struct ClientIdentity {
+  // The node this connection is for: the server's HELLO must name it ("" = any member).
+  std::string expect_node;
+  // That node's public key: the server must sign the handshake with it, or the connection fails
+  // (AuthFailed) before it is used. Unset: the shared secret alone is checked.
+  std::optional<PublicKey> expect_key;
+  // This client's node name and key: when both are set it signs the handshake.
+  std::string node;
+  NodeKey key;
+};
+
+// A server's identity and what it knows of its clients'.
+struct ServerIdentity {
+  NodeKey key;  // signs every handshake (with the server's name) when set
+  // Public keys by node name: a client that signs is checked against its name's key.
+  std::map<std::string, PublicKey> peers;
+  bool require_clients = false;  // refuse a client that does not sign
+};
+
+// AUTH's payload: the client's nonce and proof, then (a client with a key) u8 name length, name,
+// signature. nullopt when malformed.
+struct AuthRequest {
+  Nonce cn{};
+  Mac mac{};
+  std::string node;  // "" when the client did not sign
+  Signature sig{};
+};
+std::optional<AuthRequest> parse_auth(std::span<const uint8_t> payload);
+
+enum class AuthVerdict {
+  Ok,
+  BadProof,      // the shared secret's proof does not match (another secret?)
+  UnknownNode,   // signed as a node this server has no key for
+  BadSignature,  // signed as a node, but not with its key
+  Unsigned,      // the server requires a signed client
+};
+// The server's check of AUTH. *node = the client's proven node name ("" when it did not sign).
+AuthVerdict check_auth(const AuthRequest& a, const Secret& s, const Nonce& sn,
+                       const HandshakeParams& p, const std::string& server_name,
+                       const ServerIdentity& id, std::string* node);
+// The log line (with its message id) for a refusal other than BadProof: `remote` the peer's
+// address, `claimed` the node it signed as.
+std::string identity_refusal(AuthVerdict v, const std::string& remote, const std::string& claimed);
+// AUTH_OK's payload: the server's proof, then its signature when it has a key.
+std::vector<uint8_t> auth_ok_payload(const Secret& s, const Nonce& sn, const Nonce& cn,
+                                     const HandshakeParams& p, const std::string& server_name,
+                                     const ServerIdentity& id);
+
 // Frees what OpenSSL keeps for the calling thread (its per-thread state, made by the MACs above).
 // A detached thread calls it before it tells anyone it is done: otherwise a process that exits
 // right after may do so before the thread's own exit handlers freed it (LeakSanitizer saw that).
@@ -89,8 +147,10 @@ void release_thread_crypto();
 class ClientHandshake {
  public:
   // `wanted`: the least protection this client accepts (None on shm and verbs).
-  explicit ClientHandshake(const Secret& s, Protection wanted = Protection::None)
-      : secret_(s), cn_(make_nonce()) {
+  // `id`: whom it expects and who it is (nullptr: neither); must outlive the handshake.
+  explicit ClientHandshake(const Secret& s, Protection wanted = Protection::None,
+                           const ClientIdentity* id = nullptr)
+      : secret_(s), id_(id), cn_(make_nonce()) {
     params_.client = wanted;
   }
   // Checks the server's HELLO; returns the AUTH payload to send. Throws FabricError{Protocol}
@@ -98,7 +158,8 @@ class ClientHandshake {
   std::vector<uint8_t> answer_hello(const wire::Header& h, std::span<const uint8_t> payload);
   // The AUTH header to send with that payload.
   wire::Header auth_header() const;
-  // Checks the answer to AUTH. Throws FabricError{AuthFailed} or {Protocol}.
+  // Checks the answer to AUTH (and, with an expected key, the server's signature). Throws
+  // FabricError{AuthFailed} or {Protocol}.
   void check_answer(const wire::Header& h, std::span<const uint8_t> payload) const;
   const std::string& server_name() const { return name_; }
   // After check_answer: the protection in force and the nonces its keys derive from.
@@ -108,6 +169,7 @@ class ClientHandshake {
 
  private:
   const Secret& secret_;
+  const ClientIdentity* id_;
   Nonce sn_{}, cn_;
   HandshakeParams params_;
   std::string name_;

@@ -145,6 +145,9 @@ struct ClientOptions {
   size_t registration_cache_bytes = 0;
   // tcp: the least protection this client accepts (the server may impose more). shm, verbs: none.
   Protection protection = Protection::Mac;
+  // Node identity (fabric/identity.h): the node this connection is for and its public key (the
+  // server must prove it), and this client's own name and key (it signs). All transports.
+  ClientIdentity identity;
 };
 
 // A client's link to one Server. Not thread-safe: one per thread, or guard it.
@@ -199,6 +202,7 @@ std::unique_ptr<Connection> connect(std::string_view uri, const ClientOptions& o
 struct PeerInfo {
   std::string remote;  // the peer's address as the transport sees it
   Transport transport = Transport::Tcp;
+  std::string node;  // the client's node name, proven by its signature ("" when it did not sign)
 };
 
 // Message handlers run on the serving connection's thread; a thrown exception becomes a
@@ -230,6 +234,10 @@ struct ServerOptions {
   size_t max_preauth_frame = 256;
   // tcp frames after the handshake (see Protection). shm and verbs: ignored.
   Protection protection = Protection::Mac;
+  // Node identity (fabric/identity.h): the key that signs every handshake with `name` (clients
+  // that expect this node check it), the cluster's public keys (a client that signs is checked)
+  // and whether an unsigned client is refused.
+  ServerIdentity identity;
   LogSink log;  // defaults to stderr
 };
 

@@ -118,7 +118,7 @@ class SocketListener final : public Listener {
       ctx_.counters->connections_accepted.fetch_add(1, std::memory_order_relaxed);
       std::thread([this, c = std::move(c), mine = std::move(mine), raw, peer, host,
                    per_ip]() mutable {
-        PeerInfo info{addr_.transport == Transport::Shm ? "local" : peer, addr_.transport};
+        PeerInfo info{addr_.transport == Transport::Shm ? "local" : peer, addr_.transport, {}};
         serve_stream_connection(std::move(c), info, ctx_);
         release_thread_crypto();
         std::lock_guard g2(mu_);

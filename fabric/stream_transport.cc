@@ -194,8 +194,7 @@ void refuse_auth(int fd, const Header& to, std::string_view why, Deadline d) {
 // Steps 1 and 2 of a connection: HELLO, then AUTH proving the secret, answered with AUTH_OK.
 // Returns the session's protector, or nothing when the peer was refused or left (already logged
 // and counted). Throws FabricError on socket failures.
-std::optional<FrameProtector> server_handshake(int fd, const PeerInfo& peer,
-                                               const ServeContext& ctx) {
+std::optional<FrameProtector> server_handshake(int fd, PeerInfo& peer, const ServeContext& ctx) {
   const ServerOptions& o = *ctx.opts;
   // 1. HELLO with our nonce, protocol version and protection (tcp only: shm stays on this
   //    host, inside the trust domain, and its control channel is not protected).
@@ -223,7 +222,9 @@ std::optional<FrameProtector> server_handshake(int fd, const PeerInfo& peer,
                                   " before authenticating (max_preauth_frame); closing");
     return std::nullopt;
   }
-  if (h.op != Op::Auth || h.reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
+  std::optional<AuthRequest> req;
+  if (h.op == Op::Auth && !h.reply) req = parse_auth(payload);
+  if (!req) {
     ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
     log_to(o, LogLevel::Warn, "FAB0201 peer " + peer.remote + " sent " +
                                   std::string(wire::op_name(h.op)) +
@@ -246,18 +247,20 @@ std::optional<FrameProtector> server_handshake(int fd, const PeerInfo& peer,
   params.client = Protection(h.a1);
   const Protection agreed =
       ctx.view.transport == Transport::Tcp ? params.agreed() : Protection::None;
-  Nonce cn;
-  std::memcpy(cn.data(), payload.data(), cn.size());
-  Mac expect = client_proof(o.secret, sn, cn, params);
-  if (!mac_equal(expect,
-                 std::span<const uint8_t>(payload.data() + wire::kNonceSize, wire::kMacSize))) {
+  std::string node;
+  const AuthVerdict verdict = check_auth(*req, o.secret, sn, params, o.name, o.identity, &node);
+  if (verdict != AuthVerdict::Ok) {
     ctx.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
-    log_to(o, LogLevel::Warn, "FAB0202 peer " + peer.remote +
-                                  " failed authentication (wrong shared secret?); closing");
-    refuse_auth(fd, h, "", auth_d);
+    log_to(o, LogLevel::Warn,
+           verdict == AuthVerdict::BadProof
+               ? "FAB0202 peer " + peer.remote + " failed authentication (wrong shared secret?); closing"
+               : identity_refusal(verdict, peer.remote, req->node));
+    refuse_auth(fd, h, verdict == AuthVerdict::BadProof ? "" : "node identity refused", auth_d);
     return std::nullopt;
   }
-  Mac sp = server_proof(o.secret, sn, cn, params);
+  peer.node = node;
+  const Nonce& cn = req->cn;
+  std::vector<uint8_t> sp = auth_ok_payload(o.secret, sn, cn, params, o.name, o.identity);
   Header ok;
   ok.op = Op::AuthOk;
   ok.reply = true;
@@ -388,8 +391,9 @@ StreamOpened open_stream(Fd& fd, const Header& h, const std::vector<uint8_t>& pa
 
 }  // namespace
 
-void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ctx) {
+void serve_stream_connection(Fd fd, const PeerInfo& accepted, const ServeContext& ctx) {
   const ServerOptions& o = *ctx.opts;
+  PeerInfo peer = accepted;  // + the client's node, once its signature is checked
   try {
     std::optional<FrameProtector> handshake = server_handshake(fd.get(), peer, ctx);
     if (!handshake) return;
@@ -433,8 +437,8 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
 // Client side
 
 std::string client_handshake(int fd, const Secret& secret, Deadline d, Protection wanted,
-                             FrameProtector* prot) {
-  ClientHandshake hs(secret, wanted);
+                             FrameProtector* prot, const ClientIdentity* id) {
+  ClientHandshake hs(secret, wanted, id);
   Header h;
   std::vector<uint8_t> p;
   if (!recv_frame(fd, &h, &p, d, d, kMaxHandshakeFrame))
@@ -474,7 +478,8 @@ StreamConnection::StreamConnection(Address addr, const ClientOptions& opts)
       throw FabricError(Errc::System, uri_ + ": setsockopt SO_LINGER: " + std::strerror(errno));
   }
   peer_name_ = client_handshake(fd_.get(), opts_.secret, d,
-                                wanted_on(addr_.transport, opts_.protection), &prot_);
+                                wanted_on(addr_.transport, opts_.protection), &prot_,
+                                &opts_.identity);
   reader_ = std::make_unique<FrameReader>(fd_.get(), opts_.spin);
   reader_->protect(&prot_);
 }
@@ -686,7 +691,7 @@ std::unique_ptr<Stream> StreamConnection::open_stream(std::string_view service) 
   Fd fd = open_socket(d);
   FrameProtector prot;  // covers STREAM_OPEN and its reply; the stream's bytes are raw
   client_handshake(fd.get(), opts_.secret, d, wanted_on(addr_.transport, opts_.protection),
-                   &prot);
+                   &prot, &opts_.identity);
   Header req;
   req.op = Op::StreamOpen;
   req.id = 1;

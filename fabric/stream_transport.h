@@ -76,7 +76,8 @@ void serve_stream_connection(Fd fd, const PeerInfo& peer, const ServeContext& ct
 // least protection accepted (tcp); *prot, when given, gets the session's keys.
 std::string client_handshake(int fd, const Secret& secret, Deadline d,
                              Protection wanted = Protection::None,
-                             FrameProtector* prot = nullptr);
+                             FrameProtector* prot = nullptr,
+                             const ClientIdentity* id = nullptr);
 
 // Sends one frame (header + payload, then its tag when prot is active) on a socket. In Mac mode
 // a large payload is MACed in place and then sent: it must not change during the call (a live

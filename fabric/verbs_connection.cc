@@ -145,7 +145,7 @@ ClientLink::ClientLink(const Address& a, const ClientOptions& o, Kind kind, Dead
 
   // 6. HELLO / AUTH / AUTH_OK as SEND/RECV messages.
   if (o.secret.empty()) throw FabricError(Errc::Config, "no shared secret configured for " + uri_);
-  server_name_ = handshake(o.secret, d);
+  server_name_ = handshake(o.secret, o.identity, d);
   ep_->allow_long_frames();
 }
 
@@ -237,8 +237,8 @@ void ClientLink::on_cm_events() {
   }
 }
 
-std::string ClientLink::handshake(const Secret& secret, Deadline d) {
-  ClientHandshake hs(secret);
+std::string ClientLink::handshake(const Secret& secret, const ClientIdentity& id, Deadline d) {
+  ClientHandshake hs(secret, Protection::None, &id);
   Header h;
   std::vector<uint8_t> p;
   if (!recv_frame(*ep_, &h, &p, d))

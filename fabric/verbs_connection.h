@@ -96,7 +96,7 @@ class ClientLink {
   CmEvent expect(rdma_cm_event_type want, Deadline d, const std::string& step,
                  const std::string& host);
   void on_cm_events();  // the endpoint's watch: DISCONNECTED / DEVICE_REMOVAL after setup
-  std::string handshake(const Secret& secret, Deadline d);
+  std::string handshake(const Secret& secret, const ClientIdentity& id, Deadline d);
 
   std::string uri_;
   // Creation order; destroyed in reverse: QP (in ep_) first, event channel last.

@@ -265,7 +265,7 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
         raw_(id),
         dev_(std::move(dev)),
         client_(client),
-        peer_{std::move(remote), Transport::Verbs} {
+        peer_{std::move(remote), Transport::Verbs, {}} {
     ep_ = std::make_unique<verbs::Endpoint>(
         id, dev_->pd(), dev_->limits(),
         verbs::EndpointConfig{Tunables::kServerRecvDepth, Tunables::kServerSendDepth,
@@ -701,7 +701,9 @@ bool ServerConn::handshake() {
                                "); closing the connection");
     return false;
   }
-  if (h->op != Op::Auth || h->reply || payload.size() != wire::kNonceSize + wire::kMacSize) {
+  std::optional<AuthRequest> req;
+  if (h->op == Op::Auth && !h->reply) req = parse_auth(payload);
+  if (!req) {
     counters.auth_failures.fetch_add(1, std::memory_order_relaxed);
     l_.log(LogLevel::Warn, "FAB0424 verbs peer " + peer_.remote + " sent " +
                                std::string(wire::op_name(h->op)) +
@@ -716,22 +718,26 @@ bool ServerConn::handshake() {
     ep.drain_sends(auth_d);  // let the refusal reach the peer before the disconnect
     return false;
   }
-  Nonce cn;
-  std::memcpy(cn.data(), payload.data(), cn.size());
+  const Nonce cn = req->cn;
   // Version 2 binds the version and the protection settings (none on verbs) into the proofs; a
   // peer of another version fails here (FAB0425), as it would fail the check of our proof.
   HandshakeParams params;
   params.client = h->a0 == wire::kProtocolVersion && h->a1 == 0 ? Protection::None
                                                                 : Protection::Encrypt;
-  const bool proven = h->a0 == wire::kProtocolVersion && h->a1 == 0 &&
-                      mac_equal(client_proof(o.secret, sn, cn, params),
-                                payload.subspan(wire::kNonceSize, wire::kMacSize));
+  std::string node;
+  const AuthVerdict verdict =
+      h->a0 == wire::kProtocolVersion && h->a1 == 0
+          ? check_auth(*req, o.secret, sn, params, o.name, o.identity, &node)
+          : AuthVerdict::BadProof;
   const uint64_t auth_id = h->id;
+  const std::string claimed = req->node;
   ep.repost(m->slot);
-  if (!proven) {
+  if (verdict != AuthVerdict::Ok) {
     counters.auth_failures.fetch_add(1, std::memory_order_relaxed);
-    l_.log(LogLevel::Warn, "FAB0425 verbs peer " + peer_.remote +
-                               " failed authentication (wrong shared secret?); closing");
+    l_.log(LogLevel::Warn, verdict == AuthVerdict::BadProof
+                               ? "FAB0425 verbs peer " + peer_.remote +
+                                     " failed authentication (wrong shared secret?); closing"
+                               : identity_refusal(verdict, peer_.remote, claimed));
     Header r;
     r.op = Op::Auth;
     r.reply = true;
@@ -741,6 +747,7 @@ bool ServerConn::handshake() {
     ep.drain_sends(auth_d);
     return false;
   }
+  peer_.node = node;
   // Authenticated: from now on the peer may reach exported memory through this QP.
   if (access_withheld) {
     if (int rc = remote_access(true); rc != 0) {
@@ -751,7 +758,7 @@ bool ServerConn::handshake() {
     }
   }
   ep.allow_long_frames();  // only an authenticated peer may make us fetch (and buffer) 1 MiB frames
-  Mac sp = server_proof(o.secret, sn, cn, params);
+  std::vector<uint8_t> sp = auth_ok_payload(o.secret, sn, cn, params, o.name, o.identity);
   Header ok;
   ok.op = Op::AuthOk;
   ok.reply = true;

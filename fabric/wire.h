@@ -23,8 +23,12 @@
 //                the reply bit, status Busy and a text payload saying why, and closes.
 //   AUTH         a0 = protocol version, a1 = the protection the client wants (0 on shm/verbs),
 //                payload = 32-byte client nonce + HMAC-SHA256(secret, "tierce-c" v ps pc sn cn)
+//                [+ u8 n + the client's n-byte node name + its 64-byte Ed25519 signature of
+//                the transcript (auth.cc)] (a client with a node key)
 //   AUTH_OK      server→client: a1 = the protection in force = max(ps, pc),
 //                payload = HMAC-SHA256(secret, "tierce-s" v ps pc cn sn) (mutual auth)
+//                [+ the server's 64-byte Ed25519 signature of the transcript] (a server with a
+//                node key)
 //   After AUTH_OK, on tcp with protection mac or encrypt, every frame is followed by a 16-byte
 //   tag, and in encrypt mode its payload is encrypted (fabric/protect.h).
 //   READ         a0 addr, a1 key, a2 len            → reply payload = the bytes
@@ -58,8 +62,9 @@ namespace tierce::fabric::wire {
 
 inline constexpr uint8_t kMagic = 0xC7;
 // Version 2: HELLO/AUTH carry versions and protection settings, frames after AUTH_OK carry tags.
+// Version 3: AUTH and AUTH_OK may carry the node signatures (fabric/auth.h, identity.h).
 // A peer of another version is refused at the handshake with a message saying so.
-inline constexpr uint64_t kProtocolVersion = 2;
+inline constexpr uint64_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderSize = 48;
 // Largest one-sided transfer (READ/WRITE) and largest message body. One-sided transfers are
 // bounded so a peer cannot make the responder allocate without limit.

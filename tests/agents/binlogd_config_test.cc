@@ -4,6 +4,7 @@
 // key, a file that would invalidate everything on every write); the password file (mode 600, its
 // first line); and GTID positions (agents/binlogd/source.h: parse, text, advance).
 #define BOOST_TEST_MODULE binlogd_config
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sys/stat.h>

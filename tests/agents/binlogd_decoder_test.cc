@@ -8,6 +8,7 @@
 // one shows as a wrong integer. Also: the errors (truncated rows, short metadata, missing column
 // names, a primary key past the columns) and column_class against sqldeps' DDL classification.
 #define BOOST_TEST_MODULE binlogd_decoder
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 // rules, which databases are watched, tables nobody described (unknown_tables), and the automatic
 // names of sqldeps (auto_names).
 #define BOOST_TEST_MODULE binlogd_mapping
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

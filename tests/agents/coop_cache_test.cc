@@ -13,6 +13,7 @@
 //    one copy per page; HYBCC pools large pages and keeps small ones local; a donor killed is a
 //    miss for its copies, and its memory is written no more.
 #define BOOST_TEST_MODULE coop_cache
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>

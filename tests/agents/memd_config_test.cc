@@ -1,6 +1,7 @@
 // tests/agents/memd_config_test.cc — memd.toml parsing: a good file gives the expected Config,
 // and every kind of bad file gives an error that names the file, the line and the key.
 #define BOOST_TEST_MODULE memd_config
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>

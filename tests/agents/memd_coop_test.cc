@@ -4,6 +4,7 @@
 // and invalidate make it NotFound, malformed bodies get BadRequest replies and memd keeps serving,
 // the status texts, a clean stop removes the segment, and --check refuses a bad [coop].
 #define BOOST_TEST_MODULE memd_coop
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <variant>

@@ -2,6 +2,7 @@
 // segments (pending, exported, re-created, removed, revoked), following owners, reloading, and
 // the memd.list / memd.status services. The process around it is memd_integration_test's job.
 #define BOOST_TEST_MODULE memd_core
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sys/mman.h>

@@ -5,6 +5,7 @@
 // Every child process is killed at test end, whatever happened (Child / DaemonGuard); segment
 // names and directories are unique per run, so runs can overlap.
 #define BOOST_TEST_MODULE memd_integration
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <pwd.h>

@@ -5,6 +5,7 @@
 // incarnation, and the --status / --metrics flags. Then the requester side (coherence::PoolOwner)
 // against two real memds: placement, renewals past the lease, frees, a donor restarted or frozen.
 #define BOOST_TEST_MODULE memd_pool
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 // agree with the topology, and the start-up resolution (appversion::resolve_server_config) with
 // each refusal and its message id — what post_config refuses before httpd starts.
 #define BOOST_TEST_MODULE appversion_config
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <memory>

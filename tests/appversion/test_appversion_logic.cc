@@ -2,6 +2,7 @@
 // arguments, the Tierce-Key header, which response headers are consulted and stripped, the
 // registration decision, the tag, and the wait histogram.
 #define BOOST_TEST_MODULE appversion_logic
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <cctype>

@@ -1,6 +1,7 @@
 // tests/base/base_config_test.cc — base/config.h: the bounded read of a configuration file, TOML
 // errors that name FILE:LINE:COL, unknown keys, and the Reloader's apply-whole-or-keep rule.
 #define BOOST_TEST_MODULE base_config
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>

@@ -2,6 +2,7 @@
 // nothing when the condition holds; TIERCE_DCHECK checks in debug builds only and does not even
 // evaluate its condition in release builds.
 #define BOOST_TEST_MODULE base_check
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sys/wait.h>

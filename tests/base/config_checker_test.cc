@@ -2,6 +2,7 @@
 // with FILE:LINE:COL and a hint, paths against the file's directory, both wordings, and the
 // problems thrown together (in file order when asked).
 #define BOOST_TEST_MODULE base_config_checker
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <string>

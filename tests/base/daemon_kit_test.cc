@@ -3,6 +3,7 @@
 // "reload", "usr1", "stop"), and the test sends real signals and reads the real pid and ready
 // files.
 #define BOOST_TEST_MODULE base_daemon_kit
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <poll.h>

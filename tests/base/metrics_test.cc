@@ -2,6 +2,7 @@
 // (`promtool check metrics`, Debian package prometheus) accepts, families kept together, labels
 // escaped, bad names refused; textfiles written atomically and removed at stop.
 #define BOOST_TEST_MODULE base_metrics
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <sys/stat.h>
 #include <unistd.h>
 #include <boost/test/unit_test.hpp>

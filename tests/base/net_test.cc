@@ -1,5 +1,6 @@
 // tests/base/net_test.cc — base::address_group, the unit of the per-address connection limits.
 #define BOOST_TEST_MODULE base_net
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include "base/net.h"

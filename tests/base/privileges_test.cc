@@ -3,6 +3,7 @@
 // kernel says about it through a pipe. The drop cases need root and are skipped, saying so,
 // without it.
 #define BOOST_TEST_MODULE base_privileges
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>

@@ -2,6 +2,7 @@
 // value or a failure, and asking a failure for its value (or building a "failure" that is a
 // success) is a bug of the caller: TIERCE_CHECK aborts.
 #define BOOST_TEST_MODULE base_status
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sys/wait.h>

@@ -5,6 +5,7 @@
 // vouches without it; the homes re-admit it together once they all read it again, never the node
 // by itself; a database that does not answer drops nobody (the home stays fenced).
 #define BOOST_TEST_MODULE coherence_arbiter
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sys/stat.h>

@@ -4,6 +4,7 @@
 // validation on open, the latency histogram, and a writer frozen (SIGSTOP) while holding the
 // mutex: other writers give up after a short bound instead of waiting for ever.
 #define BOOST_TEST_MODULE coherence_arena
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>

@@ -8,6 +8,7 @@
 // The test process plays the app nodes' httpd: it numbers its invalidations in app1's writer
 // segment (coherence::WriterLog), as mod_appversion does.
 #define BOOST_TEST_MODULE coherence_cluster
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <netinet/in.h>

@@ -5,6 +5,7 @@
 // update messages' round trips and strict decoders over forged and corrupted bodies, and the home
 // choice over the topology's proxies.
 #define BOOST_TEST_MODULE coop_directory
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>

@@ -11,6 +11,7 @@
 // published for that bucket at that sequence: zero wrong entries. The run lasts until torn and
 // checksum misses were forced (kWantForced each over shm, and over tcp), at most kRunMax.
 #define BOOST_TEST_MODULE coop_directory_race
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <xxhash.h>

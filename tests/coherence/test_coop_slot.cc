@@ -2,6 +2,7 @@
 // every miss reason forced by a forged or corrupted header, random corruption that must never
 // crash nor yield a hit with wrong bytes, and the writer's refusals.
 #define BOOST_TEST_MODULE coop_slot
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>

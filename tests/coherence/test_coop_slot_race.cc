@@ -6,6 +6,7 @@
 // that key and generation (payloads are a pure function of both, so the check needs no shared
 // registry), and the test must have forced read failures, or it proves nothing.
 #define BOOST_TEST_MODULE coop_slot_race
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

@@ -8,6 +8,7 @@
 // injected: the detector is fed readings, and the home reads its clocks through
 // HomeServiceOptions::host_clocks, where the test advances BOOTTIME alone.
 #define BOOST_TEST_MODULE coherence_fence_pause
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>

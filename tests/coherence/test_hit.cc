@@ -4,6 +4,7 @@
 // max-age backstop with an injected "now" (also a stored_at in the future), and the binding of a
 // tag to its key (home and slot).
 #define BOOST_TEST_MODULE coherence_hit
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sstream>

@@ -14,6 +14,7 @@
 // (k - 1) x 50 ms past the bound (200 ms for k = 5); after it at most 50 ms. The test allows the
 // floor plus a scheduling margin of 60 ms, half-way between the two.
 #define BOOST_TEST_MODULE coherence_invalidation_bound
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>

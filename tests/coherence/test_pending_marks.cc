@@ -1,6 +1,7 @@
 // Unit tests of the pending marks (the linearizable mode's home side, docs/coherence.md "Pending
 // marks"): HomeState driven step by step with an injected clock, and the mark's wire trailer.
 #define BOOST_TEST_MODULE coherence_pending_marks
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <random>

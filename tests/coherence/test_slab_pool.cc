@@ -1,6 +1,7 @@
 // tests/coherence/test_slab_pool.cc — coherence::SlabPool (alloc/free/refusals, leases, zeroing,
 // incarnations, accounting), the pool wire format's strict decoders, and the placement policies.
 #define BOOST_TEST_MODULE slab_pool
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

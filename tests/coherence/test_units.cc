@@ -1,6 +1,7 @@
 // Unit tests of coherence/: keys, topology, messages, and the home's dependency index with the
 // registration race forced step by step.
 #define BOOST_TEST_MODULE coherence_units
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>

@@ -6,6 +6,7 @@
 // version number, PHP and SQL writes interleaved); only a read more than the bound after the
 // commit is an SQL stale read, and PHP writes keep the strict rule beside them.
 #define BOOST_TEST_MODULE tierce_check_analysis
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <vector>

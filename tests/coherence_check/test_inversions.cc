@@ -4,6 +4,7 @@
 // independent, the input order does not matter (threads finish out of order), and large random
 // histories agree with a brute-force O(n^2) reference.
 #define BOOST_TEST_MODULE tierce_check_inversions
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

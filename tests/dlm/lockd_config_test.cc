@@ -3,6 +3,7 @@
 // exit code 2, SIGHUP raises and lowers a quota, and a broken file on SIGHUP keeps the old one.
 // One node, tcp on 127.0.0.1; clients through dlm::LockClient.
 #define BOOST_TEST_MODULE lockd_config
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>

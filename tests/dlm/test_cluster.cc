@@ -3,6 +3,7 @@
 // through the LocalLockService interface the IPC server uses. Run with
 //   -- --transport=tcp|shm --algorithm=ncosed|dqnl|srsl
 #define BOOST_TEST_MODULE dlm_cluster
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sys/socket.h>

@@ -3,6 +3,7 @@
 // interleavings the spin model found (dlm/model/README.md "Bugs found in dlm/engine.cc") can be
 // played step by step. Each test fails on the engine before the fix of its bug.
 #define BOOST_TEST_MODULE dlm_engine
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

@@ -2,6 +2,7 @@
 // callbacks in place of ibv_reg_mr/ibv_dereg_mr: reuse, containment, LRU budget with batched
 // deregistration, invalidation (free + malloc at the same address), failure and retry, threads.
 #define BOOST_TEST_MODULE reg_cache
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

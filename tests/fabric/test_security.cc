@@ -9,6 +9,7 @@
 //   - a peer of the previous protocol version gets a clear error, not a hang.
 // Environment: TIERCE_DOS_CONNECTIONS (default 1024) sets the size of the pre-auth probe.
 #define BOOST_TEST_MODULE fabric_security
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <poll.h>
@@ -27,6 +28,7 @@
 #include <thread>
 
 #include "fabric/fabric.h"
+#include "fabric/identity.h"
 #include "fabric/protect.h"
 #include "fabric/socket.h"
 #include "fabric/stream_transport.h"
@@ -97,13 +99,16 @@ struct Target {
   LogFile log;
   std::unique_ptr<ServerProcess> proc;
 
-  explicit Target(ServerProcess::Tweak tweak = {}) {
+  explicit Target(ServerProcess::Tweak tweak = {}, const std::string& listen = "tcp://127.0.0.1:0") {
     auto sink = log.sink();
     proc = std::make_unique<ServerProcess>(
-        "tcp://127.0.0.1:0", std::vector<testing::ExportSpec>{{"data", seg}},
+        listen, std::vector<testing::ExportSpec>{{"data", seg}},
         [](Server& s) {
           s.on_call("echo", [](const PeerInfo&, std::span<const uint8_t> b) {
             return std::vector<uint8_t>(b.begin(), b.end());
+          });
+          s.on_call("whoami", [](const PeerInfo& p, std::span<const uint8_t>) {
+            return std::vector<uint8_t>(p.node.begin(), p.node.end());
           });
         },
         Millis(20), Millis(200), [tweak, sink](ServerOptions& o) {
@@ -542,6 +547,102 @@ BOOST_AUTO_TEST_CASE(a_large_read_of_a_region_written_meanwhile_passes_authentic
   writer.join();
   BOOST_TEST(ok == 200, "reads that passed: " << ok << "; then: " << failure);
   BOOST_TEST(t.log.count("FAB0211") == 0u);
+}
+
+// Node identity (issue 32, point 1): the secret proves membership, a node's key proves which
+// node answered. Two members, app1 and app2, each with its own key; a client that dials app1
+// expects app1's public key. Redirected to app2 (what an on-path attacker or a wrong address
+// does) it is refused at the handshake, before any read: whether app2 gives its own name, claims
+// app1's, or signs nothing. Over tcp and shm (the handshake is the same on every transport).
+BOOST_AUTO_TEST_CASE(a_connection_redirected_to_another_node_is_refused_at_the_handshake) {
+  const NodeKey k1 = NodeKey::generate(), k2 = NodeKey::generate();
+  for (std::string transport : {"tcp", "shm"}) {
+    BOOST_TEST_CONTEXT("transport " << transport) {
+      auto node = [&](std::string name, NodeKey key) {
+        return std::make_unique<Target>(
+            [name, key](ServerOptions& o) {
+              o.name = name;
+              o.identity.key = key;
+            },
+            testing::listen_uri_for(transport));
+      };
+      auto app1 = node("app1", k1);
+      auto app2 = node("app2", k2);            // another member, its own name and key
+      auto liar = node("app1", k2);            // another member claiming app1's name
+      auto keyless = node("app1", NodeKey());  // a member claiming app1's name, no key
+      app1->set_word(0, 0x1111);
+      ClientOptions o = client_opts();
+      o.identity.expect_node = "app1";
+      o.identity.expect_key = k1.public_key();
+      auto conn = connect(app1->proc->uri(), o);  // the real app1: served
+      uint64_t v = 0;
+      conn->read(conn->lookup("data"), 0, &v, 8);
+      BOOST_TEST(v == 0x1111u);
+      BOOST_TEST(conn->peer_name() == "app1");
+      struct Case {
+        Target* t;
+        const char* says;
+      };
+      for (Case c : {Case{app2.get(), "dialled node app1 but node app2 answered"},
+                     Case{liar.get(), "failed to prove it is node app1"},
+                     Case{keyless.get(), "did not prove its node identity"}}) {
+        Errc code = Errc::Ok;
+        std::string what;
+        try {
+          connect(c.t->proc->uri(), o);
+        } catch (const FabricError& e) {
+          code = e.code();
+          what = e.what();
+        }
+        BOOST_TEST(int(code) == int(Errc::AuthFailed), what);
+        BOOST_TEST(what.find(c.says) != std::string::npos, what);
+      }
+      // Without an expected key the secret alone is checked, as before (any member answers).
+      auto any = connect(app2->proc->uri(), client_opts());
+      BOOST_TEST(any->peer_name() == "app2");
+    }
+  }
+}
+
+// A client with a node key signs the handshake; a server that knows the cluster's keys sees
+// which node calls (PeerInfo::node). A wrong key, an unknown name or (when required) no signature
+// is refused at the handshake, with the reason in the server's log.
+BOOST_AUTO_TEST_CASE(a_client_proves_its_node_to_a_server_that_knows_the_keys) {
+  const NodeKey kp = NodeKey::generate(), other = NodeKey::generate();
+  Target t([&](ServerOptions& o) {
+    o.name = "app1";
+    o.identity.peers = {{"proxy1", kp.public_key()}};
+    o.identity.require_clients = true;
+  });
+  auto as = [&](std::string name, NodeKey key) {
+    ClientOptions o = client_opts();
+    o.identity.node = name;
+    o.identity.key = key;
+    return o;
+  };
+  auto conn = connect(t.proc->uri(), as("proxy1", kp));
+  std::vector<uint8_t> who = conn->call("whoami", {});
+  BOOST_TEST(std::string(who.begin(), who.end()) == "proxy1");
+  struct Case {
+    ClientOptions o;
+    const char* id;
+  };
+  for (const Case& c : {Case{as("proxy1", other), "FAB0213"}, Case{as("proxy9", kp), "FAB0212"},
+                        Case{client_opts(), "FAB0214"}}) {
+    BOOST_TEST_CONTEXT(c.id) {
+      Errc code = Errc::Ok;
+      std::string what;
+      try {
+        connect(t.proc->uri(), c.o);
+      } catch (const FabricError& e) {
+        code = e.code();
+        what = e.what();
+      }
+      BOOST_TEST(int(code) == int(Errc::AuthFailed), what);
+      BOOST_TEST(what.find("node identity refused") != std::string::npos, what);
+      BOOST_TEST(tierce_test::eventually([&] { return t.log.count(c.id) == 1; }), t.log.text());
+    }
+  }
 }
 
 // (d) Confidentiality: with encrypt (asked by the server, or by the client) the data goes through

@@ -1,6 +1,7 @@
 // tests/fabric/test_units.cc — the fabric's pure parts: frame codec, auth proofs, addresses,
 // segments, and the responder's checks without a network.
 #define BOOST_TEST_MODULE fabric_units
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 
 #include "fabric/auth.h"
 #include "fabric/fabric.h"
+#include "fabric/identity.h"
 #include "fabric/protect.h"
 #include "fabric/responder.h"
 #include "fabric/segment.h"
@@ -450,4 +452,59 @@ BOOST_AUTO_TEST_CASE(responder_checks_every_field) {
   BOOST_TEST(info2.id != info.id);
   BOOST_TEST(int(ask(wire::Op::Read, base, r->key)) == int(Errc::NoSuchRegion));
   BOOST_TEST(counters.rejected_ops.load() >= 7u);
+}
+
+// Node keys (fabric/identity.h): a key file written is read back to the same key; a file its
+// group or others can read, a non-key file or a missing one is refused saying what to do; public
+// keys parse only in their one spelling; a signature verifies with its key only, and not for
+// another message.
+BOOST_AUTO_TEST_CASE(node_keys_round_trip_and_bad_files_are_refused) {
+  char dir[] = "/tmp/tierce-keys-XXXXXX";
+  BOOST_REQUIRE(::mkdtemp(dir));
+  const std::string path = std::string(dir) + "/node.key";
+  NodeKey k = NodeKey::generate();
+  k.write_file(path);
+  struct stat st {};
+  BOOST_REQUIRE(::stat(path.c_str(), &st) == 0);
+  BOOST_TEST((st.st_mode & 0777) == 0600u);
+  NodeKey back = NodeKey::from_file(path);
+  BOOST_TEST(back.public_key() == k.public_key());
+  BOOST_CHECK_THROW(k.write_file(path), FabricError);  // never overwrites a key
+
+  const std::vector<uint8_t> msg{1, 2, 3};
+  Signature sig = back.sign(msg);
+  BOOST_TEST(verify_signature(k.public_key(), msg, sig));
+  BOOST_TEST(!verify_signature(NodeKey::generate().public_key(), msg, sig));
+  BOOST_TEST(!verify_signature(k.public_key(), std::vector<uint8_t>{1, 2, 4}, sig));
+
+  auto refused = [](const std::string& p, const std::string& says) {
+    try {
+      NodeKey::from_file(p);
+    } catch (const FabricError& e) {
+      BOOST_TEST(std::string(e.what()).find(says) != std::string::npos, e.what());
+      return;
+    }
+    BOOST_ERROR("accepted " + p);
+  };
+  BOOST_REQUIRE(::chmod(path.c_str(), 0640) == 0);
+  refused(path, "chmod 600");
+  const std::string junk = std::string(dir) + "/junk.key";
+  {
+    int fd = ::open(junk.c_str(), O_WRONLY | O_CREAT, 0600);
+    BOOST_REQUIRE(fd >= 0);
+    BOOST_REQUIRE(::write(fd, "not a key\n", 10) == 10);
+    ::close(fd);
+  }
+  refused(junk, "tierce-fabric keygen");
+  refused(std::string(dir) + "/missing.key", "missing.key");
+
+  const std::string text = format_public_key(k.public_key());
+  BOOST_TEST(text.rfind("ed25519:", 0) == 0u);
+  BOOST_TEST(parse_public_key(text).value() == k.public_key());
+  for (std::string bad : {std::string(""), text.substr(8), "rsa:" + text.substr(8),
+                          text.substr(0, text.size() - 2), text + "A", "ed25519:" + std::string(44, '*')})
+    BOOST_TEST(!parse_public_key(bad).has_value(), bad);
+  ::unlink(path.c_str());
+  ::unlink(junk.c_str());
+  ::rmdir(dir);
 }

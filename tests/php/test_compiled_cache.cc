@@ -2,6 +2,7 @@
 // once, texts with inlined values share their shape's compilation and hand back their values, and
 // the cache stays bounded.
 #define BOOST_TEST_MODULE php_compiled_cache
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <string>

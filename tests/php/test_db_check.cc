@@ -2,6 +2,7 @@
 // connection may not read the primary (a replica, Galera without causal reads, ProxySQL, MaxScale,
 // another proxy), fed as the glue would feed them.
 #define BOOST_TEST_MODULE php_db_check
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 // check's SQL (quoting), what its answer says, the messages, and what the glue does before a write
 // given the connection's server status and what it already checked.
 #define BOOST_TEST_MODULE php_fence_unit
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include "php_ext/fence.h"

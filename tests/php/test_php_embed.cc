@@ -4,6 +4,7 @@
 // lockd, and linearizable mode's pending marks at the homes (a registration during a write that
 // waits for a row lock is refused as Pending; it registers after the commit).
 #define BOOST_TEST_MODULE php_embed
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <nlohmann/json.hpp>  // before PHP's headers (they #define snprintf)

@@ -7,6 +7,7 @@
 // transaction that checks after a bump is refused; reads are never checked; multi-statement texts;
 // tierce_fence_check(); what it costs.
 #define BOOST_TEST_MODULE php_fence
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <nlohmann/json.hpp>  // before PHP's headers (they #define snprintf)

@@ -3,6 +3,7 @@
 // when linearizable mode marks names pending and releases them (a recording MarkSink stands in
 // for the homes here; tests/php/test_php_embed.cc uses the real ones).
 #define BOOST_TEST_MODULE php_tracker
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

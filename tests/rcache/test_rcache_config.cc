@@ -3,6 +3,7 @@
 // with its message id — the same checks `httpd -t` runs), each directive's argument, the merging
 // of vhosts and locations, and the status pages' snapshot.
 #define BOOST_TEST_MODULE rcache_config
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>

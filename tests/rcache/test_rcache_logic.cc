@@ -3,6 +3,7 @@
 // completeness of a captured body, the entry format the hit decision reads, and the status
 // renderers.
 #define BOOST_TEST_MODULE rcache_logic
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include "coherence/key.h"

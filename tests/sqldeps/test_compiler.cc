@@ -3,6 +3,7 @@
 // REPLACE / UPDATE / DELETE write plans, DDL and CALL as invalidate-all, transactions, SET,
 // EXPLAIN), and malformed input of each kind rejected with a reason rather than a crash.
 #define BOOST_TEST_MODULE sqldeps_compiler
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

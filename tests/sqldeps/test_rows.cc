@@ -5,6 +5,7 @@
 // against an in-memory table; and a negative control: changes to other rows share none with a
 // reader keyed by its row.
 #define BOOST_TEST_MODULE sqldeps_rows
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>

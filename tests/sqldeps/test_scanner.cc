@@ -3,6 +3,7 @@
 // the lexer's rules on the way in (quoting, comments, backtick names, numbers, placeholders,
 // several statements in one text), and the errors it stops at on malformed input.
 #define BOOST_TEST_MODULE sqldeps_scanner
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <memory>

@@ -4,6 +4,7 @@
 // randomized soundness check (a write that changes a read's rows shares a name with it), a
 // negative control (writes to other rows share none), and garbage input.
 #define BOOST_TEST_MODULE sqldeps
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <map>

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fabric/fabric.h"
+#include "fabric/identity.h"
 
 #ifndef TIERCE_VERSION
 #define TIERCE_VERSION "0.0.0"  // set by CMake to the project version
@@ -40,6 +41,10 @@ Commands:
   segment info NAME                 show a segment's header
   segment rm NAME                   remove a segment's name
   transports                        which backends this host can use
+  keygen FILE                       make a node key (Ed25519, PEM, mode 0600; never overwrites)
+                                    and print its public key, for the node's public_key in the
+                                    topology
+  pubkey FILE                       print the public key of a node key file
 
 Options:
   --secret-file FILE   shared secret (default $TIERCE_SECRET_FILE or /etc/tierce/secret)
@@ -93,6 +98,13 @@ int main(int argc, char** argv) {
       tierce::base::Result<std::string> v = verbs_device_probe();
       std::printf("tcp    yes\nshm    yes (same host only)\nverbs  %s (%s)\n",
                   v.ok() ? "yes" : "no", v.ok() ? v->c_str() : v.message().c_str());
+      return 0;
+    }
+    if (cmd == "keygen" || cmd == "pubkey") {
+      need(1);
+      NodeKey k = cmd == "keygen" ? NodeKey::generate() : NodeKey::from_file(args[1]);
+      if (cmd == "keygen") k.write_file(args[1]);
+      std::printf("%s\n", format_public_key(k.public_key()).c_str());
       return 0;
     }
     if (cmd == "segment") {

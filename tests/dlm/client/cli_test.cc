@@ -3,6 +3,7 @@
 // in this process: exit codes, environment, conflicts, waiting, lost holds (--on-lost), signal
 // forwarding, --status, usage errors.
 #define BOOST_TEST_MODULE dlm_cli
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>

@@ -2,6 +2,7 @@
 // trips, and strict rejection of garbage (random bytes, truncations, oversize and bad names,
 // wrong magic/version, reserved bits) without crashing.
 #define BOOST_TEST_MODULE dlm_ipc_codec
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>

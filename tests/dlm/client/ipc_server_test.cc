@@ -3,6 +3,7 @@
 // threads sharing a client, client death, revocations, malformed frames, limits, long STATUS,
 // socket takeover rules, and lockd going away (never a hang).
 #define BOOST_TEST_MODULE dlm_ipc_server
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <sys/stat.h>

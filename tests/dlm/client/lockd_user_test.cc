@@ -4,6 +4,7 @@
 // lock to tierce-lock, and stops cleanly, removing its pid file. An unknown account is exit 2.
 // Needs root: skipped, saying so, without it.
 #define BOOST_TEST_MODULE lockd_user
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>

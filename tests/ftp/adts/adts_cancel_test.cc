@@ -3,6 +3,7 @@
 // streams it had accepted and its listening port; cancel() before accept() makes accept() throw at
 // once; cancel() after a completed accept() only closes the port.
 #define BOOST_TEST_MODULE adts_cancel
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <arpa/inet.h>

@@ -3,6 +3,7 @@
 // right client still gets in; malformed blocks are Protocol errors; a killed peer is PeerClosed
 // and a silent one Timeout — never a hang.
 #define BOOST_TEST_MODULE adts_errors
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <netinet/in.h>

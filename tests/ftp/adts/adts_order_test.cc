@@ -4,6 +4,7 @@
 // from); a stream that sends a lower offset after a higher one is a Protocol error at once, not a
 // hang; ABORT keeps the prefix written; BEGIN ids go 1, 2, 3, ... per session.
 #define BOOST_TEST_MODULE adts_order
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <netinet/in.h>

@@ -3,6 +3,7 @@
 // and copy receive (progress asked at most once per MiB), a silent peer times out, a short file
 // is LocalIo.
 #define BOOST_TEST_MODULE adts_plain
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>

@@ -1,6 +1,7 @@
 // tests/ftp/adts/adts_pool_test.cc — BufferPool and RegistrationCache: aligned buffers, blocking
 // acquire with a timeout, on-demand overflow buffers, registrations made once and then hit.
 #define BOOST_TEST_MODULE adts_pool
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>

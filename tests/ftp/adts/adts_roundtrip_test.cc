@@ -2,6 +2,7 @@
 // loopback, in both directions, checked byte for byte: sizes around the block size, ~10 MiB of
 // random data, offsets (REST), 1/4/8 streams, zero copy on and off; persistent sessions.
 #define BOOST_TEST_MODULE adts_roundtrip
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include "tests/ftp/adts/adts_test_util.h"

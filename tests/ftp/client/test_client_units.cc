@@ -1,6 +1,7 @@
 // tests/ftp/client/test_client_units.cc — units of tierce-ftp: URL parsing, ~/.netrc, LIST/MLSD
 // line parsing (with hostile names), and the mirror planner (only-newer, delete, reverse).
 #define BOOST_TEST_MODULE ftp_client_units
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include "ftp_adts/client/errors.h"

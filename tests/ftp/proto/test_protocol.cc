@@ -1,6 +1,7 @@
 // tests/ftp/proto/test_protocol.cc — the FTP text codecs (ftp_adts/ftp/protocol.h): command lines
 // with telnet noise, replies both ways, PORT/PASV/EPRT/EPSV, TPRT, MLST facts, time-vals.
 #define BOOST_TEST_MODULE ftp_proto_protocol
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <string>

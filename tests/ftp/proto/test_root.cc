@@ -3,6 +3,7 @@
 // symlinks in the tree say. The tree has an "outside" sibling with a secret that nothing may read,
 // write, create next to, rename into or list.
 #define BOOST_TEST_MODULE ftp_proto_root
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>

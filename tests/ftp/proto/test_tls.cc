@@ -3,6 +3,7 @@
 // bare EOF, session reuse on a "data channel", and the failure paths — silent peers time out,
 // garbage instead of a ClientHello is a TlsError, bad PEM files are named.
 #define BOOST_TEST_MODULE ftp_proto_tls
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <boost/test/unit_test.hpp>
 
 #include <openssl/evp.h>

@@ -2,6 +2,7 @@
 // the real binary with --check (exit 2 and a message naming the key for every bad file) and
 // --hash-password, and the parser and verifier directly.
 #define BOOST_TEST_MODULE ftpd_config
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <crypt.h>
 
 #include <boost/test/unit_test.hpp>

@@ -8,6 +8,7 @@
 //
 // TIERCE_FTPD_ASCII_MIB sets the TYPE A file size (default 256 MiB; sparse, so cheap to make).
 #define BOOST_TEST_MODULE ftpd_limits
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>

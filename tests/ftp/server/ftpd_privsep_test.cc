@@ -9,6 +9,7 @@
 // The worker that serves a session is found from the kernel's side: the client's local port
 // names the server's socket in /proc/net/tcp, whose inode is an fd of exactly one worker.
 #define BOOST_TEST_MODULE ftpd_privsep
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>

@@ -4,6 +4,7 @@
 // listen address is reported as needing a restart and not applied. Run as root, the sessions run
 // under privilege separation (the master keeps the user table the workers wipe).
 #define BOOST_TEST_MODULE ftpd_reload
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>

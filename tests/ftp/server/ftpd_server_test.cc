@@ -3,6 +3,7 @@
 // byte-identical, REST, SIZE/MDTM, MLSD, bounce protection, the prefork master (max_sessions,
 // killed workers replaced) and a TPRT PTCP session carrying two RETRs.
 #define BOOST_TEST_MODULE ftpd_server
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

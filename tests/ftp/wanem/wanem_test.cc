@@ -9,6 +9,7 @@
 //
 // One executable; ctest runs each test case as its own test (wanem_<case>).
 #define BOOST_TEST_MODULE wanem
+#define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
