@@ -181,7 +181,7 @@ void read_dlm(Reader& r, const toml::table& root, Topology& t) {
 NodeInfo read_node(Reader& r, const toml::node& el, const Topology& t,
                    std::set<std::string>& names) {
   const toml::table& nt = *el.as_table();
-  r.only(nt, "[[node]]", {"name", "role", "memd", "lockd", "writer", "segment_prefix"});
+  r.only(nt, "[[node]]", {"name", "role", "memd", "lockd", "writer", "segment_prefix", "public_key"});
   NodeInfo n;
   auto name = r.str(nt, "[[node]]", "name");
   if (!name || !valid_name(*name))
@@ -225,6 +225,13 @@ NodeInfo read_node(Reader& r, const toml::node& el, const Topology& t,
       n.segment_prefix.find('/', 1) != std::string::npos)
     r.fail(nt.get("segment_prefix"),
            "[[node]] segment_prefix: a POSIX shm name: '/' then no other '/'");
+  if (auto k = r.str(nt, "[[node]]", "public_key")) {
+    n.public_key = fabric::parse_public_key(*k);
+    if (!n.public_key)
+      r.fail(nt.get("public_key"), "[[node]] " + n.name +
+                                       " public_key: \"ed25519:\" and 44 base64 characters, as "
+                                       "printed by tierce-fabric keygen FILE (or pubkey FILE)");
+  }
   return n;
 }
 
@@ -262,9 +269,28 @@ Topology Topology::parse(std::string_view text, const std::string& origin) {
     throw TopologyError(origin + ": no [[node]] tables: name at least one app node");
   std::set<std::string> names;
   for (const auto& el : *nodes->as_array()) t.nodes.push_back(read_node(r, el, t, names));
+  // Node identity: every node has a public key, or none has. A cluster half keyed would let the
+  // unkeyed nodes be impersonated by any member, which is what the keys are there to prevent.
+  size_t keyed = 0;
+  for (const auto& n : t.nodes) keyed += n.public_key.has_value();
+  if (keyed != 0 && keyed != t.nodes.size())
+    for (const auto& n : t.nodes)
+      if (!n.public_key)
+        throw TopologyError(origin + ": node \"" + n.name + "\" has no public_key while " +
+                            std::to_string(keyed) + " other node(s) have one: give every node its "
+                            "key (tierce-fabric keygen FILE), or none");
   if (t.lockd_nodes().size() > 1023)
     throw TopologyError(origin + ": at most 1023 nodes may run a lockd (ranks are 10 bits)");
   return t;
+}
+
+fabric::ClientIdentity expect(const NodeInfo& n) {
+  fabric::ClientIdentity id;
+  if (n.public_key) {  // a keyed cluster: the node must prove it is n
+    id.expect_node = n.name;
+    id.expect_key = n.public_key;
+  }
+  return id;
 }
 
 const NodeInfo* Topology::find(std::string_view name) const {

@@ -45,6 +45,9 @@
 //                                       # which the homes read its writer counter; without it
 //                                       # they read it from memd (docs/coherence.md)
 //   segment_prefix = "/tierce.demo.app1"
+//   public_key = "ed25519:...="          # optional: the node's key (tierce-fabric keygen); its
+//                                       # daemons prove they are this node to every client.
+//                                       # Every node has one, or none has
 //
 // A page's home is chosen among the app nodes, a lock's home among the nodes with a lockd, by
 // rendezvous hashing on (key hash, node name): every reader of the same file picks the same
@@ -72,7 +75,15 @@ struct NodeInfo {
   std::vector<std::string> lockd;  // URIs of its lockd (empty: not a lock manager member)
   std::vector<std::string> writer;  // URIs of its writer agent (empty: read the counter at memd)
   std::string segment_prefix;     // "/tierce.demo.app1"
+  // Its node key's public half (fabric/identity.h): its memd, writer agent and lockd sign each
+  // handshake with the private half, and every client of the cluster checks it. Every node has
+  // one or none has (then only the shared secret is checked).
+  std::optional<fabric::PublicKey> public_key;
 };
+
+// What a client connecting to n's memd, writer agent or lockd expects: n's name and key (the
+// server must prove both) in a keyed cluster; nothing beyond the secret otherwise.
+fabric::ClientIdentity expect(const NodeInfo& n);
 
 // How an update invalidates cached pages (seed 000 §6.2.1): bump the pages registered under the
 // dependencies it names, or every registered page. One scheme per cluster: a page registered

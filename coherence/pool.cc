@@ -34,6 +34,7 @@ base::Result<std::unique_ptr<NodePool::Conn>> connect_counted(NodePool& n, const
     o.connect_timeout = ctx.tuning.connect_timeout;
     o.op_timeout = ctx.tuning.op_timeout;
     o.clock_skew = ctx.clock_skew;
+    if (n.info) o.identity = cluster::expect(*n.info);  // its memd or writer agent must prove it
     auto c = std::make_unique<NodePool::Conn>();
     c->c = fabric::connect(n.uri, o);
     return c;

@@ -88,7 +88,11 @@ base::Result<std::vector<uint8_t>> PoolOwner::call(size_t i, const char* service
   Donor& d = *donors_[i];
   std::lock_guard lk(d.call_mu);
   try {
-    if (!d.conn) d.conn = fabric::connect(d.info.uri, opts_.client);
+    if (!d.conn) {
+      fabric::ClientOptions o = opts_.client;
+      o.identity = d.info.identity;
+      d.conn = fabric::connect(d.info.uri, o);
+    }
     return d.conn->call(service, body);
   } catch (const std::exception& e) {
     d.conn.reset();  // reconnect next time (a restarted memd is found again by its URI)

@@ -43,6 +43,7 @@ struct PoolDonor {
   std::string node;  // for logs, placement ties and status
   std::string uri;   // its memd's fabric address (tcp://, shm://, verbs://)
   bool local = false;
+  fabric::ClientIdentity identity;  // what its memd must prove (cluster::expect)
 };
 
 struct OwnedSlab {

@@ -480,7 +480,8 @@ void start_pool(Child& c, server_rec* s) {
   std::vector<uint16_t> indices;
   for (const auto& name : g.cfg.coop_pool) {
     const co::NodeInfo& n = g.cfg.topo.node(name);
-    donors.push_back(co::PoolDonor{name, g.cfg.topo.uri_of(n), name == g.cfg.node});
+    donors.push_back(co::PoolDonor{name, g.cfg.topo.uri_of(n), name == g.cfg.node,
+                                   tierce::cluster::expect(n)});
     indices.push_back(co::node_index(g.cfg.topo, name));
   }
   co::PoolOwnerOptions po;

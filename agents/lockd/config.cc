@@ -31,7 +31,8 @@ const std::vector<std::string_view> kKeys = {"topology",
                                              "max_connections_per_ip",
                                              "spin_us",
                                              "metrics_file",
-                                             "metrics_interval_ms"};
+                                             "metrics_interval_ms",
+                                             "node_key"};
 
 std::string octal(mode_t m) {
   char b[16];
@@ -103,6 +104,7 @@ void parse_lockd_table(const base::CheckedTable& t, Layer& out) {
   take("socket", t.path("socket", "\"/run/tierce/lockd.sock\""), s.socket);
   take("state_dir", t.path("state_dir", "\"/var/lib/tierce/lockd-app1\""), s.state_dir);
   take("pid_file", t.path("pid_file", "\"/run/tierce/lockd.pid\""), s.pid_file);
+  take("node_key", t.path("node_key", "\"/etc/tierce/app1.key\""), s.node_key);
   parse_socket_mode(t, out);
   take("log_level", parse_log_level(t), s.log_level);
   const int64_t q = int64_t(Settings::kMaxQuota);
@@ -180,6 +182,7 @@ Settings combine(const Layer* file, const Layer& flags) {
     TIERCE_TAKE(socket_mode)
     TIERCE_TAKE(state_dir)
     TIERCE_TAKE(pid_file)
+    TIERCE_TAKE(node_key)
     TIERCE_TAKE(log_level)
     TIERCE_TAKE(max_locks_per_client)
     TIERCE_TAKE(max_locks_per_uid)
@@ -225,6 +228,7 @@ std::vector<std::pair<std::string, std::string>> differences(const Settings& a, 
     d.emplace_back("socket_mode", octal(a.socket_mode) + " -> " + octal(b.socket_mode));
   TIERCE_DIFF(state_dir)
   TIERCE_DIFF(pid_file)
+  TIERCE_DIFF(node_key)
   TIERCE_DIFF(protection)
   TIERCE_DIFF(max_preauth_frame)
   TIERCE_DIFF(max_connections)

@@ -42,6 +42,7 @@ namespace tierce::lockd {
 struct Settings {
   static constexpr size_t kMaxQuota = size_t(1) << 30;
   std::string topology, node, socket = "/run/tierce/lockd.sock", state_dir, pid_file;
+  std::string node_key;  // this node's key file (fabric/identity.h); "" = none
   mode_t socket_mode = 0660;
   base::LogLevel log_level = base::LogLevel::Info;
   size_t max_locks_per_client = 4096, max_locks_per_uid = 16384, max_clients_per_uid = 1024;

@@ -95,11 +95,17 @@ uint64_t load_le64(const uint8_t* p) {
   return v;
 }
 
-// Its connections to the other lockds: `protection` the least it accepts, the same as its own
-// server imposes (LockdOptions::protection), and the server's spin.
+// Its connections to the lockd of `to`: `protection` the least it accepts, the same as its own
+// server imposes (LockdOptions::protection), and the server's spin. In a keyed cluster `to` must
+// prove it is that node (a lock table is compare-and-swapped only at its own home), and this
+// lockd signs as `self`.
 fabric::ClientOptions client_options(const fabric::Secret& s, const cluster::Topology& t,
-                                     const LockdOptions& lo) {
+                                     const LockdOptions& lo, const std::string& self,
+                                     const std::string& to) {
   fabric::ClientOptions o;
+  if (const cluster::NodeInfo* n = t.find(to)) o.identity = cluster::expect(*n);
+  o.identity.node = self;
+  o.identity.key = lo.node_key;
   o.secret = s;
   o.protection = lo.protection;
   o.spin = lo.spin;
@@ -169,6 +175,7 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
 
   fabric::ServerOptions so;
   so.name = node_;
+  so.identity.key = opts_.node_key;  // proves this node to the others (a keyed cluster)
   so.secret = secret_;
   so.listen = topo_.node(node_).lockd;
   so.log = opts_.log;
@@ -333,7 +340,7 @@ void Lockd::open_ops(Peer& p) {
   // land at the home after the home declared this lockd dead and recovered the lock, and set
   // K below the recovery token (the spin model's -DLATE_OPS). A connection this process gives
   // up on is reset too (fabric does that on any failure), so this covers the crash.
-  auto o = client_options(secret_, topo_, opts_);
+  auto o = client_options(secret_, topo_, opts_, node_, p.name);
   o.reset_on_close = true;
   p.ops = fabric::connect(p.uri, o);
   p.table = p.ops->lookup("dlm.table");
@@ -388,7 +395,7 @@ void Lockd::flush_locked(Peer& p, bool resend_all, size_t budget) {
     try {
       if (!p.msg) {
         if (Clock::now() < p.msg_retry_at) return;  // reconnect backoff: the next flush retries
-        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_));
+        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_, node_, p.name));
       }
       const auto loss = opts_.lose_message ? opts_.lose_message(p.rank) : LockdOptions::Loss::None;
       if (loss == LockdOptions::Loss::FailWrite) throw std::runtime_error("message lost (test)");
@@ -434,7 +441,8 @@ std::vector<uint8_t> Lockd::call(uint32_t rank, std::string_view service,
   Peer& p = peer(rank);
   std::lock_guard lk(p.call_mu);
   try {
-    if (!p.calls) p.calls = fabric::connect(p.uri, client_options(secret_, topo_, opts_));
+    if (!p.calls)
+      p.calls = fabric::connect(p.uri, client_options(secret_, topo_, opts_, node_, p.name));
     return p.calls->call(service, body);
   } catch (...) {
     p.calls.reset();
@@ -596,7 +604,7 @@ void Lockd::warm_connections(Peer& p) {
     std::unique_lock lk(p.msg_mu, std::try_to_lock);
     if (lk.owns_lock() && !p.msg && Clock::now() >= p.msg_retry_at) {
       try {
-        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_));
+        p.msg = fabric::connect(p.uri, client_options(secret_, topo_, opts_, node_, p.name));
       } catch (const std::exception&) {
         // The next send connects again and says why it cannot (LOCKD0020).
         p.msg_retry_at = Clock::now() + std::chrono::milliseconds(100);

@@ -39,6 +39,9 @@ struct LockdOptions {
   IpcOptions ipc;
   // The fabric server's (and this node's client connections') settings: fabric::ServerOptions.
   fabric::Protection protection = fabric::Protection::Mac;
+  // This node's key (fabric/identity.h; lockd.toml node_key): its server proves the node with it
+  // and its connections to the other lockds sign with it. Empty: the secret alone.
+  fabric::NodeKey node_key;
   size_t max_preauth_frame = 256;
   size_t max_connections = 4096;
   size_t max_connections_per_ip = 1024;

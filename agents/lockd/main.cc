@@ -383,6 +383,7 @@ struct Prepared {
   Settings st;
   cluster::Topology topo;
   fabric::Secret secret;
+  fabric::NodeKey node_key;  // node_key (read before the drop, like the secret)
   std::optional<base::Account> user;  // --user
 };
 
@@ -396,6 +397,18 @@ std::optional<int> prepare(const Options& o, Prepared* p) {
     (void)p->topo.rank_of(st.node);
     for (const auto* n : p->topo.lockd_nodes()) (void)p->topo.lockd_uri_of(*n);
     p->secret = p->topo.secret();
+    const cluster::NodeInfo& me = p->topo.node(st.node);
+    if (!st.node_key.empty()) p->node_key = fabric::NodeKey::from_file(st.node_key);
+    if (me.public_key && p->node_key.empty())
+      throw std::runtime_error("the topology gives node " + st.node +
+                               " a public_key: set node_key = \"FILE\" to its key, or the other "
+                               "lockds refuse this one");
+    if (me.public_key && *me.public_key != p->node_key.public_key())
+      throw std::runtime_error("node_key " + st.node_key + " is not the key of node " + st.node +
+                               " (its public key is " +
+                               fabric::format_public_key(p->node_key.public_key()) +
+                               ", the topology's " + fabric::format_public_key(*me.public_key) +
+                               ")");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", kProgram, e.what());
     return kExitUsage;
@@ -430,8 +443,10 @@ std::optional<int> prepare(const Options& o, Prepared* p) {
   return std::nullopt;
 }
 
-LockdOptions lockd_options(const Settings& st, fabric::LogSink log) {
+LockdOptions lockd_options(const Prepared& p, fabric::LogSink log) {
+  const Settings& st = p.st;
   LockdOptions lo;
+  lo.node_key = p.node_key;
   lo.socket_path = st.socket;
   lo.state_dir = st.state_dir;
   lo.ipc.socket_mode = st.socket_mode;
@@ -489,7 +504,7 @@ class Daemon {
       log_ = k.log();
       try {
         lockd_ =
-            std::make_unique<Lockd>(p_.topo, p_.st.node, p_.secret, lockd_options(p_.st, log_));
+            std::make_unique<Lockd>(p_.topo, p_.st.node, p_.secret, lockd_options(p_, log_));
       } catch (const std::exception& e) {
         return k.fail(kExitFailure, std::string("LOCKD0005 cannot start: ") + e.what());
       }

@@ -6,6 +6,8 @@
 //   node = "app1"                               # name peers see in HELLO (default: host name)
 //   listen = ["tcp://0.0.0.0:7101", "shm:///run/tierce/app1-memd.sock"]   # required
 //   secret_file = "/etc/tierce/secret"          # required; >= 16 bytes, not readable by others
+//   node_key = "/etc/tierce/app1.key"           # optional: this node's key (tierce-fabric keygen);
+//                                               # required when the topology gives nodes keys
 //   pid_file = "/run/tierce/memd.pid"           # optional
 //   ready_file = "/run/tierce/memd.ready"       # optional: bound URIs, one per line, once serving
 //   user = "tierce"                             # optional: started as root, drop to this account
@@ -146,6 +148,11 @@ struct Config {
   std::string node;
   std::vector<std::string> listen;
   std::string secret_file;
+  // This node's key (fabric/identity.h): the server signs every handshake with it, so clients of
+  // a keyed cluster can check they reached this node. "" = none. Read at start (a restart applies
+  // a new one); node_key holds it once loaded (main).
+  std::string node_key_file;
+  fabric::NodeKey node_key;
   std::string pid_file;    // "" = none
   std::string ready_file;  // "" = none
   std::string user;        // "" = keep the starting user; else drop to it after setup

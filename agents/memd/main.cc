@@ -135,6 +135,15 @@ std::optional<int> load(const std::string& path, Config* cfg, fabric::Secret* se
                  e.what());
     return kExitUsage;
   }
+  if (!cfg->node_key_file.empty()) {
+    try {
+      cfg->node_key = fabric::NodeKey::from_file(cfg->node_key_file);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: %s: [memd] node_key: %s\n", kProgram, cfg->source.c_str(),
+                   e.what());
+      return kExitUsage;
+    }
+  }
   return std::nullopt;
 }
 

@@ -147,6 +147,7 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
   o.max_connections_per_ip = cfg_.max_connections_per_ip;
   o.max_preauth_frame = cfg_.max_preauth_frame;
   o.protection = cfg_.protection;
+  o.identity.key = cfg_.node_key;  // proves this node to clients that expect it (keyed cluster)
   o.log = log_;
   server_ = std::make_unique<fabric::Server>(std::move(o));
   started_ = steady_clock::now();

@@ -189,7 +189,7 @@ struct Pair {
       po.client.op_timeout = op_timeout;
       po.client.connect_timeout = op_timeout;
       owner1 = std::make_unique<coherence::PoolOwner>(
-          std::vector<coherence::PoolDonor>{{"app1", topo.uri_of(topo.node("app1")), false}}, po);
+          std::vector<coherence::PoolDonor>{{"app1", topo.uri_of(topo.node("app1")), false, {}}}, po);
       store1 = std::make_unique<coherence::PoolStore>(
           *owner1, *c1, topo, std::vector<uint16_t>{coherence::node_index(topo, "app1")},
           pool_slabs);

@@ -403,7 +403,7 @@ struct TwoDonors {
     o.renew_period = 50ms;
     // Both fixtures wrote their own secret file: b is told to use a's (same cluster secret).
     return std::make_unique<coherence::PoolOwner>(
-        std::vector<coherence::PoolDonor>{{"a", tcp_uri(a), true}, {"b", tcp_uri(b), false}}, o);
+        std::vector<coherence::PoolDonor>{{"a", tcp_uri(a), true, {}}, {"b", tcp_uri(b), false, {}}}, o);
   }
 };
 

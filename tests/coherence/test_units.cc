@@ -153,6 +153,39 @@ BOOST_AUTO_TEST_CASE(errors_name_the_line) {
   BOOST_TEST(err("[cluster\n").find("c.toml:1") != std::string::npos);
 }
 
+// Node keys in the topology: parsed to the bytes, expected by clients (cluster::expect), all or
+// none; a malformed key names its line and the command that prints a good one.
+BOOST_AUTO_TEST_CASE(public_keys_are_all_or_none_and_clients_expect_them) {
+  const auto k1 = tierce::fabric::NodeKey::generate().public_key();
+  const auto k2 = tierce::fabric::NodeKey::generate().public_key();
+  auto node = [](const char* name, std::optional<tierce::fabric::PublicKey> k, const char* extra) {
+    std::string s = std::string("[[node]]\nname=\"") + name + "\"\nmemd=[\"tcp://h:1\"]\n" + extra;
+    if (k) s += "public_key=\"" + tierce::fabric::format_public_key(*k) + "\"\n";
+    return s;
+  };
+  const std::string head = "[cluster]\nsecret_file=\"/s\"\n";
+  auto t = Topology::parse(head + node("app1", k1, "") + node("app2", k2, ""), "c.toml");
+  BOOST_TEST(t.node("app1").public_key.value() == k1);
+  auto id = tierce::cluster::expect(t.node("app2"));
+  BOOST_TEST(id.expect_node == "app2");
+  BOOST_TEST(id.expect_key.value() == k2);
+  auto plain = Topology::parse(head + node("app1", {}, "") + node("app2", {}, ""), "c.toml");
+  BOOST_TEST(!tierce::cluster::expect(plain.node("app1")).expect_key.has_value());
+  BOOST_TEST(tierce::cluster::expect(plain.node("app1")).expect_node.empty());
+  auto err = [&](const std::string& text) {
+    try {
+      Topology::parse(text, "c.toml");
+    } catch (const TopologyError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  BOOST_TEST(err(head + node("app1", k1, "") + node("app2", {}, "")).find("\"app2\" has no public_key") !=
+             std::string::npos);
+  BOOST_TEST(err(head + node("app1", {}, "public_key=\"ed25519:short\"\n"))
+                 .find("tierce-fabric keygen") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(writer_agent_addresses) {
   auto t = Topology::parse(kTopo, "cluster.toml");
   BOOST_TEST(t.writer_uri_of(t.node("app1")) == "shm:///tmp/app1.sock");  // none: memd's

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "fabric/identity.h"
 #include "dlm/client.h"
 #include "tests/test_util.h"
 
@@ -185,6 +186,39 @@ BOOST_AUTO_TEST_CASE(a_bad_file_stops_the_start_with_exit_code_2) {
   BOOST_TEST(s.wait_exit() == 2);
   BOOST_TEST(read_file(s.log).find("lockd.toml:6:") != std::string::npos, read_file(s.log));
   BOOST_TEST(read_file(s.log).find("not valid TOML") != std::string::npos, read_file(s.log));
+}
+
+// A keyed topology (issue 32, node identity): lockd starts only with the key the topology names
+// for its node; without one, or with another, it stops with exit code 2 and says which.
+BOOST_AUTO_TEST_CASE(a_keyed_topology_needs_this_nodes_key) {
+  auto keyed = [](Node& n, const tierce::fabric::NodeKey& k) {
+    std::string t = read_file(n.topology);
+    write_file(n.topology, t + "public_key = \"" + tierce::fabric::format_public_key(k.public_key()) +
+                               "\"\n");
+  };
+  const auto key = tierce::fabric::NodeKey::generate();
+  Node none;
+  keyed(none, key);
+  none.write_config("");
+  none.start({"--config", none.config, "-f"});
+  BOOST_TEST(none.wait_exit() == 2);
+  BOOST_TEST(read_file(none.log).find("set node_key") != std::string::npos, read_file(none.log));
+
+  Node wrong;
+  keyed(wrong, key);
+  tierce::fabric::NodeKey::generate().write_file(wrong.dir / "other.key");
+  wrong.write_config("node_key = \"other.key\"\n");
+  wrong.start({"--config", wrong.config, "-f"});
+  BOOST_TEST(wrong.wait_exit() == 2);
+  BOOST_TEST(read_file(wrong.log).find("is not the key of node a") != std::string::npos,
+             read_file(wrong.log));
+
+  Node right;
+  keyed(right, key);
+  key.write_file(right.dir / "a.key");
+  right.write_config("node_key = \"a.key\"\n");
+  right.start_serving({"--config", right.config, "-f"});
+  BOOST_TEST(locks_granted(right.socket, 1) == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(sighup_raises_and_lowers_a_quota_and_a_broken_file_keeps_it) {

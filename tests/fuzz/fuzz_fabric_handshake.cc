@@ -179,7 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ::shutdown(fd, SHUT_WR);
     reader.join();
   });
-  PeerInfo peer{"fuzz-peer", Transport::Tcp};
+  PeerInfo peer{"fuzz-peer", Transport::Tcp, {}};
   serve_stream_connection(Fd(sv[0]), peer, ctx);  // never throws; closes its end
   client.join();
   ::close(sv[1]);

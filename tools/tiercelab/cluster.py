@@ -77,6 +77,7 @@ DEFAULTS = {
     "netns": False,             # every node (and MariaDB) in its own network namespace
     "arbiter": False,           # [arbiter]: the database drops lost app nodes (docs/coherence.md)
     "binlogd": True,            # --cache tierce: tierce-binlogd on app1 (docs/binlog.md)
+    "node_keys": True,          # --cache tierce: a key per node, public keys in the topology
 }
 # The arbiter's table and user (--arbiter): a schema of its own beside the application's.
 ARBITER_TABLE, ARBITER_USER = "tierce.fence", "tierce_fence"
@@ -534,6 +535,7 @@ def node_conf(st, n):
                  f"node = {toml_str(n['name'])}",
                  "listen = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]",
                  f"secret_file = {toml_str(n.get('secret_file', st['secret_file']))}",
+                 *([f"node_key = {toml_str(n['node_key'])}"] if n.get("node_key") else []),
                  f"pid_file = {toml_str(os.path.join(n['dir'], 'run', 'memd.pid'))}",
                  f"ready_file = {toml_str(n['memd_ready'])}",
                  'log = "stderr"', ""]
@@ -554,6 +556,7 @@ def node_conf(st, n):
                 "[memd]", f"node = {toml_str(n['name'])}",
                 "listen = [" + ", ".join(toml_str(u) for u in n["writer_uris"]) + "]",
                 f"secret_file = {toml_str(n.get('secret_file', st['secret_file']))}",
+                *([f"node_key = {toml_str(n['node_key'])}"] if n.get("node_key") else []),
                 f"pid_file = {toml_str(os.path.join(n['dir'], 'run', 'writer.pid'))}",
                 f"ready_file = {toml_str(n['writer_ready'])}", 'log = "stderr"', "",
                 "[writer]", f"topology = {toml_str(node_topology(st, n))}", ""]))
@@ -625,8 +628,28 @@ def write_topology(st):
         if n.get("writer_uris"):
             out += ["writer = [" + ", ".join(toml_str(u) for u in n["writer_uris"]
                                              if not (ns and u.startswith("shm://"))) + "]"]
-        out += [f"segment_prefix = {toml_str(n['segment_prefix'])}", ""]
+        out += [f"segment_prefix = {toml_str(n['segment_prefix'])}"]
+        if n.get("public_key"):
+            out += [f"public_key = {toml_str(n['public_key'])}"]
+        out += [""]
     write_file(st["topology"], "\n".join(out))
+
+
+def make_node_keys(st):
+    """A node key per node (NODE_DIR/node.key, 0600, by tierce-fabric keygen): its memd and writer
+    agent prove the node with it, and the topology carries every public key, so each client checks
+    it reached the node it dialled (fabric/identity.h). --no-node-keys: the secret alone."""
+    tool = os.path.join(st["options"]["build"], "tools", "tierce-fabric", "tierce-fabric")
+    if not os.access(tool, os.X_OK):
+        raise ClusterError(f"{tool} is not built (cmake --build {st['options']['build']} --target "
+                           "tierce-fabric), or use --no-node-keys")
+    for n in st["nodes"]:
+        os.makedirs(n["dir"], exist_ok=True)
+        path = os.path.join(n["dir"], "node.key")
+        r = subprocess.run([tool, "keygen", path], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ClusterError(f"tierce-fabric keygen {path}: {r.stderr.strip()}")
+        n["node_key"], n["public_key"] = path, r.stdout.strip()
 
 
 def relay_between(st, a, b, kind="memd"):
@@ -1154,6 +1177,8 @@ def up(d=DEFAULT_DIR, **kw):
             os.chmod(root, 0o755)
             for f in files:
                 os.chmod(os.path.join(root, f), 0o644)
+        if opts["cache"] == "tierce" and opts.get("node_keys", True):
+            make_node_keys(st)
         write_topology(st)
         for n in st["nodes"]:
             os.makedirs(os.path.join(n["dir"], "run"), exist_ok=True)
