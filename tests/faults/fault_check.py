@@ -105,6 +105,12 @@ VARIANTS = {
                   "app2; nothing should fail"),
     "partition_one_way": ("h", ["link app1 app2 cut --one-way"], ["link app1 app2 heal --one-way"], True, False,
                           "what app1 sends to app2 is lost, the other way works; nothing should fail"),
+    "redirect": ("r", ["link app1 app2 redirect --to proxy1"], ["link app1 app2 redirect --to off"], True, False,
+                 "an on-path redirect: every connection app1 opens to app2 (its memd, its writer "
+                 "agent) lands at proxy1's memd, another member holding the cluster secret; the "
+                 "node keys refuse it at the handshake (\"dialled node app2 but node proxy1 "
+                 "answered\"), so app1 sees app2 unreachable, as in a partition: nothing read "
+                 "from proxy1 as app2's, nothing should fail"),
 }
 ORDER = list(VARIANTS)  # "mixed" goes through these, one per cycle
 
@@ -187,7 +193,7 @@ FAULTED = {
     "app1_memd_kill": [(0, "end", {"app1"})], "app1_memd_stop": [(0, "end", {"app1"})],
     "app2_memd_kill": [(0, "end", {"app2"})], "app2_memd_stop": [(0, "end", {"app2"})],
     "slow_home": [(0, "end", {"app2"})], "partition": [(0, "end", {"app2"})],
-    "partition_one_way": [(0, "end", {"app2"})],
+    "partition_one_way": [(0, "end", {"app2"})], "redirect": [(0, "end", {"app2"})],
     "app1_memd_down30": [(0, "end", {"app1"})], "app2_memd_down30": [(0, "end", {"app2"})],
     "app2_host_loss": [(0, "end", {"app2"})], "app2_host_loss_node_out": [(0, "end", {"app2"})],
     "app2_host_loss_arbiter": [(0, "end", {"app2"})], "partition_arbiter": [(0, "end", {"app1", "app2"})],
@@ -227,7 +233,7 @@ def shell_of(cmd, d):
 # counted); reads are held to BASE as everywhere, and writes before and after the fault too.
 LINEARIZABLE_REFUSES = {
     "app1_memd_kill", "app1_memd_stop", "app2_memd_kill", "app2_memd_stop", "slow_home",
-    "partition", "partition_one_way",
+    "partition", "partition_one_way", "redirect",
 }
 
 
@@ -413,6 +419,24 @@ def drop_after_s(d):
     except OSError:
         m = None
     return int(m.group(1)) / 1000 if m else 3 * lease_s(d)
+
+
+# Per variant: (node, text) that must be in that node's logs (nodes/NODE/logs/*) after the run —
+# proof that the fault went the way its description says (not merely that nothing went wrong).
+EXPECT_LOGGED = {"redirect": [("app1", "dialled node app2 but node proxy1 answered")]}
+
+
+def logged(d, node, text):
+    """True when `text` is in one of node's log files."""
+    logs = os.path.join(d, "nodes", node, "logs")
+    for f in (os.listdir(logs) if os.path.isdir(logs) else []):
+        try:
+            with open(os.path.join(logs, f), errors="replace") as fh:
+                if text in fh.read():
+                    return True
+        except OSError:
+            pass
+    return False
 
 
 LOG_TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}) ")
@@ -818,6 +842,11 @@ def main():
             problems.append("left after down: " + ", ".join(left))
 
     drops = drop_times(d) if a.arbiter else []
+    for n in sorted({v for r, _, _ in rounds for v in r.variants}):
+        for node, text in EXPECT_LOGGED.get(n, []):
+            if not logged(d, node, text):
+                problems.append(f"{n}: \"{text}\" is not in {node}'s logs: the fault did not go "
+                                "the way it should")
     a.audit = getattr(a, "audit", None)
     summary = summarize(a, rounds, problems, time.monotonic() - t_start, drops)
     if a.json:

@@ -51,7 +51,8 @@ bool parse_command(const std::string& line, Command& out, std::string& error) {
   std::vector<std::string> w;
   for (std::string s; in >> s;) w.push_back(s);
   const std::string usage =
-      "commands: cut to-target|to-client|both, heal [to-target|to-client|both], delay US, status";
+      "commands: cut to-target|to-client|both, heal [to-target|to-client|both], delay US, "
+      "redirect HOST:PORT|off, status";
   if (w.empty()) {
     error = "empty command (" + usage + ")";
     return false;
@@ -87,6 +88,24 @@ bool parse_command(const std::string& line, Command& out, std::string& error) {
       return false;
     }
     out.kind = Command::Kind::Delay;
+    return true;
+  }
+  if (w[0] == "redirect") {
+    if (w.size() != 2) {
+      error = "redirect wants one HOST:PORT (or off)";
+      return false;
+    }
+    if (w[1] != "off") {
+      try {
+        Endpoint e = parse_endpoint(w[1], "redirect");
+        if (e.count() != 1) throw UsageError("redirect: one port, not a range");
+      } catch (const UsageError& e) {
+        error = e.what();
+        return false;
+      }
+    }
+    out.kind = Command::Kind::Redirect;
+    out.target = w[1];
     return true;
   }
   if (w[0] == "status" && w.size() == 1) {

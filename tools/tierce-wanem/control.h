@@ -31,10 +31,11 @@ enum Cut : unsigned {
 const char* cut_name(unsigned cut);  // "none", "to-target", "to-client", "both"
 
 struct Command {
-  enum class Kind { Cut, Heal, Delay, Status };
+  enum class Kind { Cut, Heal, Delay, Status, Redirect };
   Kind kind = Kind::Status;
   unsigned dirs = kCutNone;  // Cut, Heal
   uint64_t delay_us = 0;     // Delay
+  std::string target;        // Redirect: "[NETNS/]host:port", or "off"
 };
 
 // Parses one line (without its newline; surrounding blanks ignored). False with `error` set when

@@ -42,6 +42,9 @@ every byte is held for D microseconds in each direction (one-way delay D, round 
                               heal [to-target|to-client|both]   forward again, held bytes
                                   first (default both)
                               delay US    one-way delay of the bytes read from now on
+                              redirect [NETNS/]HOST:PORT|off   new connections go there
+                                  instead of TARGET (an on-path redirect); the existing
+                                  ones are reset, so their clients dial again
                               status      "ok cut=... delay_us=... connections=... held..."
   --send COMMAND            with --control: send COMMAND to a running relay, print its
                             answer, exit 0 if it was "ok", 1 if not

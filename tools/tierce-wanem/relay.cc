@@ -569,6 +569,37 @@ std::string Relay::execute(const std::string& line) {
       delay_us_ = cmd.delay_us;
       log_line("control: delay " + std::to_string(delay_us_) + " us");
       return "ok delay_us=" + std::to_string(delay_us_);
+    case Command::Kind::Redirect: {
+      // An on-path attacker's move (or a wrong address): from now on every accepted connection
+      // goes to another target, and the existing ones are reset so that their clients dial again.
+      if (cmd.target == "off") {
+        redirect_.reset();
+      } else {
+        Endpoint e = parse_endpoint(cmd.target, "redirect");  // checked by parse_command
+        try {
+          if (!e.netns.empty()) open_netns(e.netns);
+        } catch (const std::exception& x) {
+          log_line("control: redirect " + e.text + ": " + x.what());
+          return std::string("error: ") + x.what();
+        }
+        redirect_ = e;
+      }
+      size_t reset = 0;
+      linger lg{1, 0};
+      for (auto& c : conns_) {
+        if (c->dead) continue;
+        for (Side* s : {&c->client, &c->server})
+          if (s->fd >= 0) ::setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        c->dead = true;
+        schedule(*c);
+        ++reset;
+      }
+      const std::string to = redirect_ ? redirect_->text : std::string("off");
+      log_line("control: redirect " + to + " (" + std::to_string(reset) +
+               " connection(s) reset; new ones go " +
+               (redirect_ ? "to " + to : std::string("to their own target")) + ")");
+      return "ok redirect=" + to + " reset=" + std::to_string(reset);
+    }
     case Command::Kind::Status: {
       uint64_t held_up = 0, held_down = 0, pending = 0;
       for (const auto& c : conns_) {
@@ -584,7 +615,8 @@ std::string Relay::execute(const std::string& line) {
              " held_to_target=" + std::to_string(held_up) +
              " held_to_client=" + std::to_string(held_down) +
              " bytes_to_target=" + std::to_string(stats_.bytes_to_target) +
-             " bytes_to_client=" + std::to_string(stats_.bytes_to_client);
+             " bytes_to_client=" + std::to_string(stats_.bytes_to_client) +
+             " redirect=" + (redirect_ ? redirect_->text : std::string("off"));
     }
   }
   return "error: internal: unhandled command";
@@ -615,6 +647,13 @@ void Relay::accept_from(Listener& l) {
     c->target = l.target;
     c->target_len = l.target_len;
     c->target_netns = l.target_netns;
+    if (redirect_) {  // control: redirect
+      c->target = redirect_->addr;
+      c->target_len = redirect_->addr_len;
+      set_port(c->target, redirect_->port_lo);
+      c->target_netns = redirect_->netns;
+      c->target_desc = redirect_->text + " (redirected)";
+    }
     c->client.fd = fd;
     c->client.connected = true;
     c->client.writable = true;

@@ -32,6 +32,7 @@
 #include <set>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,7 @@ class Relay {
   Options opts_;
   uint64_t delay_us_ = 0;    // the one-way delay of bytes read from now on (control: delay)
   unsigned cut_ = kCutNone;  // directions held (control: cut/heal)
+  std::optional<Endpoint> redirect_;  // control: redirect: where new connections go instead
   int control_fd_ = -1;
   std::list<std::unique_ptr<ControlClient>> control_clients_;
   int epfd_ = -1;

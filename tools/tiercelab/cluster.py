@@ -1476,11 +1476,15 @@ def restart_proc(d, name, which, timeout=60.0):
     return st
 
 
-def link(d, a, b, action, ms=None, one_way=False):
+def link(d, a, b, action, ms=None, one_way=False, to=None):
     """Acts on the relays between app nodes a and b (--app-links relay): cut / heal both
     directions, or with one_way only what a sends to b (a->b relay: client->target; b->a relay:
-    target->client); delay MS on both relays, both directions."""
+    target->client); delay MS on both relays, both directions; redirect: the connections a opens
+    to b (its memd and writer agent) go to node `to`'s memd (or writer agent) instead, as an
+    on-path attacker would send them ("off": to b again)."""
     d, st = _up_state(d)
+    if action == "redirect":
+        return link_redirect(d, st, a, b, to)
     if st.get("netns") and action != "delay":  # a delay is the relays' in both modes
         return link_netns(d, st, a, b, action, ms, one_way)
     if not st.get("relays"):
@@ -1511,6 +1515,33 @@ def link(d, a, b, action, ms=None, one_way=False):
     _note_fault(d, st, {"link": [a, b], "action": action, "ms": ms, "one_way": one_way})
     log(f"link {a} {b} {action}{'' if ms is None else ' %g ms' % ms}{' (one way)' if one_way else ''}: "
         + "; ".join(answers))
+    return answers
+
+
+def link_redirect(d, st, a, b, to):
+    """link A B redirect --to NODE|off (see link)."""
+    if st.get("netns"):
+        raise ClusterError("link ... redirect works on the --app-links relays, not with --netns")
+    if not to:
+        raise ClusterError("link ... redirect needs --to NODE (or --to off)")
+    pairs = [relay_between(st, a, b, k) for k in ("memd", "writer")]
+    pairs = [r for r in pairs if r is not None]
+    if not pairs:
+        raise ClusterError(f"no relays from {a} to {b} (start the cluster with --app-links relay)")
+    nodes = {n["name"]: n for n in st["nodes"]}
+    if to != "off" and to not in nodes:
+        raise ClusterError(f"redirect --to {to}: no such node (nodes: {', '.join(nodes)})")
+    cmds = []
+    for r in pairs:
+        if to == "off":
+            cmds.append((r, "redirect off"))
+        else:
+            n = nodes[to]
+            port = n.get("writer_port", n["memd_port"]) if r.get("kind") == "writer" else n["memd_port"]
+            cmds.append((r, f"redirect 127.0.0.1:{port}"))
+    answers = [f"{r['name'][6:]}: {relay_command(r, c)}" for r, c in cmds]
+    _note_fault(d, st, {"link": [a, b], "action": "redirect", "to": to})
+    log(f"link {a} {b} redirect to {to}: " + "; ".join(answers))
     return answers
 
 

@@ -699,6 +699,47 @@ BOOST_AUTO_TEST_CASE(control_commands) {
   BOOST_CHECK(relay.log().find("control: cut to-target") != std::string::npos);
 }
 
+// redirect HOST:PORT (an on-path redirect): the existing connection is reset, every new one goes
+// to the other target; redirect off restores the configured one. Bad targets are refused.
+BOOST_AUTO_TEST_CASE(redirect_sends_new_connections_elsewhere) {
+  Fd first = listen_on(0), second = listen_on(0);
+  BOOST_REQUIRE(first.get() >= 0 && second.get() >= 0);
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, port_of(first.get())), "--delay-us", "0"}, true);
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  Fd s = accept_one(first.get());
+  BOOST_REQUIRE(s.get() >= 0);
+  BOOST_REQUIRE(send_str(c.get(), "hello"));
+  BOOST_CHECK_EQUAL(recv_n(s.get(), 5), "hello");
+
+  const std::string to = "127.0.0.1:" + std::to_string(port_of(second.get()));
+  BOOST_CHECK_EQUAL(relay.control("redirect " + to), "ok redirect=" + to + " reset=1");
+  char b;
+  BOOST_CHECK(::recv(c.get(), &b, 1, 0) <= 0);  // the old connection was reset (or ended)
+  Fd c2 = connect_to(lport);
+  BOOST_REQUIRE(c2.get() >= 0);
+  BOOST_REQUIRE(send_str(c2.get(), "where"));
+  Fd s2 = accept_one(second.get());  // the other target got it
+  BOOST_REQUIRE(s2.get() >= 0);
+  BOOST_CHECK_EQUAL(recv_n(s2.get(), 5), "where");
+  BOOST_CHECK(!readable_within(first.get(), 300));  // and the configured one nothing
+  std::string st = relay.control("status");
+  BOOST_CHECK_MESSAGE(st.find(" redirect=" + to) != std::string::npos, st);
+
+  BOOST_CHECK_EQUAL(relay.control("redirect off"), "ok redirect=off reset=1");
+  Fd c3 = connect_to(lport);
+  BOOST_REQUIRE(c3.get() >= 0);
+  Fd s3 = accept_one(first.get());
+  BOOST_CHECK(s3.get() >= 0);
+  for (std::string bad : {"redirect", "redirect nowhere", "redirect 127.0.0.1:1-3", "redirect a b"}) {
+    std::string a = relay.control(bad);
+    BOOST_CHECK_MESSAGE(a.rfind("error: ", 0) == 0, "'" << bad << "' answered '" << a << "'");
+  }
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+  BOOST_CHECK(relay.log().find("control: redirect " + to) != std::string::npos);
+}
+
 // An established connection: a cut direction holds its bytes (24 MB: the relay reads up to the
 // window, then the socket buffers fill and the sender blocks; nothing is reset) while the other
 // direction flows; heal delivers everything, intact and in order. Then the same the other way.
