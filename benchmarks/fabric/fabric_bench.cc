@@ -102,6 +102,7 @@ struct Options {
   std::string png;  // default: the CSV path with .png
   std::string python = TIERCE_BENCH_FABRIC_PYTHON;
   bool protection = false;  // the protection sweep instead of the load run
+  bool identity = false;    // node identity on vs off instead of the load run
 };
 
 struct UsageError : std::runtime_error {
@@ -112,6 +113,7 @@ void print_usage(FILE* f) {
   std::fprintf(f,
                "usage: tierce-bench-fabric [--iters N] [--quick] [--load-threads N] [--csv PATH]\n"
                "                           [--plot] [--png PATH] [--python PATH] [--protection]\n"
+               "                           [--identity]\n"
                "  --iters N         measured operations per (backend, load, op); default %zu\n"
                "  --quick           CI smoke run: --iters %zu\n"
                "  --load-threads N  busy threads in the loaded target; default one per core (%u)\n"
@@ -119,7 +121,9 @@ void print_usage(FILE* f) {
                "  --plot            draw a PNG with plot.py (needs python3-matplotlib)\n"
                "  --png PATH        where --plot writes; default the CSV path with .png\n"
                "  --python PATH     interpreter for plot.py; default %s\n"
-               "  --protection      tcp read latency with frame protection none vs mac vs encrypt\n",
+               "  --protection      tcp read latency with frame protection none vs mac vs encrypt\n"
+               "  --identity        tcp connect and read latency with node identity (Ed25519 keys)\n"
+               "                    vs the shared secret alone\n",
                kDefaultIters, kQuickIters, std::max(1u, std::thread::hardware_concurrency()),
                TIERCE_BENCH_FABRIC_PYTHON);
 }
@@ -157,6 +161,8 @@ Options parse_options(int argc, char** argv) {
       o.python = value();
     else if (a == "--protection")
       o.protection = true;
+    else if (a == "--identity")
+      o.identity = true;
     else if (a == "--help" || a == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -235,6 +241,7 @@ struct TargetConfig {
   fab::Secret secret;
   std::string shm_path;
   fab::Protection protection = fab::Protection::Mac;
+  fab::NodeKey key;  // node identity: the target signs each handshake with it (--identity)
 };
 
 // Runs in the forked child; returns its exit status.
@@ -250,6 +257,7 @@ int target_main(const TargetConfig& c, int report_fd, int control_fd) {
     o.secret = c.secret;
     o.listen = {"tcp://127.0.0.1:0", "shm://" + c.shm_path};
     o.protection = c.protection;
+    o.identity.key = c.key;
     if (c.want_verbs) o.listen.push_back("verbs://127.0.0.1:0");
     o.log = fab::stderr_sink("tierce-bench-fabric target", fab::LogLevel::Warn);
     std::unique_ptr<fab::Server> server;
@@ -770,8 +778,91 @@ int run_protection(const Options& o) {
   return 0;
 }
 
+// Node identity (fabric/identity.h) on vs off: two unloaded targets (mac), one with a node key
+// that every connection checks. Per connection: connect (tcp + handshake + LOOKUP) latency; per
+// operation: 8 B reads on an established connection (identity costs nothing there: the same
+// frames). Interleaved rounds, ratios over the secret alone.
+int run_identity(const Options& o) {
+  fab::Secret secret = random_secret();
+  const fab::NodeKey key = fab::NodeKey::generate();
+  constexpr size_t kRounds = 20;
+  const size_t reads_per_round = std::max<size_t>(1, o.iters / kRounds);
+  const size_t connects_per_round = std::max<size_t>(1, reads_per_round / 20);
+  std::printf("tierce-bench-fabric --identity: node identity (Ed25519) vs the shared secret alone\n");
+  std::printf("  two unloaded targets (mac), %zu rounds x (%zu connects, %zu reads of 8 B) each, "
+              "interleaved; host: %u hardware thread(s) shared by client and targets\n",
+              kRounds, connects_per_round, reads_per_round, std::thread::hardware_concurrency());
+  std::fflush(stdout);
+  std::vector<std::unique_ptr<TargetProcess>> targets;
+  std::vector<fab::ClientOptions> opts;
+  for (int keyed = 0; keyed < 2; ++keyed) {
+    TargetConfig tc;
+    tc.secret = secret;
+    if (keyed) tc.key = key;
+    tc.shm_path = "/tmp/tierce-bench-fabric-" + std::to_string(::getpid()) + "-i" +
+                  std::to_string(keyed) + ".sock";
+    targets.push_back(std::make_unique<TargetProcess>(tc));
+    fab::ClientOptions co;
+    co.secret = secret;
+    co.op_timeout = kOpTimeout;
+    if (keyed) {
+      co.identity.expect_node = "bench-target";
+      co.identity.expect_key = key.public_key();
+    }
+    opts.push_back(co);
+  }
+  std::vector<std::unique_ptr<fab::Connection>> conns;
+  std::vector<fab::RemoteRegion> regions;
+  for (size_t t = 0; t < 2; ++t) {
+    conns.push_back(fab::connect(targets[t]->uri_for(fab::Transport::Tcp), opts[t]));
+    regions.push_back(conns.back()->lookup("bench"));
+  }
+  std::vector<uint64_t> connect_ns[2], read_ns[2];
+  uint8_t small[8];
+  auto since = [](Clock::time_point a) {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
+  };
+  for (size_t round = 0; round < kRounds; ++round)
+    for (size_t t = 0; t < 2; ++t) {
+      for (size_t i = 0; i < connects_per_round; ++i) {
+        auto a = Clock::now();
+        auto c = fab::connect(targets[t]->uri_for(fab::Transport::Tcp), opts[t]);
+        (void)c->lookup("bench");
+        connect_ns[t].push_back(since(a));
+      }
+      for (size_t i = 0; i < reads_per_round; ++i) {
+        auto a = Clock::now();
+        conns[t]->read(regions[t], small_offset(round * reads_per_round + i), small, sizeof small);
+        read_ns[t].push_back(since(a));
+      }
+    }
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"op", "identity", "p50 µs", "p99 µs", "p50 / off", "p99 / off"});
+  double read_ratio = 0;
+  for (auto* v : {connect_ns, read_ns}) {
+    if (v == read_ns) rows.push_back({});
+    for (auto& x : {&v[0], &v[1]}) std::sort(x->begin(), x->end());
+    double b50 = percentile_us(v[0], 0.50), b99 = percentile_us(v[0], 0.99);
+    for (size_t t = 0; t < 2; ++t) {
+      double p50 = percentile_us(v[t], 0.50), p99 = percentile_us(v[t], 0.99);
+      rows.push_back({v == connect_ns ? "tcp connect + lookup" : "tcp read 8 B",
+                      t ? "on" : "off", fmt_us(p50), fmt_us(p99), fmt("%.2fx", p50 / b50),
+                      fmt("%.2fx", p99 / b99)});
+      if (v == read_ns && t == 1) read_ratio = p50 / b50;
+    }
+  }
+  std::printf("\n");
+  print_table(rows, {false, false, true, true, true, true});
+  conns.clear();
+  while (!targets.empty()) targets.pop_back();
+  std::printf("\ntargets\n  %-46s %-30s %s\n", "tcp read 8 B p50 identity on <= 1.05x off",
+              fmt("%.2fx", read_ratio).c_str(), read_ratio <= 1.05 ? "PASS" : "MISS");
+  return 0;
+}
+
 int run(const Options& o) {
   if (o.protection) return run_protection(o);
+  if (o.identity) return run_identity(o);
   // Fail before a long run, not after it, when the CSV cannot be written.
   if (auto dir = std::filesystem::path(o.csv).parent_path(); !dir.empty())
     std::filesystem::create_directories(dir);
