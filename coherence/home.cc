@@ -62,7 +62,7 @@ uint64_t steady_ns() {
 }  // namespace
 
 HomeState::HomeState(void* versions, uint64_t slots, HomeLimits limits, bool init, uint64_t digest,
-                     Scheme scheme)
+                     Scheme scheme, uint64_t node)
     : versions_(versions), slots_(slots), limits_(limits), scheme_(scheme), now_ns_(steady_ns) {
   if (slots_ == 0) throw std::invalid_argument("version table with no slots");
   if (limits_.log_entries == 0) limits_.log_entries = 1;
@@ -75,6 +75,7 @@ HomeState::HomeState(void* versions, uint64_t slots, HomeLimits limits, bool ini
     word_at(versions_, kSlotCountOffset).store(slots_, std::memory_order_relaxed);
     word_at(versions_, kBaseOffset).store(base, std::memory_order_relaxed);
     word_at(versions_, kDigestOffset).store(digest, std::memory_order_relaxed);
+    word_at(versions_, kHomeNodeOffset).store(node, std::memory_order_relaxed);
     for (uint64_t i = 0; i < slots_; ++i)
       word_at(versions_, slot_offset(i)).store(base, std::memory_order_relaxed);
     word_at(versions_, kSeqOffset).store(seq, std::memory_order_release);

@@ -115,8 +115,9 @@ class HomeState {
   // (with `digest`, Topology::coherence_digest) and sets every slot and the sequence to fresh
   // random bases (a new incarnation). Under Scheme::DependencyLists a page must name at least one
   // dependency.
+  // `node`: hash64 of the home's node name, stamped in the header (layout.h offset 40).
   HomeState(void* versions, uint64_t slots, HomeLimits limits, bool init, uint64_t digest = 0,
-            Scheme scheme = Scheme::DependencyLists);
+            Scheme scheme = Scheme::DependencyLists, uint64_t node = 0);
 
   uint64_t seq() const;
   uint64_t version(uint64_t slot) const;

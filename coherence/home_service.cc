@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "cluster/hash.h"
 #include "coherence/key.h"
 #include "coherence/layout.h"
 #include "coherence/protocol.h"
@@ -81,7 +82,7 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
   word_at(acks_->data(), kAcksDigestOffset).store(digest_);
   writer_ = std::make_unique<WriterLog>(me.segment_prefix + kWriterSuffix);
   state_ = std::make_unique<HomeState>(versions_->data(), topo_.version_slots, opts_.limits, true,
-                                       digest_, topo_.coherence.scheme);
+                                       digest_, topo_.coherence.scheme, cluster::hash64(node_));
   ClientTuning t;
   t.op_timeout = opts_.peer_op_timeout.count() > 0
                      ? opts_.peer_op_timeout

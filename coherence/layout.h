@@ -9,6 +9,11 @@
 //   offset 24  base: the random value every slot started at (this incarnation's)
 //   offset 32  topology digest (Topology::coherence_digest) of the home's topology file: a peer
 //              whose own digest differs fails closed on this home instead of trusting it
+//   offset 40  the home's identity: hash64 of its node name (0 in tables made before it was
+//              stamped). A peer checks it against the node it dialled when it first looks the
+//              table up, and fails closed on another node's table (a segment prefix shared by two
+//              nodes, a memd started with another node's name); the handshake's node keys prove
+//              the process, this proves the table it serves. The incarnation is the base (24).
 //   offset 64  slot[0], slot[1], ...: the version of every key hashing to that slot (atomic)
 //   The segment's lease is CAPPED by the home's fence (fabric/segment.h "lease cap"): it runs
 //   only until the home's last proof that it holds every invalidation issued, + lease_ms.
@@ -57,6 +62,7 @@ inline constexpr uint64_t kSeqOffset = 8;
 inline constexpr uint64_t kSlotCountOffset = 16;
 inline constexpr uint64_t kBaseOffset = 24;
 inline constexpr uint64_t kDigestOffset = 32;
+inline constexpr uint64_t kHomeNodeOffset = 40;
 inline constexpr uint64_t kVersionsHeaderBytes = 64;
 inline constexpr uint64_t kSlotsOffset = 64;
 inline constexpr uint64_t slot_offset(uint64_t slot) { return kSlotsOffset + 8 * slot; }

@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "cluster/hash.h"
 #include "coherence/coop_directory_wire.h"
 #include "coherence/slab_pool_wire.h"
 #include "coherence/key.h"
@@ -36,6 +37,7 @@ base::Result<std::unique_ptr<NodePool::Conn>> connect_counted(NodePool& n, const
     o.clock_skew = ctx.clock_skew;
     if (n.info) o.identity = cluster::expect(*n.info);  // its memd or writer agent must prove it
     auto c = std::make_unique<NodePool::Conn>();
+    if (n.info) c->node = n.info->name;
     c->c = fabric::connect(n.uri, o);
     return c;
   } catch (const std::exception& e) {
@@ -156,6 +158,13 @@ const fabric::RemoteRegion& region(NodePool::Conn& c, RegionKind kind, const Poo
           "the home's version table was made from another topology (digest " +
               to_hex(hdr[kDigestOffset / 8]) + ", ours " + to_hex(ctx.digest) +
               "): version_slots, [coherence] or the app nodes differ between the files");
+    const uint64_t stamped = hdr[kHomeNodeOffset / 8];
+    if (!c.node.empty() && stamped != 0 && stamped != cluster::hash64(c.node))
+      throw fabric::FabricError(
+          fabric::Errc::Fenced,
+          "the version table served for node " + c.node + " belongs to another node (identity " +
+              to_hex(stamped) + ", " + c.node + "'s is " + to_hex(cluster::hash64(c.node)) +
+              "): two nodes share a segment_prefix, or a memd runs with another node's name");
     c.versions = r;
   }
   return *c.versions;

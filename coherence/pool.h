@@ -37,6 +37,7 @@ struct NodePool {
     std::unique_ptr<fabric::Connection> c;
     std::optional<fabric::RemoteRegion> versions, acks, writer;
     uint64_t acks_digest = 0;  // the home's topology digest, from its acks header (0: none)
+    std::string node;          // the node this connection was made for (its version table's)
     // A proxy's cooperative-cache regions (docs/coop_cache.md) and the directory's geometry,
     // read from its header at lookup.
     std::optional<fabric::RemoteRegion> coop_dir, arena, pool;

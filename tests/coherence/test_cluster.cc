@@ -583,6 +583,24 @@ BOOST_AUTO_TEST_CASE(a_node_with_another_topology_is_refused_not_trusted) {
   BOOST_TEST((!v2 || *v2 != r2.version), "app2 did not apply the invalidation");
 }
 
+// A home's version table carries its node (layout.h offset 40): a client whose topology sends it
+// to another node's memd for app1 (addresses swapped; the same digest, no node keys) reads
+// nothing there as app1's, and registers nothing: it fails closed, as with a dead home.
+BOOST_AUTO_TEST_CASE(a_version_table_of_another_node_is_refused_not_trusted) {
+  Cluster c;
+  std::string swapped = c.dir / "swapped.toml";
+  auto at = [&](size_t i) { return "\"" + c.tcp[i] + "\", \"" + c.shm[i] + "\""; };
+  write_file(swapped, c.topology(transport_arg(), {{"app1", at(1)}, {"app2", at(0)}}));
+  auto confused = c.client(200ms, 0ms, swapped);
+  auto good = c.client();
+  BOOST_REQUIRE(good.read_seq("app1").has_value());  // the table is there, under its own name
+  BOOST_TEST(!confused.read_seq("app1").has_value());
+  BOOST_TEST(!confused.read_seq("app2").has_value());
+  const auto& topo = confused.topology();
+  uint64_t k = key_homed_at(topo, "app1");
+  BOOST_TEST(!confused.read_version("app1", slot_of(k, topo.version_slots)).has_value());
+}
+
 // Issue 29, path 1: a writer that numbers under another topology (its process loaded another
 // file than the node's memd) may not send to the homes this node's home knows: no home renews its
 // fence while that writer's counter carries another digest. Vouching resumes once the node's

@@ -347,12 +347,15 @@ std::vector<uint64_t> keys_apart(size_t n, uint64_t slots) {
 
 BOOST_AUTO_TEST_CASE(fresh_tables_start_at_random_bases) {
   Table a(64), b(64);
-  HomeState ha(a.data(), 64, {}, true, 0xabc), hb(b.data(), 64, {}, true);
+  HomeState ha(a.data(), 64, {}, true, 0xabc, Scheme::DependencyLists, 0x77),
+      hb(b.data(), 64, {}, true);
   BOOST_TEST(ha.version(0) == ha.version(63));
   BOOST_TEST(ha.version(0) != hb.version(0));  // 2^-63 chance of a false failure
   BOOST_TEST(ha.seq() != hb.seq());
   BOOST_TEST(word_at(a.data(), 0).load() == kVersionsMagic);
   BOOST_TEST(word_at(a.data(), kDigestOffset).load() == 0xabcu);
+  BOOST_TEST(word_at(a.data(), kHomeNodeOffset).load() == 0x77u);  // the home's identity
+  BOOST_TEST(word_at(b.data(), kHomeNodeOffset).load() == 0u);     // none given: not stamped
 }
 
 BOOST_AUTO_TEST_CASE(the_home_derives_the_slot_from_the_key) {
