@@ -52,7 +52,9 @@ def read_list(path):
             parts = line.split("\t")
             if len(parts) < 2:
                 raise SystemExit(f"model_proofs: {path}:{n}: expected NAME<TAB>DIR<TAB>ARGS...")
-            entries.append((parts[0], parts[1], parts[2:]))
+            # A check without arguments is written "NAME<TAB>DIR<TAB>" (CMake joins an empty list
+            # after its tab): no empty argument for it.
+            entries.append((parts[0], parts[1], [a for a in parts[2:] if a]))
     return entries
 
 
