@@ -164,7 +164,10 @@ AuthVerdict check_auth(const AuthRequest& a, const Secret& s, const Nonce& sn,
                        const ServerIdentity& id, std::string* node) {
   node->clear();
   if (!mac_equal(client_proof(s, sn, a.cn, p), a.mac)) return AuthVerdict::BadProof;
-  if (a.node.empty()) return id.require_clients ? AuthVerdict::Unsigned : AuthVerdict::Ok;
+  // A server that knows no keys cannot check a signature: the client counts as unsigned (its
+  // name is not taken as proven), which is refused only where signatures are required.
+  if (a.node.empty() || id.peers.empty())
+    return id.require_clients ? AuthVerdict::Unsigned : AuthVerdict::Ok;
   auto k = id.peers.find(a.node);
   if (k == id.peers.end()) return AuthVerdict::UnknownNode;
   if (!verify_signature(k->second, transcript("tierce-C", p, sn, a.cn, server_name, a.node), a.sig))

@@ -104,7 +104,8 @@ struct ClientIdentity {
 // A server's identity and what it knows of its clients'.
 struct ServerIdentity {
   NodeKey key;  // signs every handshake (with the server's name) when set
-  // Public keys by node name: a client that signs is checked against its name's key.
+  // Public keys by node name: a client that signs is checked against its name's key (an
+  // unknown name is refused). Empty: signatures are not checked, every client counts as unsigned.
   std::map<std::string, PublicKey> peers;
   bool require_clients = false;  // refuse a client that does not sign
 };

@@ -176,6 +176,8 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   fabric::ServerOptions so;
   so.name = node_;
   so.identity.key = opts_.node_key;  // proves this node to the others (a keyed cluster)
+  for (const auto& n : topo_.nodes)  // and checks the lockds that sign as they connect
+    if (n.public_key) so.identity.peers[n.name] = *n.public_key;
   so.secret = secret_;
   so.listen = topo_.node(node_).lockd;
   so.log = opts_.log;

@@ -66,7 +66,10 @@ struct Cluster {
   std::mutex rev_mu;
   std::vector<std::pair<uint64_t, uint64_t>> revoked;  // (owner, hold)
 
-  explicit Cluster(int n, uint32_t lease_ms = 600) {
+  // keyed: every node gets a node key (public keys in the topology, fabric/identity.h).
+  std::vector<tierce::fabric::NodeKey> keys;
+
+  explicit Cluster(int n, uint32_t lease_ms = 600, bool keyed = false) {
     transport = arg("transport", "tcp");
     algorithm = arg("algorithm", "ncosed");
     std::ostringstream t;
@@ -78,6 +81,11 @@ struct Cluster {
       if (transport == "shm") t << "\"shm://" << (dir / ("n" + std::to_string(i) + ".sock")) << "\"";
       else t << "\"tcp://127.0.0.1:" << free_port() << "\"";
       t << "]\n";
+      if (keyed) {
+        keys.push_back(tierce::fabric::NodeKey::generate());
+        t << "public_key = \"" << tierce::fabric::format_public_key(keys.back().public_key())
+          << "\"\n";
+      }
     }
     topo = tierce::cluster::Topology::parse(t.str(), "test.toml");
     nodes.resize(size_t(n));
@@ -85,8 +93,11 @@ struct Cluster {
     wait_all_up();
   }
   ~Cluster() { nodes.clear(); }
-  void start(int rank) {
+  // `key`: this start's node key (default: the node's own in a keyed cluster).
+  void start(int rank, std::optional<tierce::fabric::NodeKey> key = std::nullopt) {
     tierce::lockd::LockdOptions o;
+    if (key) o.node_key = *key;
+    else if (!keys.empty()) o.node_key = keys[size_t(rank - 1)];
     o.socket_path = dir / ("ipc" + std::to_string(rank) + ".sock");
     o.state_dir = dir / ("state" + std::to_string(rank));
     o.log = [](tierce::fabric::LogLevel l, std::string_view s) {
@@ -197,6 +208,25 @@ BOOST_AUTO_TEST_CASE(connections_to_the_members_are_open_before_the_first_lock) 
   BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
   BOOST_REQUIRE(w.ready(5000ms));
   BOOST_TEST(w.f.get().status == Status::Ok);
+}
+
+// A keyed cluster (issue 32, node identity): the lockds prove their nodes to each other and sign
+// their own connections; locks work across them. A member restarted with another key (another
+// host holding the cluster secret, claiming n2) is refused by every other lockd at the handshake:
+// they never see it up, and it grants nothing homed elsewhere.
+BOOST_AUTO_TEST_CASE(a_keyed_cluster_refuses_a_member_with_another_key) {
+  Cluster c(3, 600, true);
+  const std::string name = c.name_homed_at(2);
+  Grant g = acquire(c.node(1), 101, name, Mode::Exclusive);  // homed at n2, asked at n1
+  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+  BOOST_TEST(g.token > 0u);
+  BOOST_TEST(c.node(1).engine().release(101, g.hold) == Status::Ok);
+  c.stop(2);
+  c.start(2, tierce::fabric::NodeKey::generate());
+  std::this_thread::sleep_for(1500ms);  // well over a lease: heartbeats would have come through
+  BOOST_TEST(c.node(1).members_up() == 2u);
+  BOOST_TEST(c.node(3).members_up() == 2u);
+  BOOST_TEST(c.node(2).members_up() == 1u);  // it cannot reach the others either: they sign
 }
 
 BOOST_AUTO_TEST_CASE(serial_exclusive_and_shared_tokens_increase) {

@@ -623,6 +623,12 @@ BOOST_AUTO_TEST_CASE(a_client_proves_its_node_to_a_server_that_knows_the_keys) {
   auto conn = connect(t.proc->uri(), as("proxy1", kp));
   std::vector<uint8_t> who = conn->call("whoami", {});
   BOOST_TEST(std::string(who.begin(), who.end()) == "proxy1");
+  {  // A server that knows no keys takes a signing client as unsigned: served, name not proven.
+    Target keyless;
+    auto k = connect(keyless.proc->uri(), as("proxy1", kp));
+    std::vector<uint8_t> w = k->call("whoami", {});
+    BOOST_TEST(w.empty());
+  }
   struct Case {
     ClientOptions o;
     const char* id;
