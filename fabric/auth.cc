@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "fabric/errors.h"
+#include "fabric/private_file.h"
 #include "fabric/random.h"
 #include "fabric/socket.h"
 
@@ -37,47 +38,13 @@ void Secret::wipe() noexcept {
 }
 
 Secret Secret::from_file(const std::string& path) {
-  // Checked on the descriptor that is then read, so the file cannot be swapped in between.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd) throw_errno("open secret file " + path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw_errno("secret file " + path);
-  if (!S_ISREG(st.st_mode))
-    throw FabricError(Errc::Config, "secret file " + path + " is not a regular file");
-  if (st.st_uid != ::geteuid() && st.st_uid != 0)
-    throw FabricError(Errc::Config,
-                      "secret file " + path + " is owned by uid " + std::to_string(st.st_uid) +
-                          ", neither this user (uid " + std::to_string(::geteuid()) +
-                          ") nor root: anyone who owns it can change it; chown it to the user "
-                          "the service runs as, then chmod 600 " + path);
-  if (st.st_mode & (S_IRWXG | S_IRWXO))
-    throw FabricError(Errc::Config, "secret file " + path + " is accessible to its group or "
-                                        "others (mode " + [&] {
-                                          char m[8];
-                                          std::snprintf(m, sizeof m, "%04o",
-                                                        unsigned(st.st_mode & 07777));
-                                          return std::string(m);
-                                        }() + "): chmod 600 " + path);
-  // The file is read into one buffer of its size (no reallocation leaves a copy behind), and the
-  // read buffer and that one are overwritten once the Secret holds the bytes.
-  if (st.st_size > off_t(1) << 20)
-    throw FabricError(Errc::Config, "secret file " + path + " is over 1 MiB: not a secret?");
-  std::string s(size_t(st.st_size), '\0');
-  size_t got = 0;
-  while (got < s.size()) {
-    ssize_t n = ::read(fd.get(), s.data() + got, s.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      OPENSSL_cleanse(s.data(), s.size());
-      throw_errno("read secret file " + path);
-    }
-    if (n == 0) break;
-    got += size_t(n);
-  }
+  // The read buffer and the trimmed copy are overwritten once the Secret holds the bytes.
+  std::string s =
+      read_private_file(path, "secret file", size_t(1) << 20, "over 1 MiB: not a secret?");
   auto b = s.find_first_not_of(" \t\r\n");
   auto e = s.find_last_not_of(" \t\r\n");
   std::string trimmed = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-  OPENSSL_cleanse(s.data(), s.size());
+  OPENSSL_cleanse(s.data(), s.capacity());
   Secret out(std::move(trimmed));  // throws when too short: `trimmed` is then wiped below
   OPENSSL_cleanse(trimmed.data(), trimmed.capacity());
   return out;

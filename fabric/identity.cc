@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fabric/errors.h"
+#include "fabric/private_file.h"
 #include "fabric/socket.h"
 
 namespace tierce::fabric {
@@ -29,12 +30,6 @@ constexpr std::string_view kPrefix = "ed25519:";
 }
 
 std::shared_ptr<EVP_PKEY> own(EVP_PKEY* k) { return std::shared_ptr<EVP_PKEY>(k, EVP_PKEY_free); }
-
-std::string mode_text(mode_t m) {
-  char b[8];
-  std::snprintf(b, sizeof b, "%04o", unsigned(m & 07777));
-  return b;
-}
 
 }  // namespace
 
@@ -83,41 +78,11 @@ NodeKey NodeKey::generate() {
 }
 
 NodeKey NodeKey::from_file(const std::string& path) {
-  // Checked on the descriptor that is then read, so the file cannot be swapped in between.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd) throw_errno("open node key file " + path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw_errno("node key file " + path);
-  if (!S_ISREG(st.st_mode))
-    throw FabricError(Errc::Config, "node key file " + path + " is not a regular file");
-  if (st.st_uid != ::geteuid() && st.st_uid != 0)
-    throw FabricError(Errc::Config,
-                      "node key file " + path + " is owned by uid " + std::to_string(st.st_uid) +
-                          ", neither this user (uid " + std::to_string(::geteuid()) +
-                          ") nor root: chown it to the user the service runs as, then chmod 600 " +
-                          path);
-  if (st.st_mode & (S_IRWXG | S_IRWXO))
-    throw FabricError(Errc::Config, "node key file " + path +
-                                        " is accessible to its group or others (mode " +
-                                        mode_text(st.st_mode) + "): chmod 600 " + path);
-  if (st.st_size > 16384)
-    throw FabricError(Errc::Config, "node key file " + path + " is over 16 KiB: not a key?");
-  std::vector<char> buf(size_t(st.st_size));
-  size_t got = 0;
-  while (got < buf.size()) {
-    ssize_t n = ::read(fd.get(), buf.data() + got, buf.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      OPENSSL_cleanse(buf.data(), buf.size());
-      throw_errno("read node key file " + path);
-    }
-    if (n == 0) break;
-    got += size_t(n);
-  }
-  BIO* bio = BIO_new_mem_buf(buf.data(), int(got));
+  std::string buf = read_private_file(path, "node key file", 16384, "over 16 KiB: not a key?");
+  BIO* bio = BIO_new_mem_buf(buf.data(), int(buf.size()));
   EVP_PKEY* k = bio ? PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr) : nullptr;
   BIO_free(bio);
-  OPENSSL_cleanse(buf.data(), buf.size());
+  OPENSSL_cleanse(buf.data(), buf.capacity());
   if (!k || EVP_PKEY_id(k) != EVP_PKEY_ED25519) {
     EVP_PKEY_free(k);
     throw FabricError(Errc::Config, "node key file " + path +
