@@ -27,7 +27,9 @@ packets between A's and B's addresses with iptables rules inside their namespace
 """
 
 import base64
+import fcntl
 import grp
+import hashlib
 import http.client
 import json
 import os
@@ -312,7 +314,6 @@ DB_TEMPLATE_FORMAT = 1
 def _db_template_key(opts):
     """What a loaded database depends on: MariaDB's version, the schema, tierce-datagen (its bytes),
     the data set's options, the base SQL. Same key, same data directory."""
-    import hashlib
     h = hashlib.sha256()
     ver = subprocess.run(["mariadbd", "--version"], capture_output=True, text=True).stdout
     h.update(f"{DB_TEMPLATE_FORMAT}\0{ver}\0{_base_sql()}\0".encode())
@@ -343,7 +344,6 @@ def prepare_database(d, st, opts, deadline):
         start_mariadb(d, st, deadline)
         load_data(st, opts)
         return
-    import fcntl
     m = st["mariadb"]
     datadir = os.path.join(m["dir"], "db")
     root = os.path.join(opts["build"], "lab", "db-templates")
