@@ -90,6 +90,27 @@ std::optional<int64_t> CheckedTable::integer(std::string_view key, int64_t lo, i
   return v;
 }
 
+std::optional<unsigned> CheckedTable::file_mode(std::string_view key,
+                                                 const std::string& example) const {
+  const toml::node* n = t_->get(key);
+  if (!n) return std::nullopt;
+  std::optional<long> m;
+  if (n->is_integer()) {
+    m = long(n->as_integer()->get());
+  } else if (n->is_string()) {
+    const std::string& v = n->as_string()->get();
+    char* end = nullptr;
+    unsigned long x = std::strtoul(v.c_str(), &end, 8);
+    if (!v.empty() && !*end) m = long(x);
+  }
+  if (!m || *m < 0 || *m > 0777) {
+    c_->problem(n->source(), key_name(key) + ": expected an octal mode 0..0777; write e.g. " +
+                                 std::string(key) + " = " + example + " (or 0o660)");
+    return std::nullopt;
+  }
+  return unsigned(*m);
+}
+
 std::optional<bool> CheckedTable::boolean(std::string_view key) const {
   const toml::node* n = t_->get(key);
   if (!n) return std::nullopt;

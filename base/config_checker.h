@@ -59,6 +59,8 @@ class CheckedTable {
   std::optional<int64_t> integer(std::string_view key, int64_t lo, int64_t hi,
                                  int64_t example = 0) const;
   std::optional<bool> boolean(std::string_view key) const;
+  // A file mode 0..0777: an integer (0o660) or an octal string ("0660").
+  std::optional<unsigned> file_mode(std::string_view key, const std::string& example = "\"0660\"") const;
 
  private:
   ConfigChecker* c_;

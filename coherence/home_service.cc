@@ -201,7 +201,9 @@ std::string HomeService::read_origins(std::vector<IssuedNumber>& readings, std::
       continue;
     }
     std::optional<WriterReading> r;
-    if (i == self_)
+    // Our own node's counter from our own mapping, unless its writer agent numbers for the
+    // httpd children (layout.h "agent"): then where every home reads it, at the agent.
+    if (i == self_ && (exports_writer_ || !writer_->agent_numbering()))
       r = writer_->reading(self_);
     else
       r = peers_->read_writer(origins_[i], self_);

@@ -42,6 +42,11 @@
 //   offset 24  digest: Topology::coherence_digest of the process that numbers here, stored before
 //              its first number (0: nobody numbered yet). A home whose own digest differs does
 //              not renew its fence on it: that writer does not send to the homes this one knows.
+//   offset 32  agent: 1 while the node's writer agent numbers for its httpd children (its agent
+//              socket, docs/coherence.md "The agent socket"), else 0. The node's own home then
+//              reads this region at the agent, as every other home does, not in its own mapping:
+//              an invalidation queued in a dead agent's socket is never numbered, and a home
+//              that cannot reach the agent stops vouching (the restarted agent makes it catch up).
 //   offset 64 + 8*i   SKIP word for app node i (topology order, i < kMaxSkipHomes): 0 = writers
 //              wait for home i as usual; kSkipPending = a mark being set; any other value = the
 //              CLOCK_MONOTONIC time (ns, this host) since which writers may stop waiting for home i
@@ -81,6 +86,7 @@ inline constexpr uint64_t ack_cells_in(uint64_t region_len) {
 inline constexpr uint64_t kWriterIncarnationOffset = 8;
 inline constexpr uint64_t kWriterIssuedOffset = 16;
 inline constexpr uint64_t kWriterDigestOffset = 24;
+inline constexpr uint64_t kWriterAgentOffset = 32;
 inline constexpr uint64_t kWriterHeaderBytes = 64;
 inline constexpr uint64_t kWriterBytes = 4096;
 inline constexpr uint64_t kMaxSkipHomes = (kWriterBytes - kWriterHeaderBytes) / 8;  // 504

@@ -98,6 +98,16 @@ IssuedNumber WriterLog::issue() {
   return n;
 }
 
+void WriterLog::set_agent_numbering(bool on) {
+  auto seg = segment();
+  word_at(seg->data(), kWriterAgentOffset).store(on ? 1 : 0, std::memory_order_seq_cst);
+}
+
+bool WriterLog::agent_numbering() const {
+  auto seg = segment();
+  return word_at(seg->data(), kWriterAgentOffset).load(std::memory_order_acquire) != 0;
+}
+
 IssuedNumber WriterLog::last() const {
   std::lock_guard lk(mu_);
   return read_writer_words(seg_->data());

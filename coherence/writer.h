@@ -80,6 +80,10 @@ class WriterLog {
   // Clears the mark if it still holds `seen` (a mark set again meanwhile is another mark).
   bool clear_skip(size_t home, uint64_t seen);
 
+  // The agent word (layout.h offset 32): whether the node's writer agent numbers for its httpd
+  // children. Set by the writer agent at start (socket or not).
+  void set_agent_numbering(bool on);
+  bool agent_numbering() const;
   const std::string& name() const { return name_; }
   std::shared_ptr<fabric::SharedSegment> segment() const;
 

@@ -425,13 +425,23 @@ base::Result<std::optional<ModuleConfig>> resolve_server_config(const ServerSett
     return fail("APPVER0001 topology " + s.topology_path + ": " + e.what() +
                 " (every app node needs a memd URI of the cluster's transport)");
   }
-  try {
-    c.secret = c.topology.secret();
-  } catch (const std::exception& e) {
-    return fail("APPVER0003 cannot read the cluster secret " + c.topology.secret_file +
-                " named by " + s.topology_path + ": " + e.what() +
-                " (it must exist, hold >= 16 bytes and not be readable by others: chmod 600, "
-                "owner root)");
+  if (!s.agent_socket.empty()) {
+    // The agent numbers and sends for us: no secret here, no counter mapped.
+    if (self->writer.empty())
+      return fail("APPVER0028 AppVersionAgent " + s.agent_socket + ": the topology " +
+                  s.topology_path + " lists no writer agent for node " + s.node +
+                  " (writer = [...] in its [[node]]): the homes must read its counter at the "
+                  "agent that numbers for this httpd");
+    c.agent_socket = s.agent_socket;
+  } else {
+    try {
+      c.secret = c.topology.secret();
+    } catch (const std::exception& e) {
+      return fail("APPVER0003 cannot read the cluster secret " + c.topology.secret_file +
+                  " named by " + s.topology_path + ": " + e.what() +
+                  " (it must exist, hold >= 16 bytes and not be readable by others: chmod 600, "
+                  "owner root)");
+    }
   }
   if (std::string why = check_against_topology(c.topology, s.topology_path, s.schemes,
                                                 s.ack_timeouts);
@@ -441,6 +451,9 @@ base::Result<std::optional<ModuleConfig>> resolve_server_config(const ServerSett
   c.writer_segment = self->segment_prefix + co::kWriterSuffix;
   c.tuning.op_timeout = std::chrono::milliseconds(s.op_timeout_ms);
   c.tuning.connect_timeout = std::chrono::milliseconds(std::max<uint32_t>(s.op_timeout_ms, 200));
+  c.agent_timeouts.op = c.tuning.op_timeout;
+  c.agent_timeouts.connect = c.tuning.connect_timeout;
+  c.agent_timeouts.fence_bound = std::chrono::milliseconds(c.topology.coherence.fence_bound_ms());
   return std::optional<ModuleConfig>(std::move(c));
 }
 

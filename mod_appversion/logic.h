@@ -17,6 +17,7 @@
 
 #include "base/metrics.h"
 #include "base/status.h"
+#include "coherence/agent_client.h"
 #include "coherence/home.h"
 #include "coherence/pool.h"
 #include "coherence/topology.h"
@@ -189,6 +190,7 @@ struct ServerSettings {
   std::string topology_path;  // absolute; empty: unset
   std::string node;           // empty: unset
   uint32_t op_timeout_ms = kDefaultOpTimeoutMs;  // AppVersionOpTimeout
+  std::string agent_socket;   // AppVersionAgent (absolute); empty: unset (the secret in children)
   bool any_enabled = false;   // "AppVersion On" somewhere
   std::vector<SeenValue> schemes, ack_timeouts;
 };
@@ -196,16 +198,22 @@ struct ServerSettings {
 // What the module runs with (prepared by the parent, as root; inherited by the children).
 struct ModuleConfig {
   coherence::Topology topology;  // loaded again: the file may have changed since the directive
-  fabric::Secret secret;       // read as root, before the children drop privileges
+  // With AppVersionAgent: the writer agent's socket; then `secret` stays empty and
+  // `writer_segment` is not mapped (the children hold no credential: docs/coherence.md "The
+  // agent socket"). Without: the secret, read as root before the children drop privileges.
+  std::string agent_socket;
+  fabric::Secret secret;
   std::string node;
   std::string writer_segment;  // this node's invalidation counter (coherence/writer.h)
   coherence::ClientTuning tuning;
+  coherence::AgentTimeouts agent_timeouts;  // op from AppVersionOpTimeout, fence_bound the topology's
 };
 
 // Resolves and checks the settings at start-up: the configuration; nullopt when the module is
 // loaded but not configured (no AppVersionTopology, no AppVersionNode, no AppVersion On); or
 // why it cannot run (the message starts with its APPVER id: 0004 a directive missing, 0001 the
-// topology, 0002 the node, 0003 the secret, 0023/0024 check_against_topology).
+// topology, 0002 the node, 0003 the secret, 0023/0024 check_against_topology, 0028 an
+// AppVersionAgent whose node has no writer agent in the topology).
 base::Result<std::optional<ModuleConfig>> resolve_server_config(const ServerSettings& s);
 
 }  // namespace tierce::appversion

@@ -14,6 +14,11 @@
 //   error_log      notes a PHP abort (fatal error, uncaught exception) logged for a request.
 //   appversion-status handler: the counters, shared by all children.
 //
+// With AppVersionAgent (docs/coherence.md "The agent socket") the children hold no fabric
+// credential and do not map the node's writer counter: reads, registrations and invalidations go
+// through the node's writer agent (coherence/agent_client.h). Without it, each child holds the
+// cluster secret and numbers in the counter itself (logged as a warning at start: PHP runs here).
+//
 // The pure parts (directive arguments, header selection, decisions) are in logic.h.
 // clang-format off: httpd.h must come first
 #include <httpd.h>
@@ -34,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "coherence/agent_client.h"
 #include "coherence/client.h"
 #include "coherence/key.h"
 #include "coherence/layout.h"
@@ -64,6 +70,7 @@ struct ServerConf {
   co::Topology* topology = nullptr;     // loaded by the directive (owned by the config pool)
   const char* node = nullptr;
   uint32_t op_timeout_ms = av::kDefaultOpTimeoutMs;
+  const char* agent_socket = nullptr;  // absolute
 };
 
 using DirConf = av::DirSettings;  // AppVersion, AppVersionDependencyHeaders
@@ -76,6 +83,8 @@ std::vector<av::SeenValue> g_ack_timeouts_seen;
 // What the parent prepared in post_config (as root), inherited by the children.
 struct Runtime {
   co::Topology topology;
+  std::string agent_socket;  // AppVersionAgent: then no secret, no writer
+  co::AgentTimeouts agent_timeouts;
   fab::Secret secret;
   std::string node;
   co::ClientTuning tuning;
@@ -83,7 +92,8 @@ struct Runtime {
 };
 
 Runtime* g_runtime = nullptr;          // parent: rebuilt on every (re)start
-co::ClusterClient* g_client = nullptr; // child: built in child_init
+co::ClusterClient* g_client = nullptr; // child: built in child_init (without AppVersionAgent)
+co::AgentClient* g_agent = nullptr;     // child: built in child_init (with AppVersionAgent)
 av::Counters* g_counters = nullptr;    // shared memory (or a per-process fallback)
 av::Counters g_local_counters;         // the fallback
 bool g_any_enabled = false;            // "AppVersion On" appears somewhere
@@ -210,6 +220,16 @@ const char* cmd_ack_timeout(cmd_parms* cmd, void*, const char* arg) {
   return nullptr;
 }
 
+const char* cmd_agent(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* e = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return e;
+  if (!arg || arg[0] != '/')
+    return err(cmd, std::string("'") + (arg ? arg : "") +
+                        "' is not an absolute path: name the writer agent's socket ([writer] "
+                        "socket in its memd configuration), e.g. /run/tierce/app1-agent.sock");
+  server_conf(cmd->server)->agent_socket = arg;
+  return nullptr;
+}
+
 const char* cmd_op_timeout(cmd_parms* cmd, void*, const char* arg) {
   if (const char* e = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return e;
   uint32_t ms = 0;
@@ -245,6 +265,9 @@ const command_rec kCommands[] = {
                   RSRC_CONF | ACCESS_CONF,
                   "deprecated: an update waits at most the fence bound of the topology "
                   "([coherence] lease_ms + clock_skew_ms); a smaller value is refused"),
+    AP_INIT_TAKE1("AppVersionAgent", as_cmd(cmd_agent), nullptr, RSRC_CONF,
+                  "the node's writer agent socket ([writer] socket): the children then hold no "
+                  "cluster secret (recommended; docs/coherence.md \"The agent socket\")"),
     AP_INIT_TAKE1("AppVersionOpTimeout", as_cmd(cmd_op_timeout), nullptr,
                   RSRC_CONF, "ms for one sequence read or registration call (default 200)"),
     {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr},
@@ -286,6 +309,7 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   in.topology_path = sc->topology_path ? sc->topology_path : "";
   in.node = sc->node ? sc->node : "";
   in.op_timeout_ms = sc->op_timeout_ms;
+  in.agent_socket = sc->agent_socket ? sc->agent_socket : "";
   in.any_enabled = g_any_enabled;
   in.schemes = g_schemes_seen;
   in.ack_timeouts = g_ack_timeouts_seen;
@@ -301,18 +325,27 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   }
   av::ModuleConfig& cfg = **resolved;
   auto rt = std::make_unique<Runtime>();
-  try {
-    // Created (or found) here, before any child forks: every child numbers its invalidations in
-    // the same counter, which the node's writer agent (and memd) exports and every home reads
-    // (writer.h); our topology's digest goes with every number.
-    rt->writer = std::make_unique<co::WriterLog>(cfg.writer_segment,
-                                                 cfg.topology.coherence_digest());
-  } catch (const std::exception& e) {
-    ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
-                 "APPVER0025 cannot map this node's invalidation counter %s: %s (check "
-                 "/dev/shm space and permissions; the node's memd maps the same segment)",
-                 cfg.writer_segment.c_str(), e.what());
-    return HTTP_INTERNAL_SERVER_ERROR;
+  rt->agent_socket = cfg.agent_socket;
+  rt->agent_timeouts = cfg.agent_timeouts;
+  if (rt->agent_socket.empty()) {
+    ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s,
+                 "APPVER0029 without AppVersionAgent every httpd child holds the cluster secret "
+                 "and maps this node's invalidation counter: any PHP script can read them and "
+                 "move any node's versions. Run the node's writer agent with [writer] socket and "
+                 "name it here (docs/coherence.md \"The agent socket\")");
+    try {
+      // Created (or found) here, before any child forks: every child numbers its invalidations
+      // in the same counter, which the node's writer agent (and memd) exports and every home
+      // reads (writer.h); our topology's digest goes with every number.
+      rt->writer = std::make_unique<co::WriterLog>(cfg.writer_segment,
+                                                   cfg.topology.coherence_digest());
+    } catch (const std::exception& e) {
+      ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
+                   "APPVER0025 cannot map this node's invalidation counter %s: %s (check "
+                   "/dev/shm space and permissions; the node's memd maps the same segment)",
+                   cfg.writer_segment.c_str(), e.what());
+      return HTTP_INTERNAL_SERVER_ERROR;
+    }
   }
   rt->topology = std::move(cfg.topology);
   rt->secret = std::move(cfg.secret);
@@ -337,6 +370,8 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
 apr_status_t drop_client(void*) {
   delete g_client;
   g_client = nullptr;
+  delete g_agent;
+  g_agent = nullptr;
   return APR_SUCCESS;
 }
 
@@ -353,8 +388,11 @@ void child_init(apr_pool_t* pchild, server_rec* s) {
     ap_log_error(APLOG_MARK, l, 0, s, "%.*s", static_cast<int>(line.size()), line.data());
   };
   try {
-    g_client = new co::ClusterClient(g_runtime->topology, g_runtime->secret, g_runtime->tuning,
-                                     std::move(sink));
+    if (!g_runtime->agent_socket.empty())
+      g_agent = new co::AgentClient(g_runtime->agent_socket, g_runtime->agent_timeouts);
+    else
+      g_client = new co::ClusterClient(g_runtime->topology, g_runtime->secret, g_runtime->tuning,
+                                       std::move(sink));
     apr_pool_cleanup_register(pchild, nullptr, drop_client, apr_pool_cleanup_null);
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,
@@ -411,23 +449,32 @@ int header_parser(request_rec* r) {
   st->key = *key;
   st->is_get = r->method_number == M_GET && !r->header_only;
   if (!st->is_get) return DECLINED;
-  if (!g_client) {
+  if (!g_client && !g_agent) {
     counters().seq_failures.fetch_add(1, std::memory_order_relaxed);
     return DECLINED;
   }
   try {
-    const co::Topology& topo = g_client->topology();
+    const co::Topology& topo = g_runtime->topology;
     const co::NodeInfo& home = topo.home_of(st->key);
     st->home = apr_pstrdup(r->pool, home.name.c_str());
-    if (auto seq = g_client->read_seq(home.name)) {
+    std::optional<uint64_t> seq;
+    std::string why;
+    if (g_agent) {
+      auto got = g_agent->read_seq(st->key);
+      if (got) seq = *got;
+      else why = " (" + got.message() + ")";
+    } else {
+      seq = g_client->read_seq(home.name);
+    }
+    if (seq) {
       st->seq_read = true;
       st->seq_start = *seq;
     } else {
       counters().seq_failures.fetch_add(1, std::memory_order_relaxed);
       ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r,
                     "APPVER0006 cannot read the invalidation sequence of home %s: this page is "
-                    "not cacheable (is %s's memd running and reachable?)",
-                    home.name.c_str(), home.name.c_str());
+                    "not cacheable (is %s's memd running and reachable?)%s",
+                    home.name.c_str(), home.name.c_str(), why.c_str());
     }
   } catch (const std::exception& e) {
     counters().seq_failures.fetch_add(1, std::memory_order_relaxed);
@@ -471,14 +518,38 @@ void invalidate(request_rec* r, const std::string& list, const char* why, bool a
     }
   }
   counters().invalidations.fetch_add(1, std::memory_order_relaxed);
-  if (!g_client || !g_runtime || !g_runtime->writer) {
+  co::InvalidateOutcome o;
+  if (g_agent) {
+    co::AgentInvalidation a = g_agent->invalidate(deps, scheme);
+    if (!a.answered()) {
+      counters().invalidations_fenced.fetch_add(1, std::memory_order_relaxed);
+      uint64_t us = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(a.elapsed).count());
+      counters().record_wait(us);
+      std::string msg = std::string(why) + " invalidation (" + std::string(co::to_string(scheme)) +
+                        ", " + std::to_string(deps.size()) + " dependencies) through the writer "
+                        "agent's socket " + g_agent->path() + ": " + std::string(co::to_string(a.kind)) +
+                        ": " + a.why;
+      if (a.kind == co::AgentInvalidation::Kind::Lost)
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "APPVER0030 %s", msg.c_str());
+      else
+        ap_log_rerror(APLOG_MARK, APLOG_CRIT, 0, r,
+                      "APPVER0031 %s. Proxies MAY serve stale pages of this update until the "
+                      "agent numbers it (or tierce-binlogd invalidates it): check the writer agent "
+                      "(its log, memd.status) now",
+                      msg.c_str());
+      return;
+    }
+    o = std::move(a.outcome);
+  } else if (!g_client || !g_runtime || !g_runtime->writer) {
     counters().invalidations_fenced.fetch_add(1, std::memory_order_relaxed);
     ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r,
                   "APPVER0014 invalidation NOT sent: this child has no cluster client (see APPVER0005 "
                   "at its start); proxies may serve stale pages for it: restart httpd");
     return;
+  } else {
+    o = g_client->invalidate(*g_runtime->writer, g_runtime->node, deps, scheme);
   }
-  co::InvalidateOutcome o = g_client->invalidate(*g_runtime->writer, g_runtime->node, deps, scheme);
   uint64_t us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(o.elapsed).count());
   counters().record_wait(us);
@@ -545,8 +616,9 @@ bool register_page(request_rec* r, RequestState* st, bool deps_found, const std:
                   std::string(av::to_string(d)).c_str());
     return false;
   }
-  if (!g_client) return false;
-  co::RegisterResult res = g_client->register_page(st->home, st->key, st->seq_start, deps);
+  if (!g_client && !g_agent) return false;
+  co::RegisterResult res = g_agent ? g_agent->register_page(st->key, st->seq_start, deps)
+                                   : g_client->register_page(st->home, st->key, st->seq_start, deps);
   if (!res.cacheable()) {
     switch (av::counter_of(res.refusal)) {
       case av::RefusalCounter::Race: counters().refused_race.fetch_add(1, std::memory_order_relaxed); break;
@@ -747,7 +819,8 @@ int status_handler(request_rec* r) {
     if (g_runtime->writer)
       body += "writer_issued " + std::to_string(g_runtime->writer->last().number) + "\n";
   }
-  body += std::string("client ") + (g_client ? "1" : "0") + "\n";
+  body += std::string("client ") + (g_client || g_agent ? "1" : "0") + "\n";
+  if (g_agent) body += "agent_socket " + g_agent->path() + "\n";
   ap_rwrite(body.data(), static_cast<int>(body.size()), r);
   return OK;
 }
@@ -770,8 +843,9 @@ int metrics_handler(request_rec* r) {
   m.gauge("tierce_appversion_shared_counters",
           "1: the counters are shared by all children; 0: per child (APPVER0016).",
           uint64_t(g_counters ? 1 : 0));
-  m.gauge("tierce_appversion_client", "1: this child has a cluster client.",
-          uint64_t(g_client ? 1 : 0));
+  m.gauge("tierce_appversion_client",
+          "1: this child has a cluster client (or its writer agent's socket).",
+          uint64_t(g_client || g_agent ? 1 : 0));
   counters().metrics(m);
   if (g_runtime) {
     m.gauge("tierce_appversion_fence_bound_seconds", "The cluster's fence bound.",

@@ -14,7 +14,9 @@ namespace tierce::php {
 
 namespace co = tierce::coherence;
 
-Engine::Engine(const std::string& topology_path, const std::string& node) : node_(node) {
+Engine::Engine(const std::string& topology_path, const std::string& node,
+               const std::string& agent_socket)
+    : node_(node), agent_path_(agent_socket) {
   try {
     topo_ = cluster::Topology::load(topology_path);
     topo_.require_app_nodes();
@@ -26,6 +28,16 @@ Engine::Engine(const std::string& topology_path, const std::string& node) : node
     throw std::runtime_error("tierce.node " + node + ": " +
                              (self ? "has role proxy" : "is not a node") + " in " + topology_path +
                              "; name a [[node]] with role = \"app\"");
+  if (!agent_path_.empty()) {
+    if (self->writer.empty())
+      throw std::runtime_error("tierce.agent " + agent_path_ + ": the topology " + topology_path +
+                               " lists no writer agent for node " + node +
+                               " (writer = [...] in its [[node]])");
+    co::AgentTimeouts t;
+    t.fence_bound = std::chrono::milliseconds(topo_.coherence.fence_bound_ms());
+    agent_ = std::make_unique<co::AgentClient>(agent_path_, t);
+    return;  // no secret, no counter: the agent numbers and sends
+  }
   try {
     secret_ = topo_.secret();
   } catch (const std::exception& e) {
@@ -70,6 +82,34 @@ RoundResult Engine::round(const std::vector<std::string>& names, bool all,
     return r;
   }
   if (scheme == co::Scheme::InvalidateAll) deps.clear();
+  if (agent_) {
+    co::AgentInvalidation a = agent_->invalidate(deps, scheme, mark, give_up_after);
+    r.micros = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(a.elapsed).count());
+    switch (a.kind) {
+      case co::AgentInvalidation::Kind::Answered:
+        r.sent = true;
+        r.complete = a.outcome.complete();
+        r.gave_up = a.outcome.gave_up();
+        for (const std::string& f : a.outcome.fenced) r.error += (r.error.empty() ? "" : "; ") + f;
+        for (const std::string& f : a.outcome.gave_up_on) r.error += (r.error.empty() ? "" : "; ") + f;
+        break;
+      case co::AgentInvalidation::Kind::GaveUp:  // maybe numbered: a Pend that did not reach every home
+        r.sent = true;
+        r.gave_up = true;
+        r.error = a.why;
+        break;
+      case co::AgentInvalidation::Kind::Lost:  // covered by the fence after the bound it waited
+        r.sent = true;
+        r.error = a.why;
+        break;
+      case co::AgentInvalidation::Kind::Stuck:
+      case co::AgentInvalidation::Kind::Refused:
+        r.error = a.why;
+        break;
+    }
+    return r;
+  }
   try {
     co::InvalidateOutcome o =
         client().invalidate(*writer_, node_, deps, scheme, mark, give_up_after);

@@ -3,9 +3,12 @@
 // (CLI scripts, cron). Inside httpd the ordinary invalidations still go through mod_appversion
 // (request notes); this engine only sends what must leave before a COMMIT does.
 //
-// One ClusterClient per process, created on first use after fork (the PHP module starts in the
-// httpd parent, which reads the topology and its secret as root; children inherit them). The
-// node's writer counter is the same shared segment mod_appversion and memd map.
+// With tierce.agent (the node's writer agent socket, docs/coherence.md "The agent socket") the
+// engine holds no secret and maps no counter: its rounds go through the agent (AgentClient), so
+// the PHP processes hold no fabric credential. Without it: one ClusterClient per process,
+// created on first use after fork (the PHP module starts in the httpd parent, which reads the
+// topology and its secret as root; children inherit them), numbering in the node's writer
+// counter, the same shared segment mod_appversion and memd map.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "cluster/topology.h"
+#include "coherence/agent_client.h"
 #include "coherence/client.h"
 
 namespace tierce::php {
@@ -30,13 +34,16 @@ struct RoundResult {
 
 class Engine {
  public:
-  // Loads the topology and its secret and maps the node's writer counter. Throws
-  // std::runtime_error with a message a user can act on.
-  Engine(const std::string& topology_path, const std::string& node);
+  // Loads the topology; without `agent_socket`, also its secret and the node's writer counter.
+  // Throws std::runtime_error with a message a user can act on.
+  Engine(const std::string& topology_path, const std::string& node,
+         const std::string& agent_socket = {});
   ~Engine();
 
   const std::string& node() const { return node_; }
   const cluster::Topology& topology() const { return topo_; }
+  // The writer agent's socket, or empty (the engine holds the secret).
+  const std::string& agent_socket() const { return agent_path_; }
 
   // names empty + all: everything. Same names/token/ttl as coherence::PendingMark.
   // pend gives up after `timeout` (ClusterClient::invalidate's give_up_after): a Pend is made
@@ -60,6 +67,8 @@ class Engine {
   std::unique_ptr<coherence::WriterLog> writer_;
   std::unique_ptr<coherence::ClusterClient> client_;
   int client_pid_ = 0;  // the process that created client_ (a child recreates it)
+  std::string agent_path_;
+  std::unique_ptr<coherence::AgentClient> agent_;  // reconnects by itself after fork
 };
 
 }  // namespace tierce::php

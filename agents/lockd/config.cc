@@ -42,23 +42,8 @@ std::string octal(mode_t m) {
 
 // The socket_mode key: an integer (0o660) or an octal string ("0660"), 0..0777.
 void parse_socket_mode(const base::CheckedTable& t, Layer& out) {
-  const toml::node* n = t.node("socket_mode");
-  if (!n) return;
-  std::optional<long> m;
-  if (n->is_integer()) {
-    m = long(n->as_integer()->get());
-  } else if (n->is_string()) {
-    const std::string& v = n->as_string()->get();
-    char* end = nullptr;
-    unsigned long x = std::strtoul(v.c_str(), &end, 8);
-    if (!v.empty() && !*end) m = long(x);
-  }
-  if (!m || *m < 0 || *m > 0777) {
-    t.problem_at("socket_mode",
-                 "[lockd] socket_mode: expected an octal mode 0..0777; write e.g. "
-                 "socket_mode = \"0660\" (or 0o660)");
-    return;
-  }
+  auto m = t.file_mode("socket_mode");
+  if (!m) return;
   out.values.socket_mode = mode_t(*m);
   out.given.insert("socket_mode");
 }

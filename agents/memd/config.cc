@@ -353,11 +353,21 @@ void parse_coherence_table(const CheckedTable& t, Config& cfg) {
 // [writer] topology = "cluster.toml": this memd is its app node's writer agent (writer_role.h).
 void parse_writer_table(const CheckedTable& t, Config& cfg) {
   const std::string& W = t.name();
-  t.only_known_keys({"topology"});
+  t.only_known_keys({"topology", "socket", "socket_mode", "socket_group", "max_clients"});
   auto topo = required_topology(t);
   if (!topo) return;
   cfg.writer.enabled = true;
   cfg.writer.topology = *topo;
+  if (auto v = t.path("socket", "\"/run/tierce/app1-agent.sock\"")) cfg.writer.socket = *v;
+  if (auto v = t.file_mode("socket_mode")) cfg.writer.socket_mode = *v;
+  if (auto v = t.string("socket_group", "\"www-data\"")) cfg.writer.socket_group = *v;
+  if (auto v = t.integer("max_clients", 1, 65536, 512)) cfg.writer.max_clients = size_t(*v);
+  if (cfg.writer.socket.empty())
+    for (const char* k : {"socket_mode", "socket_group", "max_clients"})
+      if (t.node(k)) t.problem_at(k, W + " " + k + " without socket: give the socket's path too");
+  if (!cfg.writer.socket.empty() && (cfg.writer.socket_mode & 0006))
+    t.problem_at("socket_mode", W + " socket_mode lets every local user send invalidations: "
+                                    "use 0660 with socket_group (the httpd children's group)");
   if (cfg.coherence.enabled)
     t.problem(W + " and [coherence] in one memd: the writer agent is meant to outlive the home "
                   "memd's crashes and restarts; run it as a second memd with its own file "

@@ -32,6 +32,9 @@
 //   [writer]                                    # optional: be the app node's writer agent
 //   topology = "/etc/tierce/cluster.toml"       # (export its writer counter; a second memd
 //                                               # process of the node, never with [coherence])
+//   socket = "/run/tierce/app1-agent.sock"      # optional: the agent socket httpd children use
+//   socket_group = "www-data"                   #   instead of the secret (docs/coherence.md
+//   socket_mode = "0660"                        #   "The agent socket"); max_clients = 512
 //
 //   [pool]                                      # optional: donate memory to the cooperative
 //   bytes = 268435456                           # cache pool (region "pool", segment
@@ -110,6 +113,13 @@ struct CoherenceConfig {
 struct WriterConfig {
   bool enabled = false;
   std::string topology;  // absolute path of the cluster topology file
+  // The agent socket (agents/memd/agent_socket.h): where the node's httpd children send their
+  // reads, registrations and invalidations instead of holding the cluster secret. Empty: none
+  // (mod_appversion and the PHP extension then need the secret themselves).
+  std::string socket;
+  unsigned socket_mode = 0660;
+  std::string socket_group;  // chgrp of the socket (the httpd children's group, e.g. www-data)
+  size_t max_clients = 512;
   bool operator==(const WriterConfig&) const = default;
 };
 

@@ -10,7 +10,14 @@
 // only the pages homed there (docs/coherence.md "The writer agent"). The topology names its
 // address per app node: writer = ["tcp://...", "shm://..."].
 //
-// Threads: one keeper thread (every lease/4); the server's threads serve the region.
+// With [writer] socket it is also the node's AGENT SOCKET (agent_socket.h): the httpd children
+// send it their sequence reads, registrations and invalidations, and it numbers and sends them
+// (they hold no secret, and do not map the counter). Then, before it exports the counter, it
+// numbers once bare: an invalidation queued in the socket of an agent that died is lost, and
+// this number makes every home catch up before it vouches on this counter again.
+//
+// Threads: one keeper thread (every lease/4); the server's threads serve the region; the agent
+// socket's threads.
 #pragma once
 
 #include <atomic>
@@ -22,15 +29,22 @@
 
 #include "agents/memd/config.h"
 #include "base/metrics.h"
+#include "coherence/topology.h"
 #include "fabric/fabric.h"
 
 namespace tierce::coherence {
 class ClusterClient;
 class SkipMarkKeeper;
 class WriterLog;
+namespace agentwire {
+struct Request;
+struct Reply;
+}  // namespace agentwire
 }  // namespace tierce::coherence
 
 namespace tierce::memd {
+
+class AgentSocket;
 
 class WriterRole {
  public:
@@ -44,6 +58,8 @@ class WriterRole {
   WriterRole& operator=(const WriterRole&) = delete;
 
   const std::string& segment_name() const;
+  // The agent socket's path (empty without [writer] socket).
+  std::string socket_path() const;
   // "key value" lines: segment, incarnation, issued, digest, skip_marks_held, skip_marks_cleared,
   // and "skip_mark HOME SINCE_MS" per mark held.
   std::string status_text() const;
@@ -51,12 +67,18 @@ class WriterRole {
 
  private:
   void loop();
+  coherence::agentwire::Reply handle(const coherence::agentwire::Request& q);
+  void number_bare(const std::string& why);
   fabric::Server& server_;
   std::string node_;
   fabric::LogSink log_;
   std::unique_ptr<coherence::WriterLog> writer_;
   std::unique_ptr<coherence::ClusterClient> client_;
   std::unique_ptr<coherence::SkipMarkKeeper> keeper_;
+  std::unique_ptr<coherence::Topology> topo_;
+  // The agent socket's requests: its own client (more connections per home than the keeper's).
+  std::unique_ptr<coherence::ClusterClient> agent_client_;
+  std::unique_ptr<AgentSocket> socket_;  // destroyed first (its threads use the above)
   std::chrono::milliseconds period_{250};
   mutable std::mutex mu_;  // keeper_ (its pass and its stats)
   std::mutex stop_mu_;

@@ -80,6 +80,7 @@ DEFAULTS = {
     "arbiter": False,           # [arbiter]: the database drops lost app nodes (docs/coherence.md)
     "binlogd": True,            # --cache tierce: tierce-binlogd on app1 (docs/binlog.md)
     "node_keys": True,          # --cache tierce: a key per node, public keys in the topology
+    "agent_socket": True,       # --cache tierce: app httpd children use the writer agent's socket
 }
 # The arbiter's table and user (--arbiter): a schema of its own beside the application's.
 ARBITER_TABLE, ARBITER_USER = "tierce.fence", "tierce_fence"
@@ -517,6 +518,8 @@ def node_conf(st, n):
         "FENCE_TABLE": ARBITER_TABLE if opts.get("arbiter") else "",
         "MEMCACHED": opts["memcached"] or "127.0.0.1:0",  # used only inside <IfDefine MOD_CACHE_MEMCACHED>
         "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
+        "AGENT_DIRECTIVE": (f"AppVersionAgent {n['agent_socket']}" if n.get("agent_socket")
+                            else "# (no AppVersionAgent: the children hold the secret, APPVER0029)"),
         "RCACHE_MODULE": os.path.join(opts["build"], "mod_rcache", "mod_rcache.so"),
         "TTL": opts["ttl"], "MOD_CACHE_BYTES": opts["mod_cache_bytes"],
         "ARENA_SIZE": opts.get("arena_size", DEFAULTS["arena_size"]),
@@ -559,7 +562,11 @@ def node_conf(st, n):
                 *([f"node_key = {toml_str(n['node_key'])}"] if n.get("node_key") else []),
                 f"pid_file = {toml_str(os.path.join(n['dir'], 'run', 'writer.pid'))}",
                 f"ready_file = {toml_str(n['writer_ready'])}", 'log = "stderr"', "",
-                "[writer]", f"topology = {toml_str(node_topology(st, n))}", ""]))
+                "[writer]", f"topology = {toml_str(node_topology(st, n))}",
+                # the agent socket: the node's httpd children (www-data) send through it and
+                # hold no secret (docs/coherence.md "The agent socket")
+                *([f"socket = {toml_str(n['agent_socket'])}", 'socket_group = "www-data"',
+                   'socket_mode = "0660"'] if n.get("agent_socket") else []), ""]))
 
 
 def write_php_ini(st, n, php):
@@ -574,6 +581,7 @@ def write_php_ini(st, n, php):
              f"tierce.linearizable={1 if php == 'linearizable' else 0}",
              f"tierce.topology={node_topology(st, n)}",
              f"tierce.node={n['name']}",
+             *([f"tierce.agent={n['agent_socket']}"] if n.get("agent_socket") else []),
              f"tierce.schema={os.path.join(REPO, 'sample', 'schema.sql')}",
              "display_errors=Off", "log_errors=On", ""]
     os.makedirs(os.path.join(n["dir"], "php"), exist_ok=True)
@@ -1119,6 +1127,8 @@ def up(d=DEFAULT_DIR, **kw):
             if n["role"] != "app":
                 continue
             wsock = os.path.join(d, "run", f"{n['name']}-writer.sock")
+            if opts.get("agent_socket", True):
+                n["agent_socket"] = os.path.join(d, "run", f"{n['name']}-agent.sock")
             n.update(writer_port=ports[i], writer_conf=os.path.join(n["dir"], "writer.toml"),
                      writer_ready=os.path.join(n["dir"], "run", "writer.ready"),
                      writer_uris=[f"tcp://127.0.0.1:{ports[i]}", f"shm://{wsock}"], writer=None)
