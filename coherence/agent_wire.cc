@@ -244,9 +244,9 @@ std::vector<uint8_t> encode(const Reply& r) {
       w.put<uint64_t>(uint64_t(o.elapsed.count() < 0 ? 0 : o.elapsed.count()));
       for (NameList l : kLists) {
         const auto& names = o.*l;
-        size_t n = std::min<size_t>(names.size(), 256);
+        size_t n = std::min<size_t>(names.size(), kMaxListNames);
         w.put<uint16_t>(uint16_t(n));
-        for (size_t i = 0; i < n; ++i) w.name(names[i].substr(0, 1024));
+        for (size_t i = 0; i < n; ++i) w.name(names[i].substr(0, kMaxListName));
       }
       break;
     }
@@ -297,8 +297,17 @@ Reply decode_reply(std::span<const uint8_t> b) {
       o.elapsed = std::chrono::nanoseconds(int64_t(in.get<uint64_t>("elapsed") & (~0ull >> 1)));
       for (NameList l : kLists) {
         uint16_t n = in.get<uint16_t>("list count");
+        if (n > kMaxListNames)
+          throw AgentWireError("agent reply: a list of " + std::to_string(n) + " homes (at most " +
+                               std::to_string(kMaxListNames) + ")");
         auto& names = o.*l;
-        for (uint16_t i = 0; i < n; ++i) names.push_back(in.name("a home list"));
+        for (uint16_t i = 0; i < n; ++i) {
+          names.push_back(in.name("a home list"));
+          if (names.back().size() > kMaxListName)
+            throw AgentWireError("agent reply: a home list entry of " +
+                                 std::to_string(names.back().size()) + " bytes (at most " +
+                                 std::to_string(kMaxListName) + ")");
+        }
       }
       in.end("invalidate reply");
       break;

@@ -29,7 +29,7 @@
 //
 // Decoders are strict (AgentWireError): a wrong magic or size, a non-zero reserved field, an
 // unknown op, scheme, mark or refusal, more than kMaxDeps dependencies, a list longer than the
-// bytes left. The agent answers a request it cannot decode with BadRequest and the reason, and
+// bytes left or than kMaxListNames, a name longer than kMaxListName. The agent answers a request it cannot decode with BadRequest and the reason, and
 // keeps the connection.
 #pragma once
 
@@ -51,6 +51,10 @@ inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxDeps = 8192;  // an invalidation or a page names at most this many
 // The largest message either side sends or accepts (a request with kMaxDeps, a reply's lists).
 inline constexpr size_t kMaxMessage = 96 * 1024;
+// A reply's home lists: at most this many names each (more are cut when encoding), of at most
+// this many bytes (a home's name and why it is listed).
+inline constexpr size_t kMaxListNames = 256;
+inline constexpr size_t kMaxListName = 1024;
 
 enum class Op : uint8_t { ReadSeq = 1, Register = 2, Invalidate = 3 };
 enum class Status : uint8_t {

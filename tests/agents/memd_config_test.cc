@@ -313,3 +313,23 @@ BOOST_AUTO_TEST_CASE(writer_table_is_read_and_checked) {
           "[[region]]\nname = \"writer\"\nsegment = \"/x\"\n[writer]\ntopology = \"/t.toml\"\n",
       {"[writer] exports region \"writer\" itself"});
 }
+
+BOOST_AUTO_TEST_CASE(writer_agent_socket_keys_are_read_and_checked) {
+  const std::string w = with_memd("") + "[writer]\ntopology = \"/t.toml\"\n";
+  Config c = parse_config(w + "socket = \"/run/tierce/app1-agent.sock\"\nsocket_group = "
+                              "\"www-data\"\nsocket_mode = \"0660\"\nmax_clients = 64\n",
+                          "/etc/tierce/writer.toml");
+  BOOST_TEST(c.writer.socket == "/run/tierce/app1-agent.sock");
+  BOOST_TEST(c.writer.socket_group == "www-data");
+  BOOST_TEST(c.writer.socket_mode == 0660u);
+  BOOST_TEST(c.writer.max_clients == 64u);
+  BOOST_TEST(parse_config(w, "/etc/tierce/writer.toml").writer.socket.empty());
+  // Relative to the file's directory, like every path.
+  BOOST_TEST(parse_config(w + "socket = \"agent.sock\"\n", "/etc/tierce/writer.toml").writer.socket ==
+             "/etc/tierce/agent.sock");
+  expect_error(w + "socket = \"/a.sock\"\nsocket_mode = \"0666\"\n",
+               {"socket_mode lets every local user send invalidations"});
+  expect_error(w + "socket = \"/a.sock\"\nsocket_mode = \"9\"\n", {"expected an octal mode"});
+  expect_error(w + "socket_group = \"www-data\"\n", {"socket_group without socket"});
+  expect_error(w + "socket = \"/a.sock\"\nmax_clients = 0\n", {"max_clients"});
+}

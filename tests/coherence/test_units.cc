@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "coherence/agent_wire.h"
 #include "coherence/home.h"
 #include "coherence/key.h"
 #include "coherence/layout.h"
@@ -643,3 +644,103 @@ BOOST_AUTO_TEST_CASE(the_digest_goes_before_the_number_and_skip_marks_are_set_da
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the writer agent's socket (agent_wire.h) ---------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(agent_socket_messages_round_trip) {
+  namespace aw = agentwire;
+  aw::Request q;
+  q.op = aw::Op::Invalidate;
+  q.id = 7;
+  q.scheme = Scheme::DependencyLists;
+  q.mark = {MarkOp::Pend, 0xabcdef, 1500};
+  q.give_up_after_ms = 200;
+  q.deps = {1, 2, 3};
+  auto b = aw::encode(q);
+  BOOST_TEST(b.size() == 40u + 24u);
+  aw::Request d = aw::decode_request(b);
+  BOOST_TEST(d.id == 7u);
+  BOOST_TEST(d.deps == q.deps);
+  BOOST_TEST(d.mark.token == 0xabcdefu);
+  BOOST_TEST(d.mark.ttl_ms == 1500u);
+  BOOST_TEST(d.give_up_after_ms == 200u);
+  q.op = aw::Op::Register;
+  q.key = 99;
+  q.seq_start = 12;
+  d = aw::decode_request(aw::encode(q));
+  BOOST_TEST(d.key == 99u);
+  BOOST_TEST(d.seq_start == 12u);
+  BOOST_TEST(d.deps == q.deps);
+
+  aw::Reply r;
+  r.op = aw::Op::Invalidate;
+  r.id = 7;
+  r.outcome.number = {5, 6};
+  r.outcome.homes = 2;
+  r.outcome.acked = {"app1"};
+  r.outcome.fenced = {"app2: no answer"};
+  r.outcome.elapsed = std::chrono::milliseconds(3);
+  aw::Reply e = aw::decode_reply(aw::encode(r));
+  BOOST_TEST(e.outcome.number.number == 6u);
+  BOOST_TEST(e.outcome.acked == r.outcome.acked);
+  BOOST_TEST(e.outcome.fenced == r.outcome.fenced);
+  BOOST_TEST(!e.outcome.complete());
+  BOOST_TEST(e.outcome.elapsed.count() == 3'000'000);
+  r.op = aw::Op::Register;
+  r.registered = {Refusal::Race, 4, 0, "raced"};
+  e = aw::decode_reply(aw::encode(r));
+  BOOST_TEST(int(e.registered.refusal) == int(Refusal::Race));
+  BOOST_TEST(e.registered.reason == "raced");
+  r.status = aw::Status::Unavailable;
+  r.message = "home down";
+  e = aw::decode_reply(aw::encode(r));
+  BOOST_TEST(int(e.status) == int(aw::Status::Unavailable));
+  BOOST_TEST(e.message == "home down");
+}
+
+BOOST_AUTO_TEST_CASE(agent_socket_requests_are_decoded_strictly) {
+  namespace aw = agentwire;
+  aw::Request q;
+  q.op = aw::Op::Invalidate;
+  q.deps = {1};
+  const auto good = aw::encode(q);
+  auto refused = [](std::vector<uint8_t> b, const std::string& why) {
+    try {
+      aw::decode_request(b);
+    } catch (const aw::AgentWireError& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      BOOST_CHECK_MESSAGE(std::string(e.what()).find(why) != std::string::npos, e.what());
+      return;
+    }
+    BOOST_ERROR("accepted: " << why);
+  };
+  auto b = good;
+  b[0] ^= 1;
+  refused(b, "wrong magic");
+  b = good;
+  b[4] = 9;
+  refused(b, "unknown op");
+  b = good;
+  b[5] = 1;
+  refused(b, "reserved");
+  b = good;
+  b[16] = 2;
+  refused(b, "unknown scheme");
+  b = good;
+  b[17] = 3;
+  refused(b, "unknown mark");
+  b = good;
+  b.pop_back();
+  refused(b, "dependencies need");
+  b = good;
+  b[32] = 1;  // give_up_after without a mark
+  refused(b, "only for a pending mark");
+  q.scheme = Scheme::InvalidateAll;
+  b = aw::encode(q);
+  refused(b, "invalidate-all names no dependencies");
+  q.scheme = Scheme::DependencyLists;
+  q.deps.assign(aw::kMaxDeps + 1, 1);
+  BOOST_CHECK_THROW(aw::encode(q), aw::AgentWireError);
+  refused(std::vector<uint8_t>(aw::kMaxMessage + 1, 0), "bytes (at most");
+  refused({1, 2, 3}, "ends inside");
+}

@@ -88,6 +88,16 @@ VARIANTS = {
     "app1_httpd_stop": ("c'", ["signal app1 httpd STOP"], ["signal app1 httpd CONT"], False, False,
                         "writes and the reads balanced to app1 wait out the freeze: 4 s, below the "
                         "checker's 30 s request timeout and the proxies' ProxyTimeout 30"),
+    "app1_writer_kill": ("w", ["signal app1 writer KILL"], ["restart-proc app1 writer"], False, False,
+                         "the writing node's writer agent dies: app1's httpd children send their "
+                         "invalidations through its socket (they hold no secret), so each update "
+                         "returns after the fence bound (a lost request), every home stops "
+                         "vouching for app1's counter, and the restarted agent numbers once bare "
+                         "so they catch up; nothing should fail"),
+    "app1_writer_stop": ("w'", ["signal app1 writer STOP"], ["signal app1 writer CONT"], False, False,
+                         "the writing node's writer agent frozen: updates wait in its socket (they "
+                         "are numbered when it thaws, 4 s later, below the request timeout); the "
+                         "homes cannot read app1's counter meanwhile; nothing should fail"),
     "proxy1_httpd_kill": ("d", ["signal proxy1 httpd KILL"], ["restart-proc proxy1 httpd"], False, True,
                           "half the readers' requests go to proxy1: each is refused while it is down "
                           "and the reader retries after 20 ms, so the 8 readers pile up ~1 600 errors "

@@ -1,6 +1,7 @@
 // tests/fuzz/fuzz_coherence_messages.cc — fuzzes the app nodes' message decoders
 // (coherence/protocol.h): decode_register, decode_register_reply and decode_invalidate, with
-// its optional pending-mark trailer. Whatever a peer sends, each one returns or throws
+// its optional pending-mark trailer; and the writer agent's socket (coherence/agent_wire.h):
+// decode_request (what any local process in the socket's group may send) and decode_reply. Whatever a peer sends, each one returns or throws
 // ProtocolError — never crashes, reads out of bounds or accepts a mark op it does not know — and
 // what it accepts encodes back to a body that decodes to the same message.
 // Built twice (tests/fuzz/CMakeLists.txt): with -DTIERCE_LIBFUZZER under libFuzzer, and without
@@ -13,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "coherence/agent_wire.h"
 #include "coherence/protocol.h"
 
 using namespace tierce::coherence;
@@ -58,16 +60,46 @@ void reply(std::span<const uint8_t> in) {
   }
 }
 
+void agent_request(std::span<const uint8_t> in) {
+  agentwire::Request m;
+  try {
+    m = agentwire::decode_request(in);
+  } catch (const agentwire::AgentWireError&) {
+    return;
+  }
+  if (m.deps.size() > agentwire::kMaxDeps) fail("agent: too many dependencies accepted");
+  if (uint8_t(m.mark.op) > kMaxMarkOp) fail("agent: an unknown mark op was accepted");
+  if (m.give_up_after_ms && m.mark.op == MarkOp::None) fail("agent: give_up_after without a mark");
+  auto again = agentwire::decode_request(agentwire::encode(m));
+  if (again.op != m.op || again.id != m.id || again.key != m.key || again.deps != m.deps ||
+      again.seq_start != m.seq_start || again.scheme != m.scheme || again.mark.op != m.mark.op ||
+      again.mark.token != m.mark.token || again.give_up_after_ms != m.give_up_after_ms)
+    fail("an agent request does not survive encode/decode");
+}
+
+void agent_reply(std::span<const uint8_t> in) {
+  try {
+    auto m = agentwire::decode_reply(in);
+    if (uint8_t(m.registered.refusal) > kMaxRefusal) fail("agent: an unknown refusal was accepted");
+    auto again = agentwire::decode_reply(agentwire::encode(m));
+    if (again.id != m.id || again.status != m.status || again.outcome.acked != m.outcome.acked)
+      fail("an agent reply does not survive encode/decode");
+  } catch (const agentwire::AgentWireError&) {
+  }
+}
+
 }  // namespace
 
 // The first byte picks the decoder; the rest is the body (a private copy: exact bounds).
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::vector<uint8_t> body(data + 1, data + size);
-  switch (data[0] % 3) {
+  switch (data[0] % 5) {
     case 0: invalidate(body); break;
     case 1: reg(body); break;
-    default: reply(body); break;
+    case 2: reply(body); break;
+    case 3: agent_request(body); break;
+    default: agent_reply(body); break;
   }
   return 0;
 }
@@ -103,6 +135,23 @@ static std::vector<std::vector<uint8_t>> seeds() {
   with(1, encode(RegisterRequest{0x1234, 1, 2, {3, 4}}));
   with(2, encode(RegisterResult{Refusal::Pending, 3, 0, "pending"}));
   with(2, encode(RegisterResult{Refusal::None, 3, 99, ""}));
+  agentwire::Request q;
+  q.op = agentwire::Op::Invalidate;
+  q.id = 3;
+  q.deps = {1, 2};
+  q.mark = {MarkOp::Pend, 5, 100};
+  q.give_up_after_ms = 200;
+  with(3, agentwire::encode(q));
+  q.op = agentwire::Op::Register;
+  with(3, agentwire::encode(q));
+  agentwire::Reply r;
+  r.op = agentwire::Op::Invalidate;
+  r.outcome.acked = {"app1", "app2"};
+  r.outcome.fenced = {"app3: no answer"};
+  with(4, agentwire::encode(r));
+  r.status = agentwire::Status::BadRequest;
+  r.message = "why";
+  with(4, agentwire::encode(r));
   return out;
 }
 
