@@ -178,6 +178,11 @@ bool ClusterClient::own_writer_exported(WriterLog& writer, const std::string& se
   return own_state_ == OwnWriter::Exported;
 }
 
+void ClusterClient::sign_as(const std::string& node, fabric::NodeKey key) {
+  ctx_.sign_node = node;
+  ctx_.sign_key = std::move(key);
+}
+
 InvalidateOutcome ClusterClient::invalidate(WriterLog& writer, const std::string& self,
                                             std::span<const uint64_t> deps, Scheme scheme,
                                             const PendingMark& mark,

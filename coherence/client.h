@@ -59,6 +59,11 @@ class ClusterClient {
   ClusterClient& operator=(const ClusterClient&) = delete;
 
   const Topology& topology() const { return topo_; }
+  // Signs every connection from now on as `node` with `key` (its node key): servers that know the
+  // cluster's keys then count this client a MEMBER (registrations, invalidations, memberships),
+  // not a reader (fabric::PeerInfo::member). Call before the first operation: connections made
+  // earlier stay unsigned. Not thread-safe against operations in flight.
+  void sign_as(const std::string& node, fabric::NodeKey key);
 
   // One one-sided 8-byte read of slot `slot` in `home`'s version table. nullopt = could not be
   // read in time (dead peer, timeout, revoked region, home fenced or of another topology, node

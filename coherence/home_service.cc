@@ -113,7 +113,7 @@ HomeService::HomeService(fabric::Server& server, Topology topo, std::string node
   server_.on_call(kStatusService, [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = status_text();
     return std::vector<uint8_t>(s.begin(), s.end());
-  });
+  }, fabric::Callers::Anyone);
   if (log_)
     log_(fabric::LogLevel::Info,
          "COH0201 home " + node_ + ": version table " + me.segment_prefix + kVersionsSuffix +

@@ -36,6 +36,10 @@ base::Result<std::unique_ptr<NodePool::Conn>> connect_counted(NodePool& n, const
     o.op_timeout = ctx.tuning.op_timeout;
     o.clock_skew = ctx.clock_skew;
     if (n.info) o.identity = cluster::expect(*n.info);  // its memd or writer agent must prove it
+    if (!ctx.sign_node.empty()) {  // and we prove ours: a member, not a reader
+      o.identity.node = ctx.sign_node;
+      o.identity.key = ctx.sign_key;
+    }
     auto c = std::make_unique<NodePool::Conn>();
     if (n.info) c->node = n.info->name;
     c->c = fabric::connect(n.uri, o);

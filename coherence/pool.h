@@ -73,6 +73,10 @@ class Borrowed {
 
 struct PoolContext {
   fabric::Secret secret;
+  // Signs every connection as this node with this key when set (ClusterClient::sign_as): a
+  // member, not a reader, at servers that know the cluster's keys (fabric::PeerInfo::member).
+  std::string sign_node;
+  fabric::NodeKey sign_key;
   ClientTuning tuning;
   fabric::LogSink log;
   uint64_t digest = 0;       // Topology::coherence_digest: a version table must carry it

@@ -203,6 +203,22 @@ struct PeerInfo {
   std::string remote;  // the peer's address as the transport sees it
   Transport transport = Transport::Tcp;
   std::string node;  // the client's node name, proven by its signature ("" when it did not sign)
+  // ROLES (issue 32 point 2; docs/SECURITY.md "Roles"): a server that knows the cluster's node
+  // keys (ServerIdentity::peers) counts a client that did not sign as a READER, one that proved a
+  // node as a MEMBER; a server without keys counts everyone a member. A reader reads every
+  // region, writes (WRITE, CAS, FAA; over shm: maps writable) only regions exported writable by
+  // readers, and calls only services open to readers (Callers::Anyone).
+  bool member = true;
+};
+
+// Who may call a service (Server::on_call): members only (the default), or readers too.
+enum class Callers : uint8_t { Members, Anyone };
+
+// How a region is exported (Server::export_region): whether readers may write it (the
+// cooperative cache's pool slots, which the proxies' httpd children write and every reader
+// verifies). Members always may.
+struct RegionAccess {
+  bool readers_may_write = false;
 };
 
 // Message handlers run on the serving connection's thread; a thrown exception becomes a
@@ -262,6 +278,7 @@ struct ServerStats {
   uint64_t connections_refused = 0;  // max_connections or max_connections_per_ip reached
   uint64_t preauth_oversize = 0;     // a frame over max_preauth_frame before authentication
   uint64_t bad_frame_macs = 0;       // a protected frame failed its MAC (injected/replayed/...)
+  uint64_t reader_refusals = 0;      // a reader's write/atomic/call refused (PeerInfo::member)
 };
 
 class Server {
@@ -275,12 +292,13 @@ class Server {
 
   // Exports `seg` under `name`; re-exporting a name gives it a new id and key, so descriptors of
   // the old export fail with BadKey/NoSuchRegion and their holders look the name up again.
-  ExportInfo export_region(const std::string& name, std::shared_ptr<SharedSegment> seg);
+  ExportInfo export_region(const std::string& name, std::shared_ptr<SharedSegment> seg,
+                           RegionAccess access = {});
   void unexport_region(const std::string& name);
   std::vector<ExportInfo> exports() const;
 
-  void on_call(const std::string& service, CallHandler h);
-  void on_stream(const std::string& service, StreamHandler h);
+  void on_call(const std::string& service, CallHandler h, Callers who = Callers::Members);
+  void on_stream(const std::string& service, StreamHandler h, Callers who = Callers::Members);
 
   std::vector<std::string> bound_uris() const;
   ServerStats stats() const;

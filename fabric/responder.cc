@@ -2,6 +2,8 @@
 // so every field is checked before it is used.
 #include "fabric/responder.h"
 
+#include <fcntl.h>
+
 #include <cstring>
 #include <mutex>
 
@@ -10,7 +12,8 @@
 
 namespace tierce::fabric {
 
-ExportInfo RegionTable::add(const std::string& name, std::shared_ptr<SharedSegment> seg) {
+ExportInfo RegionTable::add(const std::string& name, std::shared_ptr<SharedSegment> seg,
+                            RegionAccess access) {
   if (name.empty() || name.size() > wire::kMaxRegionName)
     throw FabricError(Errc::Config,
                       "region name must be 1.." + std::to_string(wire::kMaxRegionName) + " bytes");
@@ -19,6 +22,10 @@ ExportInfo RegionTable::add(const std::string& name, std::shared_ptr<SharedSegme
   r->name = name;
   r->key = random_u64();
   r->seg = std::move(seg);
+  r->access = access;
+  // What a reader's shm MAP gets: the same object, opened read-only (it cannot map it writable).
+  r->read_only_fd.reset(::open(("/proc/self/fd/" + std::to_string(r->seg->fd())).c_str(),
+                               O_RDONLY | O_CLOEXEC));
   std::unique_lock g(mu_);
   if (next_id_ >= (1u << (64 - wire::kRegionShift)))
     throw FabricError(Errc::Config, "region ids exhausted; restart the server");
@@ -66,32 +73,45 @@ std::vector<std::shared_ptr<const ExportedRegion>> RegionTable::all() const {
   return v;
 }
 
-void ServiceTable::add_call(const std::string& name, CallHandler h) {
+void ServiceTable::add_call(const std::string& name, CallHandler h, Callers who) {
   if (name.empty() || name.size() > wire::kMaxServiceName)
     throw FabricError(Errc::Config, "service name must be 1.." +
                                         std::to_string(wire::kMaxServiceName) + " bytes");
   std::unique_lock g(mu_);
-  calls_[name] = std::move(h);
+  calls_[name] = {std::move(h), who};
 }
 
-void ServiceTable::add_stream(const std::string& name, StreamHandler h) {
+void ServiceTable::add_stream(const std::string& name, StreamHandler h, Callers who) {
   if (name.empty() || name.size() > wire::kMaxServiceName)
     throw FabricError(Errc::Config, "service name must be 1.." +
                                         std::to_string(wire::kMaxServiceName) + " bytes");
   std::unique_lock g(mu_);
-  streams_[name] = std::move(h);
+  streams_[name] = {std::move(h), who};
 }
 
-CallHandler ServiceTable::call(std::string_view name) const {
+CallHandler ServiceTable::call(std::string_view name, const PeerInfo& peer, bool* refused) const {
   std::shared_lock g(mu_);
+  *refused = false;
   auto it = calls_.find(name);
-  return it == calls_.end() ? CallHandler() : it->second;
+  if (it == calls_.end()) return CallHandler();
+  if (!peer.member && it->second.second != Callers::Anyone) {
+    *refused = true;
+    return CallHandler();
+  }
+  return it->second.first;
 }
 
-StreamHandler ServiceTable::stream(std::string_view name) const {
+StreamHandler ServiceTable::stream(std::string_view name, const PeerInfo& peer,
+                                   bool* refused) const {
   std::shared_lock g(mu_);
+  *refused = false;
   auto it = streams_.find(name);
-  return it == streams_.end() ? StreamHandler() : it->second;
+  if (it == streams_.end()) return StreamHandler();
+  if (!peer.member && it->second.second != Callers::Anyone) {
+    *refused = true;
+    return StreamHandler();
+  }
+  return it->second.first;
 }
 
 ServerStats Counters::snapshot() const {
@@ -106,6 +126,7 @@ ServerStats Counters::snapshot() const {
   s.connections_refused = connections_refused.load(std::memory_order_relaxed);
   s.preauth_oversize = preauth_oversize.load(std::memory_order_relaxed);
   s.bad_frame_macs = bad_frame_macs.load(std::memory_order_relaxed);
+  s.reader_refusals = reader_refusals.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -178,7 +199,18 @@ bool call_service(const ServiceTable& services, Counters& counters, const wire::
     counters.rejected_ops.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  auto handler = services.call(sp->service);
+  bool refused = false;
+  auto handler = services.call(sp->service, peer, &refused);
+  if (refused) {
+    counters.reader_refusals.fetch_add(1, std::memory_order_relaxed);
+    if (!reply) return false;
+    out->header.status = Errc::NotPermitted;
+    std::string msg = "service '" + std::string(sp->service) +
+                      "' is for the cluster's members: sign with this node's key (a client that "
+                      "does not sign is a reader)";
+    out->payload.assign(msg.begin(), msg.end());
+    return true;
+  }
   if (!handler) {
     if (!reply) return false;
     out->header.status = Errc::NoSuchService;
@@ -222,6 +254,12 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
     counters_.rejected_ops.fetch_add(1, std::memory_order_relaxed);
     return true;
   };
+  // A reader's write, CAS or FAA on a region not exported writable by readers.
+  auto reader_may_not_write = [&](const ExportedRegion& r) {
+    if (peer.member || r.access.readers_may_write) return false;
+    counters_.reader_refusals.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  };
 
   switch (req.op) {
     case Op::Read: {
@@ -239,6 +277,7 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       uint8_t* p = nullptr;
       if (Errc e = resolve(req.a0, req.a1, payload.size(), false, &r, &p); e != Errc::Ok)
         return reject(e);
+      if (reader_may_not_write(*r)) return reject(Errc::NotPermitted);
       if (payload.size() == 8 && (reinterpret_cast<uintptr_t>(p) % 8) == 0) {
         uint64_t v;
         std::memcpy(&v, payload.data(), 8);
@@ -256,6 +295,7 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
       std::shared_ptr<const ExportedRegion> r;
       uint8_t* p = nullptr;
       if (Errc e = resolve(req.a0, req.a1, 8, true, &r, &p); e != Errc::Ok) return reject(e);
+      if (reader_may_not_write(*r)) return reject(Errc::NotPermitted);
       if (past_lease_cap(r->seg->header(), monotonic_ns())) return reject(Errc::Fenced);
       std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
       if (req.op == Op::Cas) {
@@ -286,7 +326,14 @@ bool Responder::handle(const wire::Header& req, std::span<const uint8_t> payload
         return reject(e);
       h.a0 = address_of(r->id, 0);
       h.a2 = r->seg->size();
-      out->fd_to_pass = r->seg->fd();
+      // A reader gets the read-only descriptor of a region it may not write: it cannot map it
+      // writable (the kernel checks, not this process). None: no MAP for it at all.
+      if (!peer.member && !r->access.readers_may_write) {
+        if (!r->read_only_fd) return reject(Errc::NotPermitted);
+        out->fd_to_pass = r->read_only_fd.get();
+      } else {
+        out->fd_to_pass = r->seg->fd();
+      }
       out->pinned = std::move(r);
       return true;
     }

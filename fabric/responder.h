@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fd.h"
 #include "fabric/fabric.h"
 #include "fabric/wire.h"
 
@@ -23,12 +24,15 @@ struct ExportedRegion {
   std::string name;
   uint64_t key = 0;  // random; tcp/shm peers must present it
   std::shared_ptr<SharedSegment> seg;
+  RegionAccess access;
+  base::Fd read_only_fd;  // the segment opened O_RDONLY: what a reader's shm MAP gets
 };
 
 // Invariant: ids are never reused within a server's life, so a stale descriptor can only miss.
 class RegionTable {
  public:
-  ExportInfo add(const std::string& name, std::shared_ptr<SharedSegment> seg);
+  ExportInfo add(const std::string& name, std::shared_ptr<SharedSegment> seg,
+                 RegionAccess access = {});
   bool remove(const std::string& name);
   std::shared_ptr<const ExportedRegion> by_id(uint32_t id) const;
   std::shared_ptr<const ExportedRegion> by_name(std::string_view name) const;
@@ -43,21 +47,22 @@ class RegionTable {
 
 class ServiceTable {
  public:
-  void add_call(const std::string& name, CallHandler h);
-  void add_stream(const std::string& name, StreamHandler h);
-  CallHandler call(std::string_view name) const;      // empty when absent
-  StreamHandler stream(std::string_view name) const;  // empty when absent
+  void add_call(const std::string& name, CallHandler h, Callers who = Callers::Members);
+  void add_stream(const std::string& name, StreamHandler h, Callers who = Callers::Members);
+  // Empty when absent, or when `peer` may not call it (*refused set: a reader, members only).
+  CallHandler call(std::string_view name, const PeerInfo& peer, bool* refused) const;
+  StreamHandler stream(std::string_view name, const PeerInfo& peer, bool* refused) const;
 
  private:
   mutable std::shared_mutex mu_;
-  std::map<std::string, CallHandler, std::less<>> calls_;
-  std::map<std::string, StreamHandler, std::less<>> streams_;
+  std::map<std::string, std::pair<CallHandler, Callers>, std::less<>> calls_;
+  std::map<std::string, std::pair<StreamHandler, Callers>, std::less<>> streams_;
 };
 
 struct Counters {
   std::atomic<uint64_t> connections_accepted{0}, auth_failures{0}, malformed_frames{0},
       one_sided_ops{0}, rejected_ops{0}, messages{0}, streams{0}, connections_refused{0},
-      preauth_oversize{0}, bad_frame_macs{0};
+      preauth_oversize{0}, bad_frame_macs{0}, reader_refusals{0};
   ServerStats snapshot() const;
 };
 

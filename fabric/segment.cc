@@ -186,7 +186,15 @@ SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, 
     throw FabricError(Errc::BadRequest,
                       "segment " + name + " is smaller than its header: not a Tierce segment");
   }
-  void* p = mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // A descriptor opened read-only (a reader's MAP) is mapped read-only: the kernel refuses more.
+  const int flags = fcntl(fd, F_GETFL);
+  const bool writable = flags < 0 || (flags & O_ACCMODE) != O_RDONLY;
+  if (!writable && init) {
+    ::close(fd);
+    throw FabricError(Errc::NotPermitted, "segment " + name + ": a read-only descriptor cannot be initialised");
+  }
+  void* p = mmap(nullptr, size_t(st.st_size), writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                 MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     ::close(fd);
     throw_errno("mmap segment " + name);
@@ -195,6 +203,7 @@ SharedSegment SharedSegment::map_fd(int fd, const std::string& name, bool init, 
   s.base_ = p;
   s.map_len_ = size_t(st.st_size);
   s.fd_ = fd;
+  s.writable_ = writable;
   s.name_ = name;
   auto* h = s.header();
   if (init) {
@@ -342,6 +351,7 @@ SharedSegment::SharedSegment(SharedSegment&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)),
       map_len_(std::exchange(o.map_len_, 0)),
       fd_(std::exchange(o.fd_, -1)),
+      writable_(o.writable_),
       name_(std::move(o.name_)) {}
 
 SharedSegment& SharedSegment::operator=(SharedSegment&& o) noexcept {
@@ -350,6 +360,7 @@ SharedSegment& SharedSegment::operator=(SharedSegment&& o) noexcept {
     base_ = std::exchange(o.base_, nullptr);
     map_len_ = std::exchange(o.map_len_, 0);
     fd_ = std::exchange(o.fd_, -1);
+    writable_ = o.writable_;
     name_ = std::move(o.name_);
   }
   return *this;

@@ -172,6 +172,9 @@ class SharedSegment {
   uint8_t* data() const { return static_cast<uint8_t*>(base_) + kHeaderSize; }
   size_t size() const { return header()->data_len; }
   int fd() const { return fd_; }
+  // False for a segment mapped from a read-only descriptor (a reader's shm MAP: PeerInfo::member):
+  // its memory is mapped PROT_READ, and a write to it would fault — callers check first.
+  bool writable() const { return writable_; }
   const std::string& name() const { return name_; }
   // Identity of the underlying object: a re-created segment of the same name has a new one.
   uint64_t incarnation() const { return header()->incarnation; }
@@ -192,6 +195,7 @@ class SharedSegment {
   void* base_ = nullptr;
   size_t map_len_ = 0;
   int fd_ = -1;
+  bool writable_ = true;
   std::string name_;
 };
 

@@ -242,10 +242,11 @@ void Server::stop() {
   I.withdraw_leases();
 }
 
-ExportInfo Server::export_region(const std::string& name, std::shared_ptr<SharedSegment> seg) {
+ExportInfo Server::export_region(const std::string& name, std::shared_ptr<SharedSegment> seg,
+                                 RegionAccess access) {
   auto& I = *impl_;
   renew_lease(seg->header(), I.lease_ns());
-  ExportInfo info = I.regions.add(name, std::move(seg));
+  ExportInfo info = I.regions.add(name, std::move(seg), access);
   I.opts.log(LogLevel::Info, "FAB0104 exporting region '" + name + "' (" +
                                  std::to_string(info.len) + " bytes, segment " + info.segment +
                                  ", id " + std::to_string(info.id) + ")");
@@ -265,11 +266,11 @@ std::vector<ExportInfo> Server::exports() const {
   return v;
 }
 
-void Server::on_call(const std::string& service, CallHandler h) {
-  impl_->services.add_call(service, std::move(h));
+void Server::on_call(const std::string& service, CallHandler h, Callers who) {
+  impl_->services.add_call(service, std::move(h), who);
 }
-void Server::on_stream(const std::string& service, StreamHandler h) {
-  impl_->services.add_stream(service, std::move(h));
+void Server::on_stream(const std::string& service, StreamHandler h, Callers who) {
+  impl_->services.add_stream(service, std::move(h), who);
 }
 
 std::vector<std::string> Server::bound_uris() const {

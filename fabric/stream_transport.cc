@@ -259,6 +259,7 @@ std::optional<FrameProtector> server_handshake(int fd, PeerInfo& peer, const Ser
     return std::nullopt;
   }
   peer.node = node;
+  peer.member = !node.empty() || o.identity.peers.empty();  // PeerInfo: roles
   const Nonce& cn = req->cn;
   std::vector<uint8_t> sp = auth_ok_payload(o.secret, sn, cn, params, o.name, o.identity);
   Header ok;
@@ -369,15 +370,17 @@ StreamOpened open_stream(Fd& fd, const Header& h, const std::vector<uint8_t>& pa
     return StreamOpened::Close;
   }
   std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
+  bool refused = false;
   auto handler = name.empty() || name.size() > wire::kMaxServiceName
                      ? StreamHandler()
-                     : ctx.services->stream(name);
+                     : ctx.services->stream(name, peer, &refused);
   Header r;
   r.op = Op::StreamOpen;
   r.reply = true;
   r.id = h.id;
   if (!handler) {
-    r.status = Errc::NoSuchService;
+    r.status = refused ? Errc::NotPermitted : Errc::NoSuchService;
+    if (refused) ctx.counters->reader_refusals.fetch_add(1, std::memory_order_relaxed);
     send_frame(fd.get(), r, {}, d, prot);
     return StreamOpened::Refused;
   }
@@ -721,7 +724,7 @@ void StreamConnection::ping() {
 // shm datapath: no server involvement after the one-time MAP.
 
 Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic,
-                           uint8_t** p, const SegmentHeader** hdr) {
+                           bool writes, uint8_t** p, const SegmentHeader** hdr) {
   uint64_t id = r.addr >> wire::kRegionShift;
   uint64_t base_off = r.addr & wire::kOffsetMask;
   auto it = maps_.find(uint32_t(id));
@@ -751,6 +754,9 @@ Errc ShmConnection::locate(const RemoteRegion& r, uint64_t off, uint64_t len, bo
   if (atomic && at % 8 != 0) return Errc::Misaligned;
   *p = m.seg.data() + at;
   *hdr = m.seg.header();
+  // A reader's mapping of a region it may not write is read-only (PeerInfo::member): refuse here,
+  // as the tcp responder does, instead of faulting on the page.
+  if (!m.seg.writable() && writes) return Errc::NotPermitted;
   return Errc::Ok;
 }
 
@@ -771,7 +777,9 @@ Errc ShmConnection::run(OneSidedOp& op) {
   bool atomic = op.kind == OpKind::Cas || op.kind == OpKind::Faa;
   uint64_t len = atomic ? 8 : op.len;
   if (len > wire::kMaxTransfer) return Errc::TooLarge;
-  if (Errc e = locate(*op.region, op.offset, len, atomic, &p, &hdr); e != Errc::Ok) return e;
+  if (Errc e = locate(*op.region, op.offset, len, atomic, op.kind != OpKind::Read, &p, &hdr);
+      e != Errc::Ok)
+    return e;
   // Refuse to start on a dead exporter's memory, and re-check afterwards: the result only counts
   // if the lease held across the access.
   if (Errc e = check_lease(hdr, op.region->key); e != Errc::Ok) return e;

@@ -148,8 +148,8 @@ class ShmConnection final : public StreamConnection {
     SharedSegment seg;
   };
   // The local address of [off, off+len) in r's segment, or an error status.
-  Errc locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic, uint8_t** p,
-              const SegmentHeader** hdr);
+  Errc locate(const RemoteRegion& r, uint64_t off, uint64_t len, bool atomic, bool writes,
+              uint8_t** p, const SegmentHeader** hdr);
   // After the op: the exporter must still vouch for the segment (lease), else the op failed.
   static Errc check_lease(const SegmentHeader* h, uint64_t key);
   Errc run(OneSidedOp& op);

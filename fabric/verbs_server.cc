@@ -286,9 +286,11 @@ class ServerConn : public std::enable_shared_from_this<ServerConn> {
   // Grants or withholds the peer's RDMA access to this PD's memory through our QP (RTS→RTS
   // change of its access flags). Withheld from accept until AUTH succeeded. Returns 0, or the
   // errno value of a provider that refuses the change.
-  int remote_access(bool allow) {
+  int remote_access(bool allow, bool member = true) {
     ibv_qp_attr attr{};
-    attr.qp_access_flags = allow ? unsigned(dev_->qp_access()) : 0u;
+    attr.qp_access_flags = !allow ? 0u
+                           : member ? unsigned(dev_->qp_access())
+                                    : unsigned(dev_->qp_access()) & unsigned(IBV_ACCESS_REMOTE_READ);
     return ibv_modify_qp(ep_->qp(), &attr, IBV_QP_ACCESS_FLAGS);
   }
   bool access_withheld = false;  // remote_access(false) succeeded at accept
@@ -748,9 +750,11 @@ bool ServerConn::handshake() {
     return false;
   }
   peer_.node = node;
-  // Authenticated: from now on the peer may reach exported memory through this QP.
+  peer_.member = !node.empty() || l_.ctx().opts->identity.peers.empty();  // PeerInfo: roles
+  // Authenticated: from now on the peer may reach exported memory through this QP — a reader
+  // (PeerInfo::member) for remote READs only: its RDMA WRITEs and atomics fail on the QP.
   if (access_withheld) {
-    if (int rc = remote_access(true); rc != 0) {
+    if (int rc = remote_access(true, peer_.member); rc != 0) {
       l_.log(LogLevel::Error,
              "FAB0429 cannot grant RDMA access to the authenticated peer " + peer_.remote +
                  " (ibv_modify_qp access flags: " + verbs::err_text(rc) + "); closing");
@@ -917,6 +921,10 @@ void ServerConn::atomic(const wire::Header& req, std::span<const uint8_t> payloa
   std::shared_ptr<const ExportedRegion> reg;  // keeps the segment mapped during the operation
   if (Errc e = dev_->resolve(req.a1, *l_.ctx().regions, &reg); e != Errc::Ok) return reject(e);
   if (!reg->seg->live()) return reject(Errc::Revoked);
+  if (!peer_.member && !reg->access.readers_may_write) {  // PeerInfo: roles
+    counters.reader_refusals.fetch_add(1, std::memory_order_relaxed);
+    return reject(Errc::NotPermitted);
+  }
   const uint64_t base = reinterpret_cast<uintptr_t>(reg->seg->data());
   const uint64_t size = reg->seg->size();
   if (req.a0 < base || req.a0 - base > size || size - (req.a0 - base) < 8)
@@ -937,16 +945,18 @@ void ServerConn::atomic(const wire::Header& req, std::span<const uint8_t> payloa
 bool ServerConn::stream_open(const wire::Header& req, std::span<const uint8_t> payload) {
   using wire::Header;
   std::string_view name(reinterpret_cast<const char*>(payload.data()), payload.size());
+  bool refused = false;
   auto handler = name.empty() || name.size() > wire::kMaxServiceName
                      ? StreamHandler()
-                     : l_.ctx().services->stream(name);
+                     : l_.ctx().services->stream(name, peer_, &refused);
   Header r;
   r.op = wire::Op::StreamOpen;
   r.reply = true;
   r.id = req.id;
   const Deadline d = deadline_in(Tunables::kReplySendTimeout);
   if (!handler) {
-    r.status = Errc::NoSuchService;
+    r.status = refused ? Errc::NotPermitted : Errc::NoSuchService;
+    if (refused) l_.ctx().counters->reader_refusals.fetch_add(1, std::memory_order_relaxed);
     verbs::send_frame(*ep_, r, {}, d);
     return false;
   }

@@ -434,6 +434,20 @@ base::Result<std::optional<ModuleConfig>> resolve_server_config(const ServerSett
                   "agent that numbers for this httpd");
     c.agent_socket = s.agent_socket;
   } else {
+    // The homes of a keyed cluster take registrations and invalidations only from a node that
+    // signs (docs/SECURITY.md "Roles"): without the agent, the children sign themselves.
+    if (self->public_key && s.node_key.empty())
+      return fail("APPVER0032 the topology " + s.topology_path +
+                  " gives nodes keys: set AppVersionAgent (recommended: the children then hold "
+                  "no credential) or AppVersionNodeKey (this node's key file; the children, where "
+                  "PHP runs, then hold it)");
+    if (!s.node_key.empty()) {
+      try {
+        c.node_key = fabric::NodeKey::from_file(s.node_key);
+      } catch (const std::exception& e) {
+        return fail("APPVER0032 AppVersionNodeKey " + s.node_key + ": " + e.what());
+      }
+    }
     try {
       c.secret = c.topology.secret();
     } catch (const std::exception& e) {

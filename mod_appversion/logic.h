@@ -191,6 +191,7 @@ struct ServerSettings {
   std::string node;           // empty: unset
   uint32_t op_timeout_ms = kDefaultOpTimeoutMs;  // AppVersionOpTimeout
   std::string agent_socket;   // AppVersionAgent (absolute); empty: unset (the secret in children)
+  std::string node_key;       // AppVersionNodeKey (absolute): without the agent, in a keyed cluster
   bool any_enabled = false;   // "AppVersion On" somewhere
   std::vector<SeenValue> schemes, ack_timeouts;
 };
@@ -203,6 +204,7 @@ struct ModuleConfig {
   // agent socket"). Without: the secret, read as root before the children drop privileges.
   std::string agent_socket;
   fabric::Secret secret;
+  fabric::NodeKey node_key;  // without the agent, in a keyed cluster: the children sign with it
   std::string node;
   std::string writer_segment;  // this node's invalidation counter (coherence/writer.h)
   coherence::ClientTuning tuning;
@@ -213,7 +215,8 @@ struct ModuleConfig {
 // loaded but not configured (no AppVersionTopology, no AppVersionNode, no AppVersion On); or
 // why it cannot run (the message starts with its APPVER id: 0004 a directive missing, 0001 the
 // topology, 0002 the node, 0003 the secret, 0023/0024 check_against_topology, 0028 an
-// AppVersionAgent whose node has no writer agent in the topology).
+// AppVersionAgent whose node has no writer agent in the topology, 0032 a keyed cluster without
+// AppVersionAgent or AppVersionNodeKey, or a key that cannot be read).
 base::Result<std::optional<ModuleConfig>> resolve_server_config(const ServerSettings& s);
 
 }  // namespace tierce::appversion

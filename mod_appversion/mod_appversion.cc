@@ -71,6 +71,7 @@ struct ServerConf {
   const char* node = nullptr;
   uint32_t op_timeout_ms = av::kDefaultOpTimeoutMs;
   const char* agent_socket = nullptr;  // absolute
+  const char* node_key = nullptr;      // absolute
 };
 
 using DirConf = av::DirSettings;  // AppVersion, AppVersionDependencyHeaders
@@ -86,6 +87,7 @@ struct Runtime {
   std::string agent_socket;  // AppVersionAgent: then no secret, no writer
   co::AgentTimeouts agent_timeouts;
   fab::Secret secret;
+  fab::NodeKey node_key;  // without the agent, in a keyed cluster
   std::string node;
   co::ClientTuning tuning;
   std::unique_ptr<co::WriterLog> writer;  // this node's invalidation counter (writer.h)
@@ -230,6 +232,14 @@ const char* cmd_agent(cmd_parms* cmd, void*, const char* arg) {
   return nullptr;
 }
 
+const char* cmd_node_key(cmd_parms* cmd, void*, const char* arg) {
+  if (const char* e = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return e;
+  if (!arg || arg[0] != '/')
+    return err(cmd, std::string("'") + (arg ? arg : "") + "' is not an absolute path");
+  server_conf(cmd->server)->node_key = arg;
+  return nullptr;
+}
+
 const char* cmd_op_timeout(cmd_parms* cmd, void*, const char* arg) {
   if (const char* e = ap_check_cmd_context(cmd, GLOBAL_ONLY)) return e;
   uint32_t ms = 0;
@@ -268,6 +278,9 @@ const command_rec kCommands[] = {
     AP_INIT_TAKE1("AppVersionAgent", as_cmd(cmd_agent), nullptr, RSRC_CONF,
                   "the node's writer agent socket ([writer] socket): the children then hold no "
                   "cluster secret (recommended; docs/coherence.md \"The agent socket\")"),
+    AP_INIT_TAKE1("AppVersionNodeKey", as_cmd(cmd_node_key), nullptr, RSRC_CONF,
+                  "without AppVersionAgent, in a keyed cluster: this node's key file (the "
+                  "children sign with it; prefer AppVersionAgent)"),
     AP_INIT_TAKE1("AppVersionOpTimeout", as_cmd(cmd_op_timeout), nullptr,
                   RSRC_CONF, "ms for one sequence read or registration call (default 200)"),
     {nullptr, {}, nullptr, 0, RAW_ARGS, nullptr},
@@ -310,6 +323,7 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   in.node = sc->node ? sc->node : "";
   in.op_timeout_ms = sc->op_timeout_ms;
   in.agent_socket = sc->agent_socket ? sc->agent_socket : "";
+  in.node_key = sc->node_key ? sc->node_key : "";
   in.any_enabled = g_any_enabled;
   in.schemes = g_schemes_seen;
   in.ack_timeouts = g_ack_timeouts_seen;
@@ -349,6 +363,7 @@ int post_config(apr_pool_t* pconf, apr_pool_t*, apr_pool_t*, server_rec* s) {
   }
   rt->topology = std::move(cfg.topology);
   rt->secret = std::move(cfg.secret);
+  rt->node_key = std::move(cfg.node_key);
   rt->node = std::move(cfg.node);
   rt->tuning = cfg.tuning;
   delete g_runtime;
@@ -393,6 +408,8 @@ void child_init(apr_pool_t* pchild, server_rec* s) {
     else
       g_client = new co::ClusterClient(g_runtime->topology, g_runtime->secret, g_runtime->tuning,
                                        std::move(sink));
+    if (g_client && !g_runtime->node_key.empty())
+      g_client->sign_as(g_runtime->node, g_runtime->node_key);
     apr_pool_cleanup_register(pchild, nullptr, drop_client, apr_pool_cleanup_null);
   } catch (const std::exception& e) {
     ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s,

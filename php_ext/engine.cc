@@ -15,7 +15,7 @@ namespace tierce::php {
 namespace co = tierce::coherence;
 
 Engine::Engine(const std::string& topology_path, const std::string& node,
-               const std::string& agent_socket)
+               const std::string& agent_socket, const std::string& node_key)
     : node_(node), agent_path_(agent_socket) {
   try {
     topo_ = cluster::Topology::load(topology_path);
@@ -37,6 +37,16 @@ Engine::Engine(const std::string& topology_path, const std::string& node,
     t.fence_bound = std::chrono::milliseconds(topo_.coherence.fence_bound_ms());
     agent_ = std::make_unique<co::AgentClient>(agent_path_, t);
     return;  // no secret, no counter: the agent numbers and sends
+  }
+  if (self->public_key && node_key.empty())
+    throw std::runtime_error("the topology " + topology_path + " gives nodes keys: set tierce.agent "
+                             "(recommended) or tierce.node_key");
+  if (!node_key.empty()) {
+    try {
+      node_key_ = fabric::NodeKey::from_file(node_key);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("tierce.node_key " + node_key + ": " + e.what());
+    }
   }
   try {
     secret_ = topo_.secret();
@@ -63,6 +73,7 @@ co::ClusterClient& Engine::client() {
     tuning.op_timeout = std::chrono::milliseconds(200);
     tuning.connect_timeout = std::chrono::milliseconds(200);
     client_ = std::make_unique<co::ClusterClient>(topo_, secret_, tuning, fabric::LogSink{});
+    if (!node_key_.empty()) client_->sign_as(node_, node_key_);
     client_pid_ = getpid();
   }
   return *client_;

@@ -36,8 +36,9 @@ class Engine {
  public:
   // Loads the topology; without `agent_socket`, also its secret and the node's writer counter.
   // Throws std::runtime_error with a message a user can act on.
+  // `node_key`: without the agent, in a keyed cluster, this node's key file (signed rounds).
   Engine(const std::string& topology_path, const std::string& node,
-         const std::string& agent_socket = {});
+         const std::string& agent_socket = {}, const std::string& node_key = {});
   ~Engine();
 
   const std::string& node() const { return node_; }
@@ -63,6 +64,7 @@ class Engine {
 
   cluster::Topology topo_;
   fabric::Secret secret_;
+  fabric::NodeKey node_key_;
   std::string node_;
   std::unique_ptr<coherence::WriterLog> writer_;
   std::unique_ptr<coherence::ClusterClient> client_;

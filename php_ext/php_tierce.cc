@@ -172,6 +172,7 @@ PHP_INI_BEGIN()
   PHP_INI_ENTRY("tierce.topology", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.node", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.agent", "", PHP_INI_SYSTEM, nullptr)
+  PHP_INI_ENTRY("tierce.node_key", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.schema", "", PHP_INI_SYSTEM, nullptr)
   PHP_INI_ENTRY("tierce.lockd_socket", "", PHP_INI_SYSTEM, nullptr)
 PHP_INI_END()
@@ -210,7 +211,8 @@ static PHP_MINIT_FUNCTION(tierce) {
     try {
       if (!node || !*node) throw std::runtime_error("tierce.node is not set (name this app node)");
       const char* agent = INI_STR(const_cast<char*>("tierce.agent"));
-      g_engine = std::make_unique<tp::Engine>(topo, node, agent ? agent : "");
+      const char* key = INI_STR(const_cast<char*>("tierce.node_key"));
+      g_engine = std::make_unique<tp::Engine>(topo, node, agent ? agent : "", key ? key : "");
     } catch (const std::exception& e) {
       g_engine_error = e.what();
       php_error_docref(nullptr, E_WARNING, "tierce: %s; linearizable mode and tierce_invalidate() "

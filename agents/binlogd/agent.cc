@@ -91,6 +91,18 @@ Agent::Agent(Settings settings, std::string password, base::LogSink log)
   tuning.op_timeout = std::chrono::milliseconds(200);
   tuning.connect_timeout = std::chrono::milliseconds(200);
   client_ = std::make_unique<co::ClusterClient>(topo_, secret, tuning, log_);
+  // Its rounds are a member's: signed with the node's key where the cluster has keys.
+  if (self->public_key && s_.node_key.empty())
+    throw std::runtime_error("BINLOGD0104 the topology " + s_.topology +
+                             " gives nodes keys: set node_key (this node's key file; the homes "
+                             "take invalidations only from a node that signs)");
+  if (!s_.node_key.empty()) {
+    try {
+      client_->sign_as(s_.node, fabric::NodeKey::from_file(s_.node_key));
+    } catch (const std::exception& e) {
+      throw std::runtime_error("BINLOGD0104 node_key " + s_.node_key + ": " + e.what());
+    }
+  }
   // The state file: absent = first start; present but unreadable or malformed = refuse (an
   // operator removes it to start over, which costs one invalidate-all).
   std::ifstream in(s_.state_file);

@@ -15,7 +15,7 @@ const std::vector<std::string_view> kBinlogdKeys = {
     "topology",     "node",      "state_file",             "pid_file",
     "user",         "log_level", "metrics_file",           "metrics_interval_ms",
     "databases",    "auto_names", "unknown_tables",        "max_batch_transactions",
-    "lag_alarm_ms", "audit_file"};
+    "lag_alarm_ms", "audit_file", "node_key"};
 const std::vector<std::string_view> kMariadbKeys = {"host",      "port",         "socket",
                                                     "user",      "password_file", "server_id",
                                                     "heartbeat_ms"};
@@ -51,6 +51,7 @@ void parse_binlogd(const base::CheckedTable& t, Settings& s) {
   };
   take(t.path("topology", "\"/etc/tierce/cluster.toml\""), s.topology);
   take(t.string("node", "\"app1\""), s.node);
+  take(t.path("node_key", "\"/etc/tierce/app1.key\""), s.node_key);
   take(t.path("state_file", "\"/var/lib/tierce/binlogd.gtid\""), s.state_file);
   take(t.path("pid_file", "\"/run/tierce/binlogd.pid\""), s.pid_file);
   take(t.string("user", "\"tierce\""), s.user);

@@ -5,6 +5,7 @@
 //   topology = "/etc/tierce/cluster.toml"  # the cluster's topology (homes, secret, digest)
 //   node = "app1"                 # the app node it runs beside: its invalidations are numbered by
 //                                 # that node's writer counter (/dev/shm), like its httpd's
+//   node_key = "/etc/tierce/app1.key"  # the node's key: required when the topology has keys
 //   state_file = "/var/lib/tierce/binlogd.gtid"  # the GTID position, written atomically
 //   pid_file = "/run/tierce/binlogd.pid"
 //   user = "tierce"               # drop to it after start (optional)
@@ -43,6 +44,9 @@ namespace tierce::binlogd {
 
 struct Settings {
   std::string topology, node, state_file, pid_file, metrics_file, user;
+  // The node's key (tierce-fabric keygen): required in a keyed cluster, where the homes take
+  // invalidations only from a node that signs (docs/SECURITY.md "Roles").
+  std::string node_key;
   std::string audit_file;  // every invalidated transaction, one line (tests, benchmarks)
   base::LogLevel log_level = base::LogLevel::Info;
   std::chrono::milliseconds metrics_interval{5000};

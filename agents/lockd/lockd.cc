@@ -256,12 +256,12 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   server_->on_call("dlm.status", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = status_text();
     return std::vector<uint8_t>(s.begin(), s.end());
-  });
+  }, fabric::Callers::Anyone);
 
   server_->on_call("dlm.metrics", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = metrics_text();
     return std::vector<uint8_t>(s.begin(), s.end());
-  });
+  }, fabric::Callers::Anyone);
 
   IpcOptions ipc_opts = opts_.ipc;
   ipc_opts.metrics = [this] { return metrics_text(); };

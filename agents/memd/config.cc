@@ -61,7 +61,7 @@ const std::vector<std::string_view> kMemdKeys = {
     "node",      "listen",       "secret_file", "pid_file",        "ready_file", "log",
     "log_level", "heartbeat_ms", "lease_ms",    "max_connections", "rescan_ms", "spin_us",
     "max_connections_per_ip", "max_preauth_frame", "protection", "user", "metrics_file",
-    "metrics_interval_ms", "node_key"};
+    "metrics_interval_ms", "node_key", "topology"};
 const std::vector<std::string_view> kRegionKeys = {"name", "segment", "follow_owner"};
 
 std::string default_node_name() {
@@ -151,6 +151,7 @@ void parse_files(ConfigChecker& c, const CheckedTable& m, Config& cfg) {
               "secret_file = \"/etc/tierce/secret\" (at least 16 bytes, e.g. head -c 32 "
               "/dev/urandom | base64 > secret; chmod 600 secret)");
   if (auto v = m.path("node_key", "\"/etc/tierce/app1.key\"")) cfg.node_key_file = *v;
+  if (auto v = m.path("topology", "\"/etc/tierce/cluster.toml\"")) cfg.topology = *v;
   if (auto v = m.path("pid_file", "\"/run/tierce/memd.pid\"")) cfg.pid_file = *v;
   if (auto v = m.path("ready_file", "\"/run/tierce/memd.ready\"")) cfg.ready_file = *v;
   if (auto v = m.path("metrics_file", "\"/var/lib/prometheus/node-exporter/tierce-memd.prom\""))

@@ -6,6 +6,8 @@
 //   node = "app1"                               # name peers see in HELLO (default: host name)
 //   listen = ["tcp://0.0.0.0:7101", "shm:///run/tierce/app1-memd.sock"]   # required
 //   secret_file = "/etc/tierce/secret"          # required; >= 16 bytes, not readable by others
+//   topology = "/etc/tierce/cluster.toml"       # optional: its public keys make unsigned clients
+//                                               # readers (default: [coherence]/[writer] topology)
 //   node_key = "/etc/tierce/app1.key"           # optional: this node's key (tierce-fabric keygen);
 //                                               # required when the topology gives nodes keys
 //   pid_file = "/run/tierce/memd.pid"           # optional
@@ -163,6 +165,10 @@ struct Config {
   // a new one); node_key holds it once loaded (main).
   std::string node_key_file;
   fabric::NodeKey node_key;
+  // The cluster topology whose nodes' public keys this server knows (ROLES, docs/SECURITY.md): a
+  // client that does not sign is then a reader (fabric::PeerInfo::member). "" = the [coherence]
+  // or [writer] topology when given, else none (every client a member, as before keys).
+  std::string topology;
   std::string pid_file;    // "" = none
   std::string ready_file;  // "" = none
   std::string user;        // "" = keep the starting user; else drop to it after setup

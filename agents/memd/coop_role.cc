@@ -50,11 +50,15 @@ CoopRole::CoopRole(fabric::Server& server, const std::string& node, const CoopCo
   server_.export_region(dirwire::kRegion, dir_->segment());
   server_.on_call(
       dirwire::kUpdateService,
-      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle_update(b); });
-  server_.on_call(kStatusService, [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
-    std::string s = status_text();
-    return std::vector<uint8_t>(s.begin(), s.end());
-  });
+      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle_update(b); },
+      fabric::Callers::Anyone);
+  server_.on_call(
+      kStatusService,
+      [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
+        std::string s = status_text();
+        return std::vector<uint8_t>(s.begin(), s.end());
+      },
+      fabric::Callers::Anyone);
   if (log_)
     log_(fabric::LogLevel::Info,
          "MEMD0140 coop: directory of " + std::to_string(cfg_.buckets) + " buckets (" +

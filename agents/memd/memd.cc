@@ -148,6 +148,13 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
   o.max_preauth_frame = cfg_.max_preauth_frame;
   o.protection = cfg_.protection;
   o.identity.key = cfg_.node_key;  // proves this node to clients that expect it (keyed cluster)
+  // Roles: the cluster's public keys make a client that does not sign a reader (PeerInfo::member).
+  std::string roles_topology = cfg_.topology;
+  if (roles_topology.empty() && cfg_.coherence.enabled) roles_topology = cfg_.coherence.topology;
+  if (roles_topology.empty() && cfg_.writer.enabled) roles_topology = cfg_.writer.topology;
+  if (!roles_topology.empty())
+    for (const auto& n : coherence::Topology::load(roles_topology).nodes)
+      if (n.public_key) o.identity.peers[n.name] = *n.public_key;
   o.log = log_;
   server_ = std::make_unique<fabric::Server>(std::move(o));
   started_ = steady_clock::now();
@@ -160,15 +167,15 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
   server_->on_call("memd.list", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = list_text();
     return std::vector<uint8_t>(s.begin(), s.end());
-  });
+  }, fabric::Callers::Anyone);
   server_->on_call("memd.status", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = status_text();
     return std::vector<uint8_t>(s.begin(), s.end());
-  });
+  }, fabric::Callers::Anyone);
   server_->on_call("memd.metrics", [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
     std::string s = metrics_text();
     return std::vector<uint8_t>(s.begin(), s.end());
-  });
+  }, fabric::Callers::Anyone);
   if (cfg_.coherence.enabled) {
     // The home role: a fresh version table (new random bases) on every start.
     auto topo = coherence::Topology::load(cfg_.coherence.topology);
@@ -193,7 +200,8 @@ Memd::Memd(Config cfg, fabric::Secret secret, fabric::LogSink log)
     }
   }
   if (cfg_.writer.enabled)
-    writer_ = std::make_unique<WriterRole>(*server_, cfg_.node, cfg_.writer, secret_, log_);
+    writer_ = std::make_unique<WriterRole>(*server_, cfg_.node, cfg_.writer, secret_, log_,
+                                           cfg_.node_key);
   if (cfg_.pool.enabled) pool_ = std::make_unique<PoolRole>(*server_, cfg_.node, cfg_.pool, log_);
   if (cfg_.coop.enabled) coop_ = std::make_unique<CoopRole>(*server_, cfg_.node, cfg_.coop, log_);
 }

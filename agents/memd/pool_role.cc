@@ -56,26 +56,31 @@ PoolRole::PoolRole(fabric::Server& server, const std::string& node, const PoolCo
   o.lease_ms = uint64_t(cfg_.lease.count());
   o.max_slabs_per_owner = cfg_.max_slabs_per_owner;
   pool_ = std::make_unique<coherence::SlabPool>(segment_->data(), cfg_.bytes, o);
-  server_.export_region(poolwire::kRegion, segment_);
+  // Readers (the proxies' httpd children, which hold no node key) write their slabs' slots: what
+  // they write is self-verifying (coop_slot.h), a bad slot is a miss (docs/SECURITY.md "Roles").
+  server_.export_region(poolwire::kRegion, segment_, fabric::RegionAccess{true});
   server_.on_call(
       poolwire::kAllocService,
-      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle(Op::Alloc, b); });
+      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle(Op::Alloc, b); },
+      fabric::Callers::Anyone);
   server_.on_call(
       poolwire::kFreeService,
-      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle(Op::Free, b); });
+      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle(Op::Free, b); },
+      fabric::Callers::Anyone);
   server_.on_call(
       poolwire::kRenewService,
-      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle(Op::Renew, b); });
+      [this](const fabric::PeerInfo&, std::span<const uint8_t> b) { return handle(Op::Renew, b); },
+      fabric::Callers::Anyone);
   server_.on_call(poolwire::kStatusService,
                   [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
                     std::string s = status_text();
                     return std::vector<uint8_t>(s.begin(), s.end());
-                  });
+                  }, fabric::Callers::Anyone);
   server_.on_call(poolwire::kMetricsService,
                   [this](const fabric::PeerInfo&, std::span<const uint8_t>) {
                     std::string s = metrics_text();
                     return std::vector<uint8_t>(s.begin(), s.end());
-                  });
+                  }, fabric::Callers::Anyone);
   if (log_)
     log_(fabric::LogLevel::Info,
          "MEMD0130 pool: " + std::to_string(pool_->slab_count()) + " slabs of " +

@@ -17,7 +17,7 @@
 namespace tierce::memd {
 
 WriterRole::WriterRole(fabric::Server& server, const std::string& node, const WriterConfig& cfg,
-                       fabric::Secret secret, fabric::LogSink log)
+                       fabric::Secret secret, fabric::LogSink log, fabric::NodeKey key)
     : server_(server), node_(node), log_(std::move(log)) {
   topo_ = std::make_unique<coherence::Topology>(coherence::Topology::load(cfg.topology));
   const coherence::Topology& topo = *topo_;
@@ -53,6 +53,11 @@ WriterRole::WriterRole(fabric::Server& server, const std::string& node, const Wr
     at.connect_timeout = std::chrono::milliseconds(200);
     at.max_connections_per_node = 64;  // every httpd child of the node shares these
     agent_client_ = std::make_unique<coherence::ClusterClient>(topo, std::move(secret), at, log_);
+    if (me->public_key && key.empty())
+      throw coherence::TopologyError(
+          cfg.topology + ": [writer] socket in a keyed cluster needs [memd] node_key: the homes "
+                         "take registrations and invalidations only from a node that signs");
+    if (!key.empty()) agent_client_->sign_as(node_, key);
     number_bare("before exporting the counter: an invalidation queued in a previous agent's "
                 "socket may be lost");
   }

@@ -50,8 +50,10 @@ class WriterRole {
  public:
   // Loads the topology, maps and exports the writer segment of `node` (an app node), starts the
   // keeper. Throws coherence::TopologyError / fabric::FabricError saying what to change.
+  // `key`: the node's key ([memd] node_key): the agent socket's registrations and invalidations
+  // are signed with it (a member's, at homes that know the cluster's keys).
   WriterRole(fabric::Server& server, const std::string& node, const WriterConfig& cfg,
-             fabric::Secret secret, fabric::LogSink log);
+             fabric::Secret secret, fabric::LogSink log, fabric::NodeKey key = {});
   // Stops the keeper and unexports the region. The segment stays: the node's httpd numbers in it.
   ~WriterRole();
   WriterRole(const WriterRole&) = delete;

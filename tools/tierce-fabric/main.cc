@@ -49,6 +49,10 @@ Commands:
 Options:
   --secret-file FILE   shared secret (default $TIERCE_SECRET_FILE or /etc/tierce/secret)
   --timeout MS         deadline of each operation (default 2000)
+  --node-key FILE      sign as a node with its key (needs --node): a MEMBER, not a reader, at
+                       servers that know the cluster's keys — writes, atomics and members-only
+                       services (coherence.membership, dlm.*) need it there (docs/SECURITY.md)
+  --node NAME          the node whose key --node-key is
 )";
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -64,31 +68,51 @@ uint64_t num(const std::string& s, const char* what) {
   return v;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The options and the command's words; exits on -h, -V and bad usage.
+struct Cli {
   std::string secret_file =
       getenv("TIERCE_SECRET_FILE") ? getenv("TIERCE_SECRET_FILE") : "/etc/tierce/secret";
-  Millis timeout(2000);
+  Millis timeout{2000};
+  std::string node_key_file, node_name;
   std::vector<std::string> args;
+};
+
+Cli parse_cli(int argc, char** argv) {
+  Cli c;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--secret-file" && i + 1 < argc)
-      secret_file = argv[++i];
+      c.secret_file = argv[++i];
+    else if (a == "--node-key" && i + 1 < argc)
+      c.node_key_file = argv[++i];
+    else if (a == "--node" && i + 1 < argc)
+      c.node_name = argv[++i];
     else if (a == "--timeout" && i + 1 < argc)
-      timeout = Millis(num(argv[++i], "timeout"));
+      c.timeout = Millis(num(argv[++i], "timeout"));
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
-      return 0;
+      std::exit(0);
     } else if (a == "-V" || a == "--version") {
       std::printf("tierce-fabric %s\n", TIERCE_VERSION);
-      return 0;
+      std::exit(0);
     } else if (a.rfind("--", 0) == 0)
       usage_error("unknown option " + a);
     else
-      args.push_back(a);
+      c.args.push_back(a);
   }
-  if (args.empty()) usage_error("no command");
+  if (c.args.empty()) usage_error("no command");
+  if (c.node_key_file.empty() != c.node_name.empty())
+    usage_error("--node-key and --node go together (the key, and the node it belongs to)");
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Cli cli = parse_cli(argc, argv);
+  const std::string& secret_file = cli.secret_file;
+  const Millis timeout = cli.timeout;
+  const std::vector<std::string>& args = cli.args;
   const std::string& cmd = args[0];
   auto need = [&](size_t n) {
     if (args.size() < n + 1) usage_error(cmd + " needs " + std::to_string(n) + " argument(s)");
@@ -141,6 +165,10 @@ int main(int argc, char** argv) {
     need(1);
     ClientOptions o;
     o.secret = Secret::from_file(secret_file);
+    if (!cli.node_key_file.empty()) {
+      o.identity.node = cli.node_name;
+      o.identity.key = NodeKey::from_file(cli.node_key_file);
+    }
     o.op_timeout = timeout;
     o.connect_timeout = timeout;
     auto c = connect(args[1], o);

@@ -519,6 +519,7 @@ def node_conf(st, n):
         "MEMCACHED": opts["memcached"] or "127.0.0.1:0",  # used only inside <IfDefine MOD_CACHE_MEMCACHED>
         "APPVERSION_MODULE": os.path.join(opts["build"], "mod_appversion", "mod_appversion.so"),
         "AGENT_DIRECTIVE": (f"AppVersionAgent {n['agent_socket']}" if n.get("agent_socket")
+                            else f"AppVersionNodeKey {n['node_key']}" if n.get("node_key")
                             else "# (no AppVersionAgent: the children hold the secret, APPVER0029)"),
         "RCACHE_MODULE": os.path.join(opts["build"], "mod_rcache", "mod_rcache.so"),
         "TTL": opts["ttl"], "MOD_CACHE_BYTES": opts["mod_cache_bytes"],
@@ -539,6 +540,9 @@ def node_conf(st, n):
                  "listen = [" + ", ".join(toml_str(u) for u in n["memd_uris"]) + "]",
                  f"secret_file = {toml_str(n.get('secret_file', st['secret_file']))}",
                  *([f"node_key = {toml_str(n['node_key'])}"] if n.get("node_key") else []),
+                 # its peers' public keys: a client that does not sign is a reader here (the
+                 # proxies' httpd children; docs/SECURITY.md "Roles")
+                 f"topology = {toml_str(node_topology(st, n))}",
                  f"pid_file = {toml_str(os.path.join(n['dir'], 'run', 'memd.pid'))}",
                  f"ready_file = {toml_str(n['memd_ready'])}",
                  'log = "stderr"', ""]
@@ -581,7 +585,8 @@ def write_php_ini(st, n, php):
              f"tierce.linearizable={1 if php == 'linearizable' else 0}",
              f"tierce.topology={node_topology(st, n)}",
              f"tierce.node={n['name']}",
-             *([f"tierce.agent={n['agent_socket']}"] if n.get("agent_socket") else []),
+             *([f"tierce.agent={n['agent_socket']}"] if n.get("agent_socket")
+               else [f"tierce.node_key={n['node_key']}"] if n.get("node_key") else []),
              f"tierce.schema={os.path.join(REPO, 'sample', 'schema.sql')}",
              "display_errors=Off", "log_errors=On", ""]
     os.makedirs(os.path.join(n["dir"], "php"), exist_ok=True)
@@ -766,6 +771,7 @@ def binlogd_conf(st, n):
     conf = os.path.join(n["dir"], "binlogd.toml")
     out = ["# Written by tools/tierce-cluster (template: conf/binlogd.toml).", "[binlogd]",
            f"topology = {toml_str(node_topology(st, n))}", f"node = {toml_str(n['name'])}",
+           *([f"node_key = {toml_str(n['node_key'])}"] if n.get("node_key") else []),
            f"state_file = {toml_str(os.path.join(n['dir'], 'run', 'binlogd.gtid'))}",
            f"metrics_file = {toml_str(os.path.join(n['dir'], 'run', 'binlogd.prom'))}",
            "metrics_interval_ms = 1000", f"databases = [{toml_str(DB_NAME)}]",
@@ -1619,8 +1625,10 @@ def membership(d, name, action):
         if h["role"] != "app" or h is n or not h.get("memd") or not procs.alive(h["memd"]):
             continue
         uri = next(u for u in h["memd_uris"] if u.startswith("tcp://"))
-        argv = [tool, "--secret-file", h.get("secret_file", st["secret_file"]), "--timeout", "5000",
-                "call", uri, "coherence.membership", f"{action} {name}"]
+        argv = [tool, "--secret-file", h.get("secret_file", st["secret_file"]), "--timeout", "5000"]
+        if h.get("node_key"):  # a members-only service: signed with that home's own node key
+            argv += ["--node-key", h["node_key"], "--node", h["name"]]
+        argv += ["call", uri, "coherence.membership", f"{action} {name}"]
         if h.get("netns"):
             argv = [procs.IP, "netns", "exec", h["netns"]] + argv
         r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
