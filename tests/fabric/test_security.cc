@@ -651,6 +651,100 @@ BOOST_AUTO_TEST_CASE(a_client_proves_its_node_to_a_server_that_knows_the_keys) {
   }
 }
 
+// ROLES (issue 32 point 2): a server that knows the cluster's node keys counts a client that does
+// not sign as a reader. It reads every region; it writes, CASes and FAAs only a region exported
+// writable by readers; it calls only services open to readers. Over shm its MAP of a region it may
+// not write is a read-only descriptor: its write is refused (not a fault on a read-only page). A
+// member (signed with its node key) may do everything; a server without keys, as before, counts
+// everyone a member.
+BOOST_AUTO_TEST_CASE(a_client_that_does_not_sign_is_a_reader) {
+  const NodeKey k1 = NodeKey::generate();
+  for (const char* transport : {"tcp", "shm"}) {
+    for (bool keyed : {true, false}) {
+      BOOST_TEST_CONTEXT("transport " << transport << (keyed ? ", keyed" : ", no keys")) {
+        auto ro = std::make_shared<SharedSegment>(SharedSegment::create_anonymous("ro", kSegBytes));
+        auto rw = std::make_shared<SharedSegment>(SharedSegment::create_anonymous("rw", kSegBytes));
+        LogFile log;
+        auto sink = log.sink();
+        auto echo = [](const PeerInfo&, std::span<const uint8_t> b) {
+          return std::vector<uint8_t>(b.begin(), b.end());
+        };
+        testing::ServerProcess proc(
+            testing::listen_uri_for(transport), {{"versions", ro}},
+            [rw, echo](Server& s) {
+              s.export_region("pool", rw, RegionAccess{true});
+              s.on_call("members", echo);
+              s.on_call("open", echo, Callers::Anyone);
+              s.on_call("role", [](const PeerInfo& p, std::span<const uint8_t>) {
+                std::string r = p.member ? "member" : "reader";
+                return std::vector<uint8_t>(r.begin(), r.end());
+              }, Callers::Anyone);
+            },
+            Millis(20), Millis(200), [sink, keyed, &k1](ServerOptions& o) {
+              o.log = sink;
+              o.name = "app1";
+              if (keyed) o.identity.peers = {{"app1", k1.public_key()}};
+            });
+        auto code_of = [](auto&& f) {
+          try {
+            f();
+          } catch (const FabricError& e) {
+            return e.code();
+          }
+          return Errc::Ok;
+        };
+        auto text = [](std::vector<uint8_t> v) { return std::string(v.begin(), v.end()); };
+        std::vector<uint8_t> hi{'h', 'i'};
+        const uint64_t one = 1;
+        // The reader (or, without keys, a member like any other).
+        auto rd = connect(proc.uri(), client_opts());
+        RemoteRegion v = rd->lookup("versions"), pool = rd->lookup("pool");
+        const Errc refused = keyed ? Errc::NotPermitted : Errc::Ok;
+        BOOST_TEST(text(rd->call("role", {})) == (keyed ? "reader" : "member"));
+        uint64_t got = 7;
+        BOOST_TEST(int(code_of([&] { rd->read(v, 0, &got, 8); })) == int(Errc::Ok));
+        BOOST_TEST(got == 0u);
+        BOOST_TEST(int(code_of([&] { rd->write(v, 8, &one, 8); })) == int(refused));
+        BOOST_TEST(int(code_of([&] { rd->write(v, 64, hi.data(), hi.size()); })) == int(refused));
+        BOOST_TEST(int(code_of([&] { rd->cas64(v, 16, 0, 5); })) == int(refused));
+        BOOST_TEST(int(code_of([&] { rd->faa64(v, 24, 1); })) == int(refused));
+        BOOST_TEST(int(code_of([&] { rd->call("members", hi); })) == int(refused));
+        BOOST_TEST(int(code_of([&] { rd->write(pool, 8, &one, 8); })) == int(Errc::Ok));
+        BOOST_TEST(int(code_of([&] { rd->cas64(pool, 16, 0, 5); })) == int(Errc::Ok));
+        BOOST_TEST(text(rd->call("open", hi)) == "hi");
+        // What the server's memory holds: the refused ops changed nothing.
+        auto word = [](SharedSegment& sg, size_t off) {
+          return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(sg.data() + off)).load();
+        };
+        BOOST_TEST(word(*ro, 8) == (keyed ? 0u : 1u));
+        BOOST_TEST(word(*ro, 16) == (keyed ? 0u : 5u));
+        BOOST_TEST(word(*ro, 24) == (keyed ? 0u : 1u));
+        BOOST_TEST(word(*rw, 8) == 1u);
+        BOOST_TEST(word(*rw, 16) == 5u);
+        if (keyed) {
+          // The member: signed with app1's key, it may do all of it.
+          ClientOptions m = client_opts();
+          m.identity.node = "app1";
+          m.identity.key = k1;
+          auto mb = connect(proc.uri(), m);
+          RemoteRegion mv = mb->lookup("versions");
+          BOOST_TEST(text(mb->call("role", {})) == "member");
+          BOOST_TEST(int(code_of([&] { mb->write(mv, 8, &one, 8); })) == int(Errc::Ok));
+          BOOST_TEST(mb->cas64(mv, 16, 0, 5) == 0u);
+          BOOST_TEST(mb->faa64(mv, 24, 1) == 0u);
+          BOOST_TEST(text(mb->call("members", hi)) == "hi");
+          BOOST_TEST(word(*ro, 8) == 1u);
+          BOOST_TEST(word(*ro, 16) == 5u);
+          // The reader still reads what the member wrote (through its read-only mapping on shm).
+          uint64_t w = 0;
+          rd->read(v, 16, &w, 8);
+          BOOST_TEST(w == 5u);
+        }
+      }
+    }
+  }
+}
+
 // (d) Confidentiality: with encrypt (asked by the server, or by the client) the data goes through
 // and its bytes are not on the wire in either direction; with mac they are (the capture works),
 // and so they are with none (which also logs its warning).

@@ -11,7 +11,11 @@ it (tierce-check: reads through the proxies, writes on the app nodes, 0 stale re
 2. a PHP script served by an app node tries, as a script would: read the secret file and the node
    keys, open the writer counter and the version table in /dev/shm for writing, find them in its
    own /proc/self/maps: every attempt fails;
-3. the negative control: the same cluster with --app-secret (the layout before issue 32): the scan
+3. the proxies' httpd children (www-data) hold no node key, only the secret, and the secret alone
+   is a READER's credential (issue 32 point 2, docs/SECURITY.md "Roles"): with it, tierce-fabric
+   cannot write a home's version table, CAS or FAA there, send coherence.invalidate or
+   coherence.membership — over tcp and over shm (a read-only mapping) — while it still reads;
+4. the negative control: the same cluster with --app-secret (the layout before issue 32): the scan
    finds the secret in the app children, so the check above can fail.
 
   app_credentials_check.py --checker PATH --build DIR [--transport tcp|shm] [--no-control] [--keep]
@@ -199,6 +203,54 @@ def agent_holds_secret(d, wanted):
     return bool(found)
 
 
+def proxy_children_hold_no_node_key(d, wanted):
+    www = pwd.getpwnam("www-data").pw_uid
+    keys = {k: v for k, v in wanted.items() if k != "the cluster secret"}
+    n = 0
+    seen = set()
+    for node in sorted(os.listdir(os.path.join(d, "nodes"))):
+        if not node.startswith("proxy"):
+            continue
+        conf = os.path.join(d, "nodes", node, "conf", "httpd.conf")
+        for pid, uid in processes(d, conf):
+            if uid != www:
+                continue
+            try:
+                found, _ = scan(pid, keys, seen)
+            except OSError:
+                continue
+            n += 1
+            check(not found, f"{node}'s httpd child {pid} holds {', '.join(found)}")
+    check(n >= 2, f"only {n} proxy httpd children to scan")
+    say(f"memory scan: none of {n} proxy httpd children holds a node key (they hold the secret: "
+        "a reader's credential)")
+
+
+def reader_cannot_write(d, a):
+    """What the secret alone (a proxy child's credential) may do at app2's home."""
+    tool = os.path.join(a.build, "tools", "tierce-fabric", "tierce-fabric")
+    with open(os.path.join(d, "nodes", "app2", "memd.toml")) as f:
+        text = f.read()
+    uris = re.findall(r'"((?:tcp|shm)://[^"]+)"', text.split("listen", 1)[1].split("\n", 1)[0])
+    check(uris, "no listen URIs in app2's memd.toml")
+    base = [tool, "--secret-file", os.path.join(d, "secret"), "--timeout", "3000"]
+    for uri in uris:
+        def run(*args):
+            r = subprocess.run(base + list(args), capture_output=True, text=True, timeout=30)
+            return r.returncode, (r.stdout + r.stderr).strip()
+        rc, out = run("read", uri, "versions", "64")
+        check(rc == 0, f"{uri}: a reader cannot read the version table: {out}")
+        for args in (("write-u64", uri, "versions", "64", "1"), ("cas", uri, "versions", "64", "0", "1"),
+                     ("faa", uri, "versions", "64", "1"), ("write-u64", uri, "acks", "64", "1"),
+                     ("call", uri, "coherence.invalidate", "x"),
+                     ("call", uri, "coherence.membership", "out app1")):
+            rc, out = run(*args)
+            check(rc != 0 and "not permitted" in out,
+                  f"{uri}: with the secret alone `{' '.join(args[:1] + args[2:])}` was not refused "
+                  f"as a reader's: exit {rc}: {out}")
+        say(f"reader at {uri}: reads; its writes, CAS, FAA, invalidate and membership calls refused")
+
+
 def php_probe(d):
     with open(os.path.join(d, "cluster.json")) as f:
         st = json.load(f)
@@ -261,6 +313,8 @@ def main():
                                "credential or a Tierce shared segment (above)")
             say(f"memory scan: none of {len(scanned)} app httpd children (www-data) holds the "
                 f"secret, a node key, or a Tierce segment ({', '.join(wanted)})")
+            proxy_children_hold_no_node_key(d, wanted)
+            reader_cannot_write(d, a)
             res = php_probe(d)
             say(f"PHP probe: {res}")
             check(res.get("uid") == pwd.getpwnam("www-data").pw_uid, f"the probe ran as uid {res.get('uid')}")
