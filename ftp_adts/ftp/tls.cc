@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
@@ -217,6 +218,52 @@ int on_ticket_generate(SSL* s, void*) {
 
 }  // namespace
 
+namespace {
+
+// A self-signed certificate for a throwaway key of `real`'s type: installing it in a context or a
+// connection whose key does not match it makes OpenSSL release that key (SSL_use_certificate
+// frees a private key of the same slot that does not fit the new certificate). nullptr for a
+// type without one. The throwaway key is as small as its type allows: only its slot
+// matters, it never signs a handshake (RSA 2048: the security level refuses a smaller one).
+X509* make_placeholder(const EVP_PKEY* real, EVP_PKEY** key_out) {
+  *key_out = nullptr;
+  if (!real) return nullptr;
+  EVP_PKEY* k = nullptr;
+  switch (EVP_PKEY_get_base_id(real)) {
+    case EVP_PKEY_RSA: k = EVP_PKEY_Q_keygen(nullptr, nullptr, "RSA", size_t(2048)); break;
+    case EVP_PKEY_RSA_PSS: k = EVP_PKEY_Q_keygen(nullptr, nullptr, "RSA-PSS", size_t(2048)); break;
+    case EVP_PKEY_EC: k = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"); break;
+    case EVP_PKEY_ED25519: k = EVP_PKEY_Q_keygen(nullptr, nullptr, "Ed25519"); break;
+    case EVP_PKEY_ED448: k = EVP_PKEY_Q_keygen(nullptr, nullptr, "Ed448"); break;
+    default: return nullptr;
+  }
+  if (!k) return nullptr;
+  X509* x = X509_new();
+  bool ok = x && X509_set_version(x, 2) == 1 &&
+            ASN1_INTEGER_set(X509_get_serialNumber(x), 1) == 1 &&
+            X509_gmtime_adj(X509_getm_notBefore(x), 0) && X509_gmtime_adj(X509_getm_notAfter(x), 60) &&
+            X509_set_pubkey(x, k) == 1;
+  if (ok) {
+    X509_NAME* n = X509_get_subject_name(x);
+    ok = X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC,
+                                    reinterpret_cast<const unsigned char*>("tierce-ftpd: no key"),
+                                    -1, -1, 0) == 1 &&
+         X509_set_issuer_name(x, n) == 1;
+    const int id = EVP_PKEY_get_base_id(k);
+    ok = ok && X509_sign(x, k, id == EVP_PKEY_ED25519 || id == EVP_PKEY_ED448 ? nullptr
+                                                                                : EVP_sha256()) > 0;
+  }
+  if (!ok) {
+    EVP_PKEY_free(k);
+    X509_free(x);
+    return nullptr;
+  }
+  *key_out = k;
+  return x;
+}
+
+}  // namespace
+
 // ---- contexts -----------------------------------------------------------------------------------
 
 std::shared_ptr<TlsContext> TlsContext::server(const std::string& cert_pem,
@@ -240,7 +287,29 @@ std::shared_ptr<TlsContext> TlsContext::server(const std::string& cert_pem,
   // session cache, which would resume by session id without it.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_session_ticket_cb(ctx, on_ticket_generate, on_ticket_decrypt, nullptr);
+  owner->placeholder_ = make_placeholder(SSL_CTX_get0_privatekey(ctx), &owner->placeholder_key_);
   return owner;
+}
+
+bool TlsContext::forget_private_key() {
+  if (!placeholder_ || !placeholder_key_) return false;
+  if (SSL_CTX_get0_privatekey(ctx_) == placeholder_key_) return true;
+  // The placeholder certificate releases the real key (it does not fit it); its own key then
+  // makes a usable pair again (a handshake must still find a certificate to resume with).
+  const bool ok = SSL_CTX_use_certificate(ctx_, placeholder_) == 1 &&
+                  SSL_CTX_use_PrivateKey(ctx_, placeholder_key_) == 1;
+  ERR_clear_error();
+  return ok && SSL_CTX_get0_privatekey(ctx_) == placeholder_key_;
+}
+
+bool TlsConnection::forget_private_key() {
+  X509* p = ctx_ ? ctx_->placeholder() : nullptr;
+  EVP_PKEY* k = ctx_ ? ctx_->placeholder_key() : nullptr;
+  if (!p || !k) return false;
+  if (SSL_get_privatekey(ssl_) == k) return true;
+  const bool ok = SSL_use_certificate(ssl_, p) == 1 && SSL_use_PrivateKey(ssl_, k) == 1;
+  ERR_clear_error();
+  return ok && SSL_get_privatekey(ssl_) == k;
 }
 
 void TlsContext::new_ticket_keys() {
@@ -277,6 +346,8 @@ std::shared_ptr<TlsContext> TlsContext::client(bool verify) {
 
 TlsContext::~TlsContext() {
   SSL_CTX_free(ctx_);
+  X509_free(placeholder_);
+  EVP_PKEY_free(placeholder_key_);
 }
 
 // ---- connections --------------------------------------------------------------------------------

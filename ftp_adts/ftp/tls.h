@@ -31,10 +31,23 @@ class TlsContext {
   // Server: new random session ticket keys for this context (a forked worker calls it, so that no
   // other worker can decrypt its tickets, nor it theirs).
   void new_ticket_keys();
+  // Server: drops this context's private key (a logged-in session whose data connections must
+  // resume the control connection's session, which needs no key: the key is then not in the
+  // session's memory). A handshake that does not resume fails from then on. True when the key is
+  // gone; false when it cannot be (a key type without a placeholder: RSA, RSA-PSS, EC, Ed25519
+  // and Ed448 have one), and then nothing changed.
+  bool forget_private_key();
+  // The placeholder certificate and its throwaway key that replace the real pair (same key type:
+  // installing the certificate releases the real key; the pair keeps the context usable for the
+  // resumptions, which sign nothing); nullptr when there is none.
+  X509* placeholder() const { return placeholder_; }
+  EVP_PKEY* placeholder_key() const { return placeholder_key_; }
 
  private:
   explicit TlsContext(SSL_CTX* c) : ctx_(c) {}
   SSL_CTX* ctx_;
+  X509* placeholder_ = nullptr;
+  EVP_PKEY* placeholder_key_ = nullptr;
 };
 
 // A TLS session on a connected socket (the fd stays owned by the caller and keeps its blocking
@@ -70,6 +83,9 @@ class TlsConnection {
   // Server: true when the handshake resumed a ticket marked `b` (issued on the control connection
   // with that binding). A fresh handshake or another connection's ticket: false.
   bool resumed_binding(const SessionBinding& b) const;
+  // Server: drops this connection's reference to the private key (TlsContext::forget_private_key;
+  // the session goes on: its keys are derived already). True when it is gone.
+  bool forget_private_key();
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   int fd() const { return fd_; }
 

@@ -163,6 +163,7 @@ class Session {
   TransferOptions transfer_options(bool ascii);
   // By value: after_login may wipe the user table these come from (and `u` with it: its limits
   // are read before).
+  void forget_tls_key();  // after the privilege drop (session_login.cc)
   void login_ok(std::string name, std::string root, bool anonymous, bool write,
                 const UserConfig* u = nullptr);
 
@@ -173,6 +174,7 @@ class Session {
 
   std::string user_;  // from USER (logged in or pending)
   bool logged_in_ = false;
+  bool tls_key_dropped_ = false;  // forget_tls_key: only resumptions of the control session work
   bool anonymous_ = false;
   bool writable_ = false;
   uint64_t max_upload_ = 0, session_upload_ = 0;  // the logged-in user's limits (0 = none)

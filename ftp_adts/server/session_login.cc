@@ -54,6 +54,7 @@ void Session::login_ok(std::string name, std::string root, bool anonymous, bool 
     quit_ = true;
     return;
   }
+  forget_tls_key();
   logged_in_ = true;
   anonymous_ = anonymous;
   writable_ = write;
@@ -65,6 +66,25 @@ void Session::login_ok(std::string name, std::string root, bool anonymous, bool 
   log(LogLevel::Info, "FTPD0201 login ok: " + name + " from " + peer_.host() +
                           (anonymous ? " (anonymous, read-only)" : write ? "" : " (read-only)"));
   ctl_.reply(230, anonymous ? "Anonymous access granted, restrictions apply" : "Login successful");
+}
+
+// Under privilege separation, with [tls] require_reuse, a logged-in session needs no TLS private
+// key: every PROT P data connection resumes the control connection's session (a resumption signs
+// nothing), and AUTH TLS is refused after login. So the key leaves this process's memory before
+// the session's first command runs as its account (docs/SECURITY.md "tierce-ftpd").
+void Session::forget_tls_key() {
+  if (!env_.tls || !env_.after_login || !cfg_.tls_require_reuse) return;
+  bool gone = env_.tls->forget_private_key();
+  if (ftp::TlsConnection* t = ctl_.tls_connection()) gone = t->forget_private_key() && gone;
+  tls_key_dropped_ = gone;
+  if (gone)
+    log(LogLevel::Debug, "FTPD0407 " + peer_.host() +
+                             ": the TLS private key is out of this session (data connections "
+                             "resume the control connection's TLS session)");
+  else
+    log(LogLevel::Warn, "FTPD0408 " + peer_.host() +
+                            ": the TLS private key could not be dropped from this session (its "
+                            "key type has no placeholder): it stays in the session's memory");
 }
 
 void Session::cmd_pass(const std::string& arg) {

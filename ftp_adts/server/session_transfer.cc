@@ -348,6 +348,16 @@ base::Result<std::unique_ptr<DataConn>> Session::open_data() {
     try {
       conn->start_tls(env_.tls, std::chrono::seconds(cfg_.data_timeout_s));
     } catch (const std::exception& e) {
+      if (tls_key_dropped_) {
+        // This session holds no TLS key (forget_tls_key): only a resumption of this control
+        // connection's session can succeed, so a failed handshake is a refused stranger (or a
+        // client that does not resume), as below.
+        log(LogLevel::Warn, "FTPD0405 " + who() + ": data connection without TLS session reuse " +
+                                "(its handshake failed: " + e.what() +
+                                "): refused ([tls] require_reuse)");
+        return base::Status(base::Code::PermissionDenied,
+                            "TLS session reuse required on the data connection");
+      }
       return base::Status(base::Code::Unavailable,
                           std::string("TLS on the data connection failed: ") + e.what());
     }

@@ -3,7 +3,10 @@
 
 FEAT, PWD/CWD/CDUP, MLSD facts (type, size, modify), MLST, NLST, SIZE, MDTM, RETR/STOR/APPE,
 REST + RETR, RNFR/RNTO, MKD/RMD/DELE, the 5xx replies for missing files, then FTP_TLS with PROT P
-for listings and files, and PROT C when TLS is not required.
+for listings and files, and PROT C when TLS is not required. Started as root (privilege
+separation), a logged-in PROT P session's worker holds no copy of the TLS private key while its
+data connections still resume the control connection's session, and an idle pre-login worker
+does hold it (the scan's control).
 
     test_python.py --build BUILD_DIR   (--vsftpd: the same checks against vsftpd; vsftpd has no
                                         MLSD, so those checks are left out there)
@@ -57,6 +60,80 @@ class ForeignSessionFTP_TLS(ftplib.FTP_TLS):
         return conn, size
 
 
+def key_needles(key):
+    """The RSA private key's first prime as OpenSSL holds it in memory (a BIGNUM: 64-bit words,
+    least significant first, i.e. little-endian bytes) and as DER/PEM decoding leaves it (big-
+    endian): 48 bytes of each."""
+    import re
+    import subprocess
+    text = subprocess.run(["openssl", "pkey", "-in", key, "-text", "-noout"], check=True,
+                          capture_output=True, text=True).stdout
+    m = re.search(r"prime1:\s*\n((?:\s+[0-9a-f:]+\n)+)", text)
+    if not m:
+        return None
+    p = int(m.group(1).replace(":", "").replace(" ", "").replace("\n", ""), 16)
+    n = (p.bit_length() + 7) // 8
+    return {"little-endian": p.to_bytes(n, "little")[:48], "big-endian": p.to_bytes(n, "big")[:48]}
+
+
+def memory_holds(pid, needles):
+    """Which needles occur in the readable memory of pid (root reads /proc/PID/mem)."""
+    import re
+    found = set()
+    with open("/proc/%d/maps" % pid) as f:
+        maps = f.read().splitlines()
+    with open("/proc/%d/mem" % pid, "rb", 0) as mem:
+        for line in maps:
+            mm = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+)", line)
+            if not mm or mm.group(3)[0] != "r" or "[vvar]" in line or "[vsyscall]" in line:
+                continue
+            lo, hi = int(mm.group(1), 16), int(mm.group(2), 16)
+            if hi - lo > (1 << 32):
+                continue
+            try:
+                mem.seek(lo)
+                data = mem.read(hi - lo)
+            except OSError:
+                continue
+            found |= {k for k, v in needles.items() if v in data}
+    return found
+
+
+def tls_key_body(ck, srv, cert, key):
+    """[tls] require_reuse under privilege separation: after the login the worker holds no copy of
+    the private key, and PROT P transfers still work (resumption needs no key)."""
+    if os.geteuid() != 0:
+        print("ftp_interop_python: TLS key scan skipped: privilege separation needs root")
+        return
+    if os.environ.get("TIERCE_TEST_ASAN") == "1":
+        print("ftp_interop_python: TLS key scan skipped: AddressSanitizer keeps freed memory")
+        return
+    needles = key_needles(key)
+    ck.check(needles is not None, "the test key is RSA (its prime1 is printed)")
+    if not needles:
+        return
+    ctx = ssl.create_default_context(cafile=cert)
+    ftp = ReusingFTP_TLS(context=ctx)
+    ftp.connect(srv.host, srv.port, timeout=20)
+    ftp.auth()
+    ftp.prot_p()
+    ck.check(ftp.login(srv.user, srv.password).startswith("230"), "TLS key: login over TLS")
+    pid = int(ftp.sendcmd("STAT").split("Session pid ")[1].split()[0])
+    ck.check(len(ftp.nlst()) > 0, "TLS key: a PROT P listing after the key was dropped (resumed)")
+    held = memory_holds(pid, needles)
+    ck.check(not held, "TLS key: the logged-in session's worker holds no copy of the private key",
+             "found: %s" % sorted(held))
+    # The control: an idle worker (forked from the master, not logged in) holds it.
+    import subprocess
+    kids = subprocess.run(["pgrep", "-P", str(srv.proc.pid)], capture_output=True,
+                          text=True).stdout.split()
+    idle = [int(k) for k in kids if int(k) != pid]
+    ck.check(idle and "little-endian" in memory_holds(idle[0], needles),
+             "TLS key: the scan finds the key in an idle pre-login worker (the scan works)",
+             "workers %s" % kids)
+    ftp.quit()
+
+
 def retr(ftp, name, rest=None):
     buf = io.BytesIO()
     ftp.retrbinary("RETR " + name, buf.write, rest=rest)
@@ -85,6 +162,8 @@ def main():
                                     users=(("dave", "pw-dave", None, True),), tls=(cert, key))
         with srv:
             ftplab.run_body(ck, srv, body, a, ck, srv, root, cert, a_data)
+            if not a.vsftpd:
+                ftplab.run_body(ck, srv, tls_key_body, ck, srv, cert, key)
         if not a.vsftpd:  # [tls] require = true: docs/ftp.md says 530 / 521
             srv = ftplab.TierceFtpd(ftplab.find_binary(a.build, "tierce-ftpd"), root,
                                     users=(("dave", "pw-dave", None, True),), tls=(cert, key),
