@@ -32,6 +32,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/unix_socket.h"
 #include "dlm/ipc.h"
 #include "fabric/socket.h"
 
@@ -175,70 +176,21 @@ struct IpcServer::State : std::enable_shared_from_this<IpcServer::State> {
 // Setup
 
 void IpcServer::State::bind_socket() {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof a.sun_path)
-    throw std::runtime_error("LOCKD0200 socket path '" + path + "' is empty or longer than " +
-                             std::to_string(sizeof a.sun_path - 1) +
-                             " bytes: choose a shorter one");
-  std::memcpy(a.sun_path, path.data(), path.size());
-  auto* sa = reinterpret_cast<sockaddr*>(&a);
-
-  // Never steal a live lockd's socket: probe it first; remove it only when nobody answers.
+  // Never steals a live lockd's socket, removes a dead one's, sets the mode before listen()
+  // (base/unix_socket.h, shared with the writer agent's socket).
+  base::UnixListenOptions lo;
+  lo.mode = opts.socket_mode;
+  lo.who = "tierce-lockd";
+  bool stale = false;
+  auto fd = base::listen_unix_seqpacket(path, lo, &stale);
+  if (!fd) throw std::runtime_error("LOCKD0200 " + fd.message());
+  if (stale) log(LogLevel::Info, "LOCKD0207 removed the stale socket " + path + " of a dead lockd");
+  listen_fd.reset(std::move(fd).value().release());
   struct stat sb;
-  if (::lstat(path.c_str(), &sb) == 0) {
-    if (!S_ISSOCK(sb.st_mode))
-      throw std::runtime_error("LOCKD0200 " + path +
-                               " exists and is not a socket: remove it or configure another "
-                               "socket path");
-    fabric::Fd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!probe) throw std::runtime_error("LOCKD0200 socket(AF_UNIX): " + errno_text(errno));
-    if (::connect(probe.get(), sa, sizeof a) == 0) {
-      ucred cr{};
-      socklen_t cl = sizeof cr;
-      std::string pid = ::getsockopt(probe.get(), SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0
-                            ? " (pid " + std::to_string(cr.pid) + ")"
-                            : "";
-      throw std::runtime_error("LOCKD0200 another tierce-lockd" + pid + " is serving " + path +
-                               ": stop it first, or configure another socket path");
-    }
-    int e = errno;
-    if (e == EAGAIN)
-      throw std::runtime_error("LOCKD0200 a live server is serving " + path +
-                               " (its backlog is full): stop it first");
-    if (e == EPROTOTYPE)
-      throw std::runtime_error("LOCKD0200 " + path +
-                               " is a socket of another kind, served by another program: "
-                               "refusing to replace it");
-    if (e != ECONNREFUSED)
-      throw std::runtime_error("LOCKD0200 cannot probe " + path + ": " + errno_text(e));
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-      throw std::runtime_error("LOCKD0200 cannot remove the stale socket " + path + ": " +
-                               errno_text(errno));
-    log(LogLevel::Info, "LOCKD0207 removed the stale socket " + path + " of a dead lockd");
-  }
-
-  listen_fd.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!listen_fd) throw std::runtime_error("LOCKD0200 socket(AF_UNIX): " + errno_text(errno));
-  if (::bind(listen_fd.get(), sa, sizeof a) != 0)
-    throw std::runtime_error("LOCKD0200 cannot bind " + path + ": " + errno_text(errno) +
-                             " (does the directory exist, and may lockd write there?)");
-  // Permissions before listen(): no client can connect while the mode is still the umask's.
-  // Checked: a socket left with the umask's mode could let any local user lock (or no one).
-  if (::chmod(path.c_str(), opts.socket_mode) != 0) {
-    int e = errno;
-    ::unlink(path.c_str());
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "0%03o", unsigned(opts.socket_mode));
-    throw std::runtime_error("LOCKD0200 cannot set the mode " + std::string(mode) + " of " + path +
-                             " (chmod): " + errno_text(e) + "; not serving with the umask's mode");
-  }
   if (::stat(path.c_str(), &sb) == 0) {
     dev = sb.st_dev;
     ino = sb.st_ino;
   }
-  if (::listen(listen_fd.get(), SOMAXCONN) != 0)
-    throw std::runtime_error("LOCKD0200 listen " + path + ": " + errno_text(errno));
 }
 
 IpcServer::IpcServer(std::string socket_path, dlm::LocalLockService& svc, fabric::LogSink log,
