@@ -193,7 +193,8 @@ void parse_outputs(const CheckedTable& root, Config& cfg, const std::string& bas
 }
 
 void parse_anonymous(const CheckedTable& t, Config& cfg, const std::string& base) {
-  t.only_known_keys({"root"});
+  t.only_known_keys({"root", "run_as"});
+  if (auto v = t.string("run_as", "\"ftp\"")) cfg.anonymous_run_as = *v;
   if (!t.toml().contains("root"))
     t.problem("anonymous.root: missing; write root = \"/srv/ftp\" in [anonymous]");
   else if (auto d = directory(t, "root", base)) {

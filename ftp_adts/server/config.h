@@ -60,6 +60,9 @@ struct Config {
 
   bool anonymous = false;
   std::string anonymous_root;
+  // Started as root: the account of anonymous sessions ([anonymous] run_as); "" =
+  // unprivileged_user. No writable user may run as it (privsep.h).
+  std::string anonymous_run_as;
 
   bool tls = false;
   std::string tls_cert, tls_key;

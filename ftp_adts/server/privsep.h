@@ -34,15 +34,20 @@ using base::Account;
 
 struct PrivsepPlan {
   bool enabled = false;  // started as root
-  Account unprivileged;  // anonymous, and users without run_as
+  Account unprivileged;  // users without run_as
+  Account anonymous;     // anonymous sessions: [anonymous] run_as, else unprivileged_user
   std::map<std::string, Account> by_user;  // [[user]] name -> its account
 
-  // The account a login becomes: the user's run_as, else `unprivileged`.
+  // The account a login becomes: anonymous's; the user's run_as, else `unprivileged`.
   const Account& account_for(const std::string& user, bool anonymous) const;
 };
 
-// Resolves unprivileged_user and every run_as. Problems (an account that does not exist, or is
-// root) are appended to *problems, one line each, naming the key. `enabled` is set by the caller.
+// Resolves unprivileged_user, [anonymous] run_as and every run_as. Problems are appended to
+// *problems, one line each, naming the key: an account that does not exist or is root; and the
+// ACCOUNT SEPARATION rules (issue 32 point 4), since the kernel, not this server's read-only flag,
+// must keep sessions apart: no writable user runs as the anonymous account; no two writable users
+// share unprivileged_user (an explicit run_as shared by several is the operator's choice); the
+// anonymous root is not writable by the anonymous account. `enabled` is set by the caller.
 PrivsepPlan resolve_accounts(const Config& cfg, std::vector<std::string>* problems);
 
 // Becomes `a` for good (see above). A failure (Code::Internal: a step failed, or root could be

@@ -305,7 +305,7 @@ class TierceFtpd(_Server):
     extra_toml: text inserted before the first table (top-level keys; tables are fine too)."""
 
     def __init__(self, binary, root, *, users=(("alice", "secret", None, True),),
-                 anonymous_root=None, tls=None, tls_require=False, adts=True, workers=2,
+                 anonymous_root=None, anonymous_run_as=None, tls=None, tls_require=False, adts=True, workers=2,
                  max_sessions=64, pasv_ports="0", pasv_address=None, extra_toml="",
                  host="127.0.0.1", idle_timeout_s=None, data_timeout_s=None,
                  login_timeout_s=None, log_level="info", max_streams=None, block_kib=None,
@@ -317,6 +317,8 @@ class TierceFtpd(_Server):
         self.root = os.path.abspath(root)
         self.users = list(users)
         self.anonymous_root = anonymous_root
+        # [anonymous] run_as: as root, no writable user may run as the anonymous account
+        self.anonymous_run_as = anonymous_run_as
         self.tls, self.tls_require = tls, tls_require
         self.adts = adts
         self.workers, self.max_sessions = workers, max_sessions
@@ -359,6 +361,8 @@ class TierceFtpd(_Server):
             lines.append(self.extra_toml)
         if self.anonymous_root:
             lines += ["", "[anonymous]", "root = %s" % q(os.path.abspath(self.anonymous_root))]
+            if self.anonymous_run_as:
+                lines.append("run_as = %s" % q(self.anonymous_run_as))
         if self.tls:
             lines += ["", "[tls]", "cert = %s" % q(self.tls[0]), "key = %s" % q(self.tls[1]),
                       "require = %s" % self._v(bool(self.tls_require))]

@@ -118,7 +118,9 @@ def main():
         srv = ftplab.TierceFtpd(ftpd, root, users=(("alice", "alice-pw", None, True),
                                                    ("reader", "reader-pw", None, False)),
                                 anonymous_root=anon, data_timeout_s=3, idle_timeout_s=120,
-                                workers=2)
+                                workers=2,
+                                # as root: anonymous apart from the writable alice (nobody)
+                                anonymous_run_as="daemon")
         with srv:
             ftplab.run_body(ck, srv, body, ck, srv, tmp, root, anon, before)
         # Timeouts and the session limit, on a server of their own (short timeouts).

@@ -136,7 +136,7 @@ struct Fixture {
   std::string alice_hash, carol_hash;
   std::unique_ptr<Server> server;
 
-  explicit Fixture(const std::string& more = "") {
+  explicit Fixture(const std::string& more = "", const std::string& anon_more = "") {
     ::mkdir(alice_root.c_str(), 0755);
     ::mkdir(anon_root.c_str(), 0755);
     tierce_test::write_file(alice_root + "/mine.txt", "alice's data\n");
@@ -149,7 +149,8 @@ struct Fixture {
     carol_hash = hash_of("looking-glass");
     server = std::make_unique<Server>(
         dir, "workers = 2\nmax_sessions = 8\nlogin_fail_delay_ms = 10\n" + more +
-                 "\n[anonymous]\nroot = \"" + anon_root + "\"\n[[user]]\nname = \"alice\"\n" +
+                 "\n[anonymous]\nroot = \"" + anon_root + "\"\n" + anon_more +
+                 "[[user]]\nname = \"alice\"\n" +
                  "password = \"" + alice_hash + "\"\nroot = \"" + alice_root +
                  "\"\nwrite = true\nrun_as = \"" + kAccount + "\"\n[[user]]\nname = \"carol\"\n" +
                  "password = \"" + carol_hash + "\"\nroot = \"" + anon_root + "\"\n");
@@ -413,6 +414,70 @@ BOOST_AUTO_TEST_CASE(missing_account_is_a_startup_error) {
   r = run_ftpd({"-c", dir / "c.toml", "--check"});
   BOOST_TEST(r.code == 2);
   BOOST_TEST(r.err.find("sessions must not run as root") != std::string::npos, r.err);
+}
+
+// ACCOUNT SEPARATION (issue 32 point 4; docs/ftp.md "Accounts"): what the server promises as a
+// flag, the kernel must keep too. A writable user never runs as the anonymous account, two
+// writable users never share unprivileged_user by default, and the anonymous root is not writable
+// by the anonymous account: each is a startup error naming the fix. [anonymous] run_as gives
+// anonymous sessions an account of their own.
+BOOST_AUTO_TEST_CASE(sessions_that_may_write_never_share_an_account_with_anonymous) {
+  if (!need_root("sessions_that_may_write_never_share_an_account_with_anonymous")) return;
+  TempDir dir;
+  ::mkdir((dir / "r").c_str(), 0755);
+  ::mkdir((dir / "anon").c_str(), 0755);
+  const std::string h = hash_of("pw");
+  auto user = [&](const char* name, bool write, const char* run_as = nullptr) {
+    return std::string("[[user]]\nname = \"") + name + "\"\npassword = \"" + h +
+           "\"\nroot = \"r\"\nwrite = " + (write ? "true" : "false") + "\n" +
+           (run_as ? std::string("run_as = \"") + run_as + "\"\n" : "");
+  };
+  const std::string anon = "[anonymous]\nroot = \"anon\"\n";
+  struct Case {
+    std::string config;
+    const char* says;  // nullptr: accepted
+  };
+  for (const Case& c : std::vector<Case>{
+           {anon + user("dora", true), "the account of anonymous sessions"},
+           {anon + user("dora", true, "nobody"), "the account of anonymous sessions"},
+           {user("dora", true) + user("ed", true), "each could write the others' files"},
+           {"[anonymous]\nroot = \"anon\"\nrun_as = \"daemon\"\n" + user("dora", true), nullptr},
+           {anon + user("dora", false), nullptr},                 // read-only: may share
+           {anon + user("dora", true, kAccount), nullptr},         // its own account
+           {user("dora", true, kAccount) + user("ed", true, kAccount), nullptr},  // shared explicitly
+       }) {
+    BOOST_TEST_CONTEXT(c.config) {
+      (void)account(kAccount);
+      tierce_test::write_file(dir / "x.toml", c.config);
+      RunResult r = run_ftpd({"-c", dir / "x.toml", "--check"});
+      if (c.says) {
+        BOOST_TEST(r.code == 2);
+        BOOST_TEST(r.err.find(c.says) != std::string::npos, r.err);
+      } else {
+        BOOST_TEST(r.code == 0, r.err);
+      }
+    }
+  }
+  // An anonymous root its account may write: anonymous would be read-only by a flag only.
+  ::chmod((dir / "anon").c_str(), 0777);
+  tierce_test::write_file(dir / "y.toml", anon + user("dora", false));
+  RunResult r = run_ftpd({"-c", dir / "y.toml", "--check"});
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("is writable by \"nobody\"") != std::string::npos, r.err);
+  ::chmod((dir / "anon").c_str(), 0755);
+}
+
+BOOST_AUTO_TEST_CASE(anonymous_runs_as_its_own_account) {
+  if (!need_root("anonymous_runs_as_its_own_account")) return;
+  passwd daemon = account("daemon");
+  Fixture f("", "run_as = \"daemon\"\n");
+  auto c = f.connect();
+  BOOST_REQUIRE(c->login("anonymous", "me@example.org"));
+  long u = long(daemon.pw_uid);
+  BOOST_TEST(ids(session_pid(*c), "Uid") == std::vector<long>({u, u, u, u}));
+  int code = 0;
+  BOOST_TEST(c->retrieve("RETR pub.txt", &code) == "public\n");
+  BOOST_TEST(code == 226);
 }
 
 BOOST_AUTO_TEST_CASE(per_address_limit_turns_away_with_421) {
