@@ -93,6 +93,9 @@ class TempDir {
     buf.push_back(0);
     if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
     path_ = buf.data();
+    // Searchable by others (not listable): a server that drops to an account after opening what
+    // it serves (tierce-ftpd opens a user's root as that account) must reach paths under here.
+    ::chmod(path_.c_str(), 0711);
   }
   ~TempDir() {
     std::error_code ec;

@@ -35,15 +35,6 @@ void Session::login_ok(std::string name, std::string root, bool anonymous, bool 
   uint64_t session_upload = u && u->session_upload_bytes >= 0 ? uint64_t(u->session_upload_bytes)
                                                               : cfg_.session_upload_bytes;
   u = nullptr;
-  try {
-    root_ = std::make_unique<ftp::Root>(root);
-  } catch (const std::exception& e) {
-    log(LogLevel::Error, "FTPD0204 " + peer_.host() + ": cannot open the root of " + name + ": " +
-                             e.what());
-    ctl_.reply(421, "Cannot open your home directory; try later");
-    quit_ = true;
-    return;
-  }
   // ---- privilege separation (privsep.h): the one call of the session into it ----
   const base::Status dropped =
       env_.after_login ? env_.after_login(name, anonymous) : base::Status();
@@ -51,6 +42,21 @@ void Session::login_ok(std::string name, std::string root, bool anonymous, bool 
     log(LogLevel::Error, "FTPD0205 " + peer_.host() + ": cannot drop privileges for " + name +
                              ": " + dropped.message() + "; session ended");
     ctl_.reply(421, "Internal error; try later");
+    quit_ = true;
+    return;
+  }
+  // The root is opened as the session's account (after the drop): the kernel checks its path as
+  // for any other open, so a root the account could not reach (a directory under one it may not
+  // search, a symlink planted towards one) is not handed to it by root.
+  try {
+    root_ = std::make_unique<ftp::Root>(root);
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, "FTPD0204 " + peer_.host() + ": cannot open the root of " + name + ": " +
+                             e.what() +
+                             (env_.after_login ? " (as the session's account: it needs search "
+                                                 "permission on every directory above the root)"
+                                               : ""));
+    ctl_.reply(421, "Cannot open your home directory; try later");
     quit_ = true;
     return;
   }

@@ -309,6 +309,9 @@ class TempDir:
     def __init__(self, prefix="tierce-"):
         import tempfile
         self.path = tempfile.mkdtemp(prefix=prefix)
+        # Searchable by others (not listable): a server that drops to an account after opening
+        # what it serves (tierce-ftpd opens a user's root as that account) must reach paths here.
+        os.chmod(self.path, 0o711)
 
     def __enter__(self):
         return self.path
