@@ -467,6 +467,32 @@ BOOST_AUTO_TEST_CASE(sessions_that_may_write_never_share_an_account_with_anonymo
   ::chmod((dir / "anon").c_str(), 0755);
 }
 
+// The user's root is opened as the session's account (after the drop): a root under a directory
+// the account may not search is not handed to it by root — the login gets 421, the log says why.
+BOOST_AUTO_TEST_CASE(the_root_is_opened_as_the_account) {
+  if (!need_root("the_root_is_opened_as_the_account")) return;
+  (void)account(kAccount);
+  TempDir dir;
+  std::string locked = dir / "locked", inner = locked + "/inner";
+  ::mkdir(locked.c_str(), 0700);  // root's, not searchable by tierce-ftpt
+  ::mkdir(inner.c_str(), 0755);
+  tierce_test::write_file(inner + "/f.txt", "behind a locked door\n");
+  std::string h = hash_of("pw");
+  Server srv(dir, "workers = 1\nlogin_fail_delay_ms = 10\n[[user]]\nname = \"dora\"\npassword = \"" +
+                      h + "\"\nroot = \"" + inner + "\"\nrun_as = \"" + kAccount + "\"\n");
+  Client c(srv.port());
+  BOOST_REQUIRE_EQUAL(c.reply().code, 220);
+  BOOST_TEST(c.cmd("USER dora").code == 331);
+  BOOST_TEST(c.cmd("PASS pw").code == 421);
+  BOOST_TEST(tierce_test::eventually([&] { return srv.log().find("FTPD0204") != std::string::npos; }),
+             srv.log());
+  BOOST_TEST(srv.log().find("search permission") != std::string::npos, srv.log());
+  ::chmod(locked.c_str(), 0711);  // searchable: the same login works
+  Client d(srv.port());
+  BOOST_REQUIRE_EQUAL(d.reply().code, 220);
+  BOOST_TEST(d.login("dora", "pw"));
+}
+
 BOOST_AUTO_TEST_CASE(anonymous_runs_as_its_own_account) {
   if (!need_root("anonymous_runs_as_its_own_account")) return;
   passwd daemon = account("daemon");
