@@ -116,7 +116,8 @@ AgentClient::Exchange AgentClient::exchange(aw::Request req, Clock::time_point d
     drop();
     return ex;
   }
-  std::vector<uint8_t> in(aw::kMaxMessage + 1);
+  if (in_.size() != aw::kMaxMessage + 1) in_.resize(aw::kMaxMessage + 1);  // once per client
+  std::vector<uint8_t>& in = in_;
   for (;;) {
     pollfd p{fd_.get(), POLLIN, 0};
     int pr = ::poll(&p, 1, ms_until(deadline));

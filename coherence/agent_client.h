@@ -23,6 +23,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/fd.h"
 #include "base/status.h"
@@ -98,6 +99,7 @@ class AgentClient {
   base::Fd fd_;
   int pid_ = 0;  // the process fd_ belongs to
   uint64_t next_id_ = 1;
+  std::vector<uint8_t> in_;  // the receive buffer (one message), kept across requests
 };
 
 }  // namespace tierce::coherence
