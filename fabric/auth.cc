@@ -29,12 +29,22 @@ Secret::Secret(std::string bytes) : bytes_(std::move(bytes)) {
                           std::to_string(kMinSecretBytes) +
                           " are needed (e.g. head -c 32 /dev/urandom | base64 > secret)");
   }
-}
-
-void Secret::wipe() noexcept {
-  // The whole buffer: a string that shrank keeps old bytes past its size.
-  if (bytes_.capacity()) OPENSSL_cleanse(bytes_.data(), bytes_.capacity());
-  bytes_.clear();
+  // The key every proof and frame key is made from: scrypt of the file's bytes (auth.h). The
+  // file's own bytes are overwritten at once.
+  std::string key(kSecretKeyBytes, '\0');
+  const bool ok = EVP_PBE_scrypt(bytes_.data(), bytes_.size(),
+                                 reinterpret_cast<const unsigned char*>(kSecretSalt),
+                                 std::strlen(kSecretSalt), kSecretScryptN, kSecretScryptR,
+                                 kSecretScryptP, 64ull << 20,
+                                 reinterpret_cast<unsigned char*>(key.data()), key.size()) == 1;
+  wipe();
+  if (!ok) {
+    OPENSSL_cleanse(key.data(), key.size());
+    throw FabricError(Errc::Config,
+                      "scrypt (the cluster secret's key derivation) failed in OpenSSL; out of "
+                      "memory? it needs 16 MiB");
+  }
+  bytes_ = std::move(key);
 }
 
 Secret Secret::from_file(const std::string& path) {
@@ -68,7 +78,7 @@ Mac proof(const Secret& s, const char* label, const Nonce& first, const Nonce& s
   std::memcpy(msg + 43, second.data(), 32);
   Mac out{};
   unsigned len = 0;
-  if (!HMAC(EVP_sha256(), s.bytes().data(), int(s.bytes().size()), msg, sizeof msg, out.data(),
+  if (!HMAC(EVP_sha256(), s.key().data(), int(s.key().size()), msg, sizeof msg, out.data(),
             &len) ||
       len != out.size())
     throw FabricError(Errc::System, "HMAC-SHA256 failed (OpenSSL)");
@@ -84,6 +94,10 @@ Mac server_proof(const Secret& s, const Nonce& sn, const Nonce& cn, const Handsh
 }
 
 bool mac_equal(std::span<const uint8_t> a, std::span<const uint8_t> b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+bool Secret::mac_equal_bytes(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 

@@ -28,6 +28,15 @@ namespace tierce::fabric {
 
 inline constexpr size_t kMinSecretBytes = 16;
 
+// The secret file's bytes are not a key: an operator may have typed them. Every proof and frame
+// key is made from scrypt(file bytes, kSecretSalt, N, r, p) (the scrypt paper's interactive
+// parameters: ~0.1 s and 16 MiB once per process), so a recorded handshake lets an attacker test
+// a guessed secret at that cost, not at one HMAC's (issue 32: an offline dictionary on a weak
+// secret). Changing any of these is a protocol change (wire::kProtocolVersion).
+inline constexpr const char* kSecretSalt = "tierce cluster secret v4";
+inline constexpr uint64_t kSecretScryptN = 1u << 14, kSecretScryptR = 8, kSecretScryptP = 1;
+inline constexpr size_t kSecretKeyBytes = 32;
+
 // Protection of tcp frames after the handshake (fabric.h explains the values, protect.h the
 // format). Here because the handshake proofs cover it.
 enum class Protection : uint8_t { None = 0, Mac = 1, Encrypt = 2 };
@@ -44,12 +53,13 @@ struct HandshakeParams {
 using Nonce = std::array<uint8_t, 32>;
 using Mac = std::array<uint8_t, 32>;
 
-// The cluster secret. Every copy overwrites its bytes when it is destroyed or assigned over
+// The cluster secret, held as the key derived from it (above): the file's bytes are overwritten as
+// soon as the key is made. Every copy overwrites its key when it is destroyed or assigned over
 // (OPENSSL_cleanse), so a freed copy leaves nothing behind in the heap for a memory scan to find.
 class Secret {
  public:
   Secret() = default;
-  // Throws FabricError{Config} when shorter than kMinSecretBytes.
+  // Throws FabricError{Config} when shorter than kMinSecretBytes. Runs scrypt (~0.1 s).
   explicit Secret(std::string bytes);
   Secret(const Secret&) = default;
   Secret(Secret&& o) noexcept : bytes_(std::move(o.bytes_)) { o.wipe(); }
@@ -74,9 +84,12 @@ class Secret {
   // neither the running user nor root.
   static Secret from_file(const std::string& path);
   bool empty() const { return bytes_.empty(); }
-  const std::string& bytes() const { return bytes_; }
+  // The derived key (kSecretKeyBytes), never the file's bytes.
+  const std::string& key() const { return bytes_; }
+  bool operator==(const Secret& o) const { return mac_equal_bytes(bytes_, o.bytes_); }
 
  private:
+  static bool mac_equal_bytes(const std::string& a, const std::string& b);
   void wipe() noexcept;  // overwrites the bytes (and the string's whole buffer), then clears
   std::string bytes_;
 };

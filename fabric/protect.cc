@@ -64,8 +64,8 @@ FrameProtector::FrameProtector(const Secret& s, const Nonce& sn, const Nonce& cn
   auto derive = [&](const char* dir, uint8_t* out) {
     std::string info = std::string("tierce-fabric v2 ") + dir;
     info.push_back(char(p));
-    hkdf_sha256_32(salt, sizeof salt, reinterpret_cast<const uint8_t*>(s.bytes().data()),
-                   s.bytes().size(), reinterpret_cast<const uint8_t*>(info.data()), info.size(),
+    hkdf_sha256_32(salt, sizeof salt, reinterpret_cast<const uint8_t*>(s.key().data()),
+                   s.key().size(), reinterpret_cast<const uint8_t*>(info.data()), info.size(),
                    out);
   };
   derive("c2s", c2s);

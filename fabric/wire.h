@@ -63,8 +63,10 @@ namespace tierce::fabric::wire {
 inline constexpr uint8_t kMagic = 0xC7;
 // Version 2: HELLO/AUTH carry versions and protection settings, frames after AUTH_OK carry tags.
 // Version 3: AUTH and AUTH_OK may carry the node signatures (fabric/auth.h, identity.h).
+// Version 4: the proofs and frame keys use scrypt of the secret file's bytes (auth.h), not the
+// bytes themselves.
 // A peer of another version is refused at the handshake with a message saying so.
-inline constexpr uint64_t kProtocolVersion = 3;
+inline constexpr uint64_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderSize = 48;
 // Largest one-sided transfer (READ/WRITE) and largest message body. One-sided transfers are
 // bounded so a peer cannot make the responder allocate without limit.

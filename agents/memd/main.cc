@@ -366,7 +366,7 @@ class Daemon {
   std::string apply_reload(Config& next) {
     try {
       fabric::Secret s = fabric::Secret::from_file(next.secret_file);
-      if (next.secret_file == cfg_.secret_file && s.bytes() != secret_.bytes())
+      if (next.secret_file == cfg_.secret_file && !(s == secret_))
         log_(fabric::LogLevel::Warn,
              "MEMD0015 the secret in " + next.secret_file +
                  " changed; the running secret stays in effect: restart memd (and its "

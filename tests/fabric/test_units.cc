@@ -10,6 +10,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -105,6 +106,27 @@ static std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// Issue 32: the file's bytes are stretched with scrypt (auth.h) before any proof uses them. The
+// expected key is Python's hashlib.scrypt of the same input (an independent implementation):
+//   hashlib.scrypt(b"a-good-long-shared-secret", salt=b"tierce cluster secret v4",
+//                  n=16384, r=8, p=1, dklen=32)
+BOOST_AUTO_TEST_CASE(the_secret_is_stretched_with_scrypt) {
+  const Secret s("a-good-long-shared-secret");
+  std::string hex;
+  for (unsigned char c : s.key()) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", c);
+    hex += b;
+  }
+  BOOST_TEST(hex == "d883e23a42dd7332c61e01da40ef732352f8055f8fa98dad172c1916ae7e4a67");
+  BOOST_TEST(s.key().find("a-good-long") == std::string::npos);
+  // The proofs are made from the key: the same secret proves, another does not.
+  Nonce sn = make_nonce(), cn = make_nonce();
+  BOOST_TEST(mac_equal(client_proof(s, sn, cn), client_proof(Secret("a-good-long-shared-secret"), sn, cn)));
+  BOOST_TEST(!mac_equal(client_proof(s, sn, cn), client_proof(Secret("a-good-long-shared-secreT"), sn, cn)));
+  BOOST_TEST(!(s == Secret("a-good-long-shared-secreT")));
+}
+
 BOOST_AUTO_TEST_CASE(secret_file_permissions) {
   char path[] = "/tmp/tierce-secret-XXXXXX";
   int fd = mkstemp(path);
@@ -113,9 +135,9 @@ BOOST_AUTO_TEST_CASE(secret_file_permissions) {
   BOOST_REQUIRE(write(fd, content.data(), content.size()) == ssize_t(content.size()));
   close(fd);
   BOOST_REQUIRE(chmod(path, 0600) == 0);
-  BOOST_TEST(Secret::from_file(path).bytes() == "a-good-long-shared-secret");
+  BOOST_TEST(Secret::from_file(path) == Secret("a-good-long-shared-secret"));
   BOOST_REQUIRE(chmod(path, 0400) == 0);
-  BOOST_TEST(Secret::from_file(path).bytes() == "a-good-long-shared-secret");
+  BOOST_TEST(Secret::from_file(path) == Secret("a-good-long-shared-secret"));
   // Group- or world-readable (or writable): refused, and the message says the fix.
   for (mode_t m : {0644, 0640, 0604, 0620, 0602, 0660}) {
     BOOST_REQUIRE(chmod(path, m) == 0);
@@ -131,7 +153,7 @@ BOOST_AUTO_TEST_CASE(secret_file_permissions) {
     BOOST_TEST(e.find("owned by uid 65534") != std::string::npos);
     BOOST_TEST(e.find("chmod 600") != std::string::npos);
     BOOST_REQUIRE(chown(path, 0, 0) == 0);
-    BOOST_TEST(Secret::from_file(path).bytes() == "a-good-long-shared-secret");  // root's: fine
+    BOOST_TEST(Secret::from_file(path) == Secret("a-good-long-shared-secret"));  // root's: fine
   } else {
     BOOST_TEST_MESSAGE("not root: the foreign-owner case needs chown, skipped");
   }
