@@ -47,6 +47,12 @@ Secret::Secret(std::string bytes) : bytes_(std::move(bytes)) {
   bytes_ = std::move(key);
 }
 
+void Secret::wipe() noexcept {
+  // The whole buffer: a string that shrank keeps old bytes past its size.
+  if (bytes_.capacity()) OPENSSL_cleanse(bytes_.data(), bytes_.capacity());
+  bytes_.clear();
+}
+
 Secret Secret::from_file(const std::string& path) {
   // The read buffer and the trimmed copy are overwritten once the Secret holds the bytes.
   std::string s =

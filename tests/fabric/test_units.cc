@@ -135,9 +135,9 @@ BOOST_AUTO_TEST_CASE(secret_file_permissions) {
   BOOST_REQUIRE(write(fd, content.data(), content.size()) == ssize_t(content.size()));
   close(fd);
   BOOST_REQUIRE(chmod(path, 0600) == 0);
-  BOOST_TEST(Secret::from_file(path) == Secret("a-good-long-shared-secret"));
+  BOOST_TEST((Secret::from_file(path) == Secret("a-good-long-shared-secret")));
   BOOST_REQUIRE(chmod(path, 0400) == 0);
-  BOOST_TEST(Secret::from_file(path) == Secret("a-good-long-shared-secret"));
+  BOOST_TEST((Secret::from_file(path) == Secret("a-good-long-shared-secret")));
   // Group- or world-readable (or writable): refused, and the message says the fix.
   for (mode_t m : {0644, 0640, 0604, 0620, 0602, 0660}) {
     BOOST_REQUIRE(chmod(path, m) == 0);
@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(secret_file_permissions) {
     BOOST_TEST(e.find("owned by uid 65534") != std::string::npos);
     BOOST_TEST(e.find("chmod 600") != std::string::npos);
     BOOST_REQUIRE(chown(path, 0, 0) == 0);
-    BOOST_TEST(Secret::from_file(path) == Secret("a-good-long-shared-secret"));  // root's: fine
+    BOOST_TEST((Secret::from_file(path) == Secret("a-good-long-shared-secret")));  // root's: fine
   } else {
     BOOST_TEST_MESSAGE("not root: the foreign-owner case needs chown, skipped");
   }
