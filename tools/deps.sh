@@ -11,7 +11,7 @@ PACKAGES=(
   python3 python3-matplotlib curl procps iproute2 iptables wrk memcached nlohmann-json3-dev
   libhiredis-dev redis-server spin
   prometheus prometheus-node-exporter python3-prometheus-client
-  vsftpd lftp libcrypt-dev openssl
+  vsftpd lftp libcrypt-dev libseccomp-dev openssl
   dpkg-dev lintian rsync systemd help2man  # tests/packages: cpack -G DEB (dpkg-shlibdeps), lintian, systemd-analyze verify, man pages
 )
 missing=()

@@ -484,6 +484,10 @@ void TlsConnection::shutdown() {
   }
 }
 
+bool TlsConnection::pending() const {
+  return SSL_pending(ssl_) > 0;
+}
+
 bool TlsConnection::session_reused() const {
   return SSL_session_reused(ssl_) == 1;
 }

@@ -87,6 +87,9 @@ class TlsConnection {
   // the session goes on: its keys are derived already). True when it is gone.
   bool forget_private_key();
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  // Whether decrypted bytes wait inside OpenSSL (a record bigger than the last read): a poll on
+  // the socket would not see them. (No read-ahead: no whole record waits undecrypted.)
+  bool pending() const;
   int fd() const { return fd_; }
 
  private:

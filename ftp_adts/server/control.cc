@@ -1,6 +1,7 @@
 // ftp_adts/server/control.cc
 #include "ftp_adts/server/control.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -189,6 +190,72 @@ bool Control::flush() {
   }
   out_.clear();
   return !closed_;
+}
+
+void Control::relay(int pair, Millis write_timeout) {
+  flush();
+  const int flags = ::fcntl(pair, F_GETFL);
+  if (flags >= 0) ::fcntl(pair, F_SETFL, flags | O_NONBLOCK);
+  if (tls_) {
+    tls_->set_timeout(write_timeout);
+    tls_->forget_private_key();  // no handshake happens on this connection any more
+  }
+  constexpr size_t kCap = 256 << 10;  // client bytes held while the session does not read
+  std::string up = std::move(in_);    // client -> session
+  in_.clear();
+  char buf[16384];
+  bool client_open = !closed_, up_shut = false;
+  for (;;) {
+    while (!up.empty()) {
+      ssize_t n = ::send(pair, up.data(), up.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        up.erase(0, size_t(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        ::close(pair);
+        return;  // the session is gone
+      }
+    }
+    if (!client_open && up.empty() && !up_shut) {
+      ::shutdown(pair, SHUT_WR);  // the session sees the client's end; its last replies follow
+      up_shut = true;
+    }
+    const bool want_client = client_open && up.size() < kCap;
+    const bool tls_ready = want_client && tls_ && tls_->pending();
+    pollfd p[2] = {{fd_, short(want_client ? POLLIN : 0), 0},
+                   {pair, short(POLLIN | (up.empty() ? 0 : POLLOUT)), 0}};
+    if (::poll(p, 2, tls_ready ? 0 : -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t n = ::recv(pair, buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;  // the session ended
+      if (n > 0) {
+        out_.assign(buf, size_t(n));
+        if (!flush()) break;  // the client is gone or stopped reading
+      }
+    }
+    if (tls_ready || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      if (tls_) {
+        try {
+          size_t n = tls_->read_some({reinterpret_cast<uint8_t*>(buf), sizeof buf});
+          if (n == 0) client_open = false;
+          up.append(buf, n);
+        } catch (const ftp::TlsError&) {
+          client_open = false;
+        }
+      } else {
+        ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) client_open = false;
+        if (n > 0) up.append(buf, size_t(n));
+      }
+    }
+  }
+  ::close(pair);
 }
 
 void Control::start_tls(std::shared_ptr<ftp::TlsContext> ctx, Millis timeout) {

@@ -54,7 +54,18 @@ class Control {
   // AUTH TLS: the handshake on the control connection (after the 234 was flushed). The tickets
   // it issues carry a fresh binding, which a data connection must bring back (require_reuse).
   void start_tls(std::shared_ptr<ftp::TlsContext> ctx, Millis timeout);
-  bool tls() const { return tls_ != nullptr; }
+  bool tls() const { return tls_ != nullptr || relayed_tls_; }
+  // Privilege separation's session process: its connection is a relay from the pre-login process,
+  // which holds the TLS of the control connection marked `binding` (monitor.h).
+  void set_relayed_tls(const ftp::SessionBinding& binding) {
+    relayed_tls_ = true;
+    binding_ = binding;
+  }
+  // Privilege separation's pre-login process after the login: relays the client's connection (its
+  // TLS included) to and from `pair` (a stream socket to the session process; owned, closed at
+  // the end), the input already read going first. Returns when either side closes or fails; a
+  // client that stops reading is given up after `write_timeout`.
+  void relay(int pair, Millis write_timeout);
   const ftp::SessionBinding& tls_binding() const { return binding_; }
   ftp::TlsConnection* tls_connection() { return tls_.get(); }
 
@@ -73,6 +84,7 @@ class Control {
   std::string out_;
   std::unique_ptr<ftp::TlsConnection> tls_;
   ftp::SessionBinding binding_{};
+  bool relayed_tls_ = false;
 };
 
 }  // namespace tierce::ftpd

@@ -23,6 +23,14 @@ struct FactSelection {
   // "type;size;" -> the known ones selected; returns the canonical "type;size;" reply text.
   std::string set(const std::string& spec);
   std::string feat_line() const;  // " MLST type*;size*;modify*;perm*;UNIX.mode*;"
+  // The selection as 5 bits (type, size, modify, perm, UNIX.mode from bit 0), and back.
+  unsigned bits() const {
+    return unsigned(type) | unsigned(size) << 1 | unsigned(modify) << 2 | unsigned(perm) << 3 |
+           unsigned(unix_mode) << 4;
+  }
+  static FactSelection from_bits(unsigned b) {
+    return {bool(b & 1), bool(b & 2), bool(b & 4), bool(b & 8), bool(b & 16)};
+  }
 };
 
 // One MLSx fact line (no CRLF, no leading space). `type_override` = "cdir"/"pdir" for "." and "..".

@@ -22,6 +22,7 @@
 #include "base/metrics.h"
 #include "base/net.h"
 #include "ftp_adts/server/data.h"
+#include "ftp_adts/server/monitor.h"
 #include "ftp_adts/server/session.h"
 
 namespace tierce::ftpd {
@@ -89,23 +90,7 @@ char ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
       ::_exit(1);
     }
   }
-  SessionEnv senv{env.cfg, env.log, env.xferlog, env.tls, {}};
-  if (privsep) {
-    senv.after_login = [&env](const std::string& user, bool anonymous) -> base::Status {
-      Account a = env.privsep->account_for(user, anonymous);
-      if (base::Status dropped = drop_privileges(a); !dropped.ok()) return dropped;
-      // This process is the worker's own copy of the configuration (fork), and it serves no other
-      // session: no user's name, root or hash is left for the session's account to find. The
-      // Config object is not const (main's), only our view of it.
-      wipe_user_table(const_cast<Config*>(env.cfg));
-      env.privsep->by_user.clear();
-      if (env.log)
-        env.log(LogLevel::Debug, "FTPD0023 session of " + user + " runs as " + a.name + " (uid " +
-                                     std::to_string(a.uid) + ", gid " + std::to_string(a.gid) +
-                                     ")");
-      return {};
-    };
-  }
+  SessionEnv senv{env.cfg, env.log, env.xferlog, env.tls, {}, {}};
   unsigned served = 0;
   bool quit = false;
   for (;;) {
@@ -153,7 +138,12 @@ char ask_master(int ctl, bool* quit, const fabric::LogSink& log) {
       ::close(listen_fd);
       listen_fd = -1;
     }
-    const SessionStats stats = serve_session(senv, fd);
+    // Privilege separation: this process becomes the session's monitor (monitor.h); the client
+    // is served by an unprivileged pre-login process, then by one running as the user's account.
+    // The Config object is not const (main's), only our view of it: this process's copy (fork).
+    const SessionStats stats =
+        privsep ? serve_separated({senv, const_cast<Config*>(env.cfg), env.privsep, ctl}, fd)
+                : serve_session(senv, fd);
     ++served;
     const std::string report = encode_session_stats(stats);
     if (::write(ctl, report.data(), report.size()) != ssize_t(report.size())) ::_exit(0);

@@ -26,12 +26,15 @@
 // Invariant: live workers <= max_sessions, so busy workers never exceed it; when every live worker
 // is busy the master polls the listening socket and answers the overflow with 421.
 //
-// Privilege separation (privsep.h, when started as root): a worker runs as root until a login,
-// then as the user's account; it exits after its session (it never serves a second one), and the
-// master forks a fresh worker as for any worker that exits. A worker's messages are untrusted
-// after the drop: the master only parses them (bounded), and a lying worker can only miscount
-// its own session (its 'S' is taken once, after its 'B': a session's account that could run code
-// in its session process could misreport that session's logins, transfers and bytes — no more).
+// Privilege separation (privsep.h, when started as root): a worker that takes a connection becomes
+// its session's monitor (monitor.h: root, it reads no client byte; an unprivileged pre-login
+// process and then a session process as the user's account serve the client); it exits after the
+// session (it never serves a second one), and the master forks a fresh worker as for any worker
+// that exits. Only the monitor writes to the master; the session process's counters reach it
+// through the monitor and are untrusted: the master only parses them (bounded), and a lying
+// session can only miscount itself (its 'S' is taken once, after its 'B': a session's account
+// that could run code in its session process could misreport that session's logins, transfers
+// and bytes — no more).
 #pragma once
 
 #include <functional>

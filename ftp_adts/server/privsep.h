@@ -1,13 +1,14 @@
 // ftp_adts/server/privsep.h — privilege separation of tierce-ftpd (docs/ftp.md "Privilege
 // separation"; the model is vsftpd's and OpenSSH's).
 //
-// Started as root, tierce-ftpd binds its port as root and serves each session in a worker that,
-// at the moment the user's password is accepted, becomes the session's system account for good:
-// setgroups + setresgid + setresuid (each checked; afterwards setuid(0)/setgid(0) must fail, else
-// the session is ended), PR_SET_NO_NEW_PRIVS, and the user table (names, roots, password hashes)
-// is overwritten in the worker's memory. Such a worker exits after its session, so a worker never
-// serves two users (the master forks a fresh one). Started as another user, nothing changes: the
-// sessions run as that user (FTPD0020 says so).
+// Started as root, tierce-ftpd binds its port as root and serves each session in a worker that
+// becomes the session's monitor (monitor.h): an unprivileged, sandboxed pre-login process reads
+// the client until the monitor accepts a password, then a session process becomes the session's
+// system account for good: setgroups + setresgid + setresuid (each checked; afterwards
+// setuid(0)/setgid(0) must fail, else the session is ended), PR_SET_NO_NEW_PRIVS, and the user
+// table (names, roots, password hashes) is overwritten in its memory. A worker exits after its
+// session, so a worker never serves two users (the master forks a fresh one). Started as another
+// user, nothing changes: the sessions run as that user (FTPD0020 says so).
 //
 // Accounts are resolved once at start (base::lookup_account: getpwnam_r/getgrouplist), so a missing account is a startup
 // error, not a failed login, and the worker needs no NSS lookup after the drop.

@@ -79,8 +79,7 @@ const Session::Spec Session::kCommands[] = {
 constexpr const char* kNotImplemented[] = {"SMNT", "LANG", "ADAT", "MIC", "CONF", "ENC", "XRCP",
                                            "XSEM", "XSEN", "MLFL", "MAIL", "MSND", "MSOM", "MSAM"};
 
-void Session::run() {
-  int fd = ctl_.fd();
+void prepare_control_socket(int fd, const Config& cfg) {
   int one = 1;
   // Replies must leave at once (no Nagle wait behind a previous small segment): a client that
   // pipelines hundreds of RETRs would otherwise stall on delayed ACKs.
@@ -88,11 +87,19 @@ void Session::run() {
   // Telnet "urgent" bytes of an ABOR (IAC IP IAC DM) arrive inline; the parser strips them.
   ::setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof one);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  timeval tv{std::max<long>(30, long(cfg_.data_timeout_s)), 0};
+  timeval tv{std::max<long>(30, long(cfg.data_timeout_s)), 0};
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
 
-  log(LogLevel::Info, "FTPD0101 session from " + peer_.host() + ":" + std::to_string(peer_.port()));
-  ctl_.reply(220, cfg_.banner);
+void Session::run() {
+  // A pre-login process cannot set socket options (its sandbox): the monitor did, before it.
+  if (!env_.authenticate) prepare_control_socket(ctl_.fd(), cfg_);
+  if (!greeted_) {
+    log(LogLevel::Info,
+        "FTPD0101 session from " + peer_.host() + ":" + std::to_string(peer_.port()));
+    ctl_.reply(220, cfg_.banner);
+    greeted_ = true;
+  }
   auto login_deadline = Clock::now() + std::chrono::seconds(cfg_.login_timeout_s);
   std::string line;
   while (!quit_) {
@@ -126,6 +133,7 @@ void Session::run() {
   }
   ctl_.flush();
   adts_.reset();
+  if (handed_over_) return;  // the session process goes on with it (serve_prelogin)
   log(LogLevel::Info, "FTPD0102 session end " + who() + ": " + std::to_string(files_out_) +
                           " files out (" + std::to_string(bytes_out_) + " bytes), " +
                           std::to_string(files_in_) + " files in (" + std::to_string(bytes_in_) +
@@ -229,6 +237,44 @@ void Session::cmd_opts(const std::string& arg) {
   } else {
     ctl_.reply(501, "OPTS: unknown option");
   }
+}
+
+void Session::resume(const LoginState& st, const LoginGrant& g) {
+  greeted_ = true;
+  user_ = st.user;
+  pbsz_ = st.pbsz;
+  prot_p_ = st.prot_p;
+  facts_ = FactSelection::from_bits(st.facts);
+  if (st.tls) ctl_.set_relayed_tls(st.binding);
+  login_ok(g.name, g.root, g.anonymous, g.write, g.user);
+}
+
+void serve_prelogin(const SessionEnv& env, int fd, int relay_fd) {
+  try {
+    Session s(env, fd);
+    s.run();
+    if (!s.handed_over()) return;
+    // No handshake happens in this process any more: the key leaves it (the connection's own
+    // reference goes in relay()).
+    if (env.tls) env.tls->forget_private_key();
+    s.control().relay(relay_fd, std::chrono::seconds(std::max(30u, env.cfg->data_timeout_s)));
+  } catch (const std::exception& e) {
+    if (env.log) env.log(fabric::LogLevel::Error, std::string("FTPD0107 session failed: ") + e.what());
+  }
+}
+
+SessionStats serve_after_login(const SessionEnv& env, int fd, const LoginState& state,
+                               const LoginGrant& grant, const SockAddr& peer,
+                               const SockAddr& local) {
+  std::unique_ptr<Session> s;
+  try {
+    s = std::make_unique<Session>(env, fd, peer, local);
+    s->resume(state, grant);
+    s->run();
+  } catch (const std::exception& e) {
+    if (env.log) env.log(fabric::LogLevel::Error, std::string("FTPD0107 session failed: ") + e.what());
+  }
+  return s ? s->stats() : SessionStats{};
 }
 
 SessionStats serve_session(const SessionEnv& env, int fd) {

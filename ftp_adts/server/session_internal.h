@@ -37,16 +37,25 @@ std::string upper(std::string s);
 class Session {
  public:
   Session(const SessionEnv& env, int fd)
+      : Session(env, fd, SockAddr::peer_of(fd), SockAddr::local_of(fd)) {}
+  // `peer`/`local`: the client's control connection's addresses (fd may be a relay to it).
+  Session(const SessionEnv& env, int fd, const SockAddr& peer, const SockAddr& local)
       : env_(env), cfg_(*env.cfg), ctl_(fd, env.cfg->max_command_line,
                                         env.cfg->control_buffer_bytes),
-        peer_(SockAddr::peer_of(fd)),
-        local_(SockAddr::local_of(fd)) {
+        peer_(peer),
+        local_(local) {
     // Called from the thread that accepts the ADTS streams too: only the (thread-safe) sink.
     adts_.set_log([sink = env_.log](const std::string& m) {
       if (sink) sink(LogLevel::Warn, "FTPD0402 ADTS: " + m);
     });
   }
   void run();
+  // Privilege separation's session process (serve_after_login): takes over the pre-login state,
+  // then logs in as `g` (drop, root, 230). run() afterwards skips the banner.
+  void resume(const LoginState& st, const LoginGrant& g);
+  // The pre-login process: whether the monitor accepted a login (run() returned for the relay).
+  bool handed_over() const { return handed_over_; }
+  Control& control() { return ctl_; }
 
  private:
   // ---- the command table (session.cc) ----
@@ -79,6 +88,7 @@ class Session {
   // access (session_login.cc)
   void cmd_user(const std::string&);
   void cmd_pass(const std::string&);
+  void ask_monitor(const std::string& password);  // cmd_pass under privilege separation
   void cmd_acct(const std::string&) { ctl_.reply(202, "ACCT not needed"); }
   void cmd_quit(const std::string&);
   void cmd_rein(const std::string&) { ctl_.reply(502, "REIN not implemented"); }
@@ -190,6 +200,8 @@ class Session {
   bool pbsz_ = false;
   bool prot_p_ = false;
   bool quit_ = false;
+  bool greeted_ = false;      // the 220 was sent (by this process or the pre-login one)
+  bool handed_over_ = false;  // ask_monitor: the login is the session process's now
   FactSelection facts_;
 
   DataPort port_;

@@ -2,6 +2,9 @@
 // the user's root opened, then privilege separation's hook (SessionEnv::after_login).
 #include "ftp_adts/server/session_internal.h"
 
+#include <string.h>
+
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -93,6 +96,22 @@ void Session::forget_tls_key() {
                             "key type has no placeholder): it stays in the session's memory");
 }
 
+std::optional<LoginGrant> check_login(const Config& cfg, const std::string& user,
+                                      const std::string& password) {
+  if ((user == "anonymous" || user == "ftp") && cfg.anonymous)
+    return LoginGrant{"anonymous", cfg.anonymous_root, true, false, nullptr};
+  if (const UserConfig* u = cfg.find_user(user)) {
+    if (!verify_password(password, u->password_hash)) return std::nullopt;
+    return LoginGrant{u->name, u->root, false, u->write, u};
+  }
+  // Spend the same time on unknown names as on known ones: no user enumeration by timing.
+  // The check runs against a real entry's hash (same algorithm and cost); result ignored.
+  std::vector<std::string> known;
+  for (const auto& k : cfg.users) known.push_back(k.password_hash);
+  verify_password(password, dummy_hash_for(known));
+  return std::nullopt;
+}
+
 void Session::cmd_pass(const std::string& arg) {
   if (logged_in_) {
     ctl_.reply(230, "Already logged in");
@@ -102,24 +121,12 @@ void Session::cmd_pass(const std::string& arg) {
     ctl_.reply(503, "Login with USER first");
     return;
   }
-  if ((user_ == "anonymous" || user_ == "ftp") && cfg_.anonymous) {
-    login_ok("anonymous", cfg_.anonymous_root, true, false);
+  if (env_.authenticate) {
+    ask_monitor(arg);
     return;
   }
-  const UserConfig* u = cfg_.find_user(user_);
-  bool ok;
-  if (u) {
-    ok = verify_password(arg, u->password_hash);
-  } else {
-    // Spend the same time on unknown names as on known ones: no user enumeration by timing.
-    // The check runs against a real entry's hash (same algorithm and cost); result ignored.
-    std::vector<std::string> known;
-    for (const auto& k : cfg_.users) known.push_back(k.password_hash);
-    verify_password(arg, dummy_hash_for(known));
-    ok = false;
-  }
-  if (ok) {
-    login_ok(u->name, u->root, false, u->write, u);
+  if (std::optional<LoginGrant> g = check_login(cfg_, user_, arg)) {
+    login_ok(g->name, g->root, g->anonymous, g->write, g->user);
     return;
   }
   ++failures_;
@@ -136,6 +143,42 @@ void Session::cmd_pass(const std::string& arg) {
     return;
   }
   ctl_.reply(530, "Login incorrect");
+}
+
+// Privilege separation's pre-login process: the monitor checks the password (it alone holds the
+// user table), counts the failures, makes the pause after one and logs it (monitor.cc).
+void Session::ask_monitor(const std::string& password) {
+  if (user_.size() > kMaxLoginField || password.size() > kMaxLoginField) {
+    user_.clear();
+    ctl_.reply(530, "Login incorrect");
+    return;
+  }
+  LoginState st;
+  st.user = user_;
+  st.password = password;
+  st.tls = ctl_.tls();
+  st.pbsz = pbsz_;
+  st.prot_p = prot_p_;
+  if (st.tls) st.binding = ctl_.tls_binding();
+  st.facts = facts_.bits();
+  const AuthAnswer a = env_.authenticate(st);
+  ::explicit_bzero(st.password.data(), st.password.size());
+  switch (a) {
+    case AuthAnswer::Ok:
+      // The session process answers (230, or 421 when its root cannot be opened); this process
+      // relays from now on (serve_prelogin).
+      handed_over_ = true;
+      quit_ = true;
+      return;
+    case AuthAnswer::Failed:
+      user_.clear();
+      ctl_.reply(530, "Login incorrect");
+      return;
+    case AuthAnswer::TooMany:
+      ctl_.reply(421, "Too many failed logins, closing the control connection");
+      quit_ = true;
+      return;
+  }
 }
 
 void Session::cmd_quit(const std::string&) {

@@ -123,8 +123,19 @@ def tls_key_body(ck, srv, cert, key):
     held = memory_holds(pid, needles)
     ck.check(not held, "TLS key: the logged-in session's worker holds no copy of the private key",
              "found: %s" % sorted(held))
-    # The control: an idle worker (forked from the master, not logged in) holds it.
     import subprocess
+    # Privilege separation's relay (the pre-login process, the session's sibling under its
+    # monitor) dropped it too when it began relaying (docs/ftp.md "Privilege separation").
+    with open("/proc/%d/stat" % pid) as f:
+        monitor = int(f.read().rsplit(")", 1)[1].split()[1])
+    siblings = [int(k) for k in subprocess.run(["pgrep", "-P", str(monitor)], capture_output=True,
+                                               text=True).stdout.split() if int(k) != pid]
+    ck.check(len(siblings) == 1, "TLS key: the session has one sibling, its relay", str(siblings))
+    for k in siblings:
+        held = memory_holds(k, needles)
+        ck.check(not held, "TLS key: the relay of the logged-in session holds no copy of the "
+                 "private key", "found: %s" % sorted(held))
+    # The control: an idle worker (forked from the master, not logged in) holds it.
     kids = subprocess.run(["pgrep", "-P", str(srv.proc.pid)], capture_output=True,
                           text=True).stdout.split()
     idle = [int(k) for k in kids if int(k) != pid]

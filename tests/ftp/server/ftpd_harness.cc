@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -112,8 +113,10 @@ std::string Server::log() const {
   return tierce_test::read_file(err_path_);
 }
 
-std::vector<pid_t> Server::workers() const {
-  std::vector<pid_t> out;
+namespace {
+// pid -> ppid of every live (not zombie) process, from /proc.
+std::map<pid_t, pid_t> process_parents() {
+  std::map<pid_t, pid_t> out;
   DIR* d = ::opendir("/proc");
   if (!d) return out;
   while (dirent* e = ::readdir(d)) {
@@ -127,10 +130,46 @@ std::vector<pid_t> Server::workers() const {
     char state = 0;
     long ppid = 0;
     if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
-    if (ppid == ftpd_.pid() && state != 'Z') out.push_back(pid_t(std::stol(e->d_name)));
+    if (state != 'Z') out[pid_t(std::stol(e->d_name))] = pid_t(ppid);
   }
   ::closedir(d);
   return out;
+}
+}  // namespace
+
+std::vector<pid_t> Server::workers() const {
+  std::vector<pid_t> out;
+  for (auto [pid, ppid] : process_parents())
+    if (ppid == ftpd_.pid()) out.push_back(pid);
+  return out;
+}
+
+std::vector<pid_t> Server::descendants() const {
+  const std::map<pid_t, pid_t> parents = process_parents();
+  std::vector<pid_t> out;
+  for (auto [pid, ppid] : parents) {
+    pid_t up = ppid;
+    for (int depth = 0; depth < 8 && up > 1; ++depth) {
+      if (up == ftpd_.pid()) {
+        out.push_back(pid);
+        break;
+      }
+      auto it = parents.find(up);
+      up = it == parents.end() ? 0 : it->second;
+    }
+  }
+  return out;
+}
+
+pid_t Server::worker_of(pid_t pid) const {
+  const std::map<pid_t, pid_t> parents = process_parents();
+  for (int depth = 0; depth < 8; ++depth) {
+    auto it = parents.find(pid);
+    if (it == parents.end()) return -1;
+    if (it->second == ftpd_.pid()) return pid;
+    pid = it->second;
+  }
+  return -1;
 }
 
 Client::Client(uint16_t port) {

@@ -51,6 +51,11 @@ class Server {
   std::string log() const;  // its stderr so far
   // Its worker processes (children), from /proc.
   std::vector<pid_t> workers() const;
+  // Every process below it (workers, and under privilege separation their pre-login and
+  // session processes), from /proc.
+  std::vector<pid_t> descendants() const;
+  // The worker (a child of the server) that `pid` is or descends from; -1 when none.
+  pid_t worker_of(pid_t pid) const;
 
  private:
   tierce_test::Child ftpd_;

@@ -6,8 +6,10 @@
 // `nobody` (unprivileged_user's default) and a system account tierce-ftpt, created with
 // useradd --system when missing (and left: it has no home, no shell, no password).
 //
-// The worker that serves a session is found from the kernel's side: the client's local port
-// names the server's socket in /proc/net/tcp, whose inode is an fd of exactly one worker.
+// The process that holds a client's connection is found from the kernel's side: the client's
+// local port names the server's socket in /proc/net/tcp, whose inode is an fd of exactly one
+// process below the server (the pre-login process: monitor.h). The session process after a login
+// names itself in STAT ("Session pid").
 #define BOOST_TEST_MODULE ftpd_privsep
 #define BOOST_TEST_MAIN  // tests/support/pch.h says why
 #include <arpa/inet.h>
@@ -15,8 +17,15 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -25,6 +34,8 @@
 #include <set>
 #include <sstream>
 
+#include "ftp_adts/server/monitor.h"
+#include "ftp_adts/server/sandbox.h"
 #include "tests/ftp/server/ftpd_harness.h"
 
 using namespace ftpd_test;
@@ -83,7 +94,7 @@ std::string status_field(pid_t pid, const std::string& field) {
   return "";
 }
 
-// The pid (a worker of `server`) whose socket is the other end of the client's connection.
+// The pid (a process below `server`) whose socket is the other end of the client's connection.
 pid_t serving_pid(const Server& server, const Client& c) {
   sockaddr_in a{};
   socklen_t len = sizeof a;
@@ -104,7 +115,7 @@ pid_t serving_pid(const Server& server, const Client& c) {
   }
   if (inode.empty() || inode == "0") return -1;
   std::string target = "socket:[" + inode + "]";
-  for (pid_t w : server.workers()) {
+  for (pid_t w : server.descendants()) {
     std::string dir = "/proc/" + std::to_string(w) + "/fd";
     DIR* d = ::opendir(dir.c_str());
     if (!d) continue;
@@ -193,25 +204,50 @@ bool memory_contains(pid_t pid, const std::string& needle) {
 
 }  // namespace
 
+// Issue 32 point 4: the process that parses the client's bytes before a login (and relays the
+// control connection after it) is unprivileged and sandboxed; only the monitor (the worker) stays
+// root, and it reads nothing from the client; the session runs as its account.
 BOOST_AUTO_TEST_CASE(session_runs_as_its_account_after_login) {
   if (!need_root("session_runs_as_its_account_after_login")) return;
   passwd t = account(kAccount);
+  passwd nobody = account("nobody");
   Fixture f;
   BOOST_TEST(f.server->log().find("FTPD0021 privilege separation on") != std::string::npos);
   auto c = f.connect();
-  pid_t w = serving_pid(*f.server, *c);
-  BOOST_REQUIRE(w > 0);
-  // Before the login: the worker is root (it must be, to become any account).
-  BOOST_TEST(ids(w, "Uid") == std::vector<long>({0, 0, 0, 0}), status_field(w, "Uid"));
+  pid_t pre = serving_pid(*f.server, *c);
+  BOOST_REQUIRE(pre > 0);
+  const pid_t monitor = f.server->worker_of(pre);
+  BOOST_REQUIRE(monitor > 0);
+  BOOST_TEST(monitor != pre);  // the worker does not hold the client's connection
+  // Before the login: the pre-login process is unprivileged_user, with no capability, no way to
+  // gain privileges, and under its seccomp filter; the monitor is root.
+  const long n = long(nobody.pw_uid);
+  BOOST_TEST(ids(pre, "Uid") == std::vector<long>({n, n, n, n}), status_field(pre, "Uid"));
+  BOOST_TEST(status_field(pre, "CapEff") == "0000000000000000");
+  BOOST_TEST(status_field(pre, "CapPrm") == "0000000000000000");
+  BOOST_TEST(status_field(pre, "NoNewPrivs") == "1");
+  BOOST_TEST(status_field(pre, "Seccomp") == "2", "Seccomp: " << status_field(pre, "Seccomp"));
+  BOOST_TEST(ids(monitor, "Uid") == std::vector<long>({0, 0, 0, 0}), status_field(monitor, "Uid"));
+  // A wrong password first (the monitor says no), then the right one.
+  c->cmd("USER alice");
+  BOOST_TEST(c->cmd("PASS not-her-password").code == 530);
   BOOST_REQUIRE(c->login("alice", "wonderland"));
-  BOOST_TEST(session_pid(*c) == w);  // the same process, now the account
+  const pid_t w = session_pid(*c);
+  BOOST_REQUIRE(w > 0);
+  BOOST_TEST(w != pre);
+  BOOST_TEST(f.server->worker_of(w) == monitor);
   long u = long(t.pw_uid), g = long(t.pw_gid);
   BOOST_TEST(ids(w, "Uid") == std::vector<long>({u, u, u, u}), status_field(w, "Uid"));
   BOOST_TEST(ids(w, "Gid") == std::vector<long>({g, g, g, g}), status_field(w, "Gid"));
   // Supplementary groups are the account's, not root's.
   for (long grp : ids(w, "Groups")) BOOST_TEST(grp != 0);
   BOOST_TEST(status_field(w, "NoNewPrivs") == "1");
+  // The pre-login process relays the control connection, still unprivileged and sandboxed.
+  BOOST_TEST(alive(pre));
+  BOOST_TEST(ids(pre, "Uid") == std::vector<long>({n, n, n, n}));
+  BOOST_TEST(status_field(pre, "Seccomp") == "2");
   BOOST_TEST(c->cmd("NOOP").code == 200);
+  BOOST_TEST(f.server->log().find("FTPD0202 login failed: alice") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(root_cannot_be_regained) {
@@ -247,8 +283,8 @@ std::set<std::string> socket_inodes(pid_t pid) {
   return out;
 }
 
-// Inodes of the TCP sockets in LISTEN state (st 0A), IPv4 and IPv6.
-std::set<std::string> listening_inodes() {
+// Inodes of the TCP sockets, IPv4 and IPv6: all of them, or those in LISTEN state (st 0A).
+std::set<std::string> tcp_inodes(bool listening_only = false) {
   std::set<std::string> out;
   for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     std::ifstream in(file);
@@ -258,11 +294,12 @@ std::set<std::string> listening_inodes() {
       std::istringstream s(line);
       std::string sl, local, remote, st, queues, tr, retr, uid, timeout, ino;
       s >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> ino;
-      if (st == "0A") out.insert(ino);
+      if (!listening_only || st == "0A") out.insert(ino);
     }
   }
   return out;
 }
+std::set<std::string> listening_inodes() { return tcp_inodes(true); }
 }  // namespace
 
 // Issue 32: a logged-in session gives up the listening socket before it reads the client's first
@@ -282,19 +319,30 @@ BOOST_AUTO_TEST_CASE(session_holds_no_listener_nor_other_sessions) {
   const std::set<std::string> listening = listening_inodes();
   BOOST_REQUIRE(!listening.empty());  // the server's own listener, held by the master
   for (const auto& ino : socket_inodes(wa))
-    BOOST_TEST(!listening.count(ino), "pre-login worker " << wa << " holds listener " << ino);
+    BOOST_TEST(!listening.count(ino), "pre-login process " << wa << " holds listener " << ino);
   BOOST_REQUIRE(anon->login("anonymous", "me@example.org"));
   BOOST_REQUIRE(alice->login("alice", "wonderland"));
-  const std::set<std::string> a = socket_inodes(wa), b = socket_inodes(wb);
+  const pid_t sa = session_pid(*anon), sb = session_pid(*alice);
+  BOOST_REQUIRE(sa > 0);
+  BOOST_REQUIRE(sb > 0);
+  const std::set<std::string> a = socket_inodes(sa), b = socket_inodes(sb);
   for (const auto& ino : a) {
-    BOOST_TEST(!listening.count(ino), "anonymous session " << wa << " holds listener " << ino);
-    BOOST_TEST(!b.count(ino), "sessions " << wa << " and " << wb << " share socket " << ino);
+    BOOST_TEST(!listening.count(ino), "anonymous session " << sa << " holds listener " << ino);
+    BOOST_TEST(!b.count(ino), "sessions " << sa << " and " << sb << " share socket " << ino);
   }
   for (const auto& ino : b)
-    BOOST_TEST(!listening.count(ino), "alice's session " << wb << " holds listener " << ino);
-  // What a session holds: its control connection and its pipe to the master (a data connection
-  // only during a transfer).
-  BOOST_TEST(a.size() <= 3u, "anonymous session holds " << a.size() << " sockets");
+    BOOST_TEST(!listening.count(ino), "alice's session " << sb << " holds listener " << ino);
+  // Nor the pre-login processes, now relays; nor does a session hold any client's TCP socket
+  // (its control connection is the relay's socket pair).
+  for (pid_t pre : {wa, wb})
+    for (const auto& ino : socket_inodes(pre))
+      BOOST_TEST(!listening.count(ino), "relay " << pre << " holds listener " << ino);
+  const std::set<std::string> tcp = tcp_inodes();
+  for (pid_t s : {sa, sb})
+    for (const auto& ino : socket_inodes(s))
+      BOOST_TEST(!tcp.count(ino), "session " << s << " holds TCP socket " << ino);
+  // What a session holds: its end of the relay (a data connection only during a transfer).
+  BOOST_TEST(a.size() <= 2u, "anonymous session holds " << a.size() << " sockets");
   BOOST_TEST(anon->cmd("NOOP").code == 200);
   BOOST_TEST(alice->cmd("NOOP").code == 200);
 }
@@ -380,14 +428,24 @@ BOOST_AUTO_TEST_CASE(user_table_is_wiped_after_login) {
 #endif
   Fixture f;
   auto c = f.connect();
-  pid_t w = serving_pid(*f.server, *c);
-  BOOST_REQUIRE(w > 0);
-  // Before the login the worker knows every hash (it checks passwords)...
-  BOOST_TEST(memory_contains(w, f.carol_hash));
+  pid_t pre = serving_pid(*f.server, *c);
+  BOOST_REQUIRE(pre > 0);
+  const pid_t monitor = f.server->worker_of(pre);
+  BOOST_REQUIRE(monitor > 0);
+  // Before the login the monitor knows every hash (it checks passwords; the scan's positive
+  // control)... but the process that reads the client holds none (issue 32 point 4).
+  BOOST_TEST(memory_contains(monitor, f.carol_hash));
+  BOOST_TEST(!memory_contains(pre, f.carol_hash));
+  BOOST_TEST(!memory_contains(pre, f.alice_hash));
   BOOST_REQUIRE(c->login("alice", "wonderland"));
-  // ...after it, neither another user's hash nor her own is anywhere in its memory.
-  BOOST_TEST(!memory_contains(w, f.carol_hash));
-  BOOST_TEST(!memory_contains(w, f.alice_hash));
+  const pid_t w = session_pid(*c);
+  BOOST_REQUIRE(w > 0);
+  // ...after it, neither another user's hash nor her own is anywhere: not in the session, not in
+  // the relay, not in the monitor (it wipes its copy once the session is forked).
+  for (pid_t p : {w, pre, monitor}) {
+    BOOST_TEST(!memory_contains(p, f.carol_hash), "pid " << p);
+    BOOST_TEST(!memory_contains(p, f.alice_hash), "pid " << p);
+  }
   BOOST_TEST(c->cmd("NOOP").code == 200);
 }
 
@@ -560,4 +618,139 @@ BOOST_AUTO_TEST_CASE(per_address_limit_turns_away_with_421) {
       10s, 100ms));
   BOOST_TEST(most_greeted <= 2);
   BOOST_TEST(refused == 4);
+}
+
+// ---- the pre-login process's sandbox and its channel to the monitor (monitor.h, sandbox.h) ----
+
+// The filter itself, in a forked child (no root needed: NO_NEW_PRIVS is enough to load one):
+// what the pre-login process may not do fails with EPERM, what it needs still works.
+BOOST_AUTO_TEST_CASE(the_sandbox_refuses_what_a_prelogin_process_does_not_need) {
+  int pipefd[2];
+  BOOST_REQUIRE(::pipe(pipefd) == 0);
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(pipefd[0]);
+    ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    if (!tierce::ftpd::enter_prelogin_sandbox().ok()) ::_exit(100);
+    std::string r;  // one letter per check: '1' as expected, '0' not
+    auto expect_eperm = [&](bool failed) { r += failed && errno == EPERM ? '1' : '0'; };
+    expect_eperm(::open("/etc/hostname", O_RDONLY) < 0);
+    expect_eperm(::socket(AF_INET, SOCK_STREAM, 0) < 0);
+    expect_eperm(::socket(AF_UNIX, SOCK_STREAM, 0) < 0);
+    expect_eperm(::syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0) < 0);
+    char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    expect_eperm(::execve("/bin/true", argv, nullptr) < 0);
+    expect_eperm(::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+                 MAP_FAILED);
+    expect_eperm(::kill(::getppid(), 0) < 0);
+    expect_eperm(::setsockopt(pipefd[1], SOL_SOCKET, SO_KEEPALIVE, &r, sizeof(int)) < 0);
+    // What it needs: memory, time, random bytes, its own descriptors.
+    void* m = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    r += m != MAP_FAILED ? '1' : '0';
+    std::string big(4 << 20, 'x');  // malloc of a big block: mmap
+    r += big.size() == (4u << 20) ? '1' : '0';
+    unsigned char rnd[16];
+    r += ::getrandom(rnd, sizeof rnd, 0) == ssize_t(sizeof rnd) ? '1' : '0';
+    timespec ts{};
+    r += ::clock_gettime(CLOCK_MONOTONIC, &ts) == 0 ? '1' : '0';
+    if (::write(pipefd[1], r.data(), r.size()) != ssize_t(r.size())) ::_exit(101);
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  std::string got;
+  char buf[64];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, size_t(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0, "exit " << WEXITSTATUS(status) << " (100: no filter)");
+  // open, socket x2, clone, execve, mmap exec, kill, setsockopt | mmap, malloc, getrandom, clock
+  BOOST_TEST(got == "11111111" "1111");
+}
+
+BOOST_AUTO_TEST_CASE(login_requests_are_decoded_strictly) {
+  using tierce::ftpd::decode_login_state;
+  using tierce::ftpd::encode_login_state;
+  tierce::ftpd::LoginState s;
+  s.user = "alice";
+  s.password = "wonder land";
+  s.tls = s.pbsz = s.prot_p = true;
+  s.facts = 0x15;
+  for (size_t i = 0; i < s.binding.size(); ++i) s.binding[i] = uint8_t(i * 7);
+  const std::string m = encode_login_state(s);
+  auto back = decode_login_state(m);
+  BOOST_REQUIRE(back.has_value());
+  BOOST_TEST(back->user == "alice");
+  BOOST_TEST(back->password == "wonder land");
+  BOOST_TEST((back->tls && back->pbsz && back->prot_p));
+  BOOST_TEST(back->facts == 0x15u);
+  BOOST_TEST((back->binding == s.binding));
+  // Every truncation, one byte too many, an unknown flag or fact bit, another message type, and
+  // a field longer than the limit: refused.
+  for (size_t len = 0; len < m.size(); ++len)
+    BOOST_TEST(!decode_login_state(m.substr(0, len)).has_value(), "truncated to " << len);
+  BOOST_TEST(!decode_login_state(m + "x").has_value());
+  std::string bad = m;
+  bad[1] = char(0x08);
+  BOOST_TEST(!decode_login_state(bad).has_value());
+  bad = m;
+  bad[2] = char(0x20);
+  BOOST_TEST(!decode_login_state(bad).has_value());
+  bad = m;
+  bad[0] = 'K';
+  BOOST_TEST(!decode_login_state(bad).has_value());
+  s.user.assign(tierce::ftpd::kMaxLoginField + 1, 'u');
+  BOOST_TEST(!decode_login_state(encode_login_state(s)).has_value());
+  s.user.assign(tierce::ftpd::kMaxLoginField, 'u');
+  BOOST_TEST(decode_login_state(encode_login_state(s)).has_value());
+}
+
+// Faults on the new processes: each killed or frozen ends the session with the connection closed
+// (never a hang), the monitor logs it, and the server goes on serving.
+BOOST_AUTO_TEST_CASE(a_killed_or_frozen_process_of_a_session_ends_it) {
+  if (!need_root("a_killed_or_frozen_process_of_a_session_ends_it")) return;
+  Fixture f("login_timeout_s = 1");
+  {  // the session process killed: the client's connection closes, FTPD0210 says which
+    auto c = f.connect();
+    BOOST_REQUIRE(c->login("alice", "wonderland"));
+    const pid_t s = session_pid(*c);
+    const pid_t pre = serving_pid(*f.server, *c);
+    BOOST_REQUIRE(s > 0);
+    BOOST_REQUIRE(pre > 0);
+    BOOST_TEST(::kill(s, SIGKILL) == 0);
+    BOOST_TEST(c->reply().code == 0);  // closed, no reply
+    BOOST_TEST(tierce_test::eventually([&] { return !alive(pre); }, 10s));
+    BOOST_TEST(tierce_test::eventually(
+        [&] {
+          return f.server->log().find("FTPD0210 the session process " + std::to_string(s) +
+                                      " died (signal 9)") != std::string::npos;
+        },
+        10s));
+  }
+  {  // the relay (pre-login process) killed after the login: the session ends with it
+    auto c = f.connect();
+    BOOST_REQUIRE(c->login("alice", "wonderland"));
+    const pid_t s = session_pid(*c);
+    const pid_t pre = serving_pid(*f.server, *c);
+    BOOST_REQUIRE(s > 0);
+    BOOST_REQUIRE(pre > 0);
+    BOOST_TEST(::kill(pre, SIGKILL) == 0);
+    BOOST_TEST(c->reply().code == 0);
+    BOOST_TEST(tierce_test::eventually([&] { return !alive(s); }, 10s));
+  }
+  {  // the pre-login process frozen before a login: the monitor ends it past the login timeout
+    auto c = f.connect();
+    const pid_t pre = serving_pid(*f.server, *c);
+    BOOST_REQUIRE(pre > 0);
+    const pid_t monitor = f.server->worker_of(pre);
+    BOOST_TEST(::kill(pre, SIGSTOP) == 0);
+    BOOST_TEST(tierce_test::eventually([&] { return !alive(pre) && !alive(monitor); }, 30s));
+    BOOST_TEST(f.server->log().find("FTPD0209") != std::string::npos);
+    BOOST_TEST(c->reply().code == 0);
+  }
+  auto d = f.connect();  // the server serves on
+  BOOST_TEST(d->login("carol", "looking-glass"));
 }
