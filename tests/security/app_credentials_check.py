@@ -71,12 +71,16 @@ def check(cond, msg):
 
 
 def needles(d):
-    """{what: bytes} a process must not hold: the secret (as in the file and stripped) and each
-    node key file's base64 body."""
+    """{what: bytes} a process must not hold: the cluster secret as a process holds it (the key
+    scrypt makes of the file's bytes: fabric/auth.h; the file's own bytes are wiped once it is
+    made), the file's bytes themselves, and each node key file's base64 body."""
+    import hashlib
     out = {}
     with open(os.path.join(d, "secret"), "rb") as f:
         raw = f.read()
-    out["the cluster secret"] = raw.strip()
+    out["the cluster secret"] = hashlib.scrypt(raw.strip(), salt=b"tierce cluster secret v4",
+                                               n=1 << 14, r=8, p=1, dklen=32, maxmem=64 << 20)
+    out["the secret file's bytes"] = raw.strip()
     for node in sorted(os.listdir(os.path.join(d, "nodes"))):
         key = os.path.join(d, "nodes", node, "node.key")
         if os.path.exists(key):
