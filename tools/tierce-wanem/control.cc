@@ -52,7 +52,7 @@ bool parse_command(const std::string& line, Command& out, std::string& error) {
   for (std::string s; in >> s;) w.push_back(s);
   const std::string usage =
       "commands: cut to-target|to-client|both, heal [to-target|to-client|both], delay US, "
-      "redirect HOST:PORT|off, status";
+      "redirect HOST:PORT|off, reset, status";
   if (w.empty()) {
     error = "empty command (" + usage + ")";
     return false;
@@ -106,6 +106,10 @@ bool parse_command(const std::string& line, Command& out, std::string& error) {
     }
     out.kind = Command::Kind::Redirect;
     out.target = w[1];
+    return true;
+  }
+  if (w[0] == "reset" && w.size() == 1) {
+    out.kind = Command::Kind::Reset;
     return true;
   }
   if (w[0] == "status" && w.size() == 1) {

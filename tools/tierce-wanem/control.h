@@ -4,6 +4,9 @@
 //   cut to-target|to-client|both     -> "ok cut=<now cut>"       stop forwarding a direction
 //   heal [to-target|to-client|both]  -> "ok cut=<still cut>"     forward again (default: both)
 //   delay US                         -> "ok delay_us=US"         for bytes read from now on
+//   reset                            -> "ok reset=N"             reset every open connection
+//                                                                (RST to both peers; new ones
+//                                                                are relayed as before)
 //   status                           -> "ok cut=... delay_us=... connections=N pending_connects=N
 //                                        accepted=N held_to_target=B held_to_client=B
 //                                        bytes_to_target=B bytes_to_client=B"
@@ -31,7 +34,7 @@ enum Cut : unsigned {
 const char* cut_name(unsigned cut);  // "none", "to-target", "to-client", "both"
 
 struct Command {
-  enum class Kind { Cut, Heal, Delay, Status, Redirect };
+  enum class Kind { Cut, Heal, Delay, Status, Redirect, Reset };
   Kind kind = Kind::Status;
   unsigned dirs = kCutNone;  // Cut, Heal
   uint64_t delay_us = 0;     // Delay

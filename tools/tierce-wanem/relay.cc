@@ -544,6 +544,20 @@ void Relay::read_control(ControlClient& cc) {
   }
 }
 
+size_t Relay::reset_all() {
+  size_t reset = 0;
+  linger lg{1, 0};
+  for (auto& c : conns_) {
+    if (c->dead) continue;
+    for (Side* s : {&c->client, &c->server})
+      if (s->fd >= 0) ::setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    c->dead = true;
+    schedule(*c);
+    ++reset;
+  }
+  return reset;
+}
+
 std::string Relay::execute(const std::string& line) {
   Command cmd;
   std::string error;
@@ -584,21 +598,18 @@ std::string Relay::execute(const std::string& line) {
         }
         redirect_ = e;
       }
-      size_t reset = 0;
-      linger lg{1, 0};
-      for (auto& c : conns_) {
-        if (c->dead) continue;
-        for (Side* s : {&c->client, &c->server})
-          if (s->fd >= 0) ::setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-        c->dead = true;
-        schedule(*c);
-        ++reset;
-      }
+      const size_t reset = reset_all();
       const std::string to = redirect_ ? redirect_->text : std::string("off");
       log_line("control: redirect " + to + " (" + std::to_string(reset) +
                " connection(s) reset; new ones go " +
                (redirect_ ? "to " + to : std::string("to their own target")) + ")");
       return "ok redirect=" + to + " reset=" + std::to_string(reset);
+    }
+    case Command::Kind::Reset: {
+      // A connection reset on the path (a middlebox, a restarted NAT): both peers get an RST.
+      const size_t n = reset_all();
+      log_line("control: reset (" + std::to_string(n) + " connection(s) reset)");
+      return "ok reset=" + std::to_string(n);
     }
     case Command::Kind::Status: {
       uint64_t held_up = 0, held_down = 0, pending = 0;

@@ -91,6 +91,7 @@ class Relay {
   void accept_control();
   void read_control(ControlClient& cc);
   std::string execute(const std::string& line);  // one command line -> its answer (no newline)
+  size_t reset_all();  // every live connection closed with an RST to both sides; how many
 
   Options opts_;
   uint64_t delay_us_ = 0;    // the one-way delay of bytes read from now on (control: delay)

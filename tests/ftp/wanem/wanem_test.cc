@@ -653,7 +653,8 @@ BOOST_AUTO_TEST_CASE(control_commands) {
   BOOST_CHECK_EQUAL(relay.control("delay 2500"), "ok delay_us=2500");
   BOOST_CHECK_EQUAL(relay.control("  delay 1k  "), "ok delay_us=1000");
   for (std::string bad : {"", "cut", "cut sideways", "cut both extra", "heal up", "delay",
-                          "delay -1", "delay x", "delay 99999999999", "status now", "reset"}) {
+                          "delay -1", "delay x", "delay 99999999999", "status now", "reset all",
+                          "frobnicate"}) {
     std::string a = relay.control(bad);
     BOOST_CHECK_MESSAGE(a.rfind("error: ", 0) == 0, "'" << bad << "' answered '" << a << "'");
   }
@@ -738,6 +739,34 @@ BOOST_AUTO_TEST_CASE(redirect_sends_new_connections_elsewhere) {
   }
   BOOST_CHECK_EQUAL(relay.stop(), 0);
   BOOST_CHECK(relay.log().find("control: redirect " + to) != std::string::npos);
+}
+
+// The nemesis's connection reset (issue 33): "reset" resets every open connection, both peers see
+// it end, and the relay keeps relaying new connections to the same target.
+BOOST_AUTO_TEST_CASE(control_reset_resets_open_connections) {
+  Fd target = listen_on(0);
+  BOOST_REQUIRE(target.get() >= 0);
+  uint16_t lport = tierce_test::free_port();
+  Wanem relay({"--forward", fwd(lport, port_of(target.get())), "--delay-us", "0"}, true);
+  Fd c = connect_to(lport);
+  BOOST_REQUIRE(c.get() >= 0);
+  Fd s = accept_one(target.get());
+  BOOST_REQUIRE(s.get() >= 0);
+  BOOST_REQUIRE(send_str(c.get(), "hello"));
+  BOOST_CHECK_EQUAL(recv_n(s.get(), 5), "hello");
+  BOOST_CHECK_EQUAL(relay.control("reset"), "ok reset=1");
+  char b;
+  BOOST_CHECK(::recv(c.get(), &b, 1, 0) <= 0);  // the client's end: reset
+  BOOST_CHECK(::recv(s.get(), &b, 1, 0) <= 0);  // and the target's
+  Fd c2 = connect_to(lport);
+  BOOST_REQUIRE(c2.get() >= 0);
+  Fd s2 = accept_one(target.get());
+  BOOST_REQUIRE(s2.get() >= 0);
+  BOOST_REQUIRE(send_str(c2.get(), "again"));
+  BOOST_CHECK_EQUAL(recv_n(s2.get(), 5), "again");
+  BOOST_CHECK(relay.control("reset now").rfind("error: ", 0) == 0);
+  BOOST_CHECK_EQUAL(relay.stop(), 0);
+  BOOST_CHECK(relay.log().find("control: reset (1 connection(s) reset)") != std::string::npos);
 }
 
 // An established connection: a cut direction holds its bytes (24 MB: the relay reads up to the
