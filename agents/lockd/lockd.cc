@@ -42,7 +42,7 @@ struct Lockd::Peer {
   std::atomic<int64_t> last_answer_ns{0};
   uint64_t incarnation = 0;         // as last seen
   // up: its answers are fresh (lease - guard): this node trusts its holds on the member's locks.
-  // dead: not heard from, or no answer, for a whole lease: its holds here may be given away.
+  // dead: not heard from (its heartbeats) for a whole lease: its holds here may be given away.
   // Not dead at this lockd's start: a member not heard from yet may already be using this
   // node's table (it saw this node up first: heartbeats are answered before ours are) — a
   // recovery must ask it, so it is dead only once silent for a whole lease since our start.
@@ -574,10 +574,15 @@ void Lockd::heartbeat_loop() {
         recovery_needed_ = true;  // waits for its answers, or for it to be dead (below)
         cv_.notify_all();
       }
-      // Dead: silent for a whole lease. Only now are its holds on our locks given away: it
-      // revoked them itself a quarter lease earlier (its answers from us were as old).
-      const bool alive = now - heard <= lease &&
-                         now - std::max(answered, started) <= lease;
+      // Dead: none of its heartbeats reached us for a whole lease. Only now are its holds on our
+      // locks given away: its lease on us runs from the sending of its last heartbeat we
+      // answered, which we received no later than `heard`, so that lease ended (lease - guard
+      // after the sending) a quarter lease ago at least. Our own heartbeats going unanswered
+      // does NOT make it dead: over an asymmetric path (a delay or a cut on our connection to it
+      // only) it renews its lease on us through its own connection and goes on using its holds
+      // — found by the nemesis (issue 33: a 305 ms delay on the link n2->n3 made n2 give away
+      // n3's hold on n2's lock while n3's client used it; tests/dlm/nemesis.py --seed 1).
+      const bool alive = now - heard <= lease;
       if (!p.dead && !alive) {
         p.dead = true;
         log(fabric::LogLevel::Warn,
