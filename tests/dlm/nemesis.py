@@ -205,7 +205,13 @@ class Nemesis:
                 self.record(h.who, "unlock", str(ans))
             elif line.startswith("FAILED"):
                 st = line.split(" ", 3)
-                self.record(h.who, "failed", " ".join(st[1:3]))
+                self.record(h.who, "failed", " ".join(st[1:3]) + " " + (st[3] if len(st) > 3 else "")[:160])
+                if "lockd closed the connection" in line:
+                    # Its lockd was killed: this client's connection is gone for good (a client
+                    # does not reconnect by itself). A new client once the lockd is back.
+                    os.killpg(h.p.pid, signal.SIGKILL)
+                    h.p.wait()
+                    continue
                 time.sleep(rnd.uniform(0, 0.05))
             elif line.startswith("FATAL"):
                 self.record(h.who, "fatal", line)
@@ -547,6 +553,13 @@ def main():
     print("  faults: " + ", ".join("%s x%d" % kv for kv in sorted(kinds.items())))
     print("  grants %d, failed requests %d, store writes %d (refused %d)" % (grants, fails, writes,
                                                                             refused))
+    why = {}
+    for _, _, ev, detail in nem.history:
+        if ev == "failed":
+            st = detail.split()[0] if detail else "?"
+            why[st] = why.get(st, 0) + 1
+    if why:
+        print("  failures: " + ", ".join("%s x%d" % kv for kv in sorted(why.items())))
     print("  overlaps explained by a fault on the older holder's lockd or link: %d" % len(explained))
     for e in explained[:10]:
         print("    " + e)
