@@ -13,6 +13,8 @@ The nemesis draws, from a random.Random(--seed), one fault at a time for --durat
   delay      one directed link gets 1/8..1/2 lease of one-way delay            (tcp)
   cut        one direction of one directed link is cut (a silent network)     (tcp)
   partition  one node cut off from the others, both directions                (tcp)
+  partition-oneway  one node's links cut in one direction only: what it sends
+             is held (or what is sent to it), on all its links                 (tcp)
   reset      every connection of one node's links reset (RST both ways)       (tcp; instant)
   kill-lockd a lockd SIGKILLed, restarted (same state directory) when healed
   stop-lockd a lockd SIGSTOPped, SIGCONTed when healed
@@ -61,7 +63,7 @@ import fence  # noqa: E402
 from fence import Fail, Run, Store  # noqa: E402
 
 KINDS_TCP = ["delay", "cut", "partition", "reset", "kill-lockd", "stop-lockd", "kill-client",
-             "stop-client"]
+             "stop-client", "partition-oneway"]
 KINDS_ANY = ["kill-lockd", "stop-lockd", "kill-client", "stop-client"]
 
 
@@ -279,6 +281,19 @@ class Nemesis:
             for x, y in links:
                 run.relay_cmd(x, y, "cut both")
             return n, lambda: [run.relay_cmd(x, y, "heal") for x, y in links], [], links
+        if kind == "partition-oneway":
+            # The node hears nothing, or nothing of it is heard: its outgoing links' requests and
+            # the others' answers to it, or the others' requests to it and its answers.
+            n = rng.choice(nodes)
+            deaf = rng.random() < 0.5
+            links = self.links_of(n)
+            for x, y in links:
+                # On x->y, "to-target" carries what x sends, "to-client" what y answers.
+                d = ("to-client" if x == n else "to-target") if deaf else \
+                    ("to-target" if x == n else "to-client")
+                run.relay_cmd(x, y, "cut " + d)
+            return "%s %s" % (n, "deaf" if deaf else "mute"), \
+                lambda: [run.relay_cmd(x, y, "heal") for x, y in links], [], links
         if kind == "reset":
             n = rng.choice(nodes)
             for x, y in self.links_of(n):
@@ -361,7 +376,7 @@ class Nemesis:
             # A cut between the holder's node and the home (a delay is not an excuse: the
             # holder's lockd must revoke in time whatever the round trip).
             if any(older["node"] in link and home in link for link in f["links"]) and \
-                    f["kind"] in ("cut", "partition"):
+                    f["kind"] in ("cut", "partition", "partition-oneway"):
                 return f
         return None
 
