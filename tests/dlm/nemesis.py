@@ -71,6 +71,18 @@ def now():
     return time.monotonic()
 
 
+def signal_proc(p, sig, group=False):
+    """Sends `sig` to p (its process group with `group`); a process that is already gone (a
+    client that ended on its own, a lockd being restarted) is not an error of the test."""
+    try:
+        if group:
+            os.killpg(p.pid, sig)
+        else:
+            os.kill(p.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 class Holder:
     """One fence_holder process for one lock on one node, restarted when killed."""
 
@@ -187,7 +199,7 @@ class Nemesis:
                 try:
                     h.p.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    os.killpg(h.p.pid, signal.SIGKILL)
+                    signal_proc(h.p, signal.SIGKILL, group=True)
                     h.p.wait()
                 continue
             if line.startswith("GRANTED"):
@@ -211,7 +223,7 @@ class Nemesis:
                 if "lockd closed the connection" in line:
                     # Its lockd was killed: this client's connection is gone for good (a client
                     # does not reconnect by itself). A new client once the lockd is back.
-                    os.killpg(h.p.pid, signal.SIGKILL)
+                    signal_proc(h.p, signal.SIGKILL, group=True)
                     h.p.wait()
                     continue
                 time.sleep(rnd.uniform(0, 0.05))
@@ -241,7 +253,7 @@ class Nemesis:
                                           "after the faults" if sent >= calm else "pending then",
                                           now() - max(sent, calm), T))
                     self.record(h.who, "wedged")
-                    os.killpg(h.p.pid, signal.SIGKILL)
+                    signal_proc(h.p, signal.SIGKILL, group=True)
                     h.p.wait()
                     return None
                 if self.stop_clients.is_set() and calm is None:
@@ -304,7 +316,7 @@ class Nemesis:
             p = run.lockd[n]
             self.lockd_down[n] = now()
             if kind == "kill-lockd":
-                os.kill(p.pid, signal.SIGKILL)
+                signal_proc(p, signal.SIGKILL)
                 p.wait()
                 self.dead_lockd_times.setdefault(n, []).append(now())
 
@@ -322,15 +334,13 @@ class Nemesis:
         self.client_down[h.who] = now()
         if kind == "kill-client":
             self.close_hold(h, now(), "client killed")
-            try:
-                os.killpg(h.p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            signal_proc(h.p, signal.SIGKILL, group=True)
             return h.who, lambda: self.client_down.pop(h.who, None), [], []
-        run.freeze([h.p], h.who)
+        p = h.p  # the process frozen now (a restart meanwhile makes another)
+        signal_proc(p, signal.SIGSTOP)
 
         def heal_client():
-            run.thaw([h.p])
+            signal_proc(p, signal.SIGCONT)
             self.client_down.pop(h.who, None)
         return h.who, heal_client, [], []
 
@@ -541,7 +551,7 @@ def main():
             try:
                 for n, p in nem.run.lockd.items():
                     if p.poll() is None:
-                        os.kill(p.pid, signal.SIGCONT)
+                        signal_proc(p, signal.SIGCONT)
                 nem.run.stop_lockds(problems)
             except Exception as e:  # noqa: BLE001
                 problems.append("stopping the lockds: %s" % e)
