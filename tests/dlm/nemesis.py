@@ -431,6 +431,23 @@ class Nemesis:
             out.append((f, worst))
         return out
 
+    def stalls(self):
+        """Gaps between two grants of a lock longer than 2 leases + 0.5 s that no fault (nor the
+        2 leases after its heal) explains: the clients ask all the time, so such a gap is a lock
+        that nobody could get while nothing was wrong (informational: a liveness lead)."""
+        out = []
+        margin = 2 * self.lease
+        windows = [(f["start"], f["end"] + margin) for f in self.faults]
+        for lock in self.locks.values():
+            g = sorted(h["grant"] for h in self.holds if h["lock"] == lock)
+            for a, b in zip(g, g[1:]):
+                if b - a <= margin + 0.5:
+                    continue
+                if any(s0 < b and a < e0 for s0, e0 in windows):
+                    continue
+                out.append((b - a, lock, a - self.run.t0))
+        return sorted(out, reverse=True)
+
     def write_history(self):
         with open(os.path.join(self.run.dir, "history.txt"), "w") as out:
             for t, who, ev, detail in sorted(self.history):
@@ -595,6 +612,10 @@ def main():
     for f, w in slow[:10]:
         print("    %s %s: %s" % (f["kind"], f["target"],
                                  "never" if w == float("inf") else "%.3f s" % w))
+    st = nem.stalls()
+    print("  stalls (a lock granted to nobody for > 2 leases + 0.5 s, no fault near): %d" % len(st))
+    for gap, lock, at in st[:10]:
+        print("    %s: %.2f s from +%.2f s" % (lock, gap, at))
     all_problems = problems + violations
     for p in all_problems:
         print("FAIL: " + p)
