@@ -46,6 +46,7 @@ kept on failure (histories in history.txt, the lockds' logs). Everything started
              --seed 1 --duration 60
 """
 import argparse
+import bisect
 import os
 import queue
 import random
@@ -397,9 +398,10 @@ class Nemesis:
             for i, a in enumerate(holds):
                 a_end, a_why = self.hold_end(a)
                 for b in holds[i + 1:]:
-                    # Grant times are whole milliseconds of the client's clock, floored.
+                    # Grant times are whole milliseconds of the client's clock, floored. Sorted
+                    # by grant: once one starts after a's end, every later one does.
                     if b["grant"] + 0.001 >= a_end:
-                        continue
+                        break
                     f = self.explained(a, b["grant"])
                     text = ("%s: %s's hold (token %d, granted +%.3f s, valid until +%.3f s: %s) and "
                             "%s's (token %d, granted +%.3f s) overlap"
@@ -421,13 +423,14 @@ class Nemesis:
 
     def recovery(self):
         """Per fault: from its heal to the first grant of every lock after it."""
-        grants = sorted((h["grant"], h["lock"]) for h in self.holds)
+        by_lock = {lock: sorted(h["grant"] for h in self.holds if h["lock"] == lock)
+                   for lock in self.locks.values()}
         out = []
         for f in self.faults:
             worst = 0.0
-            for lock in self.locks.values():
-                nxt = next((t for t, l in grants if l == lock and t >= f["end"]), None)
-                worst = max(worst, (nxt - f["end"]) if nxt is not None else float("inf"))
+            for g in by_lock.values():
+                i = bisect.bisect_left(g, f["end"])
+                worst = max(worst, (g[i] - f["end"]) if i < len(g) else float("inf"))
             out.append((f, worst))
         return out
 
