@@ -145,6 +145,7 @@ class Nemesis:
         self.client_down = {}  # who -> (since) while stopped or killed by the nemesis
         self.lockd_down = {}   # node -> since (killed or stopped)
         self.dead_lockd_times = {}  # node -> [kill times]
+        self.client_kill_times = {}  # who -> [kill times] (a grant read after the kill is void)
 
     def log(self, *msg):
         self.run.log(*msg)
@@ -334,6 +335,7 @@ class Nemesis:
         h = rng.choice(self.holders)
         self.client_down[h.who] = now()
         if kind == "kill-client":
+            self.client_kill_times.setdefault(h.who, []).append(now())
             self.close_hold(h, now(), "client killed")
             signal_proc(h.p, signal.SIGKILL, group=True)
             return h.who, lambda: self.client_down.pop(h.who, None), [], []
@@ -374,6 +376,11 @@ class Nemesis:
         for t in self.dead_lockd_times.get(h["node"], []):
             if h["grant"] <= t < end:
                 end, why = t, "its lockd killed"
+        # The client killed right after its grant: the driver may read the grant after the kill
+        # (and record the hold then); the hold ended with the process all the same.
+        for t in self.client_kill_times.get(h["who"], []):
+            if h["grant"] <= t < end:
+                end, why = t, "its client killed"
         return end, why
 
     def explained(self, older, newer_grant):
