@@ -29,10 +29,11 @@ heard, failures with their status, the client's death) and every store's log, an
 
   overlap    two exclusive holds of one lock valid at once. A hold is valid from its grant until
              its unlock is sent, its revocation is heard, or its client or its client's lockd
-             dies. An overlap is EXPLAINED when the older holder's lockd was frozen, killed or
-             cut off from the lock's home (partition, cut) during it: then only the fencing token
-             protects the resource (docs/dlm.md "Faults, exactly"), and it must have (next).
-             An unexplained overlap is a violation.
+             dies. An overlap is EXPLAINED when the older holder's lockd was frozen or killed
+             during it (it could not revoke): then only the fencing token protects the resource
+             (docs/dlm.md "Faults, exactly"), and it must have (next). Any other overlap — a
+             cut or partition included: a running lockd revokes before the home gives the hold
+             away — is a violation.
   stale      a store accepted a write whose token is below one it accepted before: a violation.
   wedged     a request sent after the faults stopped (or pending then) with no answer within
              its timeout + --wedge-bound: a violation.
@@ -384,17 +385,14 @@ class Nemesis:
         return end, why
 
     def explained(self, older, newer_grant):
-        """A fault that cut the older holder's lockd off its lock's home during the overlap."""
-        home = next(n for n, l in self.locks.items() if l == older["lock"])
+        """A fault that left the older holder's lockd unable to revoke in time: frozen or killed
+        during the overlap. A cut or partition does not explain one: a running lockd cut off from
+        the home revokes after lease - guard, before the home gives the hold away after a lease
+        (docs/dlm.md "Faults, exactly")."""
         for f in self.faults:
             if f["end"] < older["grant"] or f["start"] > newer_grant:
                 continue
             if older["node"] in f["nodes"]:
-                return f
-            # A cut between the holder's node and the home (a delay is not an excuse: the
-            # holder's lockd must revoke in time whatever the round trip).
-            if any(older["node"] in link and home in link for link in f["links"]) and \
-                    f["kind"] in ("cut", "partition", "partition-oneway"):
                 return f
         return None
 
