@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 
 // Built with AddressSanitizer or UndefinedBehaviorSanitizer (GCC's macro, clang's feature test).
@@ -45,6 +46,11 @@ constexpr int kAllowed[] = {
     SCMP_SYS(sched_yield),   SCMP_SYS(exit),         SCMP_SYS(exit_group),
 };
 
+// One argument check (libseccomp's SCMP_An macros leave datum_b to the compiler: -Wextra warns).
+scmp_arg_cmp arg(unsigned n, scmp_compare op, scmp_datum_t a, scmp_datum_t b = 0) {
+  return scmp_arg_cmp{n, op, a, b};
+}
+
 std::string seccomp_error(const char* step, int rc) {
   return std::string("seccomp: ") + step + ": " + std::strerror(-rc);
 }
@@ -54,45 +60,39 @@ std::string seccomp_error(const char* step, int rc) {
 base::Status enter_prelogin_sandbox() {
   scmp_filter_ctx ctx = ::seccomp_init(SCMP_ACT_ERRNO(EPERM));
   if (!ctx) return base::Status(base::Code::Internal, "seccomp_init failed");
-  auto fail = [&](const char* step, int rc) {
-    ::seccomp_release(ctx);
-    return base::Status(base::Code::Internal, seccomp_error(step, rc));
+  // Each rule in turn; the first failure stops the rest and is reported with its call.
+  int rc = 0;
+  const char* step = "seccomp_rule_add";
+  auto allow = [&](int call, std::optional<scmp_arg_cmp> arg = std::nullopt) {
+    if (rc < 0) return;
+    rc = arg ? ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, call, 1, *arg)
+             : ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, call, 0);
+    if (rc < 0) step = "seccomp_rule_add (a rule with an argument check)";
   };
-  for (int call : kAllowed)
-    if (int rc = ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, call, 0); rc < 0)
-      return fail("seccomp_rule_add", rc);
+  for (int call : kAllowed) allow(call);
   // Memory, never executable: mmap and mprotect without PROT_EXEC.
   for (int call : {SCMP_SYS(mmap), SCMP_SYS(mprotect)})
-    if (int rc = ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, call, 1,
-                                    SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
-        rc < 0)
-      return fail("seccomp_rule_add (mmap/mprotect)", rc);
+    allow(call, arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));  // (prot & PROT_EXEC) == 0
   // fcntl: the status flags only (the relay makes its socket non-blocking), and F_GETFD.
   for (int cmd : {F_GETFL, F_SETFL, F_GETFD})
-    if (int rc = ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(fcntl), 1,
-                                    SCMP_A1(SCMP_CMP_EQ, unsigned(cmd)));
-        rc < 0)
-      return fail("seccomp_rule_add (fcntl)", rc);
+    allow(SCMP_SYS(fcntl), arg(1, SCMP_CMP_EQ, unsigned(cmd)));
   // Signals to itself only (abort() raises SIGABRT with tgkill).
-  const pid_t self = ::getpid();
-  if (int rc = ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1,
-                                  SCMP_A0(SCMP_CMP_EQ, unsigned(self)));
-      rc < 0)
-    return fail("seccomp_rule_add (tgkill)", rc);
-  if (int rc = ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(kill), 1,
-                                  SCMP_A0(SCMP_CMP_EQ, unsigned(self)));
-      rc < 0)
-    return fail("seccomp_rule_add (kill)", rc);
+  const unsigned self = unsigned(::getpid());
+  allow(SCMP_SYS(tgkill), arg(0, SCMP_CMP_EQ, self));
+  allow(SCMP_SYS(kill), arg(0, SCMP_CMP_EQ, self));
 #if defined(TIERCE_SANITIZED)
   // The sanitizers' runtime checks whether memory is readable by writing it into a pipe it makes
   // (UBSan's vptr check on a caught exception, for one): refused, it reports a false error. A
   // pipe reaches nothing outside the process; allowed in sanitizer builds only.
-  for (int call : {SCMP_SYS(pipe), SCMP_SYS(pipe2)})
-    if (int rc = ::seccomp_rule_add(ctx, SCMP_ACT_ALLOW, call, 0); rc < 0)
-      return fail("seccomp_rule_add (pipe)", rc);
+  allow(SCMP_SYS(pipe));
+  allow(SCMP_SYS(pipe2));
 #endif
-  if (int rc = ::seccomp_load(ctx); rc < 0) return fail("seccomp_load", rc);
+  if (rc >= 0) {
+    rc = ::seccomp_load(ctx);
+    step = "seccomp_load";
+  }
   ::seccomp_release(ctx);
+  if (rc < 0) return base::Status(base::Code::Internal, seccomp_error(step, rc));
   return {};
 }
 

@@ -625,15 +625,12 @@ BOOST_AUTO_TEST_CASE(per_address_limit_turns_away_with_421) {
 // The filter itself, in a forked child (no root needed: NO_NEW_PRIVS is enough to load one):
 // what the pre-login process may not do fails with EPERM, what it needs still works.
 BOOST_AUTO_TEST_CASE(the_sandbox_refuses_what_a_prelogin_process_does_not_need) {
-  int pipefd[2];
-  BOOST_REQUIRE(::pipe(pipefd) == 0);
-  const pid_t child = ::fork();
-  BOOST_REQUIRE(child >= 0);
-  if (child == 0) {
-    ::close(pipefd[0]);
+  // The child writes one letter per check to its stderr (tierce_test::in_child's pipe): '1' as
+  // expected, '0' not.
+  auto [status, got] = tierce_test::in_child([] {
     ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     if (!tierce::ftpd::enter_prelogin_sandbox().ok()) ::_exit(100);
-    std::string r;  // one letter per check: '1' as expected, '0' not
+    std::string r;
     auto expect_eperm = [&](bool failed) { r += failed && errno == EPERM ? '1' : '0'; };
     expect_eperm(::open("/etc/hostname", O_RDONLY) < 0);
     expect_eperm(::socket(AF_INET, SOCK_STREAM, 0) < 0);
@@ -644,7 +641,8 @@ BOOST_AUTO_TEST_CASE(the_sandbox_refuses_what_a_prelogin_process_does_not_need) 
     expect_eperm(::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
                  MAP_FAILED);
     expect_eperm(::kill(::getppid(), 0) < 0);
-    expect_eperm(::setsockopt(pipefd[1], SOL_SOCKET, SO_KEEPALIVE, &r, sizeof(int)) < 0);
+    int one = 1;
+    expect_eperm(::setsockopt(STDERR_FILENO, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) < 0);
     // What it needs: memory, time, random bytes, its own descriptors.
     void* m = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     r += m != MAP_FAILED ? '1' : '0';
@@ -654,17 +652,8 @@ BOOST_AUTO_TEST_CASE(the_sandbox_refuses_what_a_prelogin_process_does_not_need) 
     r += ::getrandom(rnd, sizeof rnd, 0) == ssize_t(sizeof rnd) ? '1' : '0';
     timespec ts{};
     r += ::clock_gettime(CLOCK_MONOTONIC, &ts) == 0 ? '1' : '0';
-    if (::write(pipefd[1], r.data(), r.size()) != ssize_t(r.size())) ::_exit(101);
-    ::_exit(0);
-  }
-  ::close(pipefd[1]);
-  std::string got;
-  char buf[64];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, size_t(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
+    if (::write(STDERR_FILENO, r.data(), r.size()) != ssize_t(r.size())) ::_exit(101);
+  });
   BOOST_TEST(WIFEXITED(status));
   BOOST_TEST(WEXITSTATUS(status) == 0, "exit " << WEXITSTATUS(status) << " (100: no filter)");
   // open, socket x2, clone, execve, mmap exec, kill, setsockopt | mmap, malloc, getrandom, clock
@@ -713,13 +702,19 @@ BOOST_AUTO_TEST_CASE(login_requests_are_decoded_strictly) {
 BOOST_AUTO_TEST_CASE(a_killed_or_frozen_process_of_a_session_ends_it) {
   if (!need_root("a_killed_or_frozen_process_of_a_session_ends_it")) return;
   Fixture f("login_timeout_s = 1");
-  {  // the session process killed: the client's connection closes, FTPD0210 says which
+  // A logged-in client, its session process and its relay (the pre-login process).
+  auto logged_in = [&](pid_t* session, pid_t* relay) {
     auto c = f.connect();
     BOOST_REQUIRE(c->login("alice", "wonderland"));
-    const pid_t s = session_pid(*c);
-    const pid_t pre = serving_pid(*f.server, *c);
-    BOOST_REQUIRE(s > 0);
-    BOOST_REQUIRE(pre > 0);
+    *session = session_pid(*c);
+    *relay = serving_pid(*f.server, *c);
+    BOOST_REQUIRE(*session > 0);
+    BOOST_REQUIRE(*relay > 0);
+    return c;
+  };
+  {  // the session process killed: the client's connection closes, FTPD0210 says which
+    pid_t s, pre;
+    auto c = logged_in(&s, &pre);
     BOOST_TEST(::kill(s, SIGKILL) == 0);
     BOOST_TEST(c->reply().code == 0);  // closed, no reply
     BOOST_TEST(tierce_test::eventually([&] { return !alive(pre); }, 10s));
@@ -731,12 +726,8 @@ BOOST_AUTO_TEST_CASE(a_killed_or_frozen_process_of_a_session_ends_it) {
         10s));
   }
   {  // the relay (pre-login process) killed after the login: the session ends with it
-    auto c = f.connect();
-    BOOST_REQUIRE(c->login("alice", "wonderland"));
-    const pid_t s = session_pid(*c);
-    const pid_t pre = serving_pid(*f.server, *c);
-    BOOST_REQUIRE(s > 0);
-    BOOST_REQUIRE(pre > 0);
+    pid_t s, pre;
+    auto c = logged_in(&s, &pre);
     BOOST_TEST(::kill(pre, SIGKILL) == 0);
     BOOST_TEST(c->reply().code == 0);
     BOOST_TEST(tierce_test::eventually([&] { return !alive(s); }, 10s));
