@@ -43,6 +43,7 @@ struct Lockd::Peer {
   uint64_t incarnation = 0;         // as last seen
   // up: its answers are fresh (lease - guard): this node trusts its holds on the member's locks.
   // dead: not heard from (its heartbeats) for a whole lease: its holds here may be given away.
+  // Cleared as soon as it is heard from again (not when it is up again: see heard_within_lease).
   // Not dead at this lockd's start: a member not heard from yet may already be using this
   // node's table (it saw this node up first: heartbeats are answered before ours are) — a
   // recovery must ask it, so it is dead only once silent for a whole lease since our start.
@@ -267,6 +268,7 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
   ipc_opts.metrics = [this] { return metrics_text(); };
   ipc_ = std::make_unique<IpcServer>(opts_.socket_path, *engine_, opts_.log, ipc_opts);
   ipc_view_.store(ipc_.get(), std::memory_order_release);
+  heartbeats_started_ = Clock::now();
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
   recovery_ = std::thread([this] { recovery_loop(); });
   log(fabric::LogLevel::Info,
@@ -301,6 +303,20 @@ Lockd::Peer& Lockd::peer(uint32_t rank) {
   if (rank == 0 || rank >= peers_.size())
     throw std::runtime_error("no lock manager member of rank " + std::to_string(rank));
   return *peers_[rank];
+}
+
+// Whether the member called our heartbeat within the last lease (counting from the start of
+// our heartbeats when it has not yet): not dead. The recovery's census asks every such member,
+// read at the moment it asks: a member can hold one of our locks at time t only if we answered
+// a heartbeat it sent after t - (lease - guard), which we received (last_heard) no earlier than
+// that, so at t it is heard within the lease. The `dead` flag lags by up to a heartbeat period
+// and used to be cleared only when the member's answers were fresh again too: a member heard
+// from (its lease on us renewed, our locks granted to it) but whose answers to us were late or
+// lost was skipped by the census, and the rebuilt queue gave its hold away — two valid holders
+// (issue 33's nemesis: ncosed seed 13, dqnl seed 15; fence.py returning_member).
+bool Lockd::heard_within_lease(const Peer& p, Clock::time_point now) const {
+  const auto lease = std::chrono::milliseconds(topo_.dlm.lease_ms);
+  return now - std::max(p.last_heard, heartbeats_started_) <= lease;
 }
 
 bool Lockd::member_dead(uint32_t rank) const {
@@ -492,7 +508,6 @@ void Lockd::heartbeat_loop() {
   const auto period = std::chrono::milliseconds(topo_.dlm.heartbeat_ms);
   const auto lease = std::chrono::milliseconds(topo_.dlm.lease_ms);
   const auto guard = lease / 4;
-  const auto started = Clock::now();
   auto log = [this](fabric::LogLevel l, const std::string& s) {
     if (opts_.log) opts_.log(l, s);
   };
@@ -506,9 +521,15 @@ void Lockd::heartbeat_loop() {
       std::optional<dlm::Heartbeat> answer;
       std::optional<std::pair<uint64_t, uint64_t>> ack;  // (stream, seq) it delivered from us
       std::string err;
+      const auto fault = opts_.heartbeat_fault ? opts_.heartbeat_fault(r)
+                                               : LockdOptions::HeartbeatFault::None;
       try {
+        if (fault == LockdOptions::HeartbeatFault::Skip)
+          throw std::runtime_error("test: heartbeat not sent");
         dlm::Heartbeat me{rank_, digest_, incarnation_, epoch_};
         auto reply = call(r, "dlm.heartbeat", me.encode());
+        if (fault == LockdOptions::HeartbeatFault::DropAnswer)
+          throw std::runtime_error("test: answer dropped");
         if (reply.size() >= kMsgTrailer) {
           ack = std::pair(load_le64(reply.data() + reply.size() - kMsgTrailer),
                           load_le64(reply.data() + reply.size() - 8));
@@ -553,12 +574,11 @@ void Lockd::heartbeat_loop() {
         p.last_answer_ns.store(sent.time_since_epoch().count(), std::memory_order_release);
       }
       // Grace at our own start: peers get one lease to show up before they count as down.
-      auto heard = std::max(p.last_heard, started);
+      const bool heard = heard_within_lease(p, now);
       auto answered = p.last_answer;
-      bool fresh = now - heard <= lease && answered != Clock::time_point{} &&
-                   now - answered <= lease - guard;
+      bool fresh = heard && answered != Clock::time_point{} && now - answered <= lease - guard;
       if (p.up && !fresh) {
-        std::string why = now - heard > lease
+        std::string why = !heard
                               ? "no heartbeat from it for " + std::to_string(topo_.dlm.lease_ms) + " ms"
                               : "it has not answered our heartbeats for " +
                                     std::to_string((lease - guard).count()) + " ms" +
@@ -582,8 +602,7 @@ void Lockd::heartbeat_loop() {
       // only) it renews its lease on us through its own connection and goes on using its holds
       // — found by the nemesis (issue 33: a 305 ms delay on the link n2->n3 made n2 give away
       // n3's hold on n2's lock while n3's client used it; tests/dlm/nemesis.py --seed 1).
-      const bool alive = now - heard <= lease;
-      if (!p.dead && !alive) {
+      if (!p.dead && !heard) {
         p.dead = true;
         log(fabric::LogLevel::Warn,
             "LOCKD0034 member " + std::to_string(r) + " (" + p.name + ") is dead: silent for " +
@@ -592,6 +611,15 @@ void Lockd::heartbeat_loop() {
         engine_->member_dead(r);
         recovery_needed_ = true;
         cv_.notify_all();
+      }
+      // Heard from again: alive, whether or not its answers to us are fresh yet. It renews its
+      // lease on us with each heartbeat we answer and may take our locks from now on, so a
+      // recovery here must ask it (recovery_loop reads heard_within_lease itself, not this flag).
+      if (p.dead && heard) {
+        p.dead = false;
+        log(fabric::LogLevel::Info, "LOCKD0037 member " + std::to_string(r) + " (" + p.name +
+                                        ") is heard from again: no longer dead; it is up once "
+                                        "it also answers this node's heartbeats");
       }
       if (!p.up && fresh) {
         p.up = true;
@@ -695,7 +723,7 @@ void Lockd::recovery_loop() {
     // may still hold, and its holds are kept until it is silent for a whole lease.
     engine_->recover_all([this](uint32_t r) {
       std::lock_guard lk(mu_);
-      return r < peers_.size() && peers_[r] && !peers_[r]->dead;
+      return r < peers_.size() && peers_[r] && heard_within_lease(*peers_[r], Clock::now());
     });
     lk.lock();
   }

@@ -54,6 +54,11 @@ struct LockdOptions {
   // FailWrite: the write fails (a send that missed its deadline); Vanish: it seems to succeed
   // but never arrives (written into a connection that then broke).
   std::function<Loss(uint32_t rank)> lose_message;
+  // Tests only: asked before each heartbeat to a member. Skip: not sent (the member stops
+  // hearing this node); DropAnswer: sent, its answer discarded (a link that carries this node's
+  // requests but not the member's answers).
+  enum class HeartbeatFault { None, Skip, DropAnswer };
+  std::function<HeartbeatFault(uint32_t rank)> heartbeat_fault;
 };
 
 class Lockd final : public dlm::Network {
@@ -113,6 +118,8 @@ class Lockd final : public dlm::Network {
   enum class Incarnation { Current, Restarted, Old };
   Incarnation note_incarnation(uint32_t rank, uint64_t incarnation);
   void reset_connections(Peer& p);
+  // Heard from (it called our heartbeat) within the last lease: not dead. Needs mu_.
+  bool heard_within_lease(const Peer& p, std::chrono::steady_clock::time_point now) const;
   // The member answered a heartbeat: opens the connections for messages and one-sided operations
   // if they are not, so that the first lock request or hand-off to it does not pay a connection
   // and its authentication (several round trips; for operations, under the engine's mutex).
@@ -145,6 +152,8 @@ class Lockd final : public dlm::Network {
   // ipc_ for metrics_text(), which the IPC server's own thread may call before ipc_ is assigned.
   std::atomic<IpcServer*> ipc_view_{nullptr};
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // When the heartbeat thread started: a member not heard from yet counts as heard then.
+  std::chrono::steady_clock::time_point heartbeats_started_{};
   std::atomic<uint64_t> reloads_{0}, failed_reloads_{0};
 
   mutable std::mutex mu_;

@@ -63,6 +63,9 @@ struct Cluster {
   // Every lose_every-th dlm.msg write of any node is lost (LockdOptions::lose_message); 0 = none.
   std::atomic<int> lose_every{0};
   std::atomic<uint64_t> writes{0}, lost{0};
+  // hb_fault[from][to]: LockdOptions::heartbeat_fault of node `from`'s heartbeats to `to`.
+  using HeartbeatFault = tierce::lockd::LockdOptions::HeartbeatFault;
+  std::atomic<HeartbeatFault> hb_fault[8][8] = {};
   std::mutex rev_mu;
   std::vector<std::pair<uint64_t, uint64_t>> revoked;  // (owner, hold)
 
@@ -110,6 +113,9 @@ struct Cluster {
       if (k <= 0 || ++writes % uint64_t(k) != 0) return Loss::None;
       // Alternately a write that fails and one that vanishes after it seemed to succeed.
       return ++lost % 2 ? Loss::FailWrite : Loss::Vanish;
+    };
+    o.heartbeat_fault = [this, rank](uint32_t to) {
+      return to < 8 ? hb_fault[rank][to].load() : HeartbeatFault::None;
     };
     nodes[size_t(rank - 1)] = std::make_unique<tierce::lockd::Lockd>(
         topo, "n" + std::to_string(rank), secret, o);
@@ -727,4 +733,62 @@ BOOST_AUTO_TEST_CASE(a_member_not_heard_from_yet_is_not_dead_until_a_lease_has_p
   Grant g = acquire(c.node(1), 1, name, Mode::Exclusive, 5000ms);
   BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
   BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
+}
+
+// Issue 33, found by the nemesis: a member the home declared dead (silent for a lease) is heard
+// from again, and the home answers its heartbeats (its lease on the home is valid again: it may
+// take the home's locks), but the member's answers to the home's heartbeats do not come back (a
+// link carrying one way, late answers under load). The home's census must ask it: it used to
+// skip every member still flagged dead, and that flag was cleared only once the member's answers
+// were fresh too — a recovery in that window rebuilt the queue without the member's hold and
+// granted the lock to the next waiter: two valid holders. Played with the heartbeat hook
+// (LockdOptions::heartbeat_fault); the recovery is forced by node 3 going down at the home.
+BOOST_AUTO_TEST_CASE(a_member_heard_again_is_asked_by_the_census_before_it_answers) {
+  using HF = tierce::lockd::LockdOptions::HeartbeatFault;
+  Cluster c(3, 1000);
+  const std::string name = c.name_homed_at(2, "returning");
+  auto wait = [](const char* what, auto cond) {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (!cond()) {
+      BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, what);
+      std::this_thread::sleep_for(10ms);
+    }
+  };
+  // Node 1 goes silent to node 2, and node 2 gets no answers from it: dead at node 2.
+  c.hb_fault[1][2] = HF::Skip;
+  c.hb_fault[2][1] = HF::DropAnswer;
+  wait("node 2 did not declare node 1 dead", [&] { return c.node(2).member_dead(1); });
+  // Node 1 heartbeats node 2 again (answered: its lease on node 2 is valid); its answers to node
+  // 2's heartbeats are still lost.
+  c.hb_fault[1][2] = HF::None;
+  wait("node 1 did not see node 2 up again", [&] {
+    return c.node(1).engine().member_alive(2) && c.node(1).lease_valid(2);
+  });
+  // Within a heartbeat period of node 2's (the flag is read by its heartbeat thread).
+  auto until = std::chrono::steady_clock::now() + 1s;
+  while (c.node(2).member_dead(1) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(10ms);
+  BOOST_TEST(!c.node(2).member_dead(1), "node 1, heard from, is still taken for dead");
+  Grant g = acquire(c.node(1), 1, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+  Pending w;
+  w.start(c.node(2), 2, name, Mode::Exclusive);
+  // A recovery at node 2 (N-CoSED, DQNL; SRSL has none): node 3's answers lost until node 2
+  // takes it for down.
+  const uint64_t recoveries = c.node(2).engine().counters().recoveries;
+  c.hb_fault[2][3] = HF::DropAnswer;
+  wait("node 2 did not take node 3 for down", [&] { return !c.node(2).engine().member_alive(3); });
+  if (c.algorithm != "srsl")
+    wait("node 2 ran no recovery", [&] { return c.node(2).engine().counters().recoveries > recoveries; });
+  c.hb_fault[2][3] = HF::None;
+  BOOST_TEST(!w.ready(1500ms), "node 2's waiter was granted while node 1 held the lock");
+  BOOST_TEST(c.node(1).lease_valid(2), "node 1's lease on the home lapsed (the test's premise)");
+  c.hb_fault[2][1] = HF::None;
+  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
+  BOOST_REQUIRE_MESSAGE(w.ready(10s), "node 2's waiter was not granted after node 1's release");
+  Grant g2 = w.f.get();
+  BOOST_REQUIRE_MESSAGE(g2.status == Status::Ok, g2.message);
+  BOOST_TEST(g2.token > g.token);
+  BOOST_TEST(c.node(2).engine().release(2, g2.hold) == Status::Ok);
+  BOOST_TEST(c.revocations.load() == 0);
 }
