@@ -399,7 +399,7 @@ void Lockd::send(uint32_t rank, const std::vector<uint8_t>& msg) {
     opts_.log(fabric::LogLevel::Warn,
               "LOCKD0021 " + std::to_string(p.outbox.size()) + " messages to member " +
                   std::to_string(rank) + " (" + p.name + ") wait for its acknowledgement; they "
-                  "are kept until it acknowledges them or is declared down");
+                  "are kept until it acknowledges them or restarts");
   flush_locked(p, false, SIZE_MAX);
 }
 
@@ -585,7 +585,7 @@ void Lockd::heartbeat_loop() {
                                     (err.empty() ? "" : " (" + err + ")");
         p.up = false;
         p.why_down = why;
-        reset_connections(p);
+        reset_connections(p, false);
         log(fabric::LogLevel::Warn, "LOCKD0031 member " + std::to_string(r) + " (" + p.name +
                                         ") is down: " + why +
                                         "; its holds are released and the locks it was home of "
@@ -656,17 +656,23 @@ void Lockd::warm_connections(Peer& p) {
   }
 }
 
-void Lockd::reset_connections(Peer& p) {
+void Lockd::reset_connections(Peer& p, bool restarted) {
   {
     std::lock_guard lk(p.msg_mu);
     p.msg.reset();
     p.msg_retry_at = {};
-    // What it has not acknowledged is dropped: it is down (or restarted), and the recoveries
-    // repair what it missed. A new stream: it can tell what comes next from what was in flight.
-    p.outbox.clear();
-    p.unsent = 0;
-    ++p.out_stream;
-    p.out_seq = 0;
+    p.unsent = 0;  // what it has not acknowledged goes again, in order, on a new connection
+    // Restarted: its old process is gone with what it had delivered, and the recoveries repair
+    // what it missed; a new stream. Only down (same process): the messages are kept and sent
+    // once it answers again. They used to be dropped here too, but the recoveries repair only
+    // the locks homed at this node or at the member: a hand-off to its record in the queue of a
+    // lock homed at a third node was lost, and that lock waited until one of them restarted
+    // (issue 33, nemesis; test a_hand_off_to_a_member_that_was_down_is_delivered_when_it_is_up).
+    if (restarted) {
+      p.outbox.clear();
+      ++p.out_stream;
+      p.out_seq = 0;
+    }
   }
   {
     std::lock_guard lk(p.ops_mu);
@@ -696,7 +702,7 @@ Lockd::Incarnation Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) 
   const bool restart = p.incarnation != 0;
   p.incarnation = incarnation;
   if (!restart) return Incarnation::Current;
-  reset_connections(p);
+  reset_connections(p, true);
   const std::string why = "it restarted (new incarnation)";
   if (opts_.log)
     opts_.log(fabric::LogLevel::Warn,

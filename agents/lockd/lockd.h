@@ -117,7 +117,9 @@ class Lockd final : public dlm::Network {
   // (its kernel may still be sending what it had queued): the caller drops it. Takes mu_.
   enum class Incarnation { Current, Restarted, Old };
   Incarnation note_incarnation(uint32_t rank, uint64_t incarnation);
-  void reset_connections(Peer& p);
+  // Its connections are replaced at the next use. restarted: its messages not acknowledged are
+  // dropped and a new stream begins; else they are kept and sent again, in order.
+  void reset_connections(Peer& p, bool restarted);
   // Heard from (it called our heartbeat) within the last lease: not dead. Needs mu_.
   bool heard_within_lease(const Peer& p, std::chrono::steady_clock::time_point now) const;
   // The member answered a heartbeat: opens the connections for messages and one-sided operations

@@ -66,6 +66,8 @@ struct Cluster {
   // hb_fault[from][to]: LockdOptions::heartbeat_fault of node `from`'s heartbeats to `to`.
   using HeartbeatFault = tierce::lockd::LockdOptions::HeartbeatFault;
   std::atomic<HeartbeatFault> hb_fault[8][8] = {};
+  // vanish[from][to]: every dlm.msg write of node `from` to `to` vanishes (Loss::Vanish).
+  std::atomic<bool> vanish[8][8] = {};
   std::mutex rev_mu;
   std::vector<std::pair<uint64_t, uint64_t>> revoked;  // (owner, hold)
 
@@ -107,8 +109,9 @@ struct Cluster {
       // Called from the lockd's threads: not through Boost.Test (tierce_test::thread_message).
       if (l >= tierce::fabric::LogLevel::Warn) tierce_test::thread_message(std::string(s));
     };
-    o.lose_message = [this](uint32_t) {
+    o.lose_message = [this, rank](uint32_t to) {
       using Loss = tierce::lockd::LockdOptions::Loss;
+      if (to < 8 && vanish[rank][to]) return Loss::Vanish;
       const int k = lose_every.load();
       if (k <= 0 || ++writes % uint64_t(k) != 0) return Loss::None;
       // Alternately a write that fails and one that vanishes after it seemed to succeed.
@@ -791,4 +794,46 @@ BOOST_AUTO_TEST_CASE(a_member_heard_again_is_asked_by_the_census_before_it_answe
   BOOST_TEST(g2.token > g.token);
   BOOST_TEST(c.node(2).engine().release(2, g2.hold) == Status::Ok);
   BOOST_TEST(c.revocations.load() == 0);
+}
+
+// Issue 33 (a 3 s stall in the nemesis): a lockd that takes a member for down (its answers
+// lost) used to drop every message queued for it, on the grounds that the recoveries repair what
+// it missed. They repair the locks homed at the two nodes only: a hand-off from node 1's hold to
+// node 2's entry in the queue of a lock homed at node 3 was lost, node 2 stayed alive, and the
+// lock waited for ever. The messages are kept and sent once the member answers again.
+BOOST_AUTO_TEST_CASE(a_hand_off_to_a_member_that_was_down_is_delivered_when_it_is_up) {
+  using HF = tierce::lockd::LockdOptions::HeartbeatFault;
+  Cluster c(3, 1000);
+  const std::string name = c.name_homed_at(3, "handoff");
+  auto wait = [](const char* what, auto cond) {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (!cond()) {
+      BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, what);
+      std::this_thread::sleep_for(10ms);
+    }
+  };
+  Grant g = acquire(c.node(1), 1, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+  Pending w;
+  w.start(c.node(2), 2, name, Mode::Exclusive);  // no timeout: only a grant ends it
+  std::this_thread::sleep_for(200ms);             // queued behind node 1's hold
+  BOOST_REQUIRE(!w.ready());
+  // Node 1's messages to node 2 vanish and its heartbeats' answers from node 2 are lost; node 1
+  // releases (the hand-off to node 2 vanishes) and then takes node 2 for down.
+  c.vanish[1][2] = true;
+  c.hb_fault[1][2] = HF::DropAnswer;
+  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
+  wait("node 1 did not take node 2 for down", [&] { return !c.node(1).engine().member_alive(2); });
+  c.vanish[1][2] = false;
+  c.hb_fault[1][2] = HF::None;
+  wait("node 1 did not see node 2 up again", [&] { return c.node(1).engine().member_alive(2); });
+  BOOST_REQUIRE_MESSAGE(w.ready(5s), "node 2 was never granted the lock node 1 released");
+  Grant g2 = w.f.get();
+  BOOST_REQUIRE_MESSAGE(g2.status == Status::Ok, g2.message);
+  BOOST_TEST(g2.token > g.token);
+  BOOST_TEST(c.node(2).engine().release(2, g2.hold) == Status::Ok);
+  // The lock goes on.
+  Grant g3 = acquire(c.node(3), 3, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(g3.status == Status::Ok, g3.message);
+  BOOST_TEST(c.node(3).engine().release(3, g3.hold) == Status::Ok);
 }
