@@ -333,14 +333,18 @@ void LockEngine::start(Step& st, Request& r) {
     if (r.exclusive) start_exclusive(st, r);
     else start_shared(st, r);
   } catch (const std::exception& e) {
-    // No answer from the home: fail the request; the heartbeat declares the home down if it is.
-    // The operation may have executed at the home all the same (its answer lost or late, on a
-    // loaded machine): a CAS that made this ticket the tail, an FAA that counted this request
-    // into a group — and then the queue waits for a SUCCESSOR or a SHARED_REL nobody will send,
-    // the lock wedged for good (dlm_stress_dqnl_tcp in CI: a member's enqueue CAS went
-    // unanswered; its predecessor released and waited for its SUCCESSOR for ever, and every
-    // later request queued behind it). So the home is asked to recover its locks, as after a
-    // one-way lapse (SRSL_PURGE): the recovery rebuilds each queue from what the members hold.
+    // No answer from the home within the operation's deadline. The operation may have executed
+    // there all the same (its answer lost or late, on a loaded machine): a CAS that made this
+    // ticket the tail, an FAA that counted this request into a group — and then the queue waits
+    // for a SUCCESSOR or a SHARED_REL nobody will send, the lock wedged for good
+    // (dlm_stress_dqnl_tcp in CI). Retrying the operation blindly could not tell. So the home is
+    // asked to recover its locks, as after a one-way lapse (SRSL_PURGE): the recovery fences the
+    // word and rebuilds each queue from what the members hold — an orphan ticket or count is
+    // gone, a hold is never given twice. A slow home is not a dead home (issue 33): the request
+    // is kept, steps back as a request that was fenced, and starts again when the recovery
+    // resumes the members (RESUME), or after uncertain_release_delay (a lease in lockd) if no
+    // RESUME came. It fails with HomeDown only when the heartbeats declare the home down
+    // (member_down), and with Timeout at its own deadline, as any request.
     if (r.exclusive && r.ticket) erase_record(r.home, r.slot, r.ticket);
     r.ticket = 0;
     if (opts_.algorithm != cluster::LockAlgorithm::SRSL && r.home != opts_.self_rank &&
@@ -349,11 +353,15 @@ void LockEngine::start(Step& st, Request& r) {
       srsl_purge_due_[r.home] = true;
       timer_cv_.notify_one();
     }
-    ++counters_.home_down;
-    fail(st, r, Status::HomeDown,
-         "lock \"" + r.name + "\": the home (member " + std::to_string(r.home) +
-             ") did not answer: " + e.what());
-    drop_request(r);
+    if (counters_.unanswered_ops++ % 100 == 0)
+      log_line(opts_.log, fabric::LogLevel::Warn,
+               "DLM0307 lock \"" + r.name + "\": the home (member " + std::to_string(r.home) +
+                   ") did not answer an atomic operation (" + e.what() +
+                   "); it is asked to recover its locks and the request starts again after "
+                   "that (it fails with HomeDown only if the home is declared down)");
+    r.state = Request::State::Starting;
+    r.retry_at = Clock::now() + opts_.uncertain_release_delay;
+    timer_cv_.notify_one();
   }
 }
 
@@ -570,7 +578,7 @@ std::string LockEngine::status_text() {
   const auto& c = counters_;
   o << "counters: acquires " << c.acquires << ", grants " << c.grants << " (immediate "
     << c.immediate_grants << "), releases " << c.releases << ", timeouts " << c.timeouts
-    << ", would_block " << c.would_block << ", home_down " << c.home_down << ", revoked "
+    << ", would_block " << c.would_block << ", home_down " << c.home_down << ", unanswered_ops " << c.unanswered_ops << ", revoked "
     << c.revoked << ", cas_retries " << c.cas_retries << ", messages in/out " << c.messages_in
     << "/" << c.messages_out << ", stale " << c.stale_messages << ", malformed "
     << c.bad_messages << ", recoveries " << c.recoveries << ", renormalisations "

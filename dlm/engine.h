@@ -84,6 +84,9 @@ struct EngineCounters {
            would_block = 0, home_down = 0, revoked = 0, cas_retries = 0, messages_in = 0,
            messages_out = 0, stale_messages = 0, bad_messages = 0, recoveries = 0,
            renormalisations = 0;
+  // One-sided operations at a home that missed their deadline (the request waits for the home's
+  // recovery and starts again: LockEngine::start).
+  uint64_t unanswered_ops = 0;
 };
 
 // What status_text() reports besides the counters, as numbers (lockd's metrics).

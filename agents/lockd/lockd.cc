@@ -816,6 +816,10 @@ std::string Lockd::metrics_text() {
   m.counter("tierce_lockd_would_block_total", "Try-locks answered WouldBlock.", c.would_block);
   m.counter("tierce_lockd_home_down_total", "Requests failed because the lock's home was down.",
             c.home_down);
+  m.counter("tierce_lockd_unanswered_ops_total",
+            "Atomic operations at a home that missed their deadline (the request waited for the "
+            "home's recovery and started again).",
+            c.unanswered_ops);
   m.counter("tierce_lockd_revoked_total", "Holds revoked (LeaseLost).", c.revoked);
   m.counter("tierce_lockd_cas_retries_total", "Remote compare-and-swaps retried.",
             c.cas_retries);
