@@ -95,6 +95,14 @@ void LockEngine::deliver(Step& st, uint32_t rank, const Msg& m) {
   if (rank == opts_.self_rank) {
     st.inbox.push_back(m);
   } else {
+    // To a member taken for down: lockd keeps the message until it answers, but the link may
+    // stay cut while both reach the lock's home, whose queue waits for this message: that home
+    // recovers the lock (ask_recovery; lockd does the same for what was queued at the down).
+    if (opts_.algorithm != cluster::LockAlgorithm::SRSL && rank < alive_.size() && !alive_[rank] &&
+        m.home != rank && m.home != opts_.self_rank) {
+      purge_at(m.home);
+      ++counters_.recoveries_asked;
+    }
     Msg copy = m;
     copy.from = opts_.incarnation;
     copy.sender = uint16_t(opts_.self_rank);
@@ -347,12 +355,7 @@ void LockEngine::start(Step& st, Request& r) {
     // (member_down), and with Timeout at its own deadline, as any request.
     if (r.exclusive && r.ticket) erase_record(r.home, r.slot, r.ticket);
     r.ticket = 0;
-    if (opts_.algorithm != cluster::LockAlgorithm::SRSL && r.home != opts_.self_rank &&
-        r.home < srsl_floor_.size()) {
-      srsl_floor_[r.home] = std::max(srsl_floor_[r.home], next_id_);
-      srsl_purge_due_[r.home] = true;
-      timer_cv_.notify_one();
-    }
+    if (opts_.algorithm != cluster::LockAlgorithm::SRSL) purge_at(r.home);
     if (counters_.unanswered_ops++ % 100 == 0)
       log_line(opts_.log, fabric::LogLevel::Warn,
                "DLM0307 lock \"" + r.name + "\": the home (member " + std::to_string(r.home) +
@@ -578,7 +581,7 @@ std::string LockEngine::status_text() {
   const auto& c = counters_;
   o << "counters: acquires " << c.acquires << ", grants " << c.grants << " (immediate "
     << c.immediate_grants << "), releases " << c.releases << ", timeouts " << c.timeouts
-    << ", would_block " << c.would_block << ", home_down " << c.home_down << ", unanswered_ops " << c.unanswered_ops << ", revoked "
+    << ", would_block " << c.would_block << ", home_down " << c.home_down << ", unanswered_ops " << c.unanswered_ops << ", recoveries_asked " << c.recoveries_asked << ", revoked "
     << c.revoked << ", cas_retries " << c.cas_retries << ", messages in/out " << c.messages_in
     << "/" << c.messages_out << ", stale " << c.stale_messages << ", malformed "
     << c.bad_messages << ", recoveries " << c.recoveries << ", renormalisations "

@@ -87,6 +87,8 @@ struct EngineCounters {
   // One-sided operations at a home that missed their deadline (the request waits for the home's
   // recovery and starts again: LockEngine::start).
   uint64_t unanswered_ops = 0;
+  // ask_recovery() calls: messages about a home's locks queued for a member taken for down.
+  uint64_t recoveries_asked = 0;
 };
 
 // What status_text() reports besides the counters, as numbers (lockd's metrics).
@@ -139,6 +141,14 @@ class LockEngine final : public LocalLockService {
   // declared this node dead (a silence between lease - guard and lease), or a request this node
   // dropped may have reached it after it did (held by the network), and it must not keep them.
   void member_up(uint32_t rank);
+  // N-CoSED / DQNL: a message about a lock of `home` (a third node) was queued for a member
+  // this node took for down (lockd keeps it until the member answers — perhaps never, while the
+  // link between the two stays cut though both reach the home). A hand-off, grant or SUCCESSOR
+  // in it is what the lock's queue waits for: the home is asked to recover its locks
+  // (SRSL_PURGE), which rebuilds the queue from what the members hold. deliver() does the same
+  // for messages to a member already down. This node's own locks: lockd recovers them when a
+  // member goes down.
+  void ask_recovery(uint32_t home);
   bool member_alive(uint32_t rank) const;
   // Recovers every allocated slot of this home (docs/dlm.md "Recovery") that is not idle. Calls
   // the live members; `alive` says whether to keep waiting for a member's answer. Idle: released,
@@ -195,6 +205,9 @@ class LockEngine final : public LocalLockService {
   // SRSL
   void srsl_home(Step& st, const Msg& m);
   void srsl_grant_waiters(Step& st, uint32_t slot);
+  // Queues an SRSL_PURGE to `home` with a floor above every one sent before (the home acts only
+  // on a higher floor than the last it saw). Under mu_.
+  void purge_at(uint32_t home);
   void srsl_purge(Step& st, uint32_t rank, uint64_t floor);
   Msg srsl_msg(MsgType t, uint32_t home, uint32_t slot, uint64_t gen, uint64_t request) const;
   void handle_srsl_grant(Step& st, const Msg& m);

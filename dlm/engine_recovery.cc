@@ -62,13 +62,31 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
   }
   // Every request of this node on the member's locks is gone (below next_id_): SRSL tells the
   // home so, or it would keep the holds and waits it has of them (member_up).
-  srsl_floor_[rank] = next_id_;
+  // A floor of its own (next_id_ taken): a second give-up without a request in between used
+  // to send the same floor, which the home ignores (it acts on a higher one only) — and the
+  // records dropped the second time were never recovered.
+  srsl_floor_[rank] = next_id_++;
   const auto dropped_records =
       std::erase_if(records_, [&](const auto& kv) { return std::get<0>(kv.first) == rank; });
   if (!ids.empty() || dropped_records) gave_up_[rank] = true;
   std::erase_if(resolved_, [&](const auto& kv) { return kv.second.home == rank; });
   std::erase_if(last_word_, [&](const auto& kv) { return uint32_t(kv.first >> 32) == rank; });
   finish(lk, st);
+}
+
+void LockEngine::purge_at(uint32_t home) {
+  if (home == 0 || home >= srsl_floor_.size() || home == opts_.self_rank) return;
+  srsl_floor_[home] = std::max(srsl_floor_[home], next_id_++);
+  srsl_purge_due_[home] = true;
+  timer_cv_.notify_one();
+}
+
+void LockEngine::ask_recovery(uint32_t home) {
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) return;  // grants go home -> member only
+  std::lock_guard lk(mu_);
+  if (home == 0 || home > opts_.members || home == opts_.self_rank) return;
+  purge_at(home);
+  ++counters_.recoveries_asked;
 }
 
 void LockEngine::member_dead(uint32_t rank) {

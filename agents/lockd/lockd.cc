@@ -96,6 +96,18 @@ uint64_t load_le64(const uint8_t* p) {
   return v;
 }
 
+// Adds to `homes` the homes, other than `to` and `self`, of the locks the messages of a dlm.msg
+// body (its trailer aside) are about.
+void add_homes(std::span<const uint8_t> body, uint32_t to, uint32_t self,
+               std::vector<uint32_t>& homes) {
+  for (size_t at = 0; at + dlm::kMsgBytes <= body.size(); at += dlm::kMsgBytes) {
+    auto m = dlm::Msg::decode(body.subspan(at, dlm::kMsgBytes));
+    if (m && m->home != to && m->home != self &&
+        std::find(homes.begin(), homes.end(), m->home) == homes.end())
+      homes.push_back(m->home);
+  }
+}
+
 // Its connections to the lockd of `to`: `protection` the least it accepts, the same as its own
 // server imposes (LockdOptions::protection), and the server's spin. In a keyed cluster `to` must
 // prove it is that node (a lock table is compare-and-swapped only at its own home), and this
@@ -585,12 +597,20 @@ void Lockd::heartbeat_loop() {
                                     (err.empty() ? "" : " (" + err + ")");
         p.up = false;
         p.why_down = why;
+        // Messages about a third node's locks queued for it: that home recovers them (the
+        // link may stay cut while both reach it); this node's own locks are recovered below.
+        std::vector<uint32_t> homes;
+        {
+          std::lock_guard mlk(p.msg_mu);
+          for (const auto& o : p.outbox) add_homes(o.body, r, rank_, homes);
+        }
         reset_connections(p, false);
         log(fabric::LogLevel::Warn, "LOCKD0031 member " + std::to_string(r) + " (" + p.name +
                                         ") is down: " + why +
                                         "; its holds are released and the locks it was home of "
                                         "fail with HomeDown until it is back");
         engine_->member_down(r, why);
+        for (uint32_t h : homes) engine_->ask_recovery(h);
         recovery_needed_ = true;  // waits for its answers, or for it to be dead (below)
         cv_.notify_all();
       }

@@ -837,3 +837,35 @@ BOOST_AUTO_TEST_CASE(a_hand_off_to_a_member_that_was_down_is_delivered_when_it_i
   BOOST_REQUIRE_MESSAGE(g3.status == Status::Ok, g3.message);
   BOOST_TEST(c.node(3).engine().release(3, g3.hold) == Status::Ok);
 }
+
+// The same hand-off, but the link from node 1 to node 2 stays cut while both reach the lock's
+// home, node 3: the kept message cannot be delivered, and node 2 (alive, up at the home) waited
+// until the link healed. Node 1, taking node 2 for down with the hand-off still queued for it,
+// asks the home to recover the lock (LockEngine::ask_recovery): node 2 is granted by the home.
+BOOST_AUTO_TEST_CASE(a_hand_off_that_cannot_reach_a_live_member_is_recovered_by_the_home) {
+  using HF = tierce::lockd::LockdOptions::HeartbeatFault;
+  Cluster c(3, 1000);
+  const std::string name = c.name_homed_at(3, "handoff-cut");
+  Grant g = acquire(c.node(1), 1, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+  Pending w;
+  w.start(c.node(2), 2, name, Mode::Exclusive);  // no timeout: only a grant ends it
+  std::this_thread::sleep_for(200ms);
+  BOOST_REQUIRE(!w.ready());
+  c.vanish[1][2] = true;
+  c.hb_fault[1][2] = HF::DropAnswer;
+  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
+  BOOST_REQUIRE_MESSAGE(w.ready(10s), "node 2 was not granted while node 1's hand-off could not "
+                                      "reach it (the home did not recover the lock)");
+  Grant g2 = w.f.get();
+  BOOST_REQUIRE_MESSAGE(g2.status == Status::Ok, g2.message);
+  BOOST_TEST(g2.token > g.token);
+  if (c.algorithm != "srsl") BOOST_TEST(c.node(1).engine().counters().recoveries_asked > 0u);
+  BOOST_TEST(c.node(2).engine().release(2, g2.hold) == Status::Ok);
+  c.vanish[1][2] = false;
+  c.hb_fault[1][2] = HF::None;
+  Grant g3 = acquire(c.node(1), 3, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(g3.status == Status::Ok, g3.message);
+  BOOST_TEST(g3.token > g2.token);
+  BOOST_TEST(c.node(1).engine().release(3, g3.hold) == Status::Ok);
+}
