@@ -620,6 +620,19 @@ def main():
     for f, w in slow[:10]:
         print("    %s %s: %s" % (f["kind"], f["target"],
                                  "never" if w == float("inf") else "%.3f s" % w))
+    # Per kind of fault (docs/dlm.md "Faults, exactly" quotes these).
+    per_kind = {}
+    for f, w in rec:
+        per_kind.setdefault(f["kind"], []).append(w)
+    if per_kind:
+        print("  recovery by fault (s): %-16s %5s %7s %7s %7s" % ("kind", "n", "p50", "p99", "max"))
+        for kind, ws in sorted(per_kind.items()):
+            fin = [w for w in ws if w != float("inf")]
+            never = len(ws) - len(fin)
+            print("                         %-16s %5d %7s %7s %7s%s" % (
+                kind, len(ws), "%.3f" % pct(fin, 50) if fin else "-",
+                "%.3f" % pct(fin, 99) if fin else "-", "%.3f" % max(fin) if fin else "-",
+                " (never: %d)" % never if never else ""))
     st = nem.stalls()
     print("  stalls (a lock granted to nobody for > 2 leases + 0.5 s, no fault near): %d" % len(st))
     for gap, lock, at in st[:10]:
