@@ -66,6 +66,15 @@
  *   -DJUMP=1              a recovery jump smaller than the grants since K was written.
  *   -DLATE_OPS            a crashed incarnation's posted release batch may still execute at the
  *                         home at any later time, also after the recovery.
+ *   -DLOST_ANSWER         (issue 33) one member's enqueue CAS executes at the home but its answer
+ *                         is lost (a deadline missed: a loaded machine, a slow home). As
+ *                         dlm/engine.cc does now: the member drops the ticket's record, asks the
+ *                         home to recover (SRSL_PURGE -> recovery_needed) and the request steps
+ *                         back (Starting) -- a slow home is not a dead home. Must pass: every
+ *                         request granted, no violation.
+ *   -DENGINE_HOMEDOWN     with LOST_ANSWER: the engine's first logic: the request fails with
+ *                         HomeDown and nothing else happens. Spin finds the wedge (the orphan
+ *                         ticket is the tail: nobody behind it is ever granted).
  *   -DPROBE=k             reachability probe: the branch marked PROBE_AT(k) asserts false.
  */
 
@@ -109,7 +118,11 @@
 #ifndef SPURIOUS
 #define SPURIOUS 0
 #endif
+#ifdef LOST_ANSWER
+#define MAXREC  (2 + SPURIOUS)          /* recoveries: the crash's, the lost answer's, spurious */
+#else
 #define MAXREC  (1 + SPURIOUS)          /* recoveries: the crash's and the spurious ones */
+#endif
 #ifndef S
 #define S       (R * (1 + MAXREC))      /* tickets per node: one per start of a request */
 #endif
@@ -214,6 +227,9 @@ byte rnh;           /* holds reported to the running recovery */
 byte rtop;          /* highest token reported */
 byte rhout[MAXREC]; /* recovery ticket j: reported holders still holding */
 byte ncrash;        /* lockd crashes so far (at most one) */
+#ifdef LOST_ANSWER
+byte nlost;         /* enqueue CASes whose answer was lost (at most one) */
+#endif
 byte xnode;         /* the node that restarted */
 #ifdef LATE_OPS
 byte obt;           /* the dead incarnation's release batch: ticket, state, K, count */
@@ -1133,7 +1149,21 @@ proctype node(byte me)
        :: Wtail == FENCE ->                  /* never CAS over a FENCE: back off */
             printf("n%d: exclusive E%d: W is FENCE: backs off (Starting)\n", me, E);
             PROBE_AT(6); drop(E); rgen[E] = 0; E = 0; st = XSTART
-       :: else ->
+#ifdef LOST_ANSWER
+       :: Wtail != FENCE && nlost == 0 && me != HOME ->
+            /* the CAS executes at the home; its answer is lost (the operation's deadline) */
+            printf("n%d: exclusive E%d: CAS W=[%d|E%d|%d] -> [0|E%d|0] executes, ANSWER LOST\n", me, E, Wrel, Wtail, Wcnt, E);
+            Wrel = 0; Wtail = E; Wcnt = 0; nlost++;
+            drop(E); rgen[E] = 0; E = 0;      /* start()'s catch: erase_record */
+#ifdef ENGINE_HOMEDOWN
+            printf("n%d: the request fails with HomeDown\n", me);
+            i++; st = IDLE
+#else
+            printf("n%d: asks the home to recover; the request steps back (Starting)\n", me);
+            need_rec = 1; st = XSTART
+#endif
+#endif
+       :: Wtail != FENCE ->
 #endif
        /* the CAS that succeeds (a failed one only reads W, see README) */
        printf("n%d: exclusive E%d: CAS W=[%d|E%d|%d] -> [0|E%d|0]\n", me, E, Wrel, Wtail, Wcnt, E);
