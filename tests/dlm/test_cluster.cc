@@ -181,6 +181,31 @@ struct Pending {
   bool ready(std::chrono::milliseconds w = 0ms) { return f.wait_for(w) == std::future_status::ready; }
 };
 
+// Waits up to 10 s for `cond`; fails the test with `what` if it never holds.
+template <class Cond>
+void wait_until(const char* what, Cond cond) {
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (!cond()) {
+    BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, what);
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+// Node 1 holds `name`, node 2 queues behind it (no timeout: only a grant ends it); then node 1's
+// messages to node 2 vanish and its heartbeats' answers from node 2 are lost, and node 1
+// releases: the hand-off to node 2 vanishes, and node 1 takes node 2 for down next.
+Grant hand_off_into_a_cut(Cluster& c, const std::string& name, Pending& w) {
+  Grant g = acquire(c.node(1), 1, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+  w.start(c.node(2), 2, name, Mode::Exclusive);
+  std::this_thread::sleep_for(200ms);  // queued behind node 1's hold
+  BOOST_REQUIRE(!w.ready());
+  c.vanish[1][2] = true;
+  c.hb_fault[1][2] = tierce::lockd::LockdOptions::HeartbeatFault::DropAnswer;
+  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
+  return g;
+}
+
 }  // namespace
 
 // A lockd opens its message and one-sided-operation connections to a member as soon as the member
@@ -750,21 +775,14 @@ BOOST_AUTO_TEST_CASE(a_member_heard_again_is_asked_by_the_census_before_it_answe
   using HF = tierce::lockd::LockdOptions::HeartbeatFault;
   Cluster c(3, 1000);
   const std::string name = c.name_homed_at(2, "returning");
-  auto wait = [](const char* what, auto cond) {
-    auto until = std::chrono::steady_clock::now() + 10s;
-    while (!cond()) {
-      BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, what);
-      std::this_thread::sleep_for(10ms);
-    }
-  };
   // Node 1 goes silent to node 2, and node 2 gets no answers from it: dead at node 2.
   c.hb_fault[1][2] = HF::Skip;
   c.hb_fault[2][1] = HF::DropAnswer;
-  wait("node 2 did not declare node 1 dead", [&] { return c.node(2).member_dead(1); });
+  wait_until("node 2 did not declare node 1 dead", [&] { return c.node(2).member_dead(1); });
   // Node 1 heartbeats node 2 again (answered: its lease on node 2 is valid); its answers to node
   // 2's heartbeats are still lost.
   c.hb_fault[1][2] = HF::None;
-  wait("node 1 did not see node 2 up again", [&] {
+  wait_until("node 1 did not see node 2 up again", [&] {
     return c.node(1).engine().member_alive(2) && c.node(1).lease_valid(2);
   });
   // Within a heartbeat period of node 2's (the flag is read by its heartbeat thread).
@@ -780,9 +798,9 @@ BOOST_AUTO_TEST_CASE(a_member_heard_again_is_asked_by_the_census_before_it_answe
   // takes it for down.
   const uint64_t recoveries = c.node(2).engine().counters().recoveries;
   c.hb_fault[2][3] = HF::DropAnswer;
-  wait("node 2 did not take node 3 for down", [&] { return !c.node(2).engine().member_alive(3); });
+  wait_until("node 2 did not take node 3 for down", [&] { return !c.node(2).engine().member_alive(3); });
   if (c.algorithm != "srsl")
-    wait("node 2 ran no recovery", [&] { return c.node(2).engine().counters().recoveries > recoveries; });
+    wait_until("node 2 ran no recovery", [&] { return c.node(2).engine().counters().recoveries > recoveries; });
   c.hb_fault[2][3] = HF::None;
   BOOST_TEST(!w.ready(1500ms), "node 2's waiter was granted while node 1 held the lock");
   BOOST_TEST(c.node(1).lease_valid(2), "node 1's lease on the home lapsed (the test's premise)");
@@ -805,28 +823,12 @@ BOOST_AUTO_TEST_CASE(a_hand_off_to_a_member_that_was_down_is_delivered_when_it_i
   using HF = tierce::lockd::LockdOptions::HeartbeatFault;
   Cluster c(3, 1000);
   const std::string name = c.name_homed_at(3, "handoff");
-  auto wait = [](const char* what, auto cond) {
-    auto until = std::chrono::steady_clock::now() + 10s;
-    while (!cond()) {
-      BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, what);
-      std::this_thread::sleep_for(10ms);
-    }
-  };
-  Grant g = acquire(c.node(1), 1, name, Mode::Exclusive, 5000ms);
-  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
   Pending w;
-  w.start(c.node(2), 2, name, Mode::Exclusive);  // no timeout: only a grant ends it
-  std::this_thread::sleep_for(200ms);             // queued behind node 1's hold
-  BOOST_REQUIRE(!w.ready());
-  // Node 1's messages to node 2 vanish and its heartbeats' answers from node 2 are lost; node 1
-  // releases (the hand-off to node 2 vanishes) and then takes node 2 for down.
-  c.vanish[1][2] = true;
-  c.hb_fault[1][2] = HF::DropAnswer;
-  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
-  wait("node 1 did not take node 2 for down", [&] { return !c.node(1).engine().member_alive(2); });
+  const Grant g = hand_off_into_a_cut(c, name, w);
+  wait_until("node 1 did not take node 2 for down", [&] { return !c.node(1).engine().member_alive(2); });
   c.vanish[1][2] = false;
   c.hb_fault[1][2] = HF::None;
-  wait("node 1 did not see node 2 up again", [&] { return c.node(1).engine().member_alive(2); });
+  wait_until("node 1 did not see node 2 up again", [&] { return c.node(1).engine().member_alive(2); });
   BOOST_REQUIRE_MESSAGE(w.ready(5s), "node 2 was never granted the lock node 1 released");
   Grant g2 = w.f.get();
   BOOST_REQUIRE_MESSAGE(g2.status == Status::Ok, g2.message);
@@ -846,15 +848,8 @@ BOOST_AUTO_TEST_CASE(a_hand_off_that_cannot_reach_a_live_member_is_recovered_by_
   using HF = tierce::lockd::LockdOptions::HeartbeatFault;
   Cluster c(3, 1000);
   const std::string name = c.name_homed_at(3, "handoff-cut");
-  Grant g = acquire(c.node(1), 1, name, Mode::Exclusive, 5000ms);
-  BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
   Pending w;
-  w.start(c.node(2), 2, name, Mode::Exclusive);  // no timeout: only a grant ends it
-  std::this_thread::sleep_for(200ms);
-  BOOST_REQUIRE(!w.ready());
-  c.vanish[1][2] = true;
-  c.hb_fault[1][2] = HF::DropAnswer;
-  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::Ok);
+  const Grant g = hand_off_into_a_cut(c, name, w);
   BOOST_REQUIRE_MESSAGE(w.ready(10s), "node 2 was not granted while node 1's hand-off could not "
                                       "reach it (the home did not recover the lock)");
   Grant g2 = w.f.get();
