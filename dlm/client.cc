@@ -134,6 +134,10 @@ struct LockClient::Impl {
   std::deque<Revocation> revocations;
   bool ev_signalled = false;
   std::unordered_set<uint64_t> holds;  // live holds: revoked (synthesised) if the connection dies
+  // Holds lockd revoked (REVOKED) whose revocation the caller has not taken yet: lockd keeps
+  // them held at their home until this library acknowledges (an UNLOCK of the hold, sent when
+  // revoked()/next_revoked() hands the revocation over, or unlock() answers NotHeld for it).
+  std::unordered_set<uint64_t> unacked;
   std::vector<uint64_t> orphans;       // granted after their caller gave up: to release
   bool dead = false;
   Status dead_status = Status::Internal;
@@ -165,6 +169,7 @@ struct LockClient::Impl {
     for (uint64_t h : holds)
       revocations.push_back({h, "the connection to lockd is lost: " + dead_message});
     holds.clear();
+    unacked.clear();  // lockd releases what the connection held when it closes
     signal_event();
     // The socket stays readable (EOF) forever: keep it out of event_fd's set.
     ::epoll_ctl(ep.get(), EPOLL_CTL_DEL, sock.get(), nullptr);
@@ -194,6 +199,10 @@ struct LockClient::Impl {
   void flush_orphans();
   // UNLOCK, one-way (NOREPLY). Throws LockError when the frame cannot be sent.
   void send_unlock(uint64_t hold);
+  // The caller now knows these holds are revoked: acknowledge those lockd revoked (UNLOCK,
+  // one-way; lockd answers nothing and lets their home hand the locks on). Best effort: a
+  // connection that is gone released them anyway.
+  void acknowledge(const std::vector<uint64_t>& revoked);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -211,6 +220,7 @@ void LockClient::Impl::dispatch(const uint8_t* b, size_t n) {
   }
   if (auto* ev_ = std::get_if<ipc::RevokedEvent>(&*e)) {
     holds.erase(ev_->hold);
+    unacked.insert(ev_->hold);
     revocations.push_back({ev_->hold, std::move(ev_->why)});
     signal_event();
     return;
@@ -469,6 +479,20 @@ void LockClient::Impl::send_unlock(uint64_t hold) {
   send_frame(f, deadline_after(kOpTimeout));
 }
 
+void LockClient::Impl::acknowledge(const std::vector<uint64_t>& revoked) {
+  for (uint64_t h : revoked) {
+    {
+      std::lock_guard lk(mu);
+      if (dead || unacked.erase(h) == 0) continue;
+    }
+    try {
+      send_unlock(h);
+    } catch (const LockError&) {
+      return;  // the connection is gone: lockd released everything it held
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // LockClient
 
@@ -605,14 +629,22 @@ std::optional<HeldLock> LockClient::try_lock(const std::string& name, Mode mode)
 void LockClient::unlock(uint64_t hold) {
   Impl& m = *impl_;
   m.drain();
+  bool held, revoked;
   {
     std::lock_guard lk(m.mu);
     if (m.dead) throw LockError(m.dead_status, m.dead_message);
-    if (m.holds.erase(hold) == 0)
-      throw LockError(
-          Status::NotHeld,
-          "unlock of hold " + std::to_string(hold) +
-              ": not held by this client (unlocked already, or revoked: see revoked())");
+    held = m.holds.erase(hold) != 0;
+    revoked = !held && m.unacked.count(hold) != 0;
+  }
+  if (!held) {
+    // Revoked by lockd: the caller learns it here, and stops using it (acknowledged; the
+    // revocation is still reported by revoked()).
+    if (revoked) m.acknowledge({hold});
+    throw LockError(Status::NotHeld,
+                    "unlock of hold " + std::to_string(hold) +
+                        (revoked ? ": revoked by lockd (see revoked())"
+                                 : ": not held by this client (unlocked already, or revoked: "
+                                   "see revoked())"));
   }
   m.flush_orphans();
   m.send_unlock(hold);
@@ -621,22 +653,32 @@ void LockClient::unlock(uint64_t hold) {
 std::vector<Revocation> LockClient::revoked() {
   Impl& m = *impl_;
   m.drain();
-  std::lock_guard lk(m.mu);
-  std::vector<Revocation> out(std::make_move_iterator(m.revocations.begin()),
-                              std::make_move_iterator(m.revocations.end()));
-  m.revocations.clear();
-  m.clear_event_if_empty();
+  std::vector<Revocation> out;
+  {
+    std::lock_guard lk(m.mu);
+    out.assign(std::make_move_iterator(m.revocations.begin()),
+               std::make_move_iterator(m.revocations.end()));
+    m.revocations.clear();
+    m.clear_event_if_empty();
+  }
+  std::vector<uint64_t> holds;
+  for (const auto& r : out) holds.push_back(r.hold);
+  m.acknowledge(holds);  // handed over: the caller knows
   return out;
 }
 
 std::optional<Revocation> LockClient::next_revoked() {
   Impl& m = *impl_;
   m.drain();
-  std::lock_guard lk(m.mu);
-  if (m.revocations.empty()) return std::nullopt;
-  Revocation r = std::move(m.revocations.front());
-  m.revocations.pop_front();
-  m.clear_event_if_empty();
+  std::optional<Revocation> r;
+  {
+    std::lock_guard lk(m.mu);
+    if (m.revocations.empty()) return std::nullopt;
+    r = std::move(m.revocations.front());
+    m.revocations.pop_front();
+    m.clear_event_if_empty();
+  }
+  m.acknowledge({r->hold});
   return r;
 }
 

@@ -101,6 +101,10 @@ class LockClient {
   // Revocations received so far and not yet taken. Reads the frames already waiting on the
   // socket first, without blocking. When the connection to lockd is lost, every hold still
   // live is reported here once (why: "the connection to lockd is lost: ...").
+  // Taking a revocation acknowledges it to lockd (as unlock() of a revoked hold does): the
+  // caller promises to stop using the hold. Until then (or lease_ms) lockd keeps the lock held
+  // at its home, so nobody else is granted it while this process may still use it. Call it
+  // promptly when event_fd() polls readable.
   std::vector<Revocation> revoked();
   // The same, one at a time (what the C API uses); nullopt when none waits.
   std::optional<Revocation> next_revoked();

@@ -18,6 +18,7 @@ namespace tierce::dlm {
 LockEngine::LockEngine(EngineOptions opts, std::span<uint8_t> table, Network& net)
     : opts_(std::move(opts)), table_(table), net_(net), records_lost_(opts_.members + 1, false),
       srsl_floor_(opts_.members + 1, 0), srsl_purge_due_(opts_.members + 1, false),
+      srsl_held_floor_(opts_.members + 1, 0),
       gave_up_(opts_.members + 1, false),
       srsl_purged_(opts_.members + 1, 0),
       alive_(opts_.members + 1, true) {
@@ -66,6 +67,7 @@ EngineGauges LockEngine::gauges() const {
   g.lock_slots = opts_.lock_slots;
   for (auto& [id, r] : requests_) {
     if (r->state == Request::State::Held) ++g.held;
+    else if (r->state == Request::State::Revoked) ++g.revoked;
     else ++g.waiting;
   }
   g.records = records_.size();
@@ -293,10 +295,16 @@ void LockEngine::acquire(OwnerId owner, const std::string& name, Mode mode,
 Status LockEngine::release(OwnerId owner, HoldId hold) {
   std::unique_lock lk(mu_);
   auto it = requests_.find(hold);
-  if (it == requests_.end() || it->second->owner != owner ||
-      it->second->state != Request::State::Held)
-    return Status::NotHeld;
+  if (it == requests_.end() || it->second->owner != owner) return Status::NotHeld;
   Step st;
+  if (it->second->state == Request::State::Revoked) {
+    // The client read the revocation (the library acknowledges it with this UNLOCK): it no
+    // longer uses the hold, the home may hand the lock on. Still NotHeld to the caller.
+    end_revoked(st, *it->second, true);
+    finish(lk, st);
+    return Status::NotHeld;
+  }
+  if (it->second->state != Request::State::Held) return Status::NotHeld;
   ++counters_.releases;
   release_request(st, *it->second);
   finish(lk, st);
@@ -319,6 +327,7 @@ void LockEngine::owner_gone(OwnerId owner) {
       case Request::State::Waiting: r.state = Request::State::Ghost; break;
       case Request::State::Starting: drop_request(r); break;
       case Request::State::Ghost: break;
+      case Request::State::Revoked: end_revoked(st, r, true); break;
     }
   }
   finish(lk, st);
@@ -510,6 +519,10 @@ void LockEngine::timer_loop() {
       if (it == requests_.end()) continue;
       Request& r = *it->second;
       bool expired = r.has_deadline && now >= r.deadline && r.owner != 0;
+      if (r.state == Request::State::Revoked) {
+        if (now >= r.revoked_until) end_revoked(st, r, false);
+        continue;
+      }
       if (r.state == Request::State::Waiting && expired) {
         ++counters_.timeouts;
         fail(st, r, Status::Timeout,
@@ -571,18 +584,24 @@ std::string LockEngine::status_text() {
   for (uint32_t r = 1; r <= opts_.members; ++r) o << " " << r << (alive_[r] ? "(up)" : "(DOWN)");
   o << "\n";
   o << "home locks: " << slots_.size() << " of " << opts_.lock_slots << " slots\n";
-  size_t held = 0, waiting = 0;
+  size_t held = 0, revoked = 0, waiting = 0;
   for (auto& [id, r] : requests_) {
     if (r->state == Request::State::Held) ++held;
+    else if (r->state == Request::State::Revoked) ++revoked;
     else ++waiting;
   }
+  // The first two fields are read by tierce-dlm-bench: keep their place.
   o << "local holds: " << held << ", waiting/withdrawn: " << waiting
+    << ", revoked (awaiting the client): " << revoked
     << ", queue records: " << records_.size() << "\n";
   const auto& c = counters_;
   o << "counters: acquires " << c.acquires << ", grants " << c.grants << " (immediate "
     << c.immediate_grants << "), releases " << c.releases << ", timeouts " << c.timeouts
-    << ", would_block " << c.would_block << ", home_down " << c.home_down << ", unanswered_ops " << c.unanswered_ops << ", recoveries_asked " << c.recoveries_asked << ", revoked "
-    << c.revoked << ", cas_retries " << c.cas_retries << ", messages in/out " << c.messages_in
+    << ", would_block " << c.would_block << ", home_down " << c.home_down << ", unanswered_ops "
+    << c.unanswered_ops << ", recoveries_asked " << c.recoveries_asked << ", revoked "
+    << c.revoked << " (acknowledged " << c.revocations_acknowledged << ", not within "
+    << opts_.revoke_wait.count() << " ms " << c.revocations_unacknowledged << "), cas_retries "
+    << c.cas_retries << ", messages in/out " << c.messages_in
     << "/" << c.messages_out << ", stale " << c.stale_messages << ", malformed "
     << c.bad_messages << ", recoveries " << c.recoveries << ", renormalisations "
     << c.renormalisations << "\n";
@@ -614,7 +633,7 @@ std::string LockEngine::status_text() {
       << " holders-outstanding " << rec->holders_outstanding << "\n";
   shown = 0;
   for (const auto& [id, r] : requests_) {
-    static const char* const kState[] = {"starting", "waiting", "held", "ghost"};
+    static const char* const kState[] = {"starting", "waiting", "held", "ghost", "revoked"};
     if (!room()) continue;
     o << "request " << id << " \"" << r->name << "\" home " << r->home << "/" << r->slot
       << " gen " << r->gen << " " << kState[int(r->state)] << (r->exclusive ? " X" : " S")

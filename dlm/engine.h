@@ -62,6 +62,12 @@ struct EngineOptions {
   // After a release batch got no answer (it may still execute), the hand-off waits this long
   // (lockd: lease_ms — a home that sits on a request longer is declared dead anyway).
   std::chrono::milliseconds uncertain_release_delay{1000};
+  // A hold this node revokes on its own (member_down: its lease on the home lapsed, or the home
+  // stopped answering) is reported to the home as held — by a census, and by nothing that says
+  // it is free (SRSL: no release, the floor held back) — until its client acknowledges the
+  // revocation (an UNLOCK of the hold), leaves, or this long has passed (lockd: lease_ms; a
+  // client frozen longer is protected by its token only). 0: released at the revocation.
+  std::chrono::milliseconds revoke_wait{1000};
   size_t max_requests = 1u << 20;               // local requests + holds
   // Until when this node holds a lease on `home`'s locks, in nanoseconds of the steady clock
   // (CLOCK_MONOTONIC; lockd: the last answered heartbeat's sending time + lease_ms - lease_ms/4).
@@ -89,6 +95,9 @@ struct EngineCounters {
   uint64_t unanswered_ops = 0;
   // ask_recovery() calls: messages about a home's locks queued for a member taken for down.
   uint64_t recoveries_asked = 0;
+  // Revoked holds that ended (released to the home): acknowledged by their client (or the
+  // client left), and those whose client did not acknowledge within revoke_wait.
+  uint64_t revocations_acknowledged = 0, revocations_unacknowledged = 0;
 };
 
 // What status_text() reports besides the counters, as numbers (lockd's metrics).
@@ -96,6 +105,7 @@ struct EngineGauges {
   size_t home_locks = 0;  // slots of this home's table in use
   size_t lock_slots = 0;  // of lock_slots
   size_t held = 0;        // this node's clients' holds
+  size_t revoked = 0;     // holds revoked, their client's acknowledgement awaited (Revoked)
   size_t waiting = 0;     // this node's requests not granted yet (or withdrawn, not finished)
   size_t records = 0;     // queue records kept for this node's requests
   uint32_t members = 0, members_alive = 0;  // this node included
@@ -121,12 +131,15 @@ class LockEngine final : public LocalLockService {
   std::vector<uint8_t> on_resolve(std::span<const uint8_t> body);
   std::vector<uint8_t> on_recover(std::span<const uint8_t> body);
 
-  // From the heartbeat logic. A member that went down, or came back as a new incarnation:
+  // From the heartbeat logic. A member that went down, or came back as a new incarnation
+  // (`restarted`):
   // - its locks (this node's requests on locks homed there) fail: holds revoked (LeaseLost),
-  //   waiters HomeDown, cached resolutions dropped;
+  //   waiters HomeDown, cached resolutions dropped. A revoked hold stays reported to the home
+  //   until its client acknowledged (EngineOptions::revoke_wait) — unless the home restarted:
+  //   its new incarnation knows none of the old one's holds;
   // - as a home, this node recovers every lock of its table that may involve the member
   //   (run by recover_all() on the caller's thread: it makes calls to the members).
-  void member_down(uint32_t rank, const std::string& why);
+  void member_down(uint32_t rank, const std::string& why, bool restarted = false);
   // The member is dead (not heard from for a whole lease), or restarted (a new incarnation): its
   // holds on this home's locks may be given away, and its queue records are gone (or may be).
   // SRSL forgets its holders and waiters here (and those a live member dropped when it gave
@@ -224,6 +237,10 @@ class LockEngine final : public LocalLockService {
   void rebuild_queue(const RecoverRequest& q, const std::vector<ReportedHold>& holds);
 
   void fail(Step& st, Request& r, Status s, const std::string& why);
+  // A Revoked hold ends (acknowledged, its client gone, or revoke_wait passed): the home is
+  // told (N-CoSED / DQNL: RecoveredRel if a census adopted it, else the recovery that
+  // member_up asks for; SRSL: SRSL_REL, and the floor held back for it).
+  void end_revoked(Step& st, Request& r, bool acknowledged);
   void drop_request(Request& r);
   uint64_t home_gen(uint32_t slot) const;
   Msg msg(MsgType t, const Request& r) const;
@@ -247,6 +264,9 @@ class LockEngine final : public LocalLockService {
   // home in every SRSL message (y) and in SRSL_PURGE when the home is up again (member_up).
   std::vector<uint64_t> srsl_floor_;
   std::vector<bool> srsl_purge_due_;  // SRSL_PURGE to send (member_up; the timer thread sends)
+  // SRSL, by home rank: the floor of a give-up that Revoked holds on that home's locks held
+  // back (it would drop them at the home); taken into srsl_floor_ when the last one ends.
+  std::vector<uint64_t> srsl_held_floor_;
   // N-CoSED / DQNL, as a member, by home rank: member_down dropped requests or queue records of
   // this node on that home's locks. The home's queues may still name them (a SUCCESSOR or
   // EXCL_GRANT to a record that is gone is dropped, a SHARED_REL never comes): unless the home

@@ -62,6 +62,12 @@ struct LockEngine::Request {
     Waiting,   // in the queue, waiting for a grant
     Held,      // granted to the client
     Ghost,     // withdrawn (timeout, client gone, internal) while in the queue: released on grant
+    // Held, and revoked by this node (member_down: its lease on the home lapsed, or the home is
+    // down), the client told LeaseLost — but the home may not know. Until the client
+    // acknowledges (UNLOCK of the hold), leaves, or revoke_wait passes, a census reports it held
+    // and nothing tells the home it is free: the home hands the lock on only once the client
+    // stopped using it (issue 33: a new holder granted before the old one read its revocation).
+    Revoked,
   };
   uint64_t id = 0;
   OwnerId owner = 0;
@@ -80,6 +86,7 @@ struct LockEngine::Request {
   bool has_deadline = false;
   Clock::time_point deadline{};
   Clock::time_point retry_at{};
+  Clock::time_point revoked_until{};  // Revoked: released to the home at the latest then
   std::function<void(const Grant&)> done;
 };
 

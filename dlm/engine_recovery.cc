@@ -37,7 +37,7 @@ void LockEngine::member_up(uint32_t rank) {
   }
 }
 
-void LockEngine::member_down(uint32_t rank, const std::string& why) {
+void LockEngine::member_down(uint32_t rank, const std::string& why, bool restarted) {
   std::unique_lock lk(mu_);
   if (rank >= alive_.size() || rank == opts_.self_rank) return;
   alive_[rank] = false;
@@ -46,6 +46,7 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
   std::vector<uint64_t> ids;
   for (auto& [id, r] : requests_)
     if (r->home == rank) ids.push_back(id);
+  bool kept = false;  // Revoked holds left on the member's locks
   for (uint64_t id : ids) {
     Request& r = *requests_[id];
     if (r.state == Request::State::Held && r.owner != 0) {
@@ -53,7 +54,24 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
       st.revocations.emplace_back(r.owner, r.id,
                                   "the home of lock \"" + r.name + "\" (member " +
                                       std::to_string(rank) + ") is gone: " + why);
-    } else if (r.state != Request::State::Ghost && r.owner != 0) {
+      // The client reads the revocation when it reads it: until then it may use the hold, so
+      // the home must not give the lock on — which it would if this node said the hold is
+      // free (a census answer without it, SRSL's release or floor) while the home merely was
+      // slow (found by the nemesis, issue 33: a new holder granted 6-70 ms before the old one
+      // read its LeaseLost). Kept, reported held, until the client acknowledges. A restarted
+      // home knows none of its old holds: nothing to keep.
+      if (!restarted && opts_.revoke_wait.count() > 0) {
+        r.state = Request::State::Revoked;
+        r.revoked_until = Clock::now() + opts_.revoke_wait;
+        r.done = nullptr;
+        kept = true;
+        continue;
+      }
+    } else if (r.state == Request::State::Revoked && !restarted) {
+      kept = true;  // a second give-up: still awaiting its client
+      continue;
+    } else if (r.state != Request::State::Ghost && r.state != Request::State::Revoked &&
+               r.owner != 0) {
       ++counters_.home_down;
       fail(st, r, Status::HomeDown,
            "the home of lock \"" + r.name + "\" (member " + std::to_string(rank) + ") is gone: " + why);
@@ -65,13 +83,45 @@ void LockEngine::member_down(uint32_t rank, const std::string& why) {
   // A floor of its own (next_id_ taken): a second give-up without a request in between used
   // to send the same floor, which the home ignores (it acts on a higher one only) — and the
   // records dropped the second time were never recovered.
-  srsl_floor_[rank] = next_id_++;
+  // SRSL: a floor would drop the Revoked holds at the home too, so it waits for the last of
+  // them to end (end_revoked); grants of dropped requests meanwhile are released on arrival.
+  if (kept && opts_.algorithm == cluster::LockAlgorithm::SRSL) srsl_held_floor_[rank] = next_id_++;
+  else srsl_floor_[rank] = next_id_++;
   const auto dropped_records =
       std::erase_if(records_, [&](const auto& kv) { return std::get<0>(kv.first) == rank; });
   if (!ids.empty() || dropped_records) gave_up_[rank] = true;
   std::erase_if(resolved_, [&](const auto& kv) { return kv.second.home == rank; });
   std::erase_if(last_word_, [&](const auto& kv) { return uint32_t(kv.first >> 32) == rank; });
   finish(lk, st);
+}
+
+void LockEngine::end_revoked(Step& st, Request& r, bool acknowledged) {
+  const uint32_t home = r.home;
+  if (acknowledged) {
+    ++counters_.revocations_acknowledged;
+  } else {
+    ++counters_.revocations_unacknowledged;
+    log_line(opts_.log, fabric::LogLevel::Warn,
+             "DLM0308 lock \"" + r.name + "\" (member " + std::to_string(home) + "'s): hold " +
+                 std::to_string(r.id) + " was revoked " + std::to_string(opts_.revoke_wait.count()) +
+                 " ms ago and its client has not acknowledged it (frozen, or not reading its "
+                 "revocations?): released to the home; only its token (" +
+                 std::to_string(r.token) + ") protects a resource from it now");
+  }
+  if (opts_.algorithm == cluster::LockAlgorithm::SRSL) {
+    deliver(st, home, srsl_msg(MsgType::SrslRel, home, r.slot, r.gen, r.id));
+  } else if (r.recovered) {
+    deliver(st, home, msg(MsgType::RecoveredRel, r));
+  }
+  // N-CoSED / DQNL, not adopted by a census: member_down dropped its queue record and set
+  // gave_up_, so the home recovers the lock at member_up, and that census no longer finds it.
+  requests_.erase(r.id);
+  if (opts_.algorithm != cluster::LockAlgorithm::SRSL || srsl_held_floor_[home] == 0) return;
+  for (auto& [id, q] : requests_)
+    if (q->home == home && q->state == Request::State::Revoked) return;
+  srsl_floor_[home] = std::max(srsl_floor_[home], std::exchange(srsl_held_floor_[home], 0));
+  srsl_purge_due_[home] = true;
+  timer_cv_.notify_one();
 }
 
 void LockEngine::purge_at(uint32_t home) {
@@ -118,6 +168,7 @@ std::vector<uint8_t> LockEngine::on_recover(std::span<const uint8_t> body) {
     Request& r = *requests_[id];
     switch (r.state) {
       case Request::State::Held:
+      case Request::State::Revoked:  // its client may still use it (member_down)
         if (r.recovered && r.gen == q->new_gen) break;  // a repeated call: already adopted
         holds.push_back({r.exclusive ? Mode::Exclusive : Mode::Shared, r.token});
         r.recovered = true;

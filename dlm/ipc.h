@@ -42,7 +42,11 @@
 // - UNLOCK with NOREPLY gets no REPLY: the client does not wait for a release (as the shared
 //   release of docs/dlm.md, one-way). Frames of one connection are handled in order, so its next
 //   request sees the release; a hold revoked meanwhile is reported by REVOKED as always.
-// - REVOKED is unsolicited: lockd revoked that hold (LeaseLost); it is no longer held.
+// - REVOKED is unsolicited: lockd revoked that hold (LeaseLost); it is no longer held. The
+//   client acknowledges with an UNLOCK of that hold (NOREPLY; lockd would answer NotHeld) once
+//   its caller has been told: until then, or lease_ms, lockd keeps reporting the hold to the
+//   lock's home as held, so the home does not hand the lock on while the caller may still use
+//   it. A client that never acknowledges (older library) costs the lock lease_ms per revocation.
 // - Names are 1..kMaxNameBytes bytes without NUL; the decoder refuses others with BadName.
 //
 // Decoders are strict: a wrong size, a non-zero reserved field or flag, an unknown type or mode,

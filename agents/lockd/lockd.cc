@@ -213,6 +213,9 @@ Lockd::Lockd(cluster::Topology topo, std::string node, fabric::Secret secret, Lo
     return topo_.rank_of(topo_.lock_home_of(cluster::hash64(name)).name);
   };
   eo.uncertain_release_delay = std::chrono::milliseconds(topo_.dlm.lease_ms);
+  // A hold revoked on a lapse stays held at the home until its client read the revocation,
+  // a lease at most (EngineOptions::revoke_wait).
+  eo.revoke_wait = std::chrono::milliseconds(topo_.dlm.lease_ms);
   eo.lease_until = [this](uint32_t home) { return lease_until(home); };
   eo.request_recovery = [this] {
     {
@@ -728,7 +731,7 @@ Lockd::Incarnation Lockd::note_incarnation(uint32_t rank, uint64_t incarnation) 
     opts_.log(fabric::LogLevel::Warn,
               "LOCKD0033 member " + std::to_string(rank) + " (" + p.name + ") " + why +
                   ": its old holds are released, the holds on locks it was home of are revoked");
-  engine_->member_down(rank, why);
+  engine_->member_down(rank, why, /*restarted=*/true);
   engine_->member_dead(rank);  // the old incarnation is gone: its holds here with it
   p.up = false;
   p.why_down = why;
@@ -800,17 +803,10 @@ std::string Lockd::status_text() {
   return o.str();
 }
 
-std::string Lockd::metrics_text() {
-  base::Metrics m({{"node", node_}});
-  const auto g = engine_->gauges();
-  const auto c = engine_->counters();
-  m.gauge("tierce_lockd_info", "Always 1; the labels say which lockd this is.", uint64_t(1),
-          {{"version", TIERCE_VERSION},
-           {"algorithm", std::string(cluster::to_string(topo_.dlm.algorithm))}});
-  m.gauge("tierce_lockd_member_rank", "This lockd's rank among the members.", uint64_t(rank_));
-  m.gauge("tierce_lockd_epoch", "This lockd's restart counter (state_dir/epoch).", epoch_);
-  m.gauge("tierce_lockd_uptime_seconds", "Seconds since this lockd started.",
-          std::chrono::duration<double>(Clock::now() - started_).count());
+namespace {
+
+// The engine's gauges and counters (metrics_text).
+void engine_metrics(base::Metrics& m, const dlm::EngineGauges& g, const dlm::EngineCounters& c) {
   // The engine's view of the members (the one grants and recoveries go by).
   m.gauge("tierce_lockd_members", "Lock manager members, by state (this one included).",
           uint64_t(g.members_alive), {{"state", "up"}});
@@ -821,6 +817,8 @@ std::string Lockd::metrics_text() {
   m.gauge("tierce_lockd_home_lock_slots", "Slots of this home's lock table.",
           uint64_t(g.lock_slots));
   m.gauge("tierce_lockd_locks_held", "Holds of this node's clients.", uint64_t(g.held));
+  m.gauge("tierce_lockd_locks_revoked", "Holds revoked on a lapse, not acknowledged yet.",
+          uint64_t(g.revoked));
   m.gauge("tierce_lockd_locks_waiting",
           "Requests of this node's clients not granted yet (or withdrawn, not finished).",
           uint64_t(g.waiting));
@@ -841,6 +839,12 @@ std::string Lockd::metrics_text() {
             "home's recovery and started again).",
             c.unanswered_ops);
   m.counter("tierce_lockd_revoked_total", "Holds revoked (LeaseLost).", c.revoked);
+  const char* ended = "Holds revoked on a lapse, released to their home once their client "
+                      "acknowledged (or left), or after a lease without an acknowledgement.";
+  m.counter("tierce_lockd_revocations_ended_total", ended, c.revocations_acknowledged,
+            {{"acknowledged", "yes"}});
+  m.counter("tierce_lockd_revocations_ended_total", ended, c.revocations_unacknowledged,
+            {{"acknowledged", "no"}});
   m.counter("tierce_lockd_cas_retries_total", "Remote compare-and-swaps retried.",
             c.cas_retries);
   m.counter("tierce_lockd_protocol_messages_received_total", "Protocol messages handled.",
@@ -854,6 +858,20 @@ std::string Lockd::metrics_text() {
   m.counter("tierce_lockd_recoveries_total", "Lock recoveries run by this home.", c.recoveries);
   m.counter("tierce_lockd_renormalisations_total", "Lock word count resets.",
             c.renormalisations);
+}
+
+}  // namespace
+
+std::string Lockd::metrics_text() {
+  base::Metrics m({{"node", node_}});
+  m.gauge("tierce_lockd_info", "Always 1; the labels say which lockd this is.", uint64_t(1),
+          {{"version", TIERCE_VERSION},
+           {"algorithm", std::string(cluster::to_string(topo_.dlm.algorithm))}});
+  m.gauge("tierce_lockd_member_rank", "This lockd's rank among the members.", uint64_t(rank_));
+  m.gauge("tierce_lockd_epoch", "This lockd's restart counter (state_dir/epoch).", epoch_);
+  m.gauge("tierce_lockd_uptime_seconds", "Seconds since this lockd started.",
+          std::chrono::duration<double>(Clock::now() - started_).count());
+  engine_metrics(m, engine_->gauges(), engine_->counters());
 
   // Per member: the liveness (under mu_), then the message streams (msg_mu, in_mu: taken one at a
   // time, never with mu_ held; lock order in_mu before mu_).

@@ -51,7 +51,9 @@ int tierce_lock_acquire(tierce_lock_client *c, const char *name, int mode, int t
                         uint64_t *hold, uint64_t *token);
 int tierce_lock_release(tierce_lock_client *c, uint64_t hold);
 
-/* The next revoked hold (TIERCE_LOCK_OK and *hold set), or TIERCE_LOCK_WOULDBLOCK when none. */
+/* The next revoked hold (TIERCE_LOCK_OK and *hold set), or TIERCE_LOCK_WOULDBLOCK when none.
+ * Taking it acknowledges the revocation: lockd keeps the lock held at its home until then (or
+ * lease_ms), so call it as soon as the event fd polls readable, and stop using the hold. */
 int tierce_lock_next_revoked(tierce_lock_client *c, uint64_t *hold);
 /* A descriptor that polls readable while a revocation waits. */
 int tierce_lock_event_fd(const tierce_lock_client *c);

@@ -104,9 +104,13 @@ std::string store_request(int port, const std::string& line) {
   return answer.empty() ? "ERROR the store closed without answering" : answer;
 }
 
+// Stamped before revoked() is called: taking a revocation acknowledges it, and lockd may let
+// the home grant the lock to another client before this line is written. From this moment the
+// caller uses the hold no more (it is in the call that tells it).
 void report_revocations(LockClient& client) {
+  const long long t = mono_ms();
   for (auto& r : client.revoked())
-    say("EVENT REVOKED " + std::to_string(r.hold) + " " + std::to_string(mono_ms()) + " " + r.why);
+    say("EVENT REVOKED " + std::to_string(r.hold) + " " + std::to_string(t) + " " + r.why);
 }
 
 }  // namespace

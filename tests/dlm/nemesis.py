@@ -399,15 +399,20 @@ class Nemesis:
                 end, why = max(t, h["grant"]), "its client killed"
         return end, why
 
-    def explained(self, older, newer_grant):
+    def explained(self, older, newer_grant, older_why=""):
         """A fault that left the older holder's lockd unable to revoke in time: frozen or killed
         during the overlap. A cut or partition does not explain one: a running lockd cut off from
         the home revokes after lease - guard, before the home gives the hold away after a lease
-        (docs/dlm.md "Faults, exactly")."""
+        (docs/dlm.md "Faults, exactly"). Nor does a frozen client alone (a hold has no client
+        lease) — unless its hold was revoked while it was frozen: lockd keeps such a hold at the
+        home until the client acknowledges, a lease at most, and then only the token protects."""
         for f in self.faults:
             if f["end"] < older["grant"] or f["start"] > newer_grant:
                 continue
             if older["node"] in f["nodes"]:
+                return f
+            if f["kind"] == "stop-client" and f["target"] == older["who"] and \
+                    older_why.startswith("revoked"):
                 return f
         return None
 
@@ -422,7 +427,7 @@ class Nemesis:
                     # by grant: once one starts after a's end, every later one does.
                     if b["grant"] + 0.001 >= a_end:
                         break
-                    f = self.explained(a, b["grant"])
+                    f = self.explained(a, b["grant"], a_why)
                     text = ("%s: %s's hold (token %d, granted +%.3f s, valid until +%.3f s: %s) and "
                             "%s's (token %d, granted +%.3f s) overlap"
                             % (lock, a["who"], a["token"], a["grant"] - self.run.t0,
@@ -494,12 +499,13 @@ def selftest():
         nodes = ["n1", "n2", "n3"]
     nem = Nemesis(A())
     nem.run = R()
-    nem.locks = {"n1": "L1", "n2": "L2", "n3": "L3"}
+    nem.locks = {"n1": "L1", "n2": "L2", "n3": "L3", "n4": "L4"}
 
     class H:
         def __init__(self, who):
             self.who, self.events = who, []
-    nem.holders = [H("L1-n2"), H("L1-n3"), H("L2-n1"), H("L2-n3"), H("L3-n1"), H("L3-n2")]
+    nem.holders = [H("L1-n2"), H("L1-n3"), H("L2-n1"), H("L2-n3"), H("L3-n1"), H("L3-n2"),
+                   H("L4-n1"), H("L4-n2")]
     nem.stores = {"L1": Store(check=False), "L2": Store(check=True)}
     mk = lambda lock, who, node, token, grant, end: {  # noqa: E731
         "lock": lock, "who": who, "node": node, "token": token, "grant": grant, "end": end,
@@ -517,16 +523,27 @@ def selftest():
     nem.client_kill_times = {"L3-n1": [30.0]}
     nem.holds += [mk("L3", "L3-n1", "n1", 400, 30.001, 30.070), mk("L3", "L3-n2", "n2", 401, 30.005, 30.1),
                   mk("L3", "L3-n1", "n1", 402, 40.0, 41.0), mk("L3", "L3-n2", "n2", 403, 40.5, 42.0)]
+    # L4: L4-n1's hold revoked while its client was frozen (50.5..52; the revocation read at
+    # 51.0), L4-n2 granted at 50.8: explained (lockd waits a lease for the acknowledgement,
+    # then only the token protects). L4-n1 frozen 60.2..60.9 again, holding (no revocation),
+    # L4-n2 granted at 60.5: a violation (a frozen client keeps its hold).
+    nem.holders[6].events = [(51.0, "the home of lock L4 is gone")]
+    nem.holds += [mk("L4", "L4-n1", "n1", 500, 50.0, 53.0), mk("L4", "L4-n2", "n2", 600, 50.8, 54.0),
+                  mk("L4", "L4-n1", "n1", 700, 60.0, 61.0), mk("L4", "L4-n2", "n2", 800, 60.5, 62.0)]
+    nem.faults += [{"kind": "stop-client", "target": "L4-n1", "start": 50.5, "end": 52.0,
+                    "nodes": [], "links": []},
+                   {"kind": "stop-client", "target": "L4-n1", "start": 60.2, "end": 60.9,
+                    "nodes": [], "links": []}]
     nem.stores["L1"].write("x", 100, "a")
     nem.stores["L1"].write("y", 90, "b")  # accepted (no check): stale
     nem.wedged = ["L2-n3: made up"]
     v, e = nem.check()
     for s in nem.stores.values():
         s.close()
-    want = {"OVERLAP": 2, "TOKEN": 1, "STALE": 1, "WEDGED": 1}
+    want = {"OVERLAP": 3, "TOKEN": 1, "STALE": 1, "WEDGED": 1}
     got = {k: sum(1 for x in v if x.startswith(k + " ")) for k in want}
-    ok = got == want and len(e) == 1 and "stop-lockd n1" in e[0]
-    print("%s: checker selftest: violations %s (want %s), explained %d (want 1)"
+    ok = got == want and len(e) == 2 and "stop-lockd n1" in e[0] and "stop-client L4-n1" in e[1]
+    print("%s: checker selftest: violations %s (want %s), explained %d (want 2)"
           % ("PASS" if ok else "FAIL", got, want, len(e)))
     for x in v + e:
         print("  " + x)

@@ -719,6 +719,9 @@ BOOST_AUTO_TEST_CASE(a_one_way_lapse_does_not_wedge_the_home_queue) {
   BOOST_TEST(c.revocations.load() == revoked_before + 1);
   BOOST_TEST(!v3.ready(), "granted while the revoked holder's home has not recovered");
   c.node(1).engine().member_up(2);
+  // Held at the home until the client acknowledges its revocation (the library's UNLOCK).
+  BOOST_TEST(!v3.ready(300ms), "granted before the revoked holder's client acknowledged");
+  BOOST_TEST(c.node(1).engine().release(4, h1.hold) == Status::NotHeld);
   BOOST_REQUIRE_MESSAGE(v3.ready(10s), "node 3 waits for ever behind node 1's revoked hold");
   Grant gv = v3.f.get();
   BOOST_REQUIRE_MESSAGE(gv.status == Status::Ok, gv.message);
@@ -863,4 +866,62 @@ BOOST_AUTO_TEST_CASE(a_hand_off_that_cannot_reach_a_live_member_is_recovered_by_
   BOOST_REQUIRE_MESSAGE(g3.status == Status::Ok, g3.message);
   BOOST_TEST(g3.token > g2.token);
   BOOST_TEST(c.node(1).engine().release(3, g3.hold) == Status::Ok);
+}
+
+// Issue 33 (the nemesis, every algorithm): a member whose lease on a home lapses (the home slow,
+// its answers late) revokes its client's hold at once — and used to tell the home so at once
+// too (N-CoSED / DQNL: the census after its SRSL_PURGE found no hold; SRSL: its floor dropped
+// the hold): the home granted the lock to the next waiter 6-70 ms before the old holder's client
+// had read its LeaseLost, while it could still use the hold. Now the member keeps reporting the
+// hold as held until its client acknowledges the revocation (the library's UNLOCK of the hold,
+// here the engine's release answering NotHeld), or a lease has passed without one.
+BOOST_AUTO_TEST_CASE(a_revoked_hold_stays_held_at_the_home_until_its_client_acknowledges) {
+  using HF = tierce::lockd::LockdOptions::HeartbeatFault;
+  Cluster c(3, 3000);  // revoke_wait is the lease: room for the checks before it passes
+  const std::string name = c.name_homed_at(2, "revoked");
+  // Node 1's answers from the home are lost (node 2 still hears node 1: it never declares it
+  // dead) until node 1 takes node 2 for down and revokes; then the answers come back.
+  auto lapse = [&](uint64_t owner, Pending& w, uint64_t waiter) {
+    Grant g = acquire(c.node(1), owner, name, Mode::Exclusive, 5000ms);
+    BOOST_REQUIRE_MESSAGE(g.status == Status::Ok, g.message);
+    w.start(c.node(3), waiter, name, Mode::Exclusive);
+    std::this_thread::sleep_for(100ms);
+    const int before = c.revocations.load();
+    c.hb_fault[1][2] = HF::DropAnswer;
+    wait_until("node 1 did not revoke its hold on node 2's lock",
+               [&] { return c.revocations.load() > before; });
+    BOOST_TEST(!c.node(2).member_dead(1), "node 2 took node 1 for dead (the test's premise)");
+    c.hb_fault[1][2] = HF::None;
+    wait_until("node 1 did not see node 2 up again", [&] { return c.node(1).engine().member_alive(2); });
+    return g;
+  };
+  // (a) Acknowledged: held until then.
+  Pending w;
+  const Grant g = lapse(1, w, 3);
+  // Up again: node 1 told the home (N-CoSED, DQNL: a recovery, whose census it answers; SRSL: its
+  // floor) — the hold is still reported held.
+  BOOST_TEST(!w.ready(500ms),
+             "node 3 was granted while node 1's client had not read its revocation");
+  BOOST_TEST(c.node(1).engine().release(1, g.hold) == Status::NotHeld);  // the acknowledgement
+  BOOST_REQUIRE_MESSAGE(w.ready(10s), "node 3 was not granted after the acknowledgement");
+  Grant g3 = w.f.get();
+  BOOST_REQUIRE_MESSAGE(g3.status == Status::Ok, g3.message);
+  BOOST_TEST(g3.token > g.token);
+  BOOST_TEST(c.node(1).engine().counters().revocations_acknowledged == 1u);
+  BOOST_TEST(c.node(3).engine().release(3, g3.hold) == Status::Ok);
+  // (b) Never acknowledged (a frozen client, an old library): released after revoke_wait.
+  Pending v;
+  const Grant h = lapse(4, v, 5);
+  BOOST_REQUIRE_MESSAGE(v.ready(10s), "node 3 waits for ever behind an unacknowledged revocation");
+  Grant h3 = v.f.get();
+  BOOST_REQUIRE_MESSAGE(h3.status == Status::Ok, h3.message);
+  BOOST_TEST(h3.token > h.token);
+  BOOST_TEST(c.node(1).engine().counters().revocations_unacknowledged == 1u);
+  BOOST_TEST(c.node(1).engine().release(4, h.hold) == Status::NotHeld);  // too late: gone
+  BOOST_TEST(c.node(3).engine().release(5, h3.hold) == Status::Ok);
+  // The lock goes on, node 1 included.
+  Grant again = acquire(c.node(1), 6, name, Mode::Exclusive, 5000ms);
+  BOOST_REQUIRE_MESSAGE(again.status == Status::Ok, again.message);
+  BOOST_TEST(again.token > h3.token);
+  BOOST_TEST(c.node(1).engine().release(6, again.hold) == Status::Ok);
 }

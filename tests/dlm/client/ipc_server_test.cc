@@ -270,14 +270,22 @@ BOOST_AUTO_TEST_CASE(revocation_reaches_the_right_client) {
   BOOST_TEST(a.revoked().empty());
   BOOST_TEST_REQUIRE(s.svc.revoke(ha.id(), "lease lost: home n2 silent"));
   BOOST_TEST(readable(a.event_fd(), 2000));
+  // Not acknowledged before the caller takes it (lockd keeps it held at the home until then).
+  std::this_thread::sleep_for(50ms);
+  BOOST_TEST(s.svc.release_calls(ha.id()) == 0u);
   auto ra = a.revoked();
   BOOST_TEST_REQUIRE(ra.size() == 1u);
   BOOST_TEST(ra[0].hold == ha.id());
   BOOST_TEST(ra[0].why == "lease lost: home n2 silent");
+  // Taken: acknowledged with an UNLOCK of the hold (one-way), once.
+  BOOST_TEST(eventually([&] { return s.svc.release_calls(ha.id()) == 1u; }));
   BOOST_TEST(!readable(a.event_fd(), 0));  // taken: quiet again
   BOOST_TEST(!readable(b.event_fd(), 100));
   BOOST_TEST(b.revoked().empty());
   expect_error(Status::NotHeld, [&] { ha.unlock(); });
+  BOOST_TEST(a.revoked().empty());
+  std::this_thread::sleep_for(50ms);
+  BOOST_TEST(s.svc.release_calls(ha.id()) == 1u);  // not acknowledged twice
 
   // A revocation read by another call's reader is queued, and event_fd says so.
   auto hb2 = b.lock("rb2", Mode::Exclusive);
@@ -285,12 +293,26 @@ BOOST_AUTO_TEST_CASE(revocation_reaches_the_right_client) {
   BOOST_TEST_REQUIRE(eventually([&] { return readable(b.event_fd(), 0); }));
   auto other = b.lock("rb3", Mode::Shared);  // its reader takes the REVOKED frame off the socket
   BOOST_TEST(readable(b.event_fd(), 0));     // ...and the queue keeps event_fd readable
+  BOOST_TEST(s.svc.release_calls(hb2.id()) == 0u);
   auto one = b.next_revoked();
   BOOST_TEST_REQUIRE(one.has_value());
   BOOST_TEST(one->hold == hb2.id());
+  BOOST_TEST(eventually([&] { return s.svc.release_calls(hb2.id()) == 1u; }));
   BOOST_TEST(!b.next_revoked().has_value());
   BOOST_TEST(!readable(b.event_fd(), 0));
   BOOST_TEST(s.svc.holders("rb").size() == 1u);  // b's other hold is untouched
+
+  // An unlock that finds its hold revoked tells the caller (NotHeld): acknowledged then.
+  auto hb4 = b.lock("rb4", Mode::Exclusive);
+  BOOST_TEST_REQUIRE(s.svc.revoke(hb4.id(), "third"));
+  BOOST_TEST_REQUIRE(eventually([&] { return readable(b.event_fd(), 0); }));
+  expect_error(Status::NotHeld, [&] { hb4.unlock(); });
+  BOOST_TEST(eventually([&] { return s.svc.release_calls(hb4.id()) == 1u; }));
+  auto rest = b.revoked();  // still reported, not acknowledged again
+  BOOST_TEST_REQUIRE(rest.size() == 1u);
+  BOOST_TEST(rest[0].hold == hb4.id());
+  std::this_thread::sleep_for(50ms);
+  BOOST_TEST(s.svc.release_calls(hb4.id()) == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(malformed_frames_are_answered_and_the_server_keeps_serving) {

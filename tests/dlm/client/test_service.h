@@ -64,6 +64,7 @@ class TestLockService final : public LocalLockService {
     {
       std::lock_guard g(mu_);
       ++releases_;
+      release_calls_.push_back(hold);
       auto it = holds_.find(hold);
       if (it == holds_.end() || it->second.owner != owner) return Status::NotHeld;
       std::string name = it->second.name;
@@ -121,6 +122,12 @@ class TestLockService final : public LocalLockService {
   void set_status_text(std::string s) {
     std::lock_guard g(mu_);
     status_ = std::move(s);
+  }
+  // How many release() calls named `hold` (answered NotHeld included: the client library
+  // acknowledges a revocation with an UNLOCK of the revoked hold).
+  size_t release_calls(HoldId hold) {
+    std::lock_guard g(mu_);
+    return size_t(std::count(release_calls_.begin(), release_calls_.end(), hold));
   }
   // Revokes a hold as a lost lease would: the hold ends, the owner is told.
   bool revoke(HoldId hold, const std::string& why = "test revocation") {
@@ -280,6 +287,7 @@ class TestLockService final : public LocalLockService {
   std::vector<OwnerId> gone_;
   std::deque<std::pair<std::function<void(const Grant&)>, Grant>> async_q_;
   uint64_t acquires_ = 0, releases_ = 0;
+  std::vector<HoldId> release_calls_;
   std::thread timer_;
 };
 
