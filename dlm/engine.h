@@ -232,9 +232,12 @@ class LockEngine final : public LocalLockService {
   // recover_all()'s steps for one slot. fence_slot and rebuild_queue take mu_; ask_members runs
   // without it (it calls the members, and on_recover takes it).
   RecoverRequest fence_slot(uint32_t s);
+  // `who`: the holds kept, as "member:token ..." for DLM0304 (which member reported what).
   std::optional<std::vector<ReportedHold>> ask_members(const RecoverRequest& q,
-                                                       const std::function<bool(uint32_t)>& alive);
-  void rebuild_queue(const RecoverRequest& q, const std::vector<ReportedHold>& holds);
+                                                       const std::function<bool(uint32_t)>& alive,
+                                                       std::string* who);
+  void rebuild_queue(const RecoverRequest& q, const std::vector<ReportedHold>& holds,
+                     const std::string& who);
 
   void fail(Step& st, Request& r, Status s, const std::string& why);
   // A Revoked hold ends (acknowledged, its client gone, or revoke_wait passed): the home is

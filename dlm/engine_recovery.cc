@@ -230,9 +230,10 @@ void LockEngine::recover_all(const std::function<bool(uint32_t)>& alive) {
     // 1. Fence, 2. ask the members what they hold, 3. a recovery ticket becomes the tail,
     // 4. the members' waiters resume.
     const RecoverRequest q = fence_slot(s);
-    auto holds = ask_members(q, alive);
+    std::string who;
+    auto holds = ask_members(q, alive, &who);
     if (!holds) return;  // lockd is stopping
-    rebuild_queue(q, *holds);
+    rebuild_queue(q, *holds, who);
   }
 }
 
@@ -262,7 +263,7 @@ RecoverRequest LockEngine::fence_slot(uint32_t s) {
 // mu_ (the calls wait on the members; on_recover and stopping() take it). nullopt: lockd is
 // stopping, the recovery is abandoned.
 std::optional<std::vector<ReportedHold>> LockEngine::ask_members(
-    const RecoverRequest& q, const std::function<bool(uint32_t)>& alive) {
+    const RecoverRequest& q, const std::function<bool(uint32_t)>& alive, std::string* who) {
   const uint32_t s = q.slot;
   std::vector<ReportedHold> holds;
   std::vector<bool> warned(opts_.members + 1, false);
@@ -289,6 +290,8 @@ std::optional<std::vector<ReportedHold>> LockEngine::ask_members(
         auto rep = decode_report(reply);
         if (!rep) throw std::runtime_error("malformed dlm.recover reply");
         holds.insert(holds.end(), rep->begin(), rep->end());
+        for (const auto& h : *rep)
+          *who += (who->empty() ? "" : " ") + std::to_string(rank) + ":" + std::to_string(h.token);
         break;
       } catch (const std::exception& e) {
         // Said once per member and recovery: it is asked again every 10 ms.
@@ -308,7 +311,8 @@ std::optional<std::vector<ReportedHold>> LockEngine::ask_members(
 }
 
 // 3. and 4. Takes mu_: a recovery ticket becomes the tail, the members' waiters resume.
-void LockEngine::rebuild_queue(const RecoverRequest& q, const std::vector<ReportedHold>& holds) {
+void LockEngine::rebuild_queue(const RecoverRequest& q, const std::vector<ReportedHold>& holds,
+                               const std::string& who) {
   const uint32_t s = q.slot;
   const uint64_t off = uint64_t(s) * kSlotBytes;
   auto w = word_at(table_, off);
@@ -358,8 +362,9 @@ void LockEngine::rebuild_queue(const RecoverRequest& q, const std::vector<Report
     if (rank == opts_.self_rank || alive_[rank]) deliver(st, rank, m);
   log_line(opts_.log, fabric::LogLevel::Info,
            "DLM0304 recovered lock \"" + slots_[s]->name + "\" (slot " + std::to_string(s) +
-               "): " + std::to_string(holds.size()) + " holder(s) kept, tokens continue above " +
-               std::to_string(top + kRecoveryTokenJump));
+               "): " + std::to_string(holds.size()) + " holder(s) kept" +
+               (who.empty() ? "" : " (member:token " + who + ")") +
+               ", tokens continue above " + std::to_string(top + kRecoveryTokenJump));
   finish(lk, st);
 }
 
