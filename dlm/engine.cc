@@ -349,6 +349,19 @@ void LockEngine::start(Step& st, Request& r) {
   try {
     if (r.exclusive) start_exclusive(st, r);
     else start_shared(st, r);
+  } catch (const OpNotSent&) {
+    // Refused before anything was posted (this lockd's lease on the home lapsed): nothing
+    // executed at the home, there is nothing to recover. The request steps back and tries
+    // again shortly: the lease is renewed by the next answered heartbeat, or the home is
+    // declared down and the request fails with HomeDown (member_down). Asking the home to
+    // recover here, as below, made a storm: every RESUME retried at once, failed the same way
+    // and asked again — ~170 recoveries of one lock in a second (the nemesis, issue 33).
+    if (r.exclusive && r.ticket) erase_record(r.home, r.slot, r.ticket);
+    r.ticket = 0;
+    ++counters_.not_sent_ops;
+    r.state = Request::State::Starting;
+    r.retry_at = Clock::now() + 10 * opts_.retry_interval;
+    timer_cv_.notify_one();
   } catch (const std::exception& e) {
     // No answer from the home within the operation's deadline. The operation may have executed
     // there all the same (its answer lost or late, on a loaded machine): a CAS that made this
@@ -598,7 +611,7 @@ std::string LockEngine::status_text() {
   o << "counters: acquires " << c.acquires << ", grants " << c.grants << " (immediate "
     << c.immediate_grants << "), releases " << c.releases << ", timeouts " << c.timeouts
     << ", would_block " << c.would_block << ", home_down " << c.home_down << ", unanswered_ops "
-    << c.unanswered_ops << ", recoveries_asked " << c.recoveries_asked << ", revoked "
+    << c.unanswered_ops << ", not_sent_ops " << c.not_sent_ops << ", recoveries_asked " << c.recoveries_asked << ", revoked "
     << c.revoked << " (acknowledged " << c.revocations_acknowledged << ", not within "
     << opts_.revoke_wait.count() << " ms " << c.revocations_unacknowledged << "), cas_retries "
     << c.cas_retries << ", messages in/out " << c.messages_in

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,12 +32,19 @@
 
 namespace tierce::dlm {
 
+// Thrown by Network::table_ops when it refused before posting anything (lockd: its lease on the
+// home lapsed): none of the operations executed, so nothing is uncertain at the home.
+struct OpNotSent : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // How the engine reaches the other lockds (lockd implements it over the fabric; tests may too).
 class Network {
  public:
   virtual ~Network() = default;
   // One-sided operations on `home`'s lock table (`home` may be this node). Offsets are table
-  // offsets (slot * kSlotBytes + 0 for W, + 8 for K). Throws on failure (the message says why).
+  // offsets (slot * kSlotBytes + 0 for W, + 8 for K). Throws on failure (the message says why):
+  // OpNotSent when nothing was posted, anything else when the operations may have executed.
   virtual void table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) = 0;
   // One-way message to a member's dlm.msg service. Best effort: a failure is logged; the
   // recovery after the peer is declared dead repairs what was lost.
@@ -93,6 +101,9 @@ struct EngineCounters {
   // One-sided operations at a home that missed their deadline (the request waits for the home's
   // recovery and starts again: LockEngine::start).
   uint64_t unanswered_ops = 0;
+  // One-sided operations refused before they were posted (OpNotSent: the lease on the home
+  // lapsed); the request tries again without a recovery.
+  uint64_t not_sent_ops = 0;
   // ask_recovery() calls: messages about a home's locks queued for a member taken for down.
   uint64_t recoveries_asked = 0;
   // Revoked holds that ended (released to the home): acknowledged by their client (or the

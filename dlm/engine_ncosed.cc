@@ -148,7 +148,13 @@ void LockEngine::start_shared(Step& st, Request& r) {
     n->state = Request::State::Ghost;  // released as soon as it is granted
     Request& ref = *n;
     requests_.emplace(nid, std::move(n));
-    start_exclusive(st, ref);  // may grant and release it at once (then it is gone)
+    // The FAA above executed: an operation refused now is not "nothing posted" for this
+    // request (start() must take the recovery path), whatever the inner one says.
+    try {
+      start_exclusive(st, ref);  // may grant and release it at once (then it is gone)
+    } catch (const OpNotSent& e) {
+      throw std::runtime_error(e.what());
+    }
     auto it = requests_.find(nid);
     if (it != requests_.end() && it->second->state == Request::State::Waiting)
       it->second->state = Request::State::Ghost;
@@ -231,14 +237,20 @@ void LockEngine::publish_release(Step& st, Record& rec) {
       expected = old;  // only the count changed
     }
   } catch (const std::exception& e) {
-    rec.uncertain_until = Clock::now() + opts_.uncertain_release_delay;
-    timer_cv_.notify_one();
+    // An operation that may still land holds the hand-off back; one refused before it was
+    // posted (OpNotSent) cannot land: the lock passes on by messages at once.
+    const bool not_sent = dynamic_cast<const OpNotSent*>(&e) != nullptr;
+    if (!not_sent) {
+      rec.uncertain_until = Clock::now() + opts_.uncertain_release_delay;
+      timer_cv_.notify_one();
+    }
     log_line(opts_.log, fabric::LogLevel::Warn,
              "DLM0301 cannot publish the release of a lock of member " + std::to_string(home) +
                  " slot " + std::to_string(slot) + ": " + e.what() +
-                 " (the lock passes on by messages; the next holder waits " +
-                 std::to_string(opts_.uncertain_release_delay.count()) +
-                 " ms so that the unanswered write cannot land after its own)");
+                 (not_sent ? std::string(" (the lock passes on by messages; nothing was posted)")
+                           : " (the lock passes on by messages; the next holder waits " +
+                                 std::to_string(opts_.uncertain_release_delay.count()) +
+                                 " ms so that the unanswered write cannot land after its own)"));
   }
   try_handoff(st, rec);  // a SUCCESSOR may have come while the publication was pending
 }

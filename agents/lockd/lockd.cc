@@ -385,8 +385,8 @@ void Lockd::table_ops(uint32_t home, std::span<fabric::OneSidedOp> ops) {
   // home may have recovered the lock, and an operation of the old state (a release's WRITE K)
   // landing after that recovery would set K back.
   if (!lease_valid(home))
-    throw std::runtime_error("this lockd's lease on member " + std::to_string(home) + " (" +
-                             p.name + ") has lapsed: no operation on its table until renewed");
+    throw dlm::OpNotSent("this lockd's lease on member " + std::to_string(home) + " (" + p.name +
+                         ") has lapsed: no operation on its table until renewed");
   std::lock_guard lk(p.ops_mu);
   try {
     if (!p.ops) open_ops(p);
@@ -838,6 +838,10 @@ void engine_metrics(base::Metrics& m, const dlm::EngineGauges& g, const dlm::Eng
             "Atomic operations at a home that missed their deadline (the request waited for the "
             "home's recovery and started again).",
             c.unanswered_ops);
+  m.counter("tierce_lockd_not_sent_ops_total",
+            "Atomic operations refused before they were posted (the lease on the home had "
+            "lapsed; the request tried again).",
+            c.not_sent_ops);
   m.counter("tierce_lockd_revoked_total", "Holds revoked (LeaseLost).", c.revoked);
   const char* ended = "Holds revoked on a lapse, released to their home once their client "
                       "acknowledged (or left), or after a lease without an acknowledgement.";

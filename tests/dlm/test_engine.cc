@@ -57,6 +57,9 @@ struct Net final : tierce::dlm::Network {
   // lost (the caller gets an exception, as from a call that missed its deadline on a loaded
   // machine).
   std::atomic<bool> lose_next_answer{false};
+  // > 0: that many table_ops calls are refused before anything executes (OpNotSent, as lockd
+  // does on a lapsed lease).
+  std::atomic<int> refuse_ops{0};
   // A home's engine asked its lockd for a recovery (EngineOptions::request_recovery).
   std::atomic<int> recovery_requests{0};
 
@@ -87,6 +90,8 @@ struct Net final : tierce::dlm::Network {
   LockEngine& e(uint32_t rank) { return *engines[rank]; }
 
   void table_ops(uint32_t h, std::span<fabric::OneSidedOp> ops) override {
+    if (refuse_ops.load() > 0 && refuse_ops.fetch_sub(1) > 0)
+      throw tierce::dlm::OpNotSent("test: the lease on the home lapsed");
     auto& t = tables[h];
     for (auto& op : ops) {
       auto* p = reinterpret_cast<uint64_t*>(t.data() + op.offset);
@@ -466,4 +471,37 @@ BOOST_AUTO_TEST_CASE(an_enqueue_whose_answer_was_lost_does_not_wedge_the_lock) {
 
 BOOST_AUTO_TEST_CASE(a_shared_join_whose_answer_was_lost_does_not_wedge_the_lock) {
   lost_answer_does_not_wedge(tierce::cluster::LockAlgorithm::NCoSED, Mode::Shared);
+}
+
+// An operation refused before it was posted (OpNotSent: lockd's lease on the home lapsed)
+// executed nothing: the request neither fails nor asks the home to recover (that made a storm of
+// recoveries in the nemesis, issue 33: each RESUME retried, was refused and asked again); it
+// tries again and is granted once operations go through. A release refused so hands off at once
+// (nothing can land later).
+BOOST_AUTO_TEST_CASE(an_operation_refused_before_it_was_posted_asks_for_no_recovery) {
+  for (auto mode : {Mode::Exclusive, Mode::Shared}) {
+    Net net(3, 1);
+    Req h(net.e(2), 1, Mode::Exclusive);
+    auto gh = granted(net, h);
+    net.refuse_ops = 5;
+    Req r(net.e(3), 2, mode);
+    std::optional<Grant> g;
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (net.refuse_ops.load() > 0 && std::chrono::steady_clock::now() < until)
+      BOOST_REQUIRE(!(g = r.get(net, 5ms)).has_value());
+    BOOST_REQUIRE_MESSAGE(net.refuse_ops.load() <= 0, "the request did not try again");
+    BOOST_TEST(net.e(3).counters().not_sent_ops >= 1u);
+    BOOST_TEST(net.e(3).counters().unanswered_ops == 0u);
+    BOOST_TEST(net.recovery_requests.load() == 0, "a refused operation asked for a recovery");
+    // It is queued now (behind member 2's hold) and granted at its release.
+    BOOST_TEST(!r.get(net, 50ms).has_value(), "granted while member 2 holds");
+    net.refuse_ops = 1;  // member 2's release: its publication refused
+    BOOST_TEST(net.e(2).release(1, gh.hold) == Status::Ok);
+    g = r.get(net, 2000ms);
+    BOOST_REQUIRE_MESSAGE(g.has_value(), "not granted after the release (held back as if uncertain?)");
+    BOOST_REQUIRE_EQUAL(g->status, Status::Ok);
+    BOOST_TEST(g->token > gh.token);
+    BOOST_TEST(net.recovery_requests.load() == 0);
+    BOOST_TEST(net.e(3).release(2, g->hold) == Status::Ok);
+  }
 }
