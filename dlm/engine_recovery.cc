@@ -169,7 +169,12 @@ std::vector<uint8_t> LockEngine::on_recover(std::span<const uint8_t> body) {
     switch (r.state) {
       case Request::State::Held:
       case Request::State::Revoked:  // its client may still use it (member_down)
-        if (r.recovered && r.gen == q->new_gen) break;  // a repeated call: already adopted
+        // Reported at every call, a repeated one of the same recovery too: the home counts one
+        // answer per member (ask_members), and a repeated call means it did not get the first
+        // — an answer lost to the call's deadline on a loaded machine. This used to skip a hold
+        // already "adopted" by that lost answer: the home rebuilt the queue without it and
+        // granted the lock to another client (the nemesis, issue 33: N-CoSED tcp seed 41, a
+        // restarted home's census timing out on a starved member).
         holds.push_back({r.exclusive ? Mode::Exclusive : Mode::Shared, r.token});
         r.recovered = true;
         r.gen = q->new_gen;

@@ -49,6 +49,9 @@ struct Net final : tierce::dlm::Network {
   std::deque<std::pair<uint32_t, std::vector<uint8_t>>> queue;
   // Called after a dlm.recover call to `rank` has been answered (the test's interleaving).
   std::function<void(uint32_t rank)> after_recover;
+  // > 0: that many dlm.recover calls execute at the member and their answers are lost (the
+  // caller's deadline passed on a loaded machine): the home asks again.
+  std::atomic<int> lose_recover_answers{0};
   // Called by a dlm.resolve call after the home answered, before the caller sees the answer.
   std::function<void()> after_resolve;
 
@@ -130,6 +133,8 @@ struct Net final : tierce::dlm::Network {
     if (service == "dlm.recover") {
       auto reply = engines[rank]->on_recover(body);
       if (after_recover) after_recover(rank);
+      if (lose_recover_answers.load() > 0 && lose_recover_answers.fetch_sub(1) > 0)
+        throw std::runtime_error("test: the dlm.recover answer was lost");
       return reply;
     }
     throw std::runtime_error("no service " + std::string(service));
@@ -503,5 +508,30 @@ BOOST_AUTO_TEST_CASE(an_operation_refused_before_it_was_posted_asks_for_no_recov
     BOOST_TEST(g->token > gh.token);
     BOOST_TEST(net.recovery_requests.load() == 0);
     BOOST_TEST(net.e(3).release(2, g->hold) == Status::Ok);
+  }
+}
+
+// A census answer lost (the home's dlm.recover call missed its deadline, but the member had run
+// it): the home asks again, and the member must report its hold again. It used to skip a hold
+// "already adopted" by that recovery: the home rebuilt the queue without it and granted the lock
+// to the next waiter while the holder still held — two valid holders (the nemesis, issue 33).
+BOOST_AUTO_TEST_CASE(a_hold_whose_census_answer_was_lost_is_reported_again) {
+  for (auto alg : {tierce::cluster::LockAlgorithm::NCoSED, tierce::cluster::LockAlgorithm::DQNL}) {
+    Net net(3, 1, alg);
+    Req h(net.e(2), 1, Mode::Exclusive);
+    auto gh = granted(net, h);
+    Req w(net.e(3), 2, Mode::Exclusive);
+    BOOST_TEST(!w.get(net, 20ms).has_value());
+    net.lose_recover_answers = 1;
+    net.recover();
+    BOOST_TEST(net.lose_recover_answers.load() <= 0, "no census answer was lost (the test's premise)");
+    BOOST_TEST(!w.get(net, 100ms).has_value(),
+               "member 3 was granted while member 2 held: the repeated census lost the hold");
+    BOOST_TEST(net.e(2).release(1, gh.hold) == Status::Ok);
+    auto gw = w.get(net, 2000ms);
+    BOOST_REQUIRE_MESSAGE(gw.has_value(), "member 3 was not granted after the release");
+    BOOST_REQUIRE_EQUAL(gw->status, Status::Ok);
+    BOOST_TEST(gw->token > gh.token);
+    BOOST_TEST(net.e(3).release(2, gw->hold) == Status::Ok);
   }
 }
