@@ -316,10 +316,11 @@ class Run:
         return r.stdout.strip()
 
     def start_lockd(self, node):
-        logf = open(os.path.join(self.dir, node + ".log"), "a")
-        p = subprocess.Popen([self.a.lockd, "-t", self.topo[node], "-n", node, "-s", self.sock(node),
-                              "-d", os.path.join(self.dir, node + "-state"), "-f"],
-                             stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(os.path.join(self.dir, node + ".log"), "a") as logf:  # the child keeps its copy
+            p = subprocess.Popen([self.a.lockd, "-t", self.topo[node], "-n", node, "-s",
+                                  self.sock(node), "-d", os.path.join(self.dir, node + "-state"),
+                                  "-f"],
+                                 stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(p)
         self.lockd[node] = p
 

@@ -99,11 +99,19 @@ class Holder:
         self.start()
 
     def start(self):
-        err = open(os.path.join(self.run.dir, self.who + ".err"), "a")
-        self.p = subprocess.Popen([self.run.a.holder, self.run.sock(self.node), self.lock,
-                                   str(self.store.port), self.who],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                  text=True, bufsize=1, start_new_session=True)
+        # Every descriptor of the previous process is closed: a restart used to leak its stdin
+        # pipe, its stdout pipe and its .err file, and a long run (about 900 client kills, some
+        # 5000 s) ran out of descriptors (EMFILE) and lost its clients.
+        if self.p is not None and self.p.stdin is not None:
+            try:
+                self.p.stdin.close()
+            except OSError:
+                pass
+        with open(os.path.join(self.run.dir, self.who + ".err"), "a") as err:
+            self.p = subprocess.Popen([self.run.a.holder, self.run.sock(self.node), self.lock,
+                                       str(self.store.port), self.who],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                      text=True, bufsize=1, start_new_session=True)
         self.run.procs.append(self.p)
         self.answers = queue.Queue()
         threading.Thread(target=self._read, args=(self.p, self.answers), daemon=True).start()
@@ -116,6 +124,7 @@ class Holder:
                 self.events.append((int(parts[3]) / 1000.0, parts[4] if len(parts) > 4 else ""))
             else:
                 answers.put(line)
+        p.stdout.close()
         answers.put(None)
 
     def ask(self, cmd, timeout):
