@@ -259,6 +259,12 @@ class Nemesis:
             try:
                 line = h.answers.get(timeout=0.2)
             except queue.Empty:
+                # The process died (its stdout's end, the queue's None, may have been taken by
+                # the previous command's ask() while it was still exiting: poll() said alive,
+                # and this loop used to wait for an answer that never comes — SRSL seed 53's
+                # "wedge", a client killed between its unlock and its next request).
+                if h.p.poll() is not None:
+                    return None
                 calm = self.faults_over
                 if calm is not None and now() > max(sent, calm) + bound and h.who not in self.client_down:
                     self.wedged.append("%s: a lock request sent at +%.2f s (%s) had no answer %.1f s "
